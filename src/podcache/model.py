@@ -1,0 +1,265 @@
+"""The pod model: what the kubelet's ``pkg/kubelet/container/runtime.go`` holds, immutable.
+
+Values only, no I/O. Every type is a frozen ``msgspec.Struct`` (cheap to build, compared by
+value, hashable, JSON-encodable as is). Sequences are stored as tuples, so nothing reachable
+from a snapshot can be mutated and equality never depends on list-versus-tuple.
+
+``PodList`` is the snapshot type: an immutable sequence of pods whose lookup indexes (by UID,
+by full name, by container or sandbox ID, by ID prefix) are built once, on first use, and then
+answer in O(1) (O(log n) for a prefix).
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
+
+import msgspec
+
+__all__ = [
+    "AmbiguousContainerIDError",
+    "Container",
+    "ContainerID",
+    "ContainerState",
+    "Pod",
+    "PodList",
+]
+
+MIN_PREFIX = 4
+"""Shortest container-ID prefix ``PodList.by_container_id`` accepts (crictl's habit)."""
+
+
+_MAX_CHAR = chr(0x10FFFF)
+_set = object.__setattr__
+
+
+class ContainerState(enum.StrEnum):
+    """A container's state as the kubelet's list model knows it."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    UNKNOWN = "unknown"
+
+
+class ContainerID(msgspec.Struct, frozen=True, gc=False):
+    """A runtime-qualified container ID, rendered ``type://id`` (``containerd://3f2a...``)."""
+
+    type: str
+    id: str
+
+    def __str__(self) -> str:
+        return f"{self.type}://{self.id}"
+
+    @classmethod
+    def parse(cls, text: str) -> ContainerID:
+        """Parse ``type://id``; a missing separator or an empty part is a ValueError."""
+        if not isinstance(text, str):
+            raise TypeError(f"container ID must be a str, not {type(text).__name__}")
+        runtime, sep, ident = text.partition("://")
+        if not sep:
+            raise ValueError(f"malformed container ID {text!r}: expected 'type://id'")
+        if not runtime or not ident:
+            raise ValueError(
+                f"malformed container ID {text!r}: "
+                f"{'type' if not runtime else 'id'} part is empty"
+            )
+        if "://" in ident:
+            raise ValueError(f"malformed container ID {text!r}: more than one '://'")
+        return cls(runtime, ident)
+
+
+class Container(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A container (or a sandbox, in ``Pod.sandboxes``) as the kubelet lists it."""
+
+    id: ContainerID
+    name: str = ""
+    image: str = ""
+    image_id: str = ""
+    image_ref: str = ""
+    image_runtime_handler: str = ""
+    hash: int = 0
+    state: ContainerState = ContainerState.UNKNOWN
+
+
+def _as_tuple(value: Iterable[Container]) -> tuple[Container, ...]:
+    return value if type(value) is tuple else tuple(value)
+
+
+class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A pod: its UID, name, namespace, creation time (ns) and its containers and sandboxes."""
+
+    id: str
+    name: str = ""
+    namespace: str = ""
+    created_at: int = 0
+    containers: tuple[Container, ...] = ()
+    sandboxes: tuple[Container, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Lists (or any iterable) become tuples: the snapshot stays immutable all the way down.
+        if type(self.containers) is not tuple:
+            msgspec.structs.force_setattr(self, "containers", _as_tuple(self.containers))
+        if type(self.sandboxes) is not tuple:
+            msgspec.structs.force_setattr(self, "sandboxes", _as_tuple(self.sandboxes))
+
+    @property
+    def full_name(self) -> str:
+        """``name_namespace``, the kubelet's unique pod name (``_`` is illegal in both parts)."""
+        return f"{self.name}_{self.namespace}"
+
+    def find_container_by_name(self, name: str) -> Container | None:
+        """The first container (not sandbox) with this name, like the kubelet."""
+        for container in self.containers:
+            if container.name == name:
+                return container
+        return None
+
+    def find_container_by_id(self, cid: ContainerID) -> Container | None:
+        """The container (not sandbox) with this ID, like the kubelet."""
+        for container in self.containers:
+            if container.id == cid:
+                return container
+        return None
+
+
+class AmbiguousContainerIDError(LookupError):
+    """A container-ID prefix matched more than one container or sandbox."""
+
+    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
+        self.prefix = prefix
+        self.matches = tuple(matches)
+        shown = ", ".join(self.matches[:5]) + (", ..." if len(self.matches) > 5 else "")
+        super().__init__(
+            f"container ID prefix {prefix!r} is ambiguous: it matches {len(self.matches)} "
+            f"IDs ({shown})"
+        )
+
+
+class _Index:
+    """Lookup tables for one PodList, built once. Holds no pods of its own beyond references."""
+
+    __slots__ = ("by_full_name", "by_id", "by_uid", "sorted_ids")
+
+    def __init__(self, pods: tuple[Pod, ...]) -> None:
+        by_uid: dict[str, Pod] = {}
+        by_full_name: dict[str, Pod] = {}
+        by_id: dict[str, tuple[Pod, Container]] = {}
+        # Pods are newest first: setdefault keeps the first, i.e. the newest, like the kubelet.
+        for pod in pods:
+            by_uid.setdefault(pod.id, pod)
+            by_full_name.setdefault(f"{pod.name}_{pod.namespace}", pod)
+            for container in pod.containers:
+                by_id.setdefault(container.id.id, (pod, container))
+            for sandbox in pod.sandboxes:
+                by_id.setdefault(sandbox.id.id, (pod, sandbox))
+        self.by_uid = by_uid
+        self.by_full_name = by_full_name
+        self.by_id = by_id
+        self.sorted_ids = sorted(by_id)
+
+
+class PodList(Sequence[Pod]):
+    """An immutable snapshot of pods with O(1) lookups (indexes built on first lookup)."""
+
+    __slots__ = ("_index", "_pods")
+
+    _pods: tuple[Pod, ...]
+    _index: _Index | None
+
+    def __init__(self, pods: Iterable[Pod] = ()) -> None:
+        _set(self, "_pods", pods if type(pods) is tuple else tuple(pods))
+        _set(self, "_index", None)
+
+    # -- Sequence ---------------------------------------------------------------------------
+    @overload
+    def __getitem__(self, index: int) -> Pod: ...
+    @overload
+    def __getitem__(self, index: slice) -> PodList: ...
+    def __getitem__(self, index: int | slice) -> Pod | PodList:
+        if isinstance(index, slice):
+            return PodList(self._pods[index])
+        return self._pods[index]
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def __iter__(self) -> Iterator[Pod]:
+        return iter(self._pods)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._pods
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PodList):
+            return self._pods == other._pods
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._pods)
+
+    def __repr__(self) -> str:
+        return f"PodList({list(self._pods)!r})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"PodList is immutable: cannot set {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"PodList is immutable: cannot delete {name!r}")
+
+    @property
+    def pods(self) -> tuple[Pod, ...]:
+        """The pods as a tuple (newest first when built by a runtime getter)."""
+        return self._pods
+
+    # -- lookups ----------------------------------------------------------------------------
+    def _idx(self) -> _Index:
+        index = self._index
+        if index is None:
+            # Built at most a few times under a race, always to the same value: no lock needed.
+            index = _Index(self._pods)
+            _set(self, "_index", index)
+        return index
+
+    def by_uid(self, uid: str) -> Pod | None:
+        """The pod with this UID (the first, i.e. newest, if several share it)."""
+        return self._idx().by_uid.get(uid)
+
+    def by_full_name(self, full_name: str) -> Pod | None:
+        """The pod named ``name_namespace``; the newest wins, like the kubelet."""
+        return self._idx().by_full_name.get(full_name)
+
+    def by_container_id(self, id_or_prefix: str) -> tuple[Pod, Container] | None:
+        """The pod and container (or sandbox) for a full ``type://id``, a bare ID or a prefix.
+
+        A full ID must match both type and id. A bare ID that matches exactly wins; otherwise
+        it is taken as a prefix of at least ``MIN_PREFIX`` characters (shorter: ValueError).
+        None when nothing matches; AmbiguousContainerIDError (a LookupError) when a prefix
+        matches several.
+        """
+        index = self._idx()
+        if "://" in id_or_prefix:
+            cid = ContainerID.parse(id_or_prefix)
+            found = index.by_id.get(cid.id)
+            if found is None or found[1].id.type != cid.type:
+                return None
+            return found
+        found = index.by_id.get(id_or_prefix)
+        if found is not None:
+            return found
+        if len(id_or_prefix) < MIN_PREFIX:
+            raise ValueError(
+                f"container ID prefix {id_or_prefix!r} is too short: "
+                f"give at least {MIN_PREFIX} characters"
+            )
+        ids = index.sorted_ids
+        start = bisect.bisect_left(ids, id_or_prefix)
+        end = bisect.bisect_left(ids, id_or_prefix + _MAX_CHAR, lo=start)
+        matches = ids[start:end]
+        if not matches:
+            return None
+        if len(matches) > 1:
+            raise AmbiguousContainerIDError(id_or_prefix, matches)
+        return index.by_id[matches[0]]
