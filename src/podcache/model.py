@@ -63,8 +63,7 @@ class ContainerID(msgspec.Struct, frozen=True, gc=False):
             raise ValueError(f"malformed container ID {text!r}: expected 'type://id'")
         if not runtime or not ident:
             raise ValueError(
-                f"malformed container ID {text!r}: "
-                f"{'type' if not runtime else 'id'} part is empty"
+                f"malformed container ID {text!r}: {'type' if not runtime else 'id'} part is empty"
             )
         if "://" in ident:
             raise ValueError(f"malformed container ID {text!r}: more than one '://'")
@@ -95,8 +94,8 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     name: str = ""
     namespace: str = ""
     created_at: int = 0
-    containers: tuple[Container, ...] = ()
-    sandboxes: tuple[Container, ...] = ()
+    containers: Sequence[Container] = ()
+    sandboxes: Sequence[Container] = ()
 
     def __post_init__(self) -> None:
         # Lists (or any iterable) become tuples: the snapshot stays immutable all the way down.
@@ -202,6 +201,9 @@ class PodList(Sequence[Pod]):
 
     def __repr__(self) -> str:
         return f"PodList({list(self._pods)!r})"
+
+    def __reduce__(self) -> tuple[type[PodList], tuple[tuple[Pod, ...]]]:
+        return (PodList, (self._pods,))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"PodList is immutable: cannot set {name!r}")

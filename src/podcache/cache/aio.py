@@ -1,0 +1,162 @@
+"""AsyncRuntimeCache: the freshness core driven by asyncio, the twin of ``RuntimeCache``.
+
+Same decisions (the shared core), same method names; only the waiting differs. Each refresh
+runs in its own task, so a caller that times out or is cancelled never cancels the refresh
+others share. Bound to the event loop it is first used on; not for use from several threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Protocol, cast
+
+from podcache.cache.core import CacheStats, FreshnessCore, Refresh, period_seconds
+from podcache.cache.threaded import PodGetter, check_getter, check_timeout
+from podcache.model import PodList
+
+__all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
+
+
+class AsyncPodGetter(Protocol):
+    """An asyncio pod lister such as ``podcache.cri.AsyncCRIRuntime``."""
+
+    async def get_pods(self, all: bool) -> PodList: ...
+
+
+def _new_future() -> asyncio.Future[None]:
+    return asyncio.get_running_loop().create_future()
+
+
+class AsyncRuntimeCache:
+    """A bounded-staleness cache of ``await getter.get_pods(False)`` for asyncio.
+
+    A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
+    loop never blocks on the runtime.
+    """
+
+    def __init__(
+        self,
+        getter: AsyncPodGetter | PodGetter,
+        cache_period: float | timedelta,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_stale: float | timedelta | None = None,
+        refresh_ahead: float | timedelta | None = None,
+        stats: bool = False,
+    ) -> None:
+        check_getter(getter)
+        period = period_seconds(cache_period, "cache_period")
+        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
+        if ahead > period:
+            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
+        stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
+        self._getter = getter
+        self._is_async = inspect.iscoroutinefunction(getter.get_pods)
+        self._clock = clock
+        self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
+            period, _new_future, refresh_ahead=ahead, max_stale=stale
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._fast_hits = 0
+        self._count_hits = stats
+
+    # -- public API --------------------------------------------------------------------------
+    async def get_pods(self, *, timeout: float | None = None) -> PodList:
+        """Pods fetched at most ``cache_period`` before this call; refreshes when older.
+
+        Raises the getter's exception unchanged when the refresh fails, and ``TimeoutError``
+        when ``timeout`` seconds pass first. Cancelling the caller never cancels the refresh.
+        """
+        current = self._core.snapshot
+        if self._clock() <= current[2]:
+            if self._count_hits:
+                self._fast_hits += 1
+            return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
+        check_timeout(timeout)
+        pods, refresh, start = self._core.plan(self._clock())
+        if refresh is not None and start:
+            self._spawn(refresh)
+        if pods is not None:
+            return pods
+        assert refresh is not None
+        await self._wait(refresh, timeout)
+        if refresh.error is not None:
+            stale = self._core.stale_fallback(self._clock())
+            if stale is not None:
+                return stale
+            raise refresh.error
+        assert refresh.pods is not None
+        return refresh.pods
+
+    async def force_update_if_older(
+        self, min_expected_cache_time: float, *, timeout: float | None = None
+    ) -> None:
+        """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
+        check_timeout(timeout)
+        _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+        if refresh is None:
+            return
+        if start:
+            self._spawn(refresh)
+        await self._wait(refresh, timeout)
+        if refresh.error is not None:
+            raise refresh.error
+
+    @property
+    def cache_time(self) -> float | None:
+        """Clock reading taken just before the fetch that produced the cached pods."""
+        return self._core.cache_time
+
+    @property
+    def cache_period(self) -> float:
+        """The period in seconds."""
+        return self._core.period
+
+    def stats(self) -> CacheStats:
+        """Counters and gauges; hits are counted only when built with ``stats=True``."""
+        return self._core.stats(self._clock(), self._fast_hits)
+
+    async def aclose(self) -> None:
+        """Wait for refreshes still running (their results are then discarded by nobody)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- internals ---------------------------------------------------------------------------
+    async def _wait(self, refresh: Refresh[asyncio.Future[None]], timeout: float | None) -> None:
+        # shield: a caller's timeout or cancellation ends its wait, never the shared refresh.
+        try:
+            await asyncio.wait_for(asyncio.shield(refresh.signal), timeout)
+        except TimeoutError:
+            raise TimeoutError(
+                f"runtime cache refresh did not complete within {timeout} s "
+                "(it continues in the background)"
+            ) from None
+
+    def _spawn(self, refresh: Refresh[asyncio.Future[None]]) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(refresh), name="podcache-refresh")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, refresh: Refresh[asyncio.Future[None]]) -> None:
+        """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
+        pods: PodList | None = None
+        error: BaseException | None = None
+        try:
+            if self._is_async:
+                getter = cast(AsyncPodGetter, self._getter)
+                result: PodList = await cast(Awaitable[PodList], getter.get_pods(False))
+            else:
+                result = await asyncio.to_thread(cast(PodGetter, self._getter).get_pods, False)
+            pods = result if isinstance(result, PodList) else PodList(result)
+        except (Exception, asyncio.CancelledError) as exc:
+            error = exc
+        queued = self._core.complete(refresh, pods, error, self._clock())
+        # The outcome lives on the Refresh; the future only wakes waiters (never an exception
+        # on it, so an abandoned refresh logs no "exception was never retrieved").
+        refresh.signal.set_result(None)
+        if queued is not None:
+            self._spawn(queued)

@@ -1,0 +1,263 @@
+"""The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
+
+Everything that affects what a caller receives lives in this file. The drivers
+(``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
+and wait; they ask this core what to do and report back what happened.
+
+Theory of operation
+-------------------
+The cache holds one *snapshot*: ``(pods, timestamp)``, where the timestamp is the clock read
+just before the fetch that produced the pods began. A caller states a *need*: the oldest
+timestamp it accepts (``call_time - period`` for ``get_pods``, ``t`` for
+``force_update_if_older(t)``). A period of 0 asks for data fetched after the call began, which
+no existing snapshot or in-flight refresh can satisfy (even when the clock has not advanced).
+
+* snapshot new enough                      -> hit (drivers do this check without a lock)
+* no refresh in flight                     -> start one; the caller waits for it
+* in-flight refresh started new enough     -> join it
+* in-flight refresh started too early      -> wait for the *next* refresh, shared by every caller
+                                              in that position; it starts as soon as the
+                                              in-flight one ends (whatever its outcome)
+
+Invariants
+----------
+1. At most one refresh is in flight; at most one more is queued behind it.
+2. The snapshot's timestamp never moves backward (an equal timestamp replaces).
+3. A failed refresh changes no state but the stats; every caller that joined it gets the error.
+4. Every caller of one refresh gets the same ``PodList`` object.
+5. A refresh runs to completion even if all its callers stopped waiting (timeout, cancel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Generic, TypeVar
+
+from podcache.model import PodList
+
+__all__ = [
+    "NEVER",
+    "CacheStats",
+    "FreshnessCore",
+    "Refresh",
+    "Snapshot",
+    "fresh_until",
+    "period_seconds",
+]
+
+S = TypeVar("S")
+"""The driver's completion signal: a ``threading.Event`` or an ``asyncio.Future``."""
+
+NEVER = -math.inf
+"""Timestamp of the empty cache: older than any need."""
+
+Snapshot = tuple[PodList | None, float, float]
+"""``(pods, timestamp, fresh_until)``, one immutable object so a hit is one attribute read.
+
+``fresh_until`` is the last clock reading at which the snapshot is served without waking the
+refresh machinery (see ``fresh_until``): the period (minus the refresh-ahead margin, when on)
+after the timestamp, or ``-inf`` when the period is 0 (caching disabled: ``0 > 0`` is false,
+so an age comparison alone would serve a snapshot to a clock that has not moved).
+"""
+
+
+def fresh_until(timestamp: float, fresh_for: float) -> float:
+    """The largest float ``t`` with ``t - timestamp <= fresh_for``, computed in floats.
+
+    Float subtraction rounds monotonically, so ``now <= fresh_until(ts, p)`` holds exactly when
+    ``now - ts <= p`` does: the hit path compares once instead of subtracting, and can never
+    disagree with the core's own ``now - timestamp <= period`` by a rounding.
+    """
+    if NEVER in (timestamp, fresh_for):
+        return NEVER
+    until = timestamp + fresh_for
+    if math.isinf(until):
+        return until
+    while until - timestamp > fresh_for:
+        until = math.nextafter(until, NEVER)
+    while (above := math.nextafter(until, math.inf)) - timestamp <= fresh_for:
+        until = above
+    return until
+
+
+def period_seconds(value: float | timedelta, what: str) -> float:
+    """A duration as float seconds; negative, NaN or non-numeric values are a ValueError."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{what} must be seconds (int or float) or a timedelta, not {value!r}")
+    seconds = float(seconds)
+    if math.isnan(seconds) or seconds < 0:
+        raise ValueError(f"{what} must be >= 0 seconds, got {value!r}")
+    return seconds
+
+
+class Refresh(Generic[S]):
+    """One getter call: when it started, who waits for it, and how it ended."""
+
+    __slots__ = ("error", "joined", "pods", "signal", "started_at")
+
+    def __init__(self, signal: S) -> None:
+        self.signal = signal
+        self.started_at: float | None = None
+        self.pods: PodList | None = None
+        self.error: BaseException | None = None
+        self.joined = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """Counters and gauges of one cache (opt-in: hits are counted only with ``stats=True``)."""
+
+    hits: int
+    misses: int
+    refreshes: int
+    errors: int
+    joins: int
+    stale_served: int
+    last_refresh_duration: float | None
+    age: float | None
+    in_flight: bool
+
+
+class FreshnessCore(Generic[S]):
+    """State and decisions of one runtime cache; drivers call it under their own mutual exclusion.
+
+    ``new_signal`` makes the driver's completion signal for each new refresh.
+    """
+
+    def __init__(
+        self,
+        period: float,
+        new_signal: Callable[[], S],
+        *,
+        refresh_ahead: float = 0.0,
+        max_stale: float | None = None,
+    ) -> None:
+        self.period = period
+        self.max_stale = max_stale
+        # Snapshots younger than this are served without looking at anything else.
+        self.refresh_ahead = refresh_ahead
+        self.fresh_for = NEVER if period == 0 else max(period - refresh_ahead, 0.0)
+        self.snapshot: Snapshot = (None, NEVER, NEVER)
+        self.inflight: Refresh[S] | None = None
+        self.queued: Refresh[S] | None = None
+        self._new_signal = new_signal
+        self.hits = 0
+        self.misses = 0
+        self.refreshes = 0
+        self.errors = 0
+        self.joins = 0
+        self.stale_served = 0
+        self.last_duration: float | None = None
+
+    # -- needs ---------------------------------------------------------------------------
+    def accepts(self, timestamp: float, now: float, min_time: float | None) -> bool:
+        """Does data fetched from ``timestamp`` on meet a caller's need?
+
+        ``min_time`` None is a ``get_pods`` caller at ``now``: it needs ``now - timestamp <=
+        period`` (the same expression as the drivers' hit check, so rounding never makes the
+        two disagree), and nothing already fetched or begun when the period is 0.
+        Otherwise it is ``force_update_if_older(min_time)``: it needs ``timestamp >= min_time``.
+        """
+        if min_time is None:
+            return self.period != 0 and now - timestamp <= self.period
+        return timestamp >= min_time
+
+    # -- decisions -----------------------------------------------------------------------
+    def plan(
+        self, now: float, min_time: float | None = None
+    ) -> tuple[PodList | None, Refresh[S] | None, bool]:
+        """What a caller does at ``now`` (need as in ``accepts``): ``(pods, refresh, start)``.
+
+        * ``(pods, None, False)``: a hit, serve ``pods``.
+        * ``(pods, refresh, True)``: a hit, and (a ``get_pods`` caller with refresh-ahead on and
+          the snapshot past ``fresh_for``) start ``refresh`` in the background.
+        * ``(None, refresh, True)``: start ``refresh`` (its ``started_at`` is ``now``), wait.
+        * ``(None, refresh, False)``: wait for ``refresh`` (in flight, or queued behind it).
+        """
+        pods, timestamp, until = self.snapshot
+        if pods is not None and self.accepts(timestamp, now, min_time):
+            self.hits += 1
+            if min_time is None and self.refresh_ahead and self.inflight is None and now > until:
+                return pods, self._begin(self._new_refresh(), now), True
+            return pods, None, False
+        self.misses += 1
+        inflight = self.inflight
+        if inflight is None:
+            return None, self._begin(self._new_refresh(), now), True
+        assert inflight.started_at is not None
+        if self.accepts(inflight.started_at, now, min_time):
+            inflight.joined += 1
+            self.joins += 1
+            return None, inflight, False
+        queued = self.queued
+        if queued is None:
+            queued = self.queued = self._new_refresh()
+        queued.joined += 1
+        self.joins += 1
+        return None, queued, False
+
+    def complete(
+        self, refresh: Refresh[S], pods: PodList | None, error: BaseException | None, now: float
+    ) -> Refresh[S] | None:
+        """Record how ``refresh`` ended; return the queued refresh the driver must start now."""
+        assert refresh is self.inflight and refresh.started_at is not None
+        self.last_duration = max(now - refresh.started_at, 0.0)
+        if error is None:
+            assert pods is not None
+            refresh.pods = pods
+            self.refreshes += 1
+            if refresh.started_at >= self.snapshot[1]:
+                until = fresh_until(refresh.started_at, self.fresh_for)
+                self.snapshot = (pods, refresh.started_at, until)
+        else:
+            refresh.error = error
+            self.errors += 1
+        self.inflight = None
+        queued, self.queued = self.queued, None
+        if queued is None:
+            return None
+        return self._begin(queued, now)
+
+    def stale_fallback(self, now: float) -> PodList | None:
+        """With ``max_stale``, the last good pods if at most ``period + max_stale`` old."""
+        pods, timestamp, _ = self.snapshot
+        if self.max_stale is None or pods is None:
+            return None
+        if now - timestamp > self.period + self.max_stale:
+            return None
+        self.stale_served += 1
+        return pods
+
+    def stats(self, now: float, fast_hits: int) -> CacheStats:
+        """A copy of the counters at ``now``; ``fast_hits`` are the driver's lock-free hits."""
+        _, timestamp, _ = self.snapshot
+        return CacheStats(
+            hits=self.hits + fast_hits,
+            misses=self.misses,
+            refreshes=self.refreshes,
+            errors=self.errors,
+            joins=self.joins,
+            stale_served=self.stale_served,
+            last_refresh_duration=self.last_duration,
+            age=None if timestamp == NEVER else now - timestamp,
+            in_flight=self.inflight is not None,
+        )
+
+    @property
+    def cache_time(self) -> float | None:
+        """Timestamp of the current snapshot, None when never filled."""
+        timestamp = self.snapshot[1]
+        return None if timestamp == NEVER else timestamp
+
+    # -- internals -----------------------------------------------------------------------
+    def _new_refresh(self) -> Refresh[S]:
+        return Refresh(self._new_signal())
+
+    def _begin(self, refresh: Refresh[S], now: float) -> Refresh[S]:
+        refresh.started_at = now
+        self.inflight = refresh
+        return refresh

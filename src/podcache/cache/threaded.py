@@ -1,0 +1,216 @@
+"""RuntimeCache: the freshness core driven by threads. It waits; the core decides.
+
+Hits take no lock: one read of the immutable ``(pods, timestamp, fresh_until)`` snapshot and one
+clock read. Misses take a short lock to ask the core what to do, never across the getter call.
+A caller without a timeout runs the getter in its own thread; with a timeout the getter runs in
+a daemon thread, so the caller can stop waiting while the refresh completes for the others.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Protocol
+
+from podcache.cache.core import CacheStats, FreshnessCore, Refresh, Snapshot, period_seconds
+from podcache.model import PodList
+
+__all__ = ["PodGetter", "RuntimeCache"]
+
+
+class PodGetter(Protocol):
+    """Anything that lists pods: a CRI runtime, a fake. ``all`` includes exited containers."""
+
+    def get_pods(self, all: bool) -> PodList: ...
+
+
+def check_getter(getter: object, attribute: str = "get_pods") -> None:
+    """Reject at construction a getter that cannot list pods (clear TypeError)."""
+    if not callable(getattr(getter, attribute, None)):
+        raise TypeError(
+            f"getter {getter!r} has no callable {attribute}(all) method: pass a runtime such as "
+            "podcache.cri.CRIRuntime or podcache.FakeRuntime"
+        )
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A caller's timeout must be None or a non-negative number of seconds."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
+
+
+def make_hit_path(
+    clock: Callable[[], float],
+    snapshot: Snapshot,
+    slow: Callable[[float | None], PodList],
+    count_hits: bool,
+) -> tuple[Callable[..., PodList], Callable[[Snapshot], None], Callable[[], int]]:
+    """The lock-free ``get_pods`` as a closure, with its ``publish`` and hit-count reader.
+
+    A closure reads its snapshot and clock from cells, which measured about 15% faster than
+    a method reading attributes, and comparing the clock with the snapshot's precomputed
+    ``fresh_until`` saves a subtraction. The snapshot is read once per call, so a concurrent
+    publish is seen whole or not at all.
+    """
+    hits = 0
+
+    def get_pods(*, timeout: float | None = None) -> PodList:
+        current = snapshot
+        if clock() <= current[2]:
+            return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
+        return slow(timeout)
+
+    def get_pods_counted(*, timeout: float | None = None) -> PodList:
+        nonlocal hits
+        current = snapshot
+        if clock() <= current[2]:
+            hits += 1  # exact under the GIL (no call between load and store)
+            return current[0]  # type: ignore[return-value]
+        return slow(timeout)
+
+    def publish(new: Snapshot) -> None:
+        nonlocal snapshot
+        snapshot = new
+
+    def read_hits() -> int:
+        return hits
+
+    return (get_pods_counted if count_hits else get_pods), publish, read_hits
+
+
+class RuntimeCache:
+    """A bounded-staleness cache of ``getter.get_pods(False)`` for threads.
+
+    ``get_pods`` returns pods fetched at most ``cache_period`` before the call (strictly
+    greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
+    from ``t`` on. One getter call at most is in flight; callers that need the same refresh
+    share it and receive the same immutable ``PodList``.
+    """
+
+    def __init__(
+        self,
+        getter: PodGetter,
+        cache_period: float | timedelta,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_stale: float | timedelta | None = None,
+        refresh_ahead: float | timedelta | None = None,
+        stats: bool = False,
+    ) -> None:
+        check_getter(getter)
+        period = period_seconds(cache_period, "cache_period")
+        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
+        if ahead > period:
+            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
+        stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
+        self._getter = getter
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._core: FreshnessCore[threading.Event] = FreshnessCore(
+            period, threading.Event, refresh_ahead=ahead, max_stale=stale
+        )
+        # The instance's get_pods is the closure (the method below documents it and is its
+        # twin); counting hits is opt-in so the default hit path stays one read, one clock call.
+        self.get_pods, self._publish, self._fast_hits = make_hit_path(  # type: ignore[method-assign]
+            clock, self._core.snapshot, self._get_slow, stats
+        )
+
+    # -- public API --------------------------------------------------------------------------
+    def get_pods(self, *, timeout: float | None = None) -> PodList:
+        """Pods fetched at most ``cache_period`` before this call; refreshes when older.
+
+        Raises the getter's exception unchanged when the refresh fails, and ``TimeoutError``
+        when ``timeout`` seconds pass first (the refresh then carries on for others).
+        """
+        current = self._core.snapshot
+        if self._clock() <= current[2]:
+            return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
+        return self._get_slow(timeout)
+
+    def force_update_if_older(
+        self, min_expected_cache_time: float, *, timeout: float | None = None
+    ) -> None:
+        """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
+        check_timeout(timeout)
+        with self._lock:
+            _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+        if refresh is not None:
+            self._await(refresh, start, timeout)
+            if refresh.error is not None:
+                raise refresh.error
+
+    @property
+    def cache_time(self) -> float | None:
+        """Clock reading taken just before the fetch that produced the cached pods."""
+        return self._core.cache_time
+
+    @property
+    def cache_period(self) -> float:
+        """The period in seconds."""
+        return self._core.period
+
+    def stats(self) -> CacheStats:
+        """Counters and gauges; hits are counted only when built with ``stats=True``."""
+        with self._lock:
+            return self._core.stats(self._clock(), self._fast_hits())
+
+    # -- internals ---------------------------------------------------------------------------
+    def _get_slow(self, timeout: float | None) -> PodList:
+        check_timeout(timeout)
+        with self._lock:
+            now = self._clock()
+            pods, refresh, start = self._core.plan(now)
+        if pods is not None:
+            if refresh is not None:  # refresh-ahead: readers keep the current pods meanwhile
+                self._spawn(refresh)
+            return pods
+        assert refresh is not None
+        self._await(refresh, start, timeout)
+        if refresh.error is not None:
+            if self._core.max_stale is not None:  # stale-if-error: the last pods, if young enough
+                with self._lock:
+                    stale = self._core.stale_fallback(self._clock())
+                if stale is not None:
+                    return stale
+            raise refresh.error
+        assert refresh.pods is not None
+        return refresh.pods
+
+    def _await(self, refresh: Refresh[threading.Event], start: bool, timeout: float | None) -> None:
+        """Run ``refresh`` if ``start``, then wait for it to end, at most ``timeout`` seconds."""
+        if start:
+            if timeout is None:
+                self._run(refresh)
+            else:
+                self._spawn(refresh)
+        if not refresh.signal.wait(timeout):
+            raise TimeoutError(
+                f"runtime cache refresh did not complete within {timeout} s "
+                "(it continues in the background)"
+            )
+
+    def _spawn(self, refresh: Refresh[threading.Event]) -> None:
+        threading.Thread(
+            target=self._run, args=(refresh,), name="podcache-refresh", daemon=True
+        ).start()
+
+    def _run(self, refresh: Refresh[threading.Event]) -> None:
+        """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
+        pods: PodList | None = None
+        error: BaseException | None = None
+        try:
+            pods = self._getter.get_pods(False)
+            if not isinstance(pods, PodList):
+                pods = PodList(pods)
+        except BaseException as exc:  # every outcome must reach the waiters, even ^C
+            error = exc
+        with self._lock:
+            queued = self._core.complete(refresh, pods, error, self._clock())
+            self._publish(self._core.snapshot)
+        refresh.signal.set()
+        if queued is not None:
+            self._spawn(queued)
+        if error is not None and not isinstance(error, Exception):
+            raise error

@@ -1,0 +1,140 @@
+"""Test helpers: a fake clock, sample pods, and one synchronous face for both cache drivers.
+
+``Driver`` lets a semantic test run unchanged against RuntimeCache and AsyncRuntimeCache (the
+async one on a private event loop), so the twins are held to the same specification.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from podcache import (
+    AsyncFakeRuntime,
+    AsyncRuntimeCache,
+    Container,
+    ContainerID,
+    ContainerState,
+    FakeRuntime,
+    Pod,
+    PodList,
+    RuntimeCache,
+)
+from podcache.cache.core import CacheStats
+
+
+class FakeClock:
+    """A clock that moves only when told to."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def make_pod(n: int, containers: int = 1) -> Pod:
+    """A small pod numbered ``n`` (UID ``uid-n``)."""
+    return Pod(
+        id=f"uid-{n}",
+        name=f"pod-{n}",
+        namespace="default",
+        created_at=n,
+        containers=[
+            Container(
+                id=ContainerID("containerd", f"{n:04x}{i:060x}"),
+                name=f"c{i}",
+                image="busybox:1",
+                state=ContainerState.RUNNING,
+            )
+            for i in range(containers)
+        ],
+    )
+
+
+class Fake(Protocol):
+    """What the semantic tests need of either fake runtime."""
+
+    calls: int
+    error: BaseException | None
+    max_in_flight: int
+
+    def set_pods(self, pods: list[Pod]) -> None: ...
+
+
+class Driver:
+    """One synchronous face over a cache: ``get``, ``force``, ``cache_time``, ``stats``."""
+
+    name: str
+    fake: Any
+
+    def get(self, timeout: float | None = None) -> PodList:
+        raise NotImplementedError
+
+    def force(self, t: float, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    @property
+    def cache_time(self) -> float | None:
+        raise NotImplementedError
+
+    def stats(self) -> CacheStats:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the driver holds."""
+
+
+class SyncDriver(Driver):
+    name = "threads"
+
+    def __init__(self, period: float | timedelta, clock: Callable[[], float], **kw: Any) -> None:
+        self.fake = FakeRuntime()
+        self.cache = RuntimeCache(self.fake, period, clock=clock, **kw)
+
+    def get(self, timeout: float | None = None) -> PodList:
+        return self.cache.get_pods(timeout=timeout)
+
+    def force(self, t: float, timeout: float | None = None) -> None:
+        self.cache.force_update_if_older(t, timeout=timeout)
+
+    @property
+    def cache_time(self) -> float | None:
+        return self.cache.cache_time
+
+    def stats(self) -> CacheStats:
+        return self.cache.stats()
+
+
+class AsyncDriver(Driver):
+    name = "asyncio"
+
+    def __init__(self, period: float | timedelta, clock: Callable[[], float], **kw: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.fake = AsyncFakeRuntime()
+        self.cache = AsyncRuntimeCache(self.fake, period, clock=clock, **kw)
+
+    def get(self, timeout: float | None = None) -> PodList:
+        return self.loop.run_until_complete(self.cache.get_pods(timeout=timeout))
+
+    def force(self, t: float, timeout: float | None = None) -> None:
+        self.loop.run_until_complete(self.cache.force_update_if_older(t, timeout=timeout))
+
+    @property
+    def cache_time(self) -> float | None:
+        return self.cache.cache_time
+
+    def stats(self) -> CacheStats:
+        return self.cache.stats()
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.cache.aclose())
+        self.loop.close()
+
+
+DRIVERS: list[type[Driver]] = [SyncDriver, AsyncDriver]
