@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Iterable, Iterator, Sequence
-from typing import overload
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import cast, overload
 
 import msgspec
 
@@ -87,8 +87,24 @@ def _as_tuple(value: Iterable[Container]) -> tuple[Container, ...]:
     return value if type(value) is tuple else tuple(value)
 
 
+_NO_LABELS: tuple[tuple[str, str], ...] = ()
+
+Labels = Mapping[str, str] | Sequence[tuple[str, str]]
+"""Pod labels as given: a mapping or ``(key, value)`` pairs; stored as pairs sorted by key."""
+
+
+def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
+    items = labels.items() if isinstance(labels, Mapping) else labels
+    return tuple(sorted((str(k), str(v)) for k, v in items))
+
+
 class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """A pod: its UID, name, namespace, creation time (ns) and its containers and sandboxes."""
+    """A pod: its UID, name, namespace, creation time (ns) and its containers and sandboxes.
+
+    ``labels`` (a podcache addition, not in the kubelet's list model) are the pod's own labels
+    as its newest sandbox carries them, without the kubelet's ``io.kubernetes.pod.*`` keys;
+    stored as ``(key, value)`` pairs sorted by key so the pod stays immutable and hashable.
+    """
 
     id: str
     name: str = ""
@@ -96,6 +112,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     created_at: int = 0
     containers: Sequence[Container] = ()
     sandboxes: Sequence[Container] = ()
+    labels: Labels = _NO_LABELS
 
     def __post_init__(self) -> None:
         # Lists (or any iterable) become tuples: the snapshot stays immutable all the way down.
@@ -103,6 +120,20 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
             msgspec.structs.force_setattr(self, "containers", _as_tuple(self.containers))
         if type(self.sandboxes) is not tuple:
             msgspec.structs.force_setattr(self, "sandboxes", _as_tuple(self.sandboxes))
+        labels = self.labels
+        if labels is not _NO_LABELS and (type(labels) is not tuple or not _sorted_pairs(labels)):
+            msgspec.structs.force_setattr(self, "labels", _as_pairs(self.labels))
+
+    def label(self, key: str) -> str | None:
+        """The value of label ``key``, None when the pod has no such label."""
+        for k, v in cast(tuple[tuple[str, str], ...], self.labels):
+            if k == key:
+                return v
+        return None
+
+    def label_map(self) -> dict[str, str]:
+        """The labels as a new dict."""
+        return dict(cast(tuple[tuple[str, str], ...], self.labels))
 
     @property
     def full_name(self) -> str:
@@ -122,6 +153,14 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
             if container.id == cid:
                 return container
         return None
+
+
+def _sorted_pairs(labels: object) -> bool:
+    """True for a tuple of (str, str) tuples already sorted by key (the stored form)."""
+    pairs = labels if isinstance(labels, tuple) else ()
+    return all(
+        type(p) is tuple and len(p) == 2 and type(p[0]) is str and type(p[1]) is str for p in pairs
+    ) and all(pairs[i][0] <= pairs[i + 1][0] for i in range(len(pairs) - 1))
 
 
 class AmbiguousContainerIDError(LookupError):

@@ -271,3 +271,21 @@ def test_by_uid_and_full_name_agree_with_first_match(plist: PodList, uid: str) -
     assert plist.by_uid(uid) == next((p for p in plist if p.id == uid), None)
     for name in ("a_ns", "b_ns", "c_ns"):
         assert plist.by_full_name(name) == next((p for p in plist if p.full_name == name), None)
+
+
+# -- labels (a podcache addition) -------------------------------------------------------------
+def test_labels_given_as_mapping_or_pairs_are_stored_as_sorted_pairs() -> None:
+    a = Pod(id="u", labels={"tier": "web", "app": "shop"})
+    b = Pod(id="u", labels=[("app", "shop"), ("tier", "web")])
+    assert a == b
+    assert a.labels == (("app", "shop"), ("tier", "web"))
+    assert hash(a) == hash(b)
+    assert a.label("app") == "shop"
+    assert a.label("nope") is None
+    assert a.label_map() == {"app": "shop", "tier": "web"}
+    assert Pod(id="u").labels == ()
+
+
+def test_labels_round_trip_through_json() -> None:
+    p = Pod(id="u", labels={"b": "2", "a": "1"})
+    assert msgspec.json.decode(msgspec.json.encode(p), type=Pod) == p
