@@ -1,0 +1,47 @@
+"""A simulated CRI runtime (real gRPC over a churning pod population); no client, cache or CLI.
+
+It shares only the generated protobuf with ``podcache.cri``; it never imports the client, the
+cache or the conversion code, so it can check them independently.
+"""
+
+from podcache.sim.churn import ChurnPause
+from podcache.sim.command import cli_main, sim_command
+from podcache.sim.faults import Faults, Malformed, malformed_items, malformed_uid
+from podcache.sim.population import (
+    DEFAULT_NAMESPACES,
+    LogicalClock,
+    PodShape,
+    Population,
+    SimContainer,
+    SimContainerState,
+    SimEvent,
+    SimEventType,
+    SimSandbox,
+    SimSandboxState,
+    Snapshot,
+)
+from podcache.sim.runtime import SimRuntime
+from podcache.sim.server import RUNTIME_NAME
+
+__all__ = [
+    "DEFAULT_NAMESPACES",
+    "RUNTIME_NAME",
+    "ChurnPause",
+    "Faults",
+    "LogicalClock",
+    "Malformed",
+    "PodShape",
+    "Population",
+    "SimContainer",
+    "SimContainerState",
+    "SimEvent",
+    "SimEventType",
+    "SimRuntime",
+    "SimSandbox",
+    "SimSandboxState",
+    "Snapshot",
+    "cli_main",
+    "malformed_items",
+    "malformed_uid",
+    "sim_command",
+]

@@ -1,0 +1,140 @@
+"""The ``podcache sim`` command: serve a simulated runtime until SIGINT/SIGTERM; click only.
+
+The ``podcache`` CLI mounts ``sim_command``; ``cli_main(argv)`` runs it on its own and
+returns the exit status. It holds no simulation logic (see ``runtime``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from types import FrameType
+
+import click
+
+from podcache.sim.population import DEFAULT_NAMESPACES
+from podcache.sim.runtime import SimRuntime
+
+__all__ = ["cli_main", "sim_command"]
+
+
+@click.command(
+    "sim",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help=(
+        "Serve a simulated CRI runtime (a churning population of pods) until interrupted. "
+        "Prints the endpoint on the first line of standard output."
+    ),
+)
+@click.option(
+    "--socket",
+    "socket_path",
+    metavar="PATH",
+    help="Unix socket to listen on (default: a fresh temporary path).",
+)
+@click.option("--tcp", is_flag=True, help="Listen on 127.0.0.1, on a free port, instead.")
+@click.option(
+    "--pods", type=click.IntRange(min=0), default=100, show_default=True, help="Pods on the node."
+)
+@click.option(
+    "--churn",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Pods replaced per second.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the population.")
+@click.option(
+    "--latency",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="Delay added to every call.",
+)
+@click.option(
+    "--fail-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="Fraction of list calls failing with UNAVAILABLE.",
+)
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    metavar="NAME",
+    help=f"Namespace for pods (repeatable; default: {', '.join(DEFAULT_NAMESPACES)}).",
+)
+def sim_command(
+    *,
+    socket_path: str | None,
+    tcp: bool,
+    pods: int,
+    churn: float,
+    seed: int,
+    latency: float,
+    fail_rate: float,
+    namespaces: tuple[str, ...],
+) -> None:
+    """Serve a simulated CRI runtime until SIGINT or SIGTERM."""
+    if socket_path is not None and tcp:
+        raise click.UsageError("--socket and --tcp are mutually exclusive")
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, on_signal)
+    try:
+        sim = SimRuntime(
+            pods,
+            seed=seed,
+            churn=churn,
+            socket=socket_path,
+            tcp=tcp,
+            namespaces=namespaces or DEFAULT_NAMESPACES,
+            latency=latency,
+            fail_rate=fail_rate,
+        )
+        try:
+            sim.start()
+        except OSError as exc:
+            raise click.ClickException(str(exc)) from exc
+        try:
+            click.echo(sim.endpoint)
+            sys.stdout.flush()
+            click.echo(
+                f"podcache sim: {pods} pods, churn {churn}/s, seed {seed} on {sim.endpoint}; "
+                "stop with Ctrl-C",
+                err=True,
+            )
+            while not stop.wait(0.2):
+                pass
+        finally:
+            sim.stop()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def cli_main(argv: Sequence[str] | None = None) -> int:
+    """Run ``podcache sim`` with these arguments; returns the exit status (2: usage error)."""
+    try:
+        result = sim_command.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="podcache sim",
+            standalone_mode=False,
+        )
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        click.echo("Aborted!", err=True)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,701 @@
+"""The simulated node's pods as plain records, and their churn; pure data, no gRPC, no threads.
+
+A ``Population`` holds the sandboxes and containers a CRI runtime would report for a node the
+kubelet manages: sandbox metadata, labels and annotations exactly as the kubelet writes them,
+64-hex IDs, nanosecond timestamps, several containers per pod, init containers that exited,
+sandboxes that were re-created (attempt 0 NOTREADY beside attempt 1 READY), pods stopped
+entirely. Everything is drawn from one seeded ``random.Random``: the same seed, size,
+namespaces and clock give the same population and the same churn, record for record.
+
+Invariants (held under one lock, checked by the unit tests):
+- every container's ``pod_sandbox_id`` names a sandbox of the same pod, and its pod labels
+  name that sandbox's pod; every ID is unique and 64 lower-case hex digits;
+- a READY sandbox is the newest of its pod; a NOTREADY sandbox holds no running container;
+- records are immutable: a change replaces the record, so a ``Snapshot`` never changes after
+  it was taken, and ``generation`` grows by one for every change that emits events.
+
+Deliberate ties: some pods share their sandbox's ``created_at`` with the pod listed before
+them, and in some pods all main containers share one ``created_at``, so a client's "newest
+first, ties by ID" order is exercised. What this module does not do: serve gRPC, run a
+thread, sleep, inject faults (see ``server``, ``churn`` and ``faults``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import random
+import threading
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import MappingProxyType
+
+import msgspec
+
+__all__ = [
+    "CONTAINER_HASH_ANNOTATION",
+    "CONTAINER_NAME_LABEL",
+    "DEFAULT_EPOCH_NS",
+    "DEFAULT_NAMESPACES",
+    "POD_NAMESPACE_LABEL",
+    "POD_NAME_LABEL",
+    "POD_UID_LABEL",
+    "RESTART_COUNT_ANNOTATION",
+    "EventListener",
+    "LogicalClock",
+    "PodShape",
+    "Population",
+    "SimContainer",
+    "SimContainerState",
+    "SimEvent",
+    "SimEventType",
+    "SimSandbox",
+    "SimSandboxState",
+    "Snapshot",
+]
+
+POD_NAME_LABEL = "io.kubernetes.pod.name"
+POD_NAMESPACE_LABEL = "io.kubernetes.pod.namespace"
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+CONTAINER_NAME_LABEL = "io.kubernetes.container.name"
+CONTAINER_HASH_ANNOTATION = "io.kubernetes.container.hash"
+RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
+TERMINATION_MESSAGE_PATH_ANNOTATION = "io.kubernetes.container.terminationMessagePath"
+TERMINATION_MESSAGE_POLICY_ANNOTATION = "io.kubernetes.container.terminationMessagePolicy"
+GRACE_PERIOD_ANNOTATION = "io.kubernetes.pod.terminationGracePeriod"
+
+DEFAULT_NAMESPACES: tuple[str, ...] = ("default", "kube-system", "monitoring", "payments")
+DEFAULT_EPOCH_NS = 1_735_689_600 * 1_000_000_000
+"""Where the default logical clock starts: 2025-01-01T00:00:00Z, in ns since the epoch."""
+
+_SECOND = 1_000_000_000
+_K8S_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # k8s.io/apimachinery/pkg/util/rand
+_APPS = (
+    "web",
+    "api",
+    "worker",
+    "cache",
+    "gateway",
+    "ingest",
+    "search",
+    "billing",
+    "auth",
+    "frontend",
+    "scheduler",
+    "metrics",
+)
+_SIDECARS = ("istio-proxy", "log-shipper", "metrics-exporter")
+_INITS = ("init-config", "migrate-db")
+_TIERS = ("frontend", "backend", "data")
+
+
+class SimSandboxState(enum.IntEnum):
+    """A sandbox's state; values are the CRI ``PodSandboxState`` numbers."""
+
+    READY = 0
+    NOTREADY = 1
+
+
+class SimContainerState(enum.IntEnum):
+    """A container's state; values are the CRI ``ContainerState`` numbers."""
+
+    CREATED = 0
+    RUNNING = 1
+    EXITED = 2
+    UNKNOWN = 3
+
+
+class SimEventType(enum.IntEnum):
+    """A container event's type; values are the CRI ``ContainerEventType`` numbers."""
+
+    CREATED = 0
+    STARTED = 1
+    STOPPED = 2
+    DELETED = 3
+
+
+class PodShape(enum.Enum):
+    """What a generated pod looks like; the first pods of a population cycle through all."""
+
+    RUNNING = "running"
+    """One READY sandbox, 1-4 RUNNING containers."""
+    WITH_INIT = "with-init"
+    """Like RUNNING, plus 1-2 init containers that EXITED with code 0 before the others."""
+    RESTARTED_SANDBOX = "restarted-sandbox"
+    """Attempt 0 NOTREADY (its containers EXITED) and attempt 1 READY (containers RUNNING)."""
+    RESTARTED_CONTAINER = "restarted-container"
+    """One container's attempt 0 EXITED beside its attempt 1 RUNNING (restartCount 1)."""
+    STARTING = "starting"
+    """A READY sandbox whose last container is CREATED, not yet started."""
+    UNKNOWN_CONTAINER = "unknown-container"
+    """A READY sandbox with one container in state UNKNOWN."""
+    STOPPED = "stopped"
+    """Stopped entirely: one NOTREADY sandbox, every container EXITED."""
+
+
+_SHAPE_WEIGHTS: dict[PodShape, int] = {
+    PodShape.RUNNING: 50,
+    PodShape.WITH_INIT: 15,
+    PodShape.RESTARTED_SANDBOX: 10,
+    PodShape.RESTARTED_CONTAINER: 8,
+    PodShape.STARTING: 5,
+    PodShape.UNKNOWN_CONTAINER: 4,
+    PodShape.STOPPED: 8,
+}
+_SHAPES = tuple(_SHAPE_WEIGHTS)
+_WEIGHTS = tuple(_SHAPE_WEIGHTS.values())
+
+
+def _frozen(mapping: Mapping[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping))
+
+
+class SimSandbox(msgspec.Struct, frozen=True, kw_only=True):
+    """One pod sandbox as the runtime reports it (``PodSandbox`` / ``PodSandboxStatus``).
+
+    ``has_metadata=False`` makes the server send it without metadata (a malformed item).
+    """
+
+    id: str
+    name: str
+    uid: str
+    namespace: str
+    attempt: int
+    state: SimSandboxState
+    created_at: int
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    runtime_handler: str = ""
+    ip: str = ""
+    has_metadata: bool = True
+
+
+class SimContainer(msgspec.Struct, frozen=True, kw_only=True):
+    """One container as the runtime reports it (``Container`` / ``ContainerStatus``).
+
+    ``image`` is the ``ImageSpec.image``; ``image_ref`` and ``image_id`` are the list fields
+    (``image_id`` empty emulates a runtime older than CRI of Kubernetes 1.30).
+    ``has_metadata=False`` / ``has_image=False`` make the server leave those messages unset.
+    """
+
+    id: str
+    pod_sandbox_id: str
+    name: str
+    attempt: int
+    state: SimContainerState
+    created_at: int
+    image: str
+    image_ref: str
+    image_id: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    image_runtime_handler: str = ""
+    started_at: int = 0
+    finished_at: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    log_path: str = ""
+    init: bool = False
+    has_metadata: bool = True
+    has_image: bool = True
+
+    @property
+    def pod_uid(self) -> str:
+        """The ``io.kubernetes.pod.uid`` label, or "" when it is missing."""
+        return self.labels.get(POD_UID_LABEL, "")
+
+
+class Snapshot(msgspec.Struct, frozen=True):
+    """The whole population at one instant: records in creation order, and its generation."""
+
+    generation: int
+    sandboxes: tuple[SimSandbox, ...]
+    containers: tuple[SimContainer, ...]
+
+    def pod_uids(self) -> frozenset[str]:
+        """The UIDs of every pod that has a sandbox in this snapshot."""
+        return frozenset(sandbox.uid for sandbox in self.sandboxes)
+
+
+class SimEvent(msgspec.Struct, frozen=True):
+    """One change, as a CRI ``ContainerEventResponse`` carries it.
+
+    ``container_id`` is the container's ID, or the sandbox's ID for a sandbox event (like
+    containerd). ``sandbox`` and ``containers`` are the pod sandbox and all containers in it
+    right after the change (a deleted item is no longer among them).
+    """
+
+    container_id: str
+    type: SimEventType
+    created_at: int
+    sandbox: SimSandbox | None
+    containers: tuple[SimContainer, ...]
+
+
+EventListener = Callable[[Sequence[SimEvent]], None]
+"""Called under the population lock with the events of one change, in order; must not block."""
+
+
+class LogicalClock:
+    """A deterministic clock for populations: each read returns ``step_ns`` more than the last."""
+
+    def __init__(self, start_ns: int = DEFAULT_EPOCH_NS, step_ns: int = 1_000_000) -> None:
+        self._now = start_ns
+        self._step = step_ns
+        self._lock = threading.Lock()
+
+    def __call__(self) -> int:
+        with self._lock:
+            self._now += self._step
+            return self._now
+
+
+@dataclass(slots=True)
+class _Planned:
+    """A container while a pod is being generated (relative times, ns)."""
+
+    name: str
+    sandbox: int
+    attempt: int
+    state: SimContainerState
+    created: int
+    started: int = 0
+    finished: int = 0
+    exit_code: int = 0
+    reason: str = ""
+    init: bool = False
+
+
+@dataclass(slots=True)
+class _Pod:
+    uid: str
+    name: str
+    namespace: str
+    sandbox_ids: list[str]
+    container_ids: list[str]
+
+
+class Population:
+    """A deterministic, churnable set of pods, safe to read and change from any thread.
+
+    ``clock`` returns nanoseconds since the epoch and stamps new records and events; the
+    default is a ``LogicalClock`` so that the seed alone fixes every timestamp. The initial
+    pods were created during the hour before the first clock read.
+    """
+
+    def __init__(
+        self,
+        pods: int = 100,
+        *,
+        seed: int = 0,
+        namespaces: Sequence[str] = DEFAULT_NAMESPACES,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        if pods < 0:
+            raise ValueError(f"pods must be >= 0, not {pods}")
+        if not namespaces:
+            raise ValueError("namespaces must not be empty")
+        self._rng = random.Random(seed)
+        self._seed = seed
+        self._namespaces = tuple(namespaces)
+        self._clock: Callable[[], int] = clock if clock is not None else LogicalClock()
+        self._lock = threading.RLock()
+        self._sandboxes: dict[str, SimSandbox] = {}
+        self._containers: dict[str, SimContainer] = {}
+        self._pods: dict[str, _Pod] = {}
+        self._names: set[tuple[str, str]] = set()
+        self._ids: set[str] = set()
+        self._images: dict[tuple[str, str], tuple[str, str, str]] = {}
+        self._listeners: list[EventListener] = []
+        self._generation = 0
+        self._ip_counter = 0
+        now = self._clock()
+        previous: _Pod | None = None
+        for index in range(pods):
+            shape = _SHAPES[index] if index < len(_SHAPES) else self._pick_shape()
+            end = now - self._rng.randrange(3600 * _SECOND)
+            # Every tenth pod ties its created_at with the pod generated before it.
+            tie = self._created_at(previous) if previous and index % 10 == 9 else 0
+            previous = self._add_pod(shape, end, tie)
+
+    # -- reading ----------------------------------------------------------------------------
+    @property
+    def generation(self) -> int:
+        """How many changes were applied since the population was generated."""
+        return self._generation
+
+    def __len__(self) -> int:
+        """The number of pods (stopped pods included)."""
+        return len(self._pods)
+
+    def snapshot(self) -> Snapshot:
+        """Every sandbox and container, consistently, with the generation they belong to."""
+        with self._lock:
+            return Snapshot(
+                self._generation,
+                tuple(self._sandboxes.values()),
+                tuple(self._containers.values()),
+            )
+
+    def pod_uids(self) -> list[str]:
+        """The UIDs of the pods, in creation order."""
+        with self._lock:
+            return list(self._pods)
+
+    def sandbox(self, sandbox_id: str) -> SimSandbox | None:
+        """The sandbox with exactly this ID, if any."""
+        return self._sandboxes.get(sandbox_id)
+
+    def container(self, container_id: str) -> SimContainer | None:
+        """The container with exactly this ID, if any."""
+        return self._containers.get(container_id)
+
+    # -- listening --------------------------------------------------------------------------
+    def subscribe(self, listener: EventListener) -> Callable[[], None]:
+        """Call ``listener`` with the events of every later change; returns an unsubscribe."""
+        with self._lock:
+            self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._listeners:
+                    self._listeners.remove(listener)
+
+        return unsubscribe
+
+    # -- changing ---------------------------------------------------------------------------
+    def step(self) -> list[SimEvent]:
+        """One unit of churn: remove a random pod (stopping what runs), then create one.
+
+        The new pod's shape is drawn like the initial ones; a STOPPED one is emitted as a pod
+        that ran and then stopped (a finished job). The pod count stays the same.
+        """
+        with self._lock:
+            events: list[SimEvent] = []
+            if self._pods:
+                victim = self._rng.choice(list(self._pods))
+                events += self._remove(victim)
+            events += self._create(self._pick_shape())[1]
+            self._publish(events)
+            return events
+
+    def create_pod(self, shape: PodShape | None = None) -> tuple[str, list[SimEvent]]:
+        """Create one pod now (a random shape when None); returns its UID and the events."""
+        with self._lock:
+            uid, events = self._create(shape if shape is not None else self._pick_shape())
+            self._publish(events)
+            return uid, events
+
+    def stop_pod(self, uid: str) -> list[SimEvent]:
+        """Stop a pod: its containers that run exit (code 137), its READY sandbox NOTREADY."""
+        with self._lock:
+            events = self._stop(self._pod(uid))
+            self._publish(events)
+            return events
+
+    def remove_pod(self, uid: str) -> list[SimEvent]:
+        """Stop a pod, then delete its containers and sandboxes."""
+        with self._lock:
+            events = self._remove(uid)
+            self._publish(events)
+            return events
+
+    # -- internals (all called with the lock held) ---------------------------------------------
+    def _pod(self, uid: str) -> _Pod:
+        try:
+            return self._pods[uid]
+        except KeyError:
+            raise KeyError(f"no pod with UID {uid!r} in the population") from None
+
+    def _publish(self, events: list[SimEvent]) -> None:
+        if not events:
+            return
+        self._generation += 1
+        for listener in list(self._listeners):
+            listener(events)
+
+    def _pick_shape(self) -> PodShape:
+        return self._rng.choices(_SHAPES, _WEIGHTS)[0]
+
+    def _new_id(self) -> str:
+        while True:
+            ident = f"{self._rng.getrandbits(256):064x}"
+            if ident not in self._ids:
+                self._ids.add(ident)
+                return ident
+
+    def _suffix(self, length: int) -> str:
+        return "".join(self._rng.choices(_K8S_ALPHABET, k=length))
+
+    def _event(
+        self, ident: str, kind: SimEventType, now: int, sandbox_id: str, pod: _Pod
+    ) -> SimEvent:
+        return SimEvent(
+            ident,
+            kind,
+            now,
+            self._sandboxes.get(sandbox_id),
+            tuple(
+                self._containers[cid]
+                for cid in pod.container_ids
+                if self._containers[cid].pod_sandbox_id == sandbox_id
+            ),
+        )
+
+    def _created_at(self, pod: _Pod) -> int:
+        return max(self._sandboxes[sid].created_at for sid in pod.sandbox_ids)
+
+    def _create(self, shape: PodShape) -> tuple[str, list[SimEvent]]:
+        now = self._clock()
+        pod = self._add_pod(shape, now)
+        events: list[SimEvent] = []
+        # (created_at, id, sandbox id, started, stopped) of every record, in creation order.
+        items: list[tuple[int, str, str, bool, bool]] = []
+        for sid in pod.sandbox_ids:
+            sb = self._sandboxes[sid]
+            items.append((sb.created_at, sid, sid, True, sb.state is SimSandboxState.NOTREADY))
+        for cid in pod.container_ids:
+            ct = self._containers[cid]
+            items.append(
+                (
+                    ct.created_at,
+                    cid,
+                    ct.pod_sandbox_id,
+                    ct.started_at > 0,
+                    ct.state is SimContainerState.EXITED,
+                )
+            )
+        items.sort()
+        for _, ident, sandbox_id, started, stopped in items:
+            events.append(self._event(ident, SimEventType.CREATED, now, sandbox_id, pod))
+            if started:
+                events.append(self._event(ident, SimEventType.STARTED, now, sandbox_id, pod))
+            if stopped:
+                events.append(self._event(ident, SimEventType.STOPPED, now, sandbox_id, pod))
+        return pod.uid, events
+
+    def _stop(self, pod: _Pod) -> list[SimEvent]:
+        now = self._clock()
+        events: list[SimEvent] = []
+        for cid in pod.container_ids:
+            ct = self._containers[cid]
+            if ct.state is SimContainerState.EXITED:
+                continue
+            self._containers[cid] = msgspec.structs.replace(
+                ct,
+                state=SimContainerState.EXITED,
+                started_at=ct.started_at or now,
+                finished_at=now,
+                exit_code=137,
+                reason="Error",
+            )
+            events.append(self._event(cid, SimEventType.STOPPED, now, ct.pod_sandbox_id, pod))
+        for sid in pod.sandbox_ids:
+            sb = self._sandboxes[sid]
+            if sb.state is SimSandboxState.READY:
+                self._sandboxes[sid] = msgspec.structs.replace(sb, state=SimSandboxState.NOTREADY)
+                events.append(self._event(sid, SimEventType.STOPPED, now, sid, pod))
+        return events
+
+    def _remove(self, uid: str) -> list[SimEvent]:
+        pod = self._pod(uid)
+        events = self._stop(pod)
+        now = self._clock()
+        for cid in list(pod.container_ids):
+            sandbox_id = self._containers[cid].pod_sandbox_id
+            del self._containers[cid]
+            self._ids.discard(cid)
+            pod.container_ids.remove(cid)
+            events.append(self._event(cid, SimEventType.DELETED, now, sandbox_id, pod))
+        for sid in pod.sandbox_ids:
+            sb = self._sandboxes.pop(sid)
+            self._ids.discard(sid)
+            events.append(SimEvent(sid, SimEventType.DELETED, now, sb, ()))
+        del self._pods[uid]
+        self._names.discard((pod.namespace, pod.name))
+        return events
+
+    def _image(self, repository: str, version: str) -> tuple[str, str, str]:
+        """(image, config digest id, manifest digest ref) for a repository: stable per seed."""
+        key = (repository, version)
+        found = self._images.get(key)
+        if found is None:
+            image = f"registry.example/{repository}:{version}"
+            config = hashlib.sha256(f"{self._seed}/config/{image}".encode()).hexdigest()
+            manifest = hashlib.sha256(f"{self._seed}/manifest/{image}".encode()).hexdigest()
+            found = (image, f"sha256:{config}", f"registry.example/{repository}@sha256:{manifest}")
+            self._images[key] = found
+        return found
+
+    def _add_pod(self, shape: PodShape, end: int, tie_with: int = 0) -> _Pod:
+        """Generate one pod whose newest record is created at ``end``.
+
+        Timestamps are laid out forward from 0 and then shifted so the newest equals ``end``;
+        with ``tie_with``, shifted instead so the pod's ``created_at`` (its newest sandbox)
+        equals it, when that keeps every record at or before ``end``.
+        """
+        rng = self._rng
+        namespace = rng.choice(self._namespaces)
+        app = rng.choice(_APPS)
+        template_hash = self._suffix(10)
+        while True:
+            name = f"{app}-{template_hash}-{self._suffix(5)}"
+            if (namespace, name) not in self._names:
+                break
+        self._names.add((namespace, name))
+        uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        pod_labels = {"app": app, "pod-template-hash": template_hash, "tier": rng.choice(_TIERS)}
+        grace = rng.choice(("30", "30", "60", "10"))
+        version = f"1.{rng.randrange(10)}"
+        flavour = rng.random()  # how this pod's runtime reports images
+        mains = [app, *rng.sample(_SIDECARS, rng.randint(0, 3))]
+        inits = _INITS[: rng.randint(1, 2)] if shape is PodShape.WITH_INIT else ()
+        hashes = {c: rng.getrandbits(32) for c in (*inits, *mains)}
+
+        # The pod's history on a relative timeline (ns after its first sandbox).
+        sandboxes: list[tuple[int, SimSandboxState]] = []  # index = attempt
+        planned: list[_Planned] = []
+        t = 0
+        attempts = 2 if shape is PodShape.RESTARTED_SANDBOX else 1
+        tie_mains = rng.random() < 0.25
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            alive = last and shape is not PodShape.STOPPED
+            sandboxes.append((t, SimSandboxState.READY if alive else SimSandboxState.NOTREADY))
+            t += rng.randrange(1, 3 * _SECOND)
+            for init_name in inits:
+                created = t
+                t += rng.randrange(_SECOND, 20 * _SECOND)
+                planned.append(
+                    _Planned(
+                        init_name,
+                        attempt,
+                        attempt,
+                        SimContainerState.EXITED,
+                        created,
+                        started=created + 50_000,
+                        finished=t,
+                        reason="Completed",
+                        init=True,
+                    )
+                )
+                t += rng.randrange(1, _SECOND)
+            base = t
+            for position, main in enumerate(mains):
+                created = base if tie_mains else t
+                t += rng.randrange(1, _SECOND)
+                if not alive:
+                    state = SimContainerState.EXITED
+                elif shape is PodShape.STARTING and position == len(mains) - 1:
+                    state = SimContainerState.CREATED
+                elif shape is PodShape.UNKNOWN_CONTAINER and position == 0:
+                    state = SimContainerState.UNKNOWN
+                else:
+                    state = SimContainerState.RUNNING
+                item = _Planned(main, attempt, attempt, state, created)
+                if state is not SimContainerState.CREATED:
+                    item.started = created + 50_000
+                if shape is PodShape.RESTARTED_CONTAINER and position == 0:
+                    # Attempt 0 crashed; attempt 1 (restartCount 1) runs beside its remains.
+                    t += rng.randrange(_SECOND, 30 * _SECOND)
+                    crashed = dataclasses.replace(
+                        item, state=SimContainerState.EXITED, finished=t, exit_code=1
+                    )
+                    crashed.reason = "Error"
+                    planned.append(crashed)
+                    t += rng.randrange(1, _SECOND)
+                    item.attempt, item.created, item.started = 1, t, t + 50_000
+                if state is SimContainerState.EXITED:
+                    t += rng.randrange(_SECOND, 60 * _SECOND)
+                    # A pod that completed exits 0; containers of a dead sandbox were killed.
+                    item.finished = t
+                    item.exit_code, item.reason = (0, "Completed") if last else (137, "Error")
+                planned.append(item)
+            t += rng.randrange(_SECOND, 600 * _SECOND)
+
+        newest_sandbox = max(created for created, _ in sandboxes)
+        newest = max(newest_sandbox, *(max(p.created, p.started, p.finished) for p in planned))
+        shift = end - newest
+        if tie_with:  # only when the tie keeps every record at or before ``end``
+            shift = min(shift, tie_with - newest_sandbox)
+
+        old_labels = {k: v for k, v in pod_labels.items() if k != "tier"}
+        sandbox_ids: list[str] = []
+        for attempt, (created, sandbox_state) in enumerate(sandboxes):
+            sid = self._new_id()
+            self._ip_counter += 1
+            seen = datetime.fromtimestamp((created + shift) / _SECOND, UTC)
+            self._sandboxes[sid] = SimSandbox(
+                id=sid,
+                name=name,
+                uid=uid,
+                namespace=namespace,
+                attempt=attempt,
+                state=sandbox_state,
+                created_at=created + shift,
+                labels=_frozen(
+                    # A label added to the pod later shows on re-created sandboxes only.
+                    (pod_labels if attempt == len(sandboxes) - 1 else old_labels)
+                    | {POD_NAME_LABEL: name, POD_NAMESPACE_LABEL: namespace, POD_UID_LABEL: uid}
+                ),
+                annotations=_frozen(
+                    {
+                        "kubernetes.io/config.seen": seen.isoformat(timespec="microseconds"),
+                        "kubernetes.io/config.source": "api",
+                    }
+                ),
+                ip=f"10.244.{(self._ip_counter >> 8) & 255}.{self._ip_counter & 255}",
+            )
+            sandbox_ids.append(sid)
+
+        container_ids: list[str] = []
+        for p in planned:
+            image, config_id, manifest_ref = self._image(p.name, version)
+            if flavour < 0.7:  # containerd: image_ref is the config digest, image_id too
+                image_ref, image_id = config_id, config_id
+            elif flavour < 0.9:  # CRI-O: image_ref is the repository digest
+                image_ref, image_id = manifest_ref, config_id
+            else:  # a runtime older than CRI of Kubernetes 1.30: no image_id
+                image_ref, image_id = config_id, ""
+            cid = self._new_id()
+            self._containers[cid] = SimContainer(
+                id=cid,
+                pod_sandbox_id=sandbox_ids[p.sandbox],
+                name=p.name,
+                attempt=p.attempt,
+                state=p.state,
+                created_at=p.created + shift,
+                started_at=p.started + shift if p.started else 0,
+                finished_at=p.finished + shift if p.finished else 0,
+                exit_code=p.exit_code,
+                reason=p.reason,
+                image=image,
+                image_ref=image_ref,
+                image_id=image_id,
+                labels=_frozen(
+                    {
+                        CONTAINER_NAME_LABEL: p.name,
+                        POD_NAME_LABEL: name,
+                        POD_NAMESPACE_LABEL: namespace,
+                        POD_UID_LABEL: uid,
+                    }
+                ),
+                annotations=_frozen(
+                    {
+                        CONTAINER_HASH_ANNOTATION: f"{hashes[p.name]:x}",
+                        RESTART_COUNT_ANNOTATION: str(p.attempt),
+                        TERMINATION_MESSAGE_PATH_ANNOTATION: "/dev/termination-log",
+                        TERMINATION_MESSAGE_POLICY_ANNOTATION: "File",
+                        GRACE_PERIOD_ANNOTATION: grace,
+                    }
+                ),
+                log_path=f"/var/log/pods/{namespace}_{name}_{uid}/{p.name}/{p.attempt}.log",
+                init=p.init,
+            )
+            container_ids.append(cid)
+
+        pod = self._pods[uid] = _Pod(uid, name, namespace, sandbox_ids, container_ids)
+        return pod

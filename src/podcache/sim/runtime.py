@@ -1,0 +1,274 @@
+"""``SimRuntime``: population, faults, churn and server behind one start/stop; no logic of its own.
+
+It owns the socket path (a fresh temporary one by default, removed on stop) and the order of
+start and shutdown. It holds no pod logic (``population``), no RPC logic (``server``) and no
+fault logic (``faults``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket as socketlib
+import stat
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from types import TracebackType
+
+from podcache.sim.churn import ChurnDriver, ChurnPause
+from podcache.sim.faults import Faults, Malformed
+from podcache.sim.population import DEFAULT_NAMESPACES, Population, SimEvent
+from podcache.sim.server import SimServer
+
+__all__ = ["SimRuntime"]
+
+
+def _socket_in_use(path: str) -> bool:
+    probe = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except OSError:
+        return False
+    else:
+        return True
+    finally:
+        probe.close()
+
+
+class SimRuntime:
+    """A simulated CRI runtime: a real gRPC server over a churning population of pods.
+
+    ``with SimRuntime(pods=50) as sim: CRIRuntime(sim.endpoint)...``
+
+    - ``socket``: a unix socket path (``/path`` or ``unix:///path``), ``tcp://HOST:PORT``
+      (loopback; port 0 picks a free one), or None for a fresh temporary socket path.
+      ``tcp=True`` is short for ``tcp://127.0.0.1:0``. A stale socket file at the path is
+      replaced; a socket something listens on is an error.
+    - ``churn``: pods replaced per second by a background thread (0: none); see
+      ``pause_churn()`` and ``churn_step()`` for deterministic tests.
+    - ``latency``, ``fail_rate``, ``malformed``, ``unimplemented``: the initial ``faults``
+      (all changeable later).
+    - ``clock``: nanoseconds since the epoch for new records; the wall clock by default, so
+      ages look real (pass ``podcache.sim.LogicalClock()`` to fix timestamps by the seed too).
+
+    A SimRuntime starts once; ``stop()`` is idempotent and leaves no socket file or thread.
+    """
+
+    def __init__(
+        self,
+        pods: int = 100,
+        *,
+        seed: int = 0,
+        churn: float = 0.0,
+        socket: str | os.PathLike[str] | None = None,
+        tcp: bool = False,
+        namespaces: Sequence[str] = DEFAULT_NAMESPACES,
+        latency: float = 0.0,
+        fail_rate: float = 0.0,
+        malformed: Iterable[Malformed] = (),
+        unimplemented: Iterable[str] = (),
+        clock: Callable[[], int] | None = time.time_ns,
+        max_workers: int = 32,
+    ) -> None:
+        self.population = Population(pods, seed=seed, namespaces=namespaces, clock=clock)
+        """The simulated pods; read ``population.snapshot()`` for the truth."""
+        self.faults = Faults(
+            seed=seed,
+            latency=latency,
+            fail_rate=fail_rate,
+            malformed=malformed,
+            unimplemented=unimplemented,
+        )
+        """Faults injected into calls; change them at any time."""
+        self._churn = ChurnDriver(self.population, churn)
+        self._max_workers = max_workers
+        self._server: SimServer | None = None
+        self._tempdir: str | None = None
+        self._lock = threading.Lock()
+        self._state = "new"
+        self._host = ""
+        self._port: int | None = None
+        self._path: str | None = None
+        text = os.fspath(socket) if socket is not None else None
+        if tcp and text is not None:
+            raise ValueError("give either socket= or tcp=True, not both")
+        if tcp:
+            text = "tcp://127.0.0.1:0"
+        if text is not None and text.startswith("tcp://"):
+            host, sep, port = text.removeprefix("tcp://").rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
+            self._host, self._port = host, int(port)
+        elif text is not None:
+            path = text.removeprefix("unix://")
+            if not path:
+                raise ValueError(f"malformed socket path {text!r}")
+            self._path = os.path.abspath(path)
+
+    # -- addresses ----------------------------------------------------------------------------
+    @property
+    def endpoint(self) -> str:
+        """The CRI endpoint: ``unix:///abs/path`` or ``tcp://127.0.0.1:PORT`` (the bound port)."""
+        if self._path is not None:
+            return f"unix://{self._path}"
+        if not self._port:  # a temporary socket, or port 0, is chosen by start()
+            raise RuntimeError("the endpoint is known once the runtime has started")
+        return f"tcp://{self._host}:{self._port}"
+
+    @property
+    def target(self) -> str:
+        """The address for ``grpc.insecure_channel``: ``unix:///abs/path`` or ``HOST:PORT``."""
+        if self._path is not None:
+            return f"unix://{self._path}"
+        return self.endpoint.removeprefix("tcp://")
+
+    @property
+    def socket_path(self) -> str | None:
+        """The unix socket's path (None over TCP, and before start for a temporary one)."""
+        return self._path
+
+    @property
+    def port(self) -> int | None:
+        """The bound TCP port (None over a unix socket)."""
+        return self._port
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Between a successful ``start()`` and ``stop()``."""
+        return self._state == "running"
+
+    def start(self) -> SimRuntime:
+        """Bind, serve and start churning; returns self. Errors leave nothing behind."""
+        with self._lock:
+            if self._state != "new":
+                raise RuntimeError(f"a SimRuntime starts once (it is {self._state})")
+            self._state = "starting"
+            try:
+                if self._path is None and self._port is None:
+                    self._tempdir = tempfile.mkdtemp(prefix="podcache-sim-")
+                    self._path = os.path.join(self._tempdir, "sim.sock")
+                if self._path is not None:
+                    self._prepare_socket_path(self._path)
+                    address = f"unix:{self._path}"
+                else:
+                    address = f"{self._host}:{self._port}"
+                self._server = SimServer(
+                    self.population, self.faults, address, max_workers=self._max_workers
+                )
+                if self._path is None:
+                    self._port = self._server.port
+                self._server.start()
+                self._churn.start()
+            except BaseException:
+                self._state = "stopping"
+                self._teardown(0.0)
+                self._state = "stopped"
+                raise
+            self._state = "running"
+            return self
+
+    def stop(self, grace: float = 0.5) -> None:
+        """Stop churn and serving (in-flight calls get ``grace`` s), remove the socket."""
+        with self._lock:
+            if self._state in ("stopped", "new"):
+                self._state = "stopped"
+                return
+            self._state = "stopping"
+            self._teardown(grace)
+            self._state = "stopped"
+
+    def _teardown(self, grace: float) -> None:
+        self._churn.stop()
+        if self._server is not None:
+            self._server.stop(grace)
+        if self._path is not None and self._server is not None:
+            try:
+                if stat.S_ISSOCK(os.lstat(self._path).st_mode):
+                    os.unlink(self._path)
+            except FileNotFoundError:
+                pass
+        if self._tempdir is not None:
+            shutil.rmtree(self._tempdir, ignore_errors=True)
+
+    @staticmethod
+    def _prepare_socket_path(path: str) -> None:
+        directory = os.path.dirname(path)
+        if not os.path.isdir(directory):
+            raise FileNotFoundError(f"cannot listen on {path}: directory {directory} is missing")
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(mode):
+            raise FileExistsError(f"cannot listen on {path}: a file that is not a socket is there")
+        if _socket_in_use(path):
+            raise OSError(f"cannot listen on {path}: another server is listening there")
+        os.unlink(path)  # a stale socket left by a process that died
+
+    def __enter__(self) -> SimRuntime:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        where = self._path if self._port is None else f"{self._host}:{self._port}"
+        return f"<SimRuntime {self._state} {len(self.population)} pods at {where}>"
+
+    # -- churn --------------------------------------------------------------------------------
+    @property
+    def churn(self) -> float:
+        """Pods replaced per second by the background thread; settable while running."""
+        return self._churn.rate
+
+    @churn.setter
+    def churn(self, rate: float) -> None:
+        self._churn.rate = rate
+
+    def pause_churn(self) -> ChurnPause:
+        """Hold background churn now, until ``resume()`` on the result or the end of ``with``.
+
+        Returns once a step in progress has finished: from then on the population changes only
+        by explicit calls (``churn_step`` or the population's own methods).
+        """
+        return ChurnPause(self._churn)
+
+    def churn_step(self, count: int = 1) -> list[SimEvent]:
+        """Take ``count`` churn steps now (even while paused); returns their events."""
+        events: list[SimEvent] = []
+        unsubscribe = self.population.subscribe(events.extend)
+        try:
+            self._churn.step(count)
+        finally:
+            unsubscribe()
+        return events
+
+    # -- events -------------------------------------------------------------------------------
+    @property
+    def event_subscribers(self) -> int:
+        """How many GetContainerEvents streams are open."""
+        return self._server.servicer.subscriber_count if self._server is not None else 0
+
+    def wait_for_event_subscribers(self, count: int = 1, timeout: float = 5.0) -> None:
+        """Block until at least ``count`` event streams are open (TimeoutError after timeout).
+
+        A client's stream call returns before the server has registered it; changes made in
+        between are not streamed to it. Tests wait for this before changing the population.
+        """
+        deadline = time.monotonic() + timeout
+        while self.event_subscribers < count:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"{self.event_subscribers} event streams open after {timeout} s, "
+                    f"expected {count}"
+                )
+            time.sleep(0.005)

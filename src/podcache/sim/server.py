@@ -1,0 +1,626 @@
+"""The sim's gRPC side: RuntimeService servicer and server lifecycle; no pod or socket-path logic.
+
+It answers ``runtime.v1.RuntimeService`` from a ``Population`` and a ``Faults``: Version,
+Status, ListPodSandbox, ListContainers, PodSandboxStatus, ContainerStatus and the
+GetContainerEvents stream; every other RPC answers UNIMPLEMENTED, as the generated
+servicer's default does (here: no handler is registered for it). It does not own the
+population, the churn thread or the socket path (see ``runtime``).
+
+Throughput: list responses are assembled from bytes, not messages. Each record is encoded
+once, as its length-delimited ``repeated`` field entry (records are immutable, so a cached
+encoding is valid as long as the record is the same object), and a response is the join of
+the entries that pass the filter; whole responses are memoised per population generation and
+filter. Listing 5,000 pods costs one pass over the records when the population changed and
+a dictionary look-up when it did not.
+
+ID filters and status look-ups follow containerd: an exact ID, or a prefix that matches
+exactly one ID, names an item (containerd's truncindex); an ambiguous or unknown prefix
+matches nothing (an empty list; NOT_FOUND for a status).
+"""
+
+from __future__ import annotations
+
+import bisect
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent import futures
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import Message
+
+from podcache import __version__
+from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.proto import api_pb2_grpc
+from podcache.sim.faults import LIST_METHODS, Faults, Malformed
+from podcache.sim.population import (
+    Population,
+    SimContainer,
+    SimContainerState,
+    SimEvent,
+    SimEventType,
+    SimSandbox,
+    SimSandboxState,
+)
+
+__all__ = [
+    "RUNTIME_API_VERSION",
+    "RUNTIME_NAME",
+    "SimServer",
+    "SimServicer",
+    "container_message",
+    "container_status_message",
+    "event_message",
+    "sandbox_message",
+    "sandbox_status_message",
+]
+
+RUNTIME_NAME = "podcache-sim"
+RUNTIME_API_VERSION = "v1"
+CRI_VERSION = "0.1.0"
+_SERVICE = pb.DESCRIPTOR.services_by_name["RuntimeService"]
+_MAX_MESSAGE = 64 * 1024 * 1024
+_EVENT_BACKLOG = 100_000
+"""Events queued for one slow GetContainerEvents subscriber before it is cut off."""
+_MEMO_SIZE = 64
+_END = object()
+_SANDBOX_STATES = {
+    SimSandboxState.READY: pb.SANDBOX_READY,
+    SimSandboxState.NOTREADY: pb.SANDBOX_NOTREADY,
+}
+_CONTAINER_STATES = {
+    SimContainerState.CREATED: pb.CONTAINER_CREATED,
+    SimContainerState.RUNNING: pb.CONTAINER_RUNNING,
+    SimContainerState.EXITED: pb.CONTAINER_EXITED,
+    SimContainerState.UNKNOWN: pb.CONTAINER_UNKNOWN,
+}
+_EVENT_TYPES = {
+    SimEventType.CREATED: pb.CONTAINER_CREATED_EVENT,
+    SimEventType.STARTED: pb.CONTAINER_STARTED_EVENT,
+    SimEventType.STOPPED: pb.CONTAINER_STOPPED_EVENT,
+    SimEventType.DELETED: pb.CONTAINER_DELETED_EVENT,
+}
+
+
+# -- records -> protobuf ------------------------------------------------------------------------
+def _sandbox_metadata(sandbox: SimSandbox) -> pb.PodSandboxMetadata | None:
+    if not sandbox.has_metadata:
+        return None
+    return pb.PodSandboxMetadata(
+        name=sandbox.name, uid=sandbox.uid, namespace=sandbox.namespace, attempt=sandbox.attempt
+    )
+
+
+def sandbox_message(sandbox: SimSandbox) -> pb.PodSandbox:
+    """The ``PodSandbox`` a list returns for this record."""
+    return pb.PodSandbox(
+        id=sandbox.id,
+        metadata=_sandbox_metadata(sandbox),
+        state=_SANDBOX_STATES[sandbox.state],
+        created_at=sandbox.created_at,
+        labels=sandbox.labels,
+        annotations=sandbox.annotations,
+        runtime_handler=sandbox.runtime_handler,
+    )
+
+
+def sandbox_status_message(sandbox: SimSandbox) -> pb.PodSandboxStatus:
+    """The ``PodSandboxStatus`` of this record."""
+    return pb.PodSandboxStatus(
+        id=sandbox.id,
+        metadata=_sandbox_metadata(sandbox),
+        state=_SANDBOX_STATES[sandbox.state],
+        created_at=sandbox.created_at,
+        network=pb.PodSandboxNetworkStatus(ip=sandbox.ip),
+        labels=sandbox.labels,
+        annotations=sandbox.annotations,
+        runtime_handler=sandbox.runtime_handler,
+    )
+
+
+def _container_parts(
+    container: SimContainer,
+) -> tuple[pb.ContainerMetadata | None, pb.ImageSpec | None]:
+    metadata = (
+        pb.ContainerMetadata(name=container.name, attempt=container.attempt)
+        if container.has_metadata
+        else None
+    )
+    image = (
+        pb.ImageSpec(image=container.image, runtime_handler=container.image_runtime_handler)
+        if container.has_image
+        else None
+    )
+    return metadata, image
+
+
+def container_message(container: SimContainer) -> pb.Container:
+    """The ``Container`` a list returns for this record."""
+    metadata, image = _container_parts(container)
+    return pb.Container(
+        id=container.id,
+        pod_sandbox_id=container.pod_sandbox_id,
+        metadata=metadata,
+        image=image,
+        image_ref=container.image_ref,
+        state=_CONTAINER_STATES[container.state],
+        created_at=container.created_at,
+        labels=container.labels,
+        annotations=container.annotations,
+        image_id=container.image_id,
+    )
+
+
+def container_status_message(container: SimContainer) -> pb.ContainerStatus:
+    """The ``ContainerStatus`` of this record."""
+    metadata, image = _container_parts(container)
+    return pb.ContainerStatus(
+        id=container.id,
+        metadata=metadata,
+        state=_CONTAINER_STATES[container.state],
+        created_at=container.created_at,
+        started_at=container.started_at,
+        finished_at=container.finished_at,
+        exit_code=container.exit_code,
+        image=image,
+        image_ref=container.image_ref,
+        reason=container.reason,
+        labels=container.labels,
+        annotations=container.annotations,
+        log_path=container.log_path,
+        image_id=container.image_id,
+    )
+
+
+def event_message(event: SimEvent) -> pb.ContainerEventResponse:
+    """The ``ContainerEventResponse`` for one population change."""
+    return pb.ContainerEventResponse(
+        container_id=event.container_id,
+        container_event_type=_EVENT_TYPES[event.type],
+        created_at=event.created_at,
+        pod_sandbox_status=(
+            sandbox_status_message(event.sandbox) if event.sandbox is not None else None
+        ),
+        containers_statuses=[container_status_message(c) for c in event.containers],
+    )
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _entry(message: Message) -> bytes:
+    """``message`` encoded as field 1 (length-delimited) of its enclosing response."""
+    body = message.SerializeToString()
+    return b"\x0a" + _varint(len(body)) + body
+
+
+def _serialize(response: Message | bytes) -> bytes:
+    return response if isinstance(response, bytes) else response.SerializeToString()
+
+
+def _resolve(sorted_ids: Sequence[str], exact: dict[str, Any], wanted: str) -> str | None:
+    """containerd's truncindex: the exact ID, else the one ID with this prefix, else None."""
+    if wanted in exact:
+        return wanted
+    start = bisect.bisect_left(sorted_ids, wanted)
+    end = bisect.bisect_left(sorted_ids, wanted + "\U0010ffff", lo=start)
+    return sorted_ids[start] if end - start == 1 else None
+
+
+class _View:
+    """The listable items of one population generation plus one malformed setting."""
+
+    def __init__(
+        self,
+        key: tuple[int, frozenset[Malformed]],
+        sandboxes: tuple[SimSandbox, ...],
+        containers: tuple[SimContainer, ...],
+        sandbox_entries: list[bytes],
+        container_entries: list[bytes],
+    ) -> None:
+        self.key = key
+        self.sandboxes = sandboxes
+        self.containers = containers
+        self.sandbox_entries = sandbox_entries
+        self.container_entries = container_entries
+        self.memo: dict[tuple[str, bytes], bytes] = {}
+        self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
+        self._sorted: tuple[list[str], list[str]] | None = None
+
+    # The ID indexes are built on first use: plain and state-filtered lists never need them.
+    @property
+    def sandbox_by_id(self) -> dict[str, SimSandbox]:
+        return self._by_id()[0]
+
+    @property
+    def container_by_id(self) -> dict[str, SimContainer]:
+        return self._by_id()[1]
+
+    def _by_id(self) -> tuple[dict[str, SimSandbox], dict[str, SimContainer]]:
+        if self._indexes is None:
+            self._indexes = (
+                {s.id: s for s in self.sandboxes if s.id},
+                {c.id: c for c in self.containers if c.id},
+            )
+        return self._indexes
+
+    def _sorted_ids(self) -> tuple[list[str], list[str]]:
+        if self._sorted is None:
+            self._sorted = (sorted(self.sandbox_by_id), sorted(self.container_by_id))
+        return self._sorted
+
+    def resolve_sandbox(self, wanted: str) -> str | None:
+        return _resolve(self._sorted_ids()[0], self.sandbox_by_id, wanted)
+
+    def resolve_container(self, wanted: str) -> str | None:
+        return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
+
+    def list_sandboxes(self, f: pb.PodSandboxFilter) -> bytes:
+        wanted_id = (self.resolve_sandbox(f.id) or f.id) if f.id else ""
+        state = int(f.state.state) if f.HasField("state") else None
+        selector = dict(f.label_selector)
+        parts = []
+        for sandbox, entry in zip(self.sandboxes, self.sandbox_entries, strict=True):
+            if wanted_id and sandbox.id != wanted_id:
+                continue
+            if state is not None and sandbox.state != state:
+                continue
+            if selector and any(sandbox.labels.get(k) != v for k, v in selector.items()):
+                continue
+            parts.append(entry)
+        return b"".join(parts)
+
+    def list_containers(self, f: pb.ContainerFilter) -> bytes:
+        wanted_id = (self.resolve_container(f.id) or f.id) if f.id else ""
+        wanted_sandbox = (
+            (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
+        )
+        state = int(f.state.state) if f.HasField("state") else None
+        selector = dict(f.label_selector)
+        parts = []
+        for container, entry in zip(self.containers, self.container_entries, strict=True):
+            if wanted_id and container.id != wanted_id:
+                continue
+            if wanted_sandbox and container.pod_sandbox_id != wanted_sandbox:
+                continue
+            if state is not None and container.state != state:
+                continue
+            if selector and any(container.labels.get(k) != v for k, v in selector.items()):
+                continue
+            parts.append(entry)
+        return b"".join(parts)
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    context.abort(code, details)
+    raise AssertionError("unreachable: ServicerContext.abort raises")  # pragma: no cover
+
+
+class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
+    """RuntimeService over a population, with faults applied to every unary call.
+
+    Faults are applied in this order: UNIMPLEMENTED, hang, latency, UNAVAILABLE (list calls).
+    """
+
+    def __init__(self, population: Population, faults: Faults, stopping: threading.Event) -> None:
+        self._population = population
+        self._faults = faults
+        self._stopping = stopping
+        self._view: _View | None = None
+        self._view_lock = threading.Lock()
+        self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
+        self._subscribers: set[queue.SimpleQueue[object]] = set()
+        self._subscribers_lock = threading.Lock()
+        self._unsubscribe = population.subscribe(self._fan_out)
+
+    def close(self) -> None:
+        """Stop listening to the population and end every event stream."""
+        self._unsubscribe()
+        with self._subscribers_lock:
+            for subscriber in self._subscribers:
+                subscriber.put(_END)
+
+    # -- plumbing -----------------------------------------------------------------------------
+    @property
+    def subscriber_count(self) -> int:
+        """How many GetContainerEvents streams are open."""
+        return len(self._subscribers)
+
+    def _fan_out(self, events: Sequence[SimEvent]) -> None:
+        with self._subscribers_lock:
+            for subscriber in self._subscribers:
+                for event in events:
+                    subscriber.put(event)
+
+    def _entries(self, records: Sequence[SimSandbox | SimContainer]) -> list[bytes]:
+        # Keyed by id(): the cache holds each record, so an id cannot be reused while cached.
+        encoded = self._encoded
+        get = encoded.get
+        out: list[bytes] = []
+        append = out.append
+        for record in records:
+            cached = get(id(record))
+            if cached is None or cached[0] is not record:
+                message = (
+                    sandbox_message(record)
+                    if isinstance(record, SimSandbox)
+                    else container_message(record)
+                )
+                cached = encoded[id(record)] = (record, _entry(message))
+            append(cached[1])
+        return out
+
+    def view(self) -> _View:
+        """The current listable items (rebuilt only when the population or faults changed)."""
+        malformed = self._faults.malformed
+        view = self._view
+        if view is not None and view.key == (self._population.generation, malformed):
+            return view
+        with self._view_lock:
+            snapshot = self._population.snapshot()
+            key = (snapshot.generation, malformed)
+            view = self._view
+            if view is not None and view.key == key:
+                return view
+            extra_sandboxes, extra_containers = self._faults.malformed_items()
+            sandboxes = snapshot.sandboxes + extra_sandboxes
+            containers = snapshot.containers + extra_containers
+            view = _View(
+                key, sandboxes, containers, self._entries(sandboxes), self._entries(containers)
+            )
+            live = len(sandboxes) + len(containers)
+            if len(self._encoded) > 2 * live + 1024:  # drop encodings of records now gone
+                self._encoded = {id(r): self._encoded[id(r)] for r in (*sandboxes, *containers)}
+            self._view = view
+            return view
+
+    def _before(self, method: str, context: grpc.ServicerContext) -> None:
+        faults = self._faults
+        if method in faults.unimplemented:
+            _abort(
+                context,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"unknown method {method} for service runtime.v1.RuntimeService",
+            )
+        if faults.hanging:
+            released = faults.wait_while_hanging(
+                lambda: self._stopping.is_set() or not context.is_active()
+            )
+            if not released:
+                if self._stopping.is_set():
+                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+                _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED, "hung call gave up")
+        latency = faults.latency
+        if latency > 0 and self._stopping.wait(latency):
+            _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+        if method in LIST_METHODS and faults.roll_failure():
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"podcache-sim: injected failure (fail_rate={faults.fail_rate})",
+            )
+
+    def handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
+        """Handlers for the RPCs this servicer implements, faults applied, lists as bytes.
+
+        The RPCs it inherits from the generated servicer are left out: gRPC answers them
+        UNIMPLEMENTED, as the generated default would, without logging a traceback for each.
+        """
+        table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+        generated = api_pb2_grpc.RuntimeServiceServicer
+        for method in _SERVICE.methods:
+            if getattr(type(self), method.name) is getattr(generated, method.name):
+                continue
+            request_type: type[Message] = getattr(pb, method.input_type.name)
+            behaviour = getattr(self, method.name)
+            if method.server_streaming:
+                table[method.name] = grpc.unary_stream_rpc_method_handler(
+                    self._streaming(method.name, behaviour),
+                    request_deserializer=request_type.FromString,
+                    response_serializer=_serialize,
+                )
+            else:
+                table[method.name] = grpc.unary_unary_rpc_method_handler(
+                    self._unary(method.name, behaviour),
+                    request_deserializer=request_type.FromString,
+                    response_serializer=_serialize,
+                )
+        return grpc.method_handlers_generic_handler(_SERVICE.full_name, table)
+
+    def _unary(
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
+    ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        def handle(request: Any, context: grpc.ServicerContext) -> Any:
+            self._before(method, context)
+            return behaviour(request, context)
+
+        return handle
+
+    def _streaming(
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            if method in self._faults.unimplemented:
+                _abort(
+                    context,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"unknown method {method} for service runtime.v1.RuntimeService",
+                )
+            return behaviour(request, context)
+
+        return handle
+
+    # -- RPCs ---------------------------------------------------------------------------------
+    def Version(  # noqa: N802 - the RPC's name
+        self, request: pb.VersionRequest, context: grpc.ServicerContext
+    ) -> pb.VersionResponse:
+        """The runtime's name and versions (runtime_name is what ContainerIDs carry)."""
+        return pb.VersionResponse(
+            version=CRI_VERSION,
+            runtime_name=RUNTIME_NAME,
+            runtime_version=__version__,
+            runtime_api_version=RUNTIME_API_VERSION,
+        )
+
+    def Status(  # noqa: N802
+        self, request: pb.StatusRequest, context: grpc.ServicerContext
+    ) -> pb.StatusResponse:
+        """RuntimeReady and NetworkReady, both true."""
+        return pb.StatusResponse(
+            status=pb.RuntimeStatus(
+                conditions=[
+                    pb.RuntimeCondition(type="RuntimeReady", status=True),
+                    pb.RuntimeCondition(type="NetworkReady", status=True),
+                ]
+            )
+        )
+
+    def ListPodSandbox(  # noqa: N802
+        self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
+    ) -> bytes:
+        """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
+        view = self.view()
+        key = ("ListPodSandbox", request.filter.SerializeToString(deterministic=True))
+        found = view.memo.get(key)
+        if found is None:
+            found = view.list_sandboxes(request.filter)
+            if len(view.memo) >= _MEMO_SIZE:
+                view.memo.clear()
+            view.memo[key] = found
+        return found
+
+    def ListContainers(  # noqa: N802
+        self, request: pb.ListContainersRequest, context: grpc.ServicerContext
+    ) -> bytes:
+        """The containers that pass the filter, as an encoded ListContainersResponse."""
+        view = self.view()
+        key = ("ListContainers", request.filter.SerializeToString(deterministic=True))
+        found = view.memo.get(key)
+        if found is None:
+            found = view.list_containers(request.filter)
+            if len(view.memo) >= _MEMO_SIZE:
+                view.memo.clear()
+            view.memo[key] = found
+        return found
+
+    def PodSandboxStatus(  # noqa: N802
+        self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
+    ) -> pb.PodSandboxStatusResponse:
+        """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND."""
+        view = self.view()
+        wanted = request.pod_sandbox_id
+        found = view.resolve_sandbox(wanted) if wanted else None
+        if found is None:
+            _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"an error occurred when try to find sandbox {wanted!r}: not found",
+            )
+        sandbox = view.sandbox_by_id[found]
+        return pb.PodSandboxStatusResponse(
+            status=sandbox_status_message(sandbox),
+            containers_statuses=[
+                container_status_message(c) for c in view.containers if c.pod_sandbox_id == found
+            ],
+            timestamp=time.time_ns(),
+        )
+
+    def ContainerStatus(  # noqa: N802
+        self, request: pb.ContainerStatusRequest, context: grpc.ServicerContext
+    ) -> pb.ContainerStatusResponse:
+        """The container named by an ID or unique prefix; else NOT_FOUND."""
+        view = self.view()
+        wanted = request.container_id
+        found = view.resolve_container(wanted) if wanted else None
+        if found is None:
+            _abort(
+                context,
+                grpc.StatusCode.NOT_FOUND,
+                f"an error occurred when try to find container {wanted!r}: not found",
+            )
+        return pb.ContainerStatusResponse(
+            status=container_status_message(view.container_by_id[found])
+        )
+
+    def GetContainerEvents(  # noqa: N802
+        self, request: pb.GetEventsRequest, context: grpc.ServicerContext
+    ) -> Iterator[pb.ContainerEventResponse]:
+        """Every later population change, one response per event, until the client leaves."""
+        inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        context.add_callback(lambda: inbox.put(_END))
+        with self._subscribers_lock:
+            self._subscribers.add(inbox)
+        try:
+            while context.is_active():
+                if self._stopping.is_set():
+                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+                try:
+                    item = inbox.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if item is _END:
+                    continue  # the client left, or the server is stopping: the loop decides
+                if inbox.qsize() > _EVENT_BACKLOG:
+                    _abort(
+                        context,
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
+                    )
+                assert isinstance(item, SimEvent)
+                yield event_message(item)
+        finally:
+            with self._subscribers_lock:
+                self._subscribers.discard(inbox)
+
+
+class SimServer:
+    """A ``grpc.server`` (thread pool) serving a ``SimServicer`` on one address.
+
+    ``address`` is what ``add_insecure_port`` takes: ``unix:/abs/path`` or ``127.0.0.1:0``.
+    Each open event stream and each hung or delayed call holds one of ``max_workers``
+    threads; calls beyond that wait in gRPC's queue.
+    """
+
+    def __init__(
+        self, population: Population, faults: Faults, address: str, *, max_workers: int = 32
+    ) -> None:
+        self._stopping = threading.Event()
+        self.servicer = SimServicer(population, faults, self._stopping)
+        self._executor = futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="podcache-sim-rpc"
+        )
+        self._server = grpc.server(
+            self._executor,
+            handlers=[self.servicer.handlers()],
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        self.port = self._server.add_insecure_port(address)
+        if self.port == 0 and not address.startswith("unix:"):
+            raise RuntimeError(f"podcache-sim could not bind {address}")
+        self._started = False
+
+    def start(self) -> None:
+        """Start serving (after encoding the population, so the first list is as fast as any)."""
+        self.servicer.view()
+        self._server.start()
+        self._started = True
+
+    def stop(self, grace: float = 0.5) -> None:
+        """Release hung calls and event streams, stop within ``grace`` s, join the threads."""
+        self._stopping.set()
+        self.servicer.close()
+        if self._started:
+            self._server.stop(grace).wait()
+        self._executor.shutdown(wait=True, cancel_futures=True)
