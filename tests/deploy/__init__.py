@@ -1,0 +1,1 @@
+"""Tests of the cluster manifests and the container image recipe in deploy/."""
