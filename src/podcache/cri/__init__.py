@@ -1,0 +1,37 @@
+"""podcache's CRI runtime getters (gRPC); the generated protobuf stubs live in ``proto``."""
+
+from podcache.cri.client import (
+    AsyncCRIRuntime,
+    CRIRuntime,
+    RuntimeCondition,
+    RuntimeStatus,
+    RuntimeVersion,
+)
+from podcache.cri.convert import Memo, build_pods, pods_from_responses
+from podcache.cri.endpoint import (
+    DEFAULT_ENDPOINTS,
+    CrictlConfig,
+    Endpoint,
+    ResolvedEndpoint,
+    load_crictl_config,
+    parse_endpoint,
+    resolve_endpoint,
+)
+
+__all__ = [
+    "DEFAULT_ENDPOINTS",
+    "AsyncCRIRuntime",
+    "CRIRuntime",
+    "CrictlConfig",
+    "Endpoint",
+    "Memo",
+    "ResolvedEndpoint",
+    "RuntimeCondition",
+    "RuntimeStatus",
+    "RuntimeVersion",
+    "build_pods",
+    "load_crictl_config",
+    "parse_endpoint",
+    "pods_from_responses",
+    "resolve_endpoint",
+]

@@ -1,0 +1,643 @@
+"""CRI getters CRIRuntime (threads) and AsyncCRIRuntime (asyncio) over gRPC; no grouping rules.
+
+They list sandboxes and containers the way the kubelet does and hand the responses to
+``convert`` (which owns every grouping rule); endpoint lookup is ``endpoint``'s job. What lives
+here is the connection discipline and the error story:
+
+- one channel per getter, insecure, on the unix socket with authority ``localhost``, receive
+  limit 16 MiB, reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the kubelet's);
+- one Version call per channel, made lazily by the first request (and retried until it
+  succeeds): its ``runtime_name`` is the type of every ContainerID;
+- a ``convert.Memo`` of the last listing, so a refresh converts only the items that changed;
+- every call carries the deadline (``timeout``) and ``wait_for_ready``, so a call made while
+  gRPC is backing off after a runtime restart waits for the reconnect within its deadline
+  instead of failing at once;
+- until a call has succeeded, each call first checks that the unix socket exists, is a socket
+  and is writable, so a wrong path fails at once, not at the deadline;
+- a call that reaches its deadline is followed by one short probe of the endpoint (a plain
+  connect that sends the HTTP/2 preface) to say what is wrong: nothing there, nobody
+  listening, something that is not gRPC, or a runtime that is up but does not answer.
+
+Every failure is raised as a ``podcache.errors`` exception naming the endpoint, with the gRPC
+error as its ``__cause__``. The probe costs at most ``min(0.5, timeout)`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import math
+import os
+import socket
+import stat
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from podcache.cri.convert import Memo, pods_from_responses
+from podcache.cri.endpoint import Endpoint, resolve_endpoint
+from podcache.cri.proto import api_pb2 as pb
+from podcache.errors import (
+    CRIError,
+    RuntimeDeadlineError,
+    RuntimeProtocolError,
+    RuntimeUnavailableError,
+)
+from podcache.model import PodList
+
+__all__ = [
+    "CRI_VERSION",
+    "DEFAULT_TIMEOUT",
+    "MAX_RECEIVE_MESSAGE_BYTES",
+    "AsyncCRIRuntime",
+    "CRIRuntime",
+    "RuntimeCondition",
+    "RuntimeStatus",
+    "RuntimeVersion",
+    "channel_options",
+]
+
+CRI_VERSION = "0.1.0"
+"""The version podcache sends in VersionRequest (the kubelet's)."""
+DEFAULT_TIMEOUT = 2.0
+"""Seconds allowed for each call (crictl's default)."""
+MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
+
+_SERVICE = "/runtime.v1.RuntimeService/"
+_PROBE_BUDGET = 0.5
+# The HTTP/2 client connection preface and an empty SETTINGS frame: what gRPC sends first.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_H2_FRAME_HEADER = 9
+_H2_SETTINGS = 0x04
+
+_R = TypeVar("_R", bound=Message)
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeVersion:
+    """The runtime's answer to Version (all four fields are non-empty)."""
+
+    version: str
+    runtime_name: str
+    runtime_version: str
+    runtime_api_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeCondition:
+    """One runtime condition from Status (``RuntimeReady``, ``NetworkReady``, ...)."""
+
+    type: str
+    status: bool
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStatus:
+    """The runtime's answer to Status: its conditions and (when verbose) its info map."""
+
+    conditions: tuple[RuntimeCondition, ...]
+    info: Mapping[str, str] = field(default_factory=dict)
+
+    def condition(self, type: str) -> RuntimeCondition | None:
+        """The condition of this type, or None when the runtime did not report it."""
+        for condition in self.conditions:
+            if condition.type == type:
+                return condition
+        return None
+
+    @property
+    def ready(self) -> bool:
+        """True when both RuntimeReady and NetworkReady are reported and true."""
+        return all(
+            (c := self.condition(t)) is not None and c.status
+            for t in ("RuntimeReady", "NetworkReady")
+        )
+
+
+def _version_from(url: str, response: pb.VersionResponse) -> RuntimeVersion:
+    version = RuntimeVersion(
+        response.version,
+        response.runtime_name,
+        response.runtime_version,
+        response.runtime_api_version,
+    )
+    empty = [name for name in RuntimeVersion.__slots__ if not getattr(version, name)]
+    if empty:
+        raise RuntimeProtocolError(
+            url, f"its Version answer has an empty {', '.join(empty)} (not a CRI runtime?)"
+        )
+    return version
+
+
+def _status_from(response: pb.StatusResponse) -> RuntimeStatus:
+    return RuntimeStatus(
+        tuple(
+            RuntimeCondition(c.type, c.status, c.reason, c.message)
+            for c in response.status.conditions
+        ),
+        dict(response.info),
+    )
+
+
+def _list_requests(all: bool) -> tuple[pb.ListPodSandboxRequest, pb.ListContainersRequest]:
+    """The kubelet's filters: running only (READY sandboxes, RUNNING containers), or none."""
+    if all:
+        return pb.ListPodSandboxRequest(), pb.ListContainersRequest(filter=pb.ContainerFilter())
+    return (
+        pb.ListPodSandboxRequest(
+            filter=pb.PodSandboxFilter(state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY))
+        ),
+        pb.ListContainersRequest(
+            filter=pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
+        ),
+    )
+
+
+def channel_options(endpoint: Endpoint) -> list[tuple[str, Any]]:
+    """gRPC channel options matching the kubelet's CRI client."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 3_000),
+        # In gRPC core this is the minimum connect timeout (Go: MinConnectTimeout 5 s).
+        ("grpc.min_reconnect_backoff_ms", 5_000),
+        ("grpc.enable_http_proxy", 0),
+    ]
+    if endpoint.path is not None:
+        options.append(("grpc.default_authority", "localhost"))
+    return options
+
+
+def _check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)
+
+
+# -- diagnosis: facts about a failure in, the podcache error out --------------------------------
+
+
+def _os_reason(error: OSError) -> str:
+    if error.errno in (errno.ENOENT, errno.ENOTDIR):
+        return "socket does not exist"
+    if error.errno == errno.ECONNREFUSED:
+        return "connection refused: nothing is listening (is the runtime running?)"
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return "permission denied on the socket (run as root?)"
+    return f"cannot connect: {error.strerror or error}"
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    """What a plain connection to the endpoint showed after a deadline.
+
+    ``error``: connecting failed. Else ``reply``: the first bytes the server sent after our
+    HTTP/2 preface; ``b""`` when it closed the connection; None when it sent nothing in time.
+    """
+
+    error: OSError | None = None
+    reply: bytes | None = None
+
+
+def _describe_reply(reply: bytes) -> str:
+    if reply.startswith(b"HTTP/"):
+        first_line = reply.split(b"\r\n", 1)[0].decode("ascii", "replace")
+        return f"an HTTP/1 server answered {first_line!r}"
+    head = reply.lstrip()[:16].lower()
+    if head.startswith((b"<!doctype html", b"<html")):
+        return "an HTTP/1 server answered with an HTML page"
+    return f"it answered {reply[:16]!r}, which is not HTTP/2"
+
+
+def _deadline_error(url: str, method: str, timeout: float, probe: _Probe) -> CRIError:
+    """The error to raise for a call that reached its deadline, given what the probe saw."""
+    waited = f"{method} got no answer within {timeout:g} s"
+    if probe.error is not None:
+        return RuntimeUnavailableError(url, f"{_os_reason(probe.error)} ({waited})")
+    reply = probe.reply
+    if reply is None:
+        return RuntimeDeadlineError(
+            url, f"{waited}; it accepts connections but sends nothing (hung?)"
+        )
+    if not reply:
+        return RuntimeUnavailableError(
+            url, f"it accepts connections and closes them without answering ({waited})"
+        )
+    if len(reply) > 3 and reply[3] == _H2_SETTINGS:
+        return RuntimeDeadlineError(url, f"{waited} (deadline exceeded; the runtime is up)")
+    return RuntimeProtocolError(
+        url, f"{_describe_reply(reply)}: not a gRPC server ({waited}); wrong socket?"
+    )
+
+
+def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIError | None:
+    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first).
+
+    For UNAVAILABLE (the connection failed or dropped mid-call) it looks at the socket file:
+    "socket does not exist" says more than gRPC's "Broken pipe".
+    """
+    url = endpoint.url
+    code = error.code()
+    details = error.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return None
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return RuntimeProtocolError(
+            url,
+            f"{method} is UNIMPLEMENTED (a gRPC server, but not a CRI runtime, "
+            "or one older than CRI v1?)",
+        )
+    if code == grpc.StatusCode.UNAVAILABLE:
+        lowered = details.lower()
+        if "no such file" in lowered:
+            reason = "socket does not exist"
+        elif "connection refused" in lowered:
+            reason = "connection refused: nothing is listening (is the runtime running?)"
+        elif "permission denied" in lowered:
+            reason = "permission denied on the socket (run as root?)"
+        else:
+            reason = f"the connection failed or was closed during {method} ({details})"
+            if endpoint.path is not None:
+                problem = _socket_problem(endpoint.path)
+                if problem is not None:
+                    reason = f"{problem} ({reason})"
+        return RuntimeUnavailableError(url, reason)
+    if code == grpc.StatusCode.INTERNAL and "deserializ" in details.lower():
+        return RuntimeProtocolError(url, _not_cri_message(method))
+    if code == grpc.StatusCode.CANCELLED:
+        return CRIError(url, f"{method} was cancelled ({details}; was the client closed?)")
+    name = code.name if code is not None else "UNKNOWN"
+    return CRIError(url, f"{method} failed with {name}: {details}")
+
+
+def _not_cri_message(method: str) -> str:
+    return f"its {method} answer is not a valid CRI message"
+
+
+def _closed_error(kind: str, url: str) -> RuntimeError:
+    return RuntimeError(f"{kind} for {url} is closed")
+
+
+# -- probes: the same question asked with a blocking socket and with asyncio --------------------
+
+
+def _socket_problem(path: str) -> str | None:
+    """Why connecting to this unix socket path cannot work, or None when it looks usable."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return "socket does not exist"
+    except PermissionError:
+        return "permission denied: cannot reach the socket (run as root?)"
+    except OSError as e:
+        return f"cannot stat the socket: {e.strerror}"
+    if not stat.S_ISSOCK(st.st_mode):
+        return "the path exists but is not a socket"
+    if not os.access(path, os.W_OK):
+        return "permission denied on the socket (run as root, or as a user allowed to write to it)"
+    return None
+
+
+def _probe_budget(timeout: float) -> float:
+    return min(_PROBE_BUDGET, timeout)
+
+
+def _probe(endpoint: Endpoint, budget: float) -> _Probe:
+    """Connect, send the HTTP/2 preface, read the first frame header (blocking, <= budget)."""
+    deadline = time.monotonic() + budget
+    try:
+        if endpoint.path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(budget)
+            try:
+                sock.connect(endpoint.path)
+            except BaseException:
+                sock.close()
+                raise
+        else:
+            assert endpoint.address is not None
+            sock = socket.create_connection(endpoint.address, timeout=budget)
+    except TimeoutError:
+        return _Probe()
+    except OSError as e:
+        return _Probe(error=e)
+    reply = b""
+    with sock:
+        try:
+            sock.sendall(_H2_PREFACE)
+            while len(reply) < _H2_FRAME_HEADER:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+                chunk = sock.recv(64)
+                if not chunk:
+                    break
+                reply += chunk
+        except TimeoutError:
+            return _Probe(reply=reply or None)
+        except OSError:
+            pass  # reset by the peer: it closed on us
+    return _Probe(reply=reply)
+
+
+async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
+    """``_probe`` for the event loop."""
+    reply = b""
+    try:
+        async with asyncio.timeout(budget):
+            if endpoint.path is not None:
+                reader, writer = await asyncio.open_unix_connection(endpoint.path)
+            else:
+                assert endpoint.address is not None
+                reader, writer = await asyncio.open_connection(*endpoint.address)
+            try:
+                writer.write(_H2_PREFACE)
+                while len(reply) < _H2_FRAME_HEADER:
+                    chunk = await reader.read(64)
+                    if not chunk:
+                        break
+                    reply += chunk
+            except OSError:
+                pass  # reset by the peer: it closed on us
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except TimeoutError:
+        return _Probe(reply=reply or None)
+    except OSError as e:
+        return _Probe(error=e)
+    return _Probe(reply=reply)
+
+
+# -- the getters --------------------------------------------------------------------------------
+
+
+class _Base:
+    """What the twins share: endpoint, timeout, the socket pre-check and call bookkeeping."""
+
+    def __init__(self, endpoint: str | None, timeout: float, config_path: str | None) -> None:
+        resolved = resolve_endpoint(endpoint, config_path=config_path)
+        self._endpoint = resolved.endpoint
+        # Where the endpoint came from: "argument", the variable, the config file, "default".
+        self.endpoint_source = resolved.source
+        self._timeout = _check_timeout(timeout)
+        self._version: RuntimeVersion | None = None
+        # The last listing's conversions: a refresh re-reads only what changed (see convert).
+        self._memo = Memo()
+        self._connected = False  # a call has succeeded on this channel
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """The resolved endpoint URL (``unix:///run/containerd/containerd.sock``)."""
+        return self._endpoint.url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed for each call."""
+        return self._timeout
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint!r}, timeout={self._timeout:g})"
+
+    def _before_call(self) -> None:
+        if self._closed:
+            raise _closed_error(type(self).__name__, self.endpoint)
+        path = self._endpoint.path
+        if not self._connected and path is not None:
+            problem = _socket_problem(path)
+            if problem is not None:
+                raise RuntimeUnavailableError(self.endpoint, problem)
+
+
+class CRIRuntime(_Base):
+    """A CRI runtime getter for threads: ``get_pods(all)`` as the kubelet lists pods.
+
+    Safe to share between threads. Use it as a context manager, or call ``close()``.
+    ``endpoint``: ``unix:///path``, an absolute socket path, loopback ``tcp://HOST:PORT``,
+    or None to resolve it as crictl does (``config_path`` names the crictl config file).
+    ``timeout``: the deadline of each call, in seconds.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        config_path: str | None = None,
+    ) -> None:
+        super().__init__(endpoint, timeout, config_path)
+        self._lock = threading.Lock()
+        channel = grpc.insecure_channel(
+            self._endpoint.target, options=channel_options(self._endpoint)
+        )
+        self._channel = channel
+        self._rpc_version = channel.unary_unary(
+            _SERVICE + "Version",
+            request_serializer=pb.VersionRequest.SerializeToString,
+            response_deserializer=pb.VersionResponse.FromString,
+        )
+        self._rpc_status = channel.unary_unary(
+            _SERVICE + "Status",
+            request_serializer=pb.StatusRequest.SerializeToString,
+            response_deserializer=pb.StatusResponse.FromString,
+        )
+        self._rpc_sandboxes = channel.unary_unary(
+            _SERVICE + "ListPodSandbox",
+            request_serializer=pb.ListPodSandboxRequest.SerializeToString,
+            response_deserializer=pb.ListPodSandboxResponse.FromString,
+        )
+        self._rpc_containers = channel.unary_unary(
+            _SERVICE + "ListContainers",
+            request_serializer=pb.ListContainersRequest.SerializeToString,
+            response_deserializer=pb.ListContainersResponse.FromString,
+        )
+
+    def _call(
+        self,
+        method: str,
+        rpc: grpc.UnaryUnaryMultiCallable[Any, Any],
+        request: Message,
+        response: type[_R],
+    ) -> _R:
+        self._before_call()
+        try:
+            result = rpc(request, timeout=self._timeout, wait_for_ready=True)
+        except grpc.RpcError as e:
+            error = _rpc_error(self._endpoint, method, e)
+            if error is None:
+                probe = _probe(self._endpoint, _probe_budget(self._timeout))
+                error = _deadline_error(self.endpoint, method, self._timeout, probe)
+            raise error from e
+        self._connected = True
+        if not isinstance(result, response):  # grpc.aio answers None when decoding failed
+            raise RuntimeProtocolError(self.endpoint, _not_cri_message(method))
+        return result
+
+    def version(self) -> RuntimeVersion:
+        """The runtime's Version answer: asked once per connection, then remembered."""
+        version = self._version
+        if version is None:
+            with self._lock:
+                version = self._version
+                if version is None:
+                    answer = self._call(
+                        "Version",
+                        self._rpc_version,
+                        pb.VersionRequest(version=CRI_VERSION),
+                        pb.VersionResponse,
+                    )
+                    version = self._version = _version_from(self.endpoint, answer)
+        return version
+
+    def status(self, verbose: bool = False) -> RuntimeStatus:
+        """The runtime's conditions (RuntimeReady, NetworkReady) and, if verbose, its info."""
+        self.version()
+        answer = self._call(
+            "Status", self._rpc_status, pb.StatusRequest(verbose=verbose), pb.StatusResponse
+        )
+        return _status_from(answer)
+
+    def get_pods(self, all: bool = False) -> PodList:
+        """The node's pods: running ones (ready sandboxes, running containers), or all."""
+        runtime_name = self.version().runtime_name
+        sandbox_request, container_request = _list_requests(all)
+        sandboxes = self._call(
+            "ListPodSandbox", self._rpc_sandboxes, sandbox_request, pb.ListPodSandboxResponse
+        )
+        containers = self._call(
+            "ListContainers", self._rpc_containers, container_request, pb.ListContainersResponse
+        )
+        return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
+
+    def close(self) -> None:
+        """Close the channel; calls in flight are cancelled. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._channel.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class AsyncCRIRuntime(_Base):
+    """The asyncio twin of CRIRuntime: same arguments, same methods, awaited.
+
+    Use it from one event loop; the channel is opened on first use, inside that loop.
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        config_path: str | None = None,
+    ) -> None:
+        super().__init__(endpoint, timeout, config_path)
+        self._lock = asyncio.Lock()
+        self._channel: grpc.aio.Channel | None = None
+        self._rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {}
+
+    def _rpc(self, method: str, request: type[Message], response: type[Message]) -> Any:
+        rpc = self._rpcs.get(method)
+        if rpc is None:
+            channel = self._channel
+            if channel is None:
+                channel = self._channel = grpc.aio.insecure_channel(
+                    self._endpoint.target, options=channel_options(self._endpoint)
+                )
+            rpc = self._rpcs[method] = channel.unary_unary(
+                _SERVICE + method,
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+        return rpc
+
+    async def _call(self, method: str, request: Message, response: type[_R]) -> _R:
+        self._before_call()
+        rpc = self._rpc(method, type(request), response)
+        try:
+            result = await rpc(request, timeout=self._timeout, wait_for_ready=True)
+        except grpc.RpcError as e:
+            error = _rpc_error(self._endpoint, method, e)
+            if error is None:
+                probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
+                error = _deadline_error(self.endpoint, method, self._timeout, probe)
+            raise error from e
+        self._connected = True
+        if not isinstance(result, response):  # grpc.aio answers None when decoding failed
+            raise RuntimeProtocolError(self.endpoint, _not_cri_message(method))
+        return result
+
+    async def version(self) -> RuntimeVersion:
+        """The runtime's Version answer: asked once per connection, then remembered."""
+        version = self._version
+        if version is None:
+            async with self._lock:
+                version = self._version
+                if version is None:
+                    answer = await self._call(
+                        "Version", pb.VersionRequest(version=CRI_VERSION), pb.VersionResponse
+                    )
+                    version = self._version = _version_from(self.endpoint, answer)
+        return version
+
+    async def status(self, verbose: bool = False) -> RuntimeStatus:
+        """The runtime's conditions (RuntimeReady, NetworkReady) and, if verbose, its info."""
+        await self.version()
+        answer = await self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
+        return _status_from(answer)
+
+    async def get_pods(self, all: bool = False) -> PodList:
+        """The node's pods: running ones (ready sandboxes, running containers), or all."""
+        runtime_name = (await self.version()).runtime_name
+        sandbox_request, container_request = _list_requests(all)
+        sandboxes = await self._call("ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse)
+        containers = await self._call(
+            "ListContainers", container_request, pb.ListContainersResponse
+        )
+        return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
+
+    async def close(self) -> None:
+        """Close the channel; calls in flight are cancelled. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            channel, self._channel = self._channel, None
+            if channel is not None:
+                await channel.close(None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()

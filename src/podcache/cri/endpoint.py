@@ -1,0 +1,255 @@
+"""Where the CRI runtime listens: endpoint parsing and crictl-style resolution; never connects.
+
+Accepted endpoints: ``unix:///abs/path.sock`` or a bare absolute socket path (the runtime's
+usual home), and loopback TCP (``tcp://127.0.0.1:PORT``, ``tcp://localhost:PORT``,
+``tcp://[::1]:PORT`` or the same without ``tcp://``) for simulators and tests. Anything else
+(another scheme, a relative path, an empty string, a non-loopback host) is a ValueError that
+names the value: podcache only ever talks to the runtime of the node it runs on.
+
+Resolution order, as crictl: the explicit endpoint; else ``CONTAINER_RUNTIME_ENDPOINT``; else
+``runtime-endpoint`` in the crictl config file (the given path, else ``CRI_CONFIG_FILE``, else
+``/etc/crictl.yaml``); else the first of crictl's default sockets that exists. Everything is a
+parameter (environment, config path, default list, existence check) so it can be tested.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import yaml
+
+from podcache.errors import EndpointNotFoundError
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_CONFIG_PATH",
+    "DEFAULT_ENDPOINTS",
+    "ENDPOINT_ENV",
+    "MAX_SOCKET_PATH_BYTES",
+    "CrictlConfig",
+    "Endpoint",
+    "ResolvedEndpoint",
+    "load_crictl_config",
+    "parse_endpoint",
+    "resolve_endpoint",
+]
+
+ENDPOINT_ENV = "CONTAINER_RUNTIME_ENDPOINT"
+CONFIG_ENV = "CRI_CONFIG_FILE"
+DEFAULT_CONFIG_PATH = "/etc/crictl.yaml"
+DEFAULT_ENDPOINTS = (
+    "unix:///run/containerd/containerd.sock",
+    "unix:///run/crio/crio.sock",
+    "unix:///var/run/cri-dockerd.sock",
+)
+MAX_SOCKET_PATH_BYTES = 107
+"""Longest unix socket path the kernel accepts (``sun_path`` is 108 bytes with its NUL)."""
+
+_HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[^\]]*)\]|(?P<host>[^:/\[\]]+)):(?P<port>[0-9]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """A parsed runtime endpoint: its canonical URL, the gRPC target, and how to reach it.
+
+    Exactly one of ``path`` (a unix socket) and ``address`` (loopback host and port) is set.
+    """
+
+    url: str
+    target: str
+    path: str | None = None
+    address: tuple[str, int] | None = None
+
+    def __str__(self) -> str:
+        return self.url
+
+
+@dataclass(frozen=True, slots=True)
+class CrictlConfig:
+    """The keys podcache reads from a crictl config file (None when a key is absent)."""
+
+    path: str
+    runtime_endpoint: str | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedEndpoint:
+    """An endpoint and where it came from (``source``: for messages and ``--debug`` output)."""
+
+    endpoint: Endpoint
+    source: str
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _unix(value: str, path: str) -> Endpoint:
+    if not path:
+        raise ValueError(f"malformed runtime endpoint {value!r}: empty socket path")
+    if not path.startswith("/"):
+        raise ValueError(
+            f"malformed runtime endpoint {value!r}: socket path {path!r} is relative; "
+            "give an absolute path (unix:///run/containerd/containerd.sock)"
+        )
+    if "\0" in path:
+        raise ValueError(f"malformed runtime endpoint {value!r}: NUL byte in socket path")
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+        raise ValueError(
+            f"malformed runtime endpoint {value!r}: socket path is longer than "
+            f"{MAX_SOCKET_PATH_BYTES} bytes, the kernel's limit"
+        )
+    return Endpoint(url=f"unix://{path}", target=f"unix://{path}", path=path)
+
+
+def _tcp(value: str, host_port: str) -> Endpoint:
+    match = _HOST_PORT.match(host_port)
+    if match is None:
+        raise ValueError(f"malformed runtime endpoint {value!r}: expected tcp://HOST:PORT")
+    ip6 = match["ip6"]
+    if ip6 is not None and ":" not in ip6:
+        raise ValueError(f"malformed runtime endpoint {value!r}: brackets are for IPv6 only")
+    host = ip6 if ip6 is not None else match["host"]
+    port = int(match["port"])
+    if not 0 < port < 65536:
+        raise ValueError(f"malformed runtime endpoint {value!r}: port {port} out of range")
+    if not _is_loopback(host):
+        raise ValueError(
+            f"unsupported runtime endpoint {value!r}: TCP is accepted on loopback only "
+            "(127.0.0.1, localhost, [::1]); a node's runtime listens on a unix socket"
+        )
+    shown = f"[{host}]" if ip6 is not None else host
+    target = f"ipv6:[{host}]:{port}" if ip6 is not None else f"{host}:{port}"
+    return Endpoint(url=f"tcp://{shown}:{port}", target=target, address=(host, port))
+
+
+def parse_endpoint(value: str) -> Endpoint:
+    """Parse ``unix:///path``, an absolute path, or loopback ``[tcp://]HOST:PORT``.
+
+    A malformed or unsupported value is a ValueError that quotes it.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"runtime endpoint must be a str, not {type(value).__name__}")
+    if not value:
+        raise ValueError("malformed runtime endpoint '': empty")
+    if value.startswith("unix://"):
+        return _unix(value, value[len("unix://") :])
+    if value.startswith("tcp://"):
+        return _tcp(value, value[len("tcp://") :])
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        raise ValueError(
+            f"unsupported runtime endpoint {value!r}: scheme {scheme!r} "
+            "(use unix:///path, an absolute socket path, or loopback tcp://HOST:PORT)"
+        )
+    if value.startswith("/"):
+        return _unix(value, value)
+    if _HOST_PORT.match(value):
+        return _tcp(value, value)
+    raise ValueError(
+        f"malformed runtime endpoint {value!r}: not unix:///path, an absolute socket path, "
+        "or loopback HOST:PORT (a relative path?)"
+    )
+
+
+def load_crictl_config(path: str) -> CrictlConfig:
+    """Read ``runtime-endpoint`` and ``timeout`` from a crictl YAML config file.
+
+    A missing file raises FileNotFoundError; invalid YAML, a top level that is not a mapping,
+    or a key of the wrong type is a ValueError naming the file. An empty file is an empty config.
+    """
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ValueError(f"crictl config {path}: not valid YAML: {e}") from e
+    if data is None:
+        return CrictlConfig(path=path)
+    if not isinstance(data, dict):
+        raise ValueError(f"crictl config {path}: expected a mapping of keys, got {data!r}")
+    endpoint = data.get("runtime-endpoint")
+    if endpoint is not None and not isinstance(endpoint, str):
+        raise ValueError(f"crictl config {path}: runtime-endpoint must be a string: {endpoint!r}")
+    timeout = data.get("timeout")
+    seconds: float | None = None
+    if timeout is not None:
+        try:
+            if isinstance(timeout, bool):
+                raise ValueError
+            seconds = float(timeout)
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"crictl config {path}: timeout must be a number of seconds: {timeout!r}"
+            ) from None
+        if not seconds >= 0:  # also rejects NaN
+            raise ValueError(f"crictl config {path}: timeout must not be negative: {timeout!r}")
+    return CrictlConfig(path=path, runtime_endpoint=endpoint or None, timeout=seconds)
+
+
+def _config_path(config_path: str | None, env: Mapping[str, str]) -> str:
+    return config_path or env.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+
+
+def resolve_endpoint(
+    endpoint: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    config_path: str | None = None,
+    defaults: Sequence[str] = DEFAULT_ENDPOINTS,
+    exists: Callable[[str], bool] = os.path.exists,
+) -> ResolvedEndpoint:
+    """Find the runtime endpoint the way crictl does (see the module docstring for the order).
+
+    ``env`` defaults to ``os.environ``; an empty variable or config value counts as unset.
+    An explicit ``config_path`` that does not exist is a FileNotFoundError (the environment's
+    or the default one is skipped). A malformed endpoint from any source is a ValueError naming
+    the source; no source and no existing default socket is an EndpointNotFoundError listing
+    what was tried.
+    """
+    if env is None:
+        env = os.environ
+    if endpoint is not None:
+        return ResolvedEndpoint(parse_endpoint(endpoint), "argument")
+
+    from_env = env.get(ENDPOINT_ENV)
+    if from_env:
+        try:
+            return ResolvedEndpoint(parse_endpoint(from_env), ENDPOINT_ENV)
+        except ValueError as e:
+            raise ValueError(f"{ENDPOINT_ENV}: {e}") from None
+    tried = [f"{ENDPOINT_ENV} (unset)"]
+
+    path = _config_path(config_path, env)
+    try:
+        config = load_crictl_config(path)
+    except FileNotFoundError:
+        if config_path:
+            raise
+        tried.append(f"runtime-endpoint in {path} (no such file)")
+    else:
+        if config.runtime_endpoint:
+            try:
+                return ResolvedEndpoint(
+                    parse_endpoint(config.runtime_endpoint), f"runtime-endpoint in {path}"
+                )
+            except ValueError as e:
+                raise ValueError(f"crictl config {path}: {e}") from None
+        tried.append(f"runtime-endpoint in {path} (not set)")
+
+    for default in defaults:
+        parsed = parse_endpoint(default)
+        if parsed.path is not None and exists(parsed.path):
+            return ResolvedEndpoint(parsed, "default")
+        tried.append(f"{default} (no such socket)")
+    raise EndpointNotFoundError(tried)
