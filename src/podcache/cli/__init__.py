@@ -1,0 +1,69 @@
+"""The ``podcache`` command line (crictl's conventions); ``main()`` is the console script.
+
+``main`` runs the click group from ``app`` and owns the exit status (see ``exits``): podcache's
+own errors become one ``podcache: error: ...`` line on stderr, never a traceback. Commands live
+in ``commands/``, option parsing in ``options``, the runtime in ``source``, printing in
+``render``. Nothing here is a library API.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+import click
+
+from podcache.cli.app import cli
+from podcache.cli.exits import EXIT_INTERRUPTED, EXIT_RUNTIME, show_error
+from podcache.errors import PodcacheError
+
+__all__ = ["main", "run"]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run ``podcache`` with ``argv`` (default: ``sys.argv[1:]``) and exit with its status."""
+    status = run(argv)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        status = _closed_pipe()
+    sys.exit(status)
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``podcache pods | head -1``): stop quietly with status 1, as click
+    does, and keep the interpreter from complaining when it flushes stdout at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_RUNTIME
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run ``podcache`` with ``argv`` and return the exit status instead of exiting."""
+    try:
+        result = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="podcache",
+            standalone_mode=False,
+        )
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.Abort as e:
+        if isinstance(e.__cause__, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        click.echo("Aborted!", err=True)
+        return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        click.echo(err=True)
+        return EXIT_INTERRUPTED
+    except PodcacheError as e:
+        show_error(str(e))
+        return EXIT_RUNTIME
+    except BrokenPipeError:
+        return _closed_pipe()
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,334 @@
+"""How ``podcache`` prints: tables, JSON and YAML documents, IDs, states and ages; it formats
+what it is given and never reads a runtime or decides which pods to show.
+
+Tables follow crictl: container and sandbox IDs cut to 13 characters (``--no-trunc``: full),
+ages as "3m ago", states capitalised (Running, Exited; pods Ready/NotReady). A table is built
+as plain data (``TableData``) and drawn by rich on a terminal (bold header, coloured states,
+cells cut with an ellipsis to fit the width) or, on a pipe, as plain text without importing
+rich: one row per line, every cell whole, columns left-aligned and separated by at least three
+spaces, no empty cells ("-" instead), so it can be parsed. JSON and YAML use
+``podcache.jsonview``'s shape; YAML (like rich) is imported only when used.
+"""
+
+# ruff: noqa: PLC0415 -- rich and yaml are imported only when used: piped output stays fast
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import IO, TYPE_CHECKING, Any
+
+from podcache.cli.options import OutputOptions
+from podcache.jsonview import container_to_json
+from podcache.model import Container, ContainerState, Pod
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+__all__ = [
+    "COLUMN_GAP",
+    "STATE_STYLES",
+    "TRUNCATED_ID_LENGTH",
+    "TableData",
+    "containers_document",
+    "containers_table",
+    "fit_widths",
+    "human_age",
+    "pod_detail",
+    "pod_id",
+    "pod_state",
+    "pods_table",
+    "print_document",
+    "print_tables",
+    "rich_table",
+    "short_id",
+]
+
+TRUNCATED_ID_LENGTH = 13
+"""crictl's truncated ID length."""
+COLUMN_GAP = 3
+"""Spaces between table columns."""
+_NONE = "-"
+STATE_STYLES = {
+    "Running": "green",
+    "Ready": "green",
+    "Created": "cyan",
+    "Exited": "dim",
+    "NotReady": "yellow",
+    "Unknown": "red",
+}
+"""rich styles of state cells on a terminal."""
+
+
+# -- cells --------------------------------------------------------------------------------------
+
+
+def human_age(created_ns: int, now_ns: int) -> str:
+    """``"45s ago"``, ``"3m ago"``, ``"5h ago"``, ``"2d ago"``; ``"-"`` for an unknown time."""
+    if created_ns <= 0:
+        return _NONE
+    seconds = max(0, (now_ns - created_ns) // 1_000_000_000)
+    if seconds < 60:
+        return f"{seconds}s ago"
+    if seconds < 3600:
+        return f"{seconds // 60}m ago"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def short_id(ident: str, no_trunc: bool = False) -> str:
+    """The ID cut to crictl's 13 characters unless ``no_trunc``."""
+    return ident if no_trunc else ident[:TRUNCATED_ID_LENGTH]
+
+
+def pod_id(pod: Pod) -> str:
+    """The pod's ID as crictl shows it: its newest sandbox's ID (its UID if it has none)."""
+    return pod.sandboxes[0].id.id if pod.sandboxes else pod.id
+
+
+def pod_state(pod: Pod) -> str:
+    """``Ready`` when any of the pod's sandboxes is running, else ``NotReady``."""
+    ready = any(s.state is ContainerState.RUNNING for s in pod.sandboxes)
+    return "Ready" if ready else "NotReady"
+
+
+def _state(state: ContainerState) -> str:
+    return state.value.capitalize()
+
+
+def _or_none(text: str) -> str:
+    return text or _NONE
+
+
+def _labels(pod: Pod) -> str:
+    return ",".join(f"{k}={v}" for k, v in pod.label_map().items()) or _NONE
+
+
+# -- tables as data -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TableData:
+    """Columns and rows of text. ``styled`` names the columns whose cells are states;
+    ``flexible`` the columns a terminal too narrow for the table cuts (the others keep their
+    width as long as they fit)."""
+
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    styled: frozenset[str] = frozenset({"STATE"})
+    flexible: frozenset[str] = frozenset(
+        {"IMAGE", "IMAGE ID", "CONTAINER NAMES", "LABELS", "UID", "POD UID", "VALUE"}
+    )
+    show_header: bool = True
+
+    def add(self, *cells: str) -> None:
+        """Add a row (one cell per column)."""
+        assert len(cells) == len(self.columns), (cells, self.columns)
+        self.rows.append(list(cells))
+
+    def plain_lines(self) -> list[str]:
+        """The table as text lines: every cell whole, columns COLUMN_GAP apart, no trailing
+        spaces."""
+        shown = [self.columns, *self.rows] if self.show_header else self.rows
+        widths = [max((len(row[i]) for row in shown), default=0) for i in range(len(self.columns))]
+        gap = " " * COLUMN_GAP
+        return [
+            gap.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            for row in shown
+        ]
+
+
+def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableData:
+    """One row per pod: POD ID, CREATED, STATE, NAME, NAMESPACE, CONTAINERS (a count);
+    ``wide`` adds UID, SANDBOXES (a count), CONTAINER NAMES and LABELS."""
+    wide = out.format == "wide"
+    columns = ["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+    if wide:
+        columns += ["UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
+    table = TableData(columns)
+    for pod in pods:
+        row = [
+            short_id(pod_id(pod), out.no_trunc),
+            human_age(pod.created_at, now_ns),
+            pod_state(pod),
+            _or_none(pod.name),
+            _or_none(pod.namespace),
+            str(len(pod.containers)),
+        ]
+        if wide:
+            names = ",".join(c.name or _NONE for c in pod.containers)
+            row += [pod.id, str(len(pod.sandboxes)), names or _NONE, _labels(pod)]
+        table.add(*row)
+    return table
+
+
+def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) -> TableData:
+    """One row per (pod, container): CONTAINER, IMAGE, STATE, NAME, POD ID, POD, NAMESPACE;
+    ``wide`` adds IMAGE ID (``image_id``, else ``image_ref``), HASH and POD UID.
+
+    POD ID is the pod's newest sandbox, as in ``pods_table`` (the model does not record which
+    sandbox an exited container ran in). There is no CREATED: the model has no container time.
+    """
+    wide = out.format == "wide"
+    columns = ["CONTAINER", "IMAGE", "STATE", "NAME", "POD ID", "POD", "NAMESPACE"]
+    if wide:
+        columns += ["IMAGE ID", "HASH", "POD UID"]
+    table = TableData(columns)
+    for pod, container in rows:
+        row = [
+            short_id(container.id.id, out.no_trunc),
+            _or_none(container.image),
+            _state(container.state),
+            _or_none(container.name),
+            short_id(pod_id(pod), out.no_trunc),
+            _or_none(pod.name),
+            _or_none(pod.namespace),
+        ]
+        if wide:
+            image_id = container.image_id or container.image_ref
+            row += [_or_none(image_id), f"{container.hash:x}", pod.id]
+        table.add(*row)
+    return table
+
+
+def pod_detail(pod: Pod, out: OutputOptions, now_ns: int) -> list[TableData]:
+    """One pod for ``inspect -o table``: its fields, then its sandboxes and containers."""
+    fields = TableData(["FIELD", "VALUE"], show_header=False)
+    for name, value in (
+        ("Name", _or_none(pod.name)),
+        ("Namespace", _or_none(pod.namespace)),
+        ("UID", pod.id),
+        ("Pod ID", pod_id(pod)),
+        ("State", pod_state(pod)),
+        ("Created", human_age(pod.created_at, now_ns)),
+        ("Labels", _labels(pod)),
+    ):
+        fields.add(f"{name}:", value)
+    members = TableData(["KIND", "ID", "NAME", "STATE", "IMAGE"])
+    rows: list[tuple[str, Container]] = [("sandbox", s) for s in pod.sandboxes]
+    rows += [("container", c) for c in pod.containers]
+    for kind, member in rows:
+        members.add(
+            kind,
+            short_id(member.id.id, out.no_trunc),
+            _or_none(member.name),
+            _state(member.state),
+            _or_none(member.image),
+        )
+    return [fields, members]
+
+
+# -- drawing ------------------------------------------------------------------------------------
+
+
+def fit_widths(natural: Sequence[int], flexible: Sequence[bool], available: int) -> list[int]:
+    """Column widths that fit ``available`` characters (COLUMN_GAP between columns): the
+    widest flexible column is narrowed first, down to 8 characters, then the widest other one,
+    down to 4; a table that still does not fit keeps those minimums."""
+    widths = list(natural)
+    excess = sum(widths) + COLUMN_GAP * max(len(widths) - 1, 0) - available
+    for candidates, floor in ((flexible, 8), ([not f for f in flexible], 4)):
+        while excess > 0:
+            shrinkable = [i for i, c in enumerate(candidates) if c and widths[i] > floor]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: widths[i])
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+def rich_table(data: TableData, width: int | None = None) -> Table:
+    """The table as a rich renderable, its columns fitted to ``width`` (for a terminal and for
+    ``watch``): IDs and names keep their width while flexible columns are cut with "…"."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(
+        box=None,
+        pad_edge=False,
+        padding=(0, COLUMN_GAP, 0, 0),
+        show_edge=False,
+        show_header=data.show_header,
+        header_style="bold",
+    )
+    shown = [data.columns, *data.rows] if data.show_header else data.rows
+    natural = [max((len(row[i]) for row in shown), default=0) for i in range(len(data.columns))]
+    flexible = [column in data.flexible for column in data.columns]
+    widths = natural if width is None else fit_widths(natural, flexible, width)
+    for column, column_width in zip(data.columns, widths, strict=True):
+        table.add_column(column, no_wrap=True, overflow="ellipsis", width=column_width)
+    styled = [column in data.styled for column in data.columns]
+    for row in data.rows:
+        table.add_row(
+            *(
+                Text(cell, style=STATE_STYLES.get(cell, "")) if is_state else Text(cell)
+                for cell, is_state in zip(row, styled, strict=True)
+            )
+        )
+    return table
+
+
+def print_tables(tables: Iterable[TableData], file: IO[str] | None = None) -> None:
+    """Print tables one after the other (a blank line between): rich on a terminal, plain
+    text on a pipe."""
+    stream = file if file is not None else sys.stdout
+    tables = list(tables)
+    if stream.isatty():
+        from rich.console import Console
+
+        console = Console(file=stream, highlight=False)
+        for index, data in enumerate(tables):
+            if index:
+                console.print()
+            console.print(rich_table(data, console.width))
+        return
+    blocks = ["".join(f"{line}\n" for line in data.plain_lines()) for data in tables]
+    stream.write("\n".join(blocks))
+
+
+# -- documents ----------------------------------------------------------------------------------
+
+
+def containers_document(rows: Iterable[tuple[Pod, Container]]) -> dict[str, Any]:
+    """``{"items": [...]}`` of containers, each with ``pod``: the pod's UID (``id``), name,
+    namespace and ``sandbox_id`` (its newest sandbox's ID, "" when it has none)."""
+    return {
+        "items": [
+            container_to_json(container)
+            | {
+                "pod": {
+                    "id": pod.id,
+                    "name": pod.name,
+                    "namespace": pod.namespace,
+                    "sandbox_id": pod.sandboxes[0].id.id if pod.sandboxes else "",
+                }
+            }
+            for pod, container in rows
+        ]
+    }
+
+
+def print_document(document: Any, fmt: str, file: IO[str] | None = None) -> None:
+    """Print a JSON-ready document as ``json`` (indented) or ``yaml`` (block style)."""
+    stream = file if file is not None else sys.stdout
+    if fmt == "json":
+        stream.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    elif fmt == "yaml":
+        import yaml
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        stream.write(
+            yaml.dump(
+                document,
+                Dumper=dumper,
+                sort_keys=False,
+                allow_unicode=True,
+                default_flow_style=False,
+            )
+        )
+    else:  # pragma: no cover - callers pass a checked choice
+        raise ValueError(f"not a document format: {fmt!r}")

@@ -1,0 +1,124 @@
+"""Where ``podcache`` reads pods from: a CRIRuntime at the crictl-resolved endpoint, or the
+built-in SimRuntime (``--sim``, ``--sim-fallback``); it opens and closes them and turns their
+setup errors into CLI errors. It renders nothing and never filters pods.
+
+Importing it imports gRPC: commands import it when they run, never at start-up. The simulated
+runtime (a gRPC server) is imported only when it is used.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import click
+
+from podcache.cli.exits import CLIError
+from podcache.cli.options import DEFAULT_SIM_PODS, DEFAULT_TIMEOUT, SIM_SEED, RuntimeSettings
+from podcache.cri import CRIRuntime
+from podcache.cri.endpoint import CONFIG_ENV, DEFAULT_CONFIG_PATH, load_crictl_config
+from podcache.errors import EndpointNotFoundError
+
+__all__ = ["Source", "open_source"]
+
+_ENDPOINT_HINT = "'-r' / '--runtime-endpoint'"
+_CONFIG_HINT = "'-c' / '--config'"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """An open runtime: ``runtime`` to call, ``endpoint`` to name it, ``simulated`` if built in."""
+
+    runtime: CRIRuntime
+    endpoint: str
+    simulated: bool
+
+
+def _config_timeout(settings: RuntimeSettings) -> float | None:
+    """The crictl config file's timeout, if the file exists and sets one.
+
+    An explicit ``--config`` that does not exist is a usage error; one named by
+    CRI_CONFIG_FILE, or the default, is skipped when missing (as crictl does).
+    """
+    path = settings.config or os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG_PATH
+    try:
+        config = load_crictl_config(path)
+    except FileNotFoundError:
+        if settings.config:
+            raise click.BadParameter(f"{path}: no such file", param_hint=_CONFIG_HINT) from None
+        return None
+    except IsADirectoryError:
+        raise CLIError(f"crictl config {path}: is a directory") from None
+    except PermissionError:
+        raise CLIError(f"crictl config {path}: permission denied") from None
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if config.timeout == 0:  # crictl's "no timeout given"
+        return None
+    return config.timeout
+
+
+def _start_sim(pods: int, churn: float, stack: ExitStack, why: str = "") -> str:
+    from podcache.sim import SimRuntime  # noqa: PLC0415 (a gRPC server: imported only when used)
+
+    sim = SimRuntime(pods, seed=SIM_SEED, churn=churn)
+    try:
+        sim.start()
+    except OSError as e:
+        raise CLIError(f"cannot start the simulated runtime: {e}") from None
+    stack.callback(sim.stop, 0.0)
+    click.echo(
+        f"podcache: {why}using the built-in simulated runtime "
+        f"({pods} pods, seed {SIM_SEED}) at {sim.endpoint}",
+        err=True,
+    )
+    return sim.endpoint
+
+
+@contextmanager
+def open_source(settings: RuntimeSettings, *, sim_churn: float = 0.0) -> Iterator[Source]:
+    """Open the runtime the settings name; closes it (and stops a simulated one) on exit.
+
+    A simulated runtime replaces ``sim_churn`` pods a second (none by default: a listing is
+    reproducible).
+
+    Order: ``--sim``; else the endpoint resolved as crictl does (``-r``,
+    CONTAINER_RUNTIME_ENDPOINT, the config file, the default sockets); else, with
+    ``--sim-fallback``, the simulated runtime; else an error naming the places tried.
+    """
+    if settings.sim and settings.endpoint is not None:
+        raise click.UsageError("--sim and -r/--runtime-endpoint are mutually exclusive")
+    config_timeout = _config_timeout(settings)
+    timeout = settings.timeout or config_timeout or DEFAULT_TIMEOUT
+    pods = DEFAULT_SIM_PODS if settings.sim_pods is None else settings.sim_pods
+    with ExitStack() as stack:
+        simulated = settings.sim
+        if simulated:
+            endpoint: str | None = _start_sim(pods, sim_churn, stack)
+        else:
+            endpoint = settings.endpoint
+        try:
+            runtime = CRIRuntime(endpoint, timeout=timeout, config_path=settings.config)
+        except EndpointNotFoundError as e:
+            if not settings.sim_fallback:
+                raise CLIError(
+                    str(e),
+                    hints=["pass --sim to read pods from the built-in simulated runtime"],
+                ) from None
+            endpoint = _start_sim(
+                pods, sim_churn, stack, "no container runtime configured or found; "
+            )
+            simulated = True
+            runtime = CRIRuntime(endpoint, timeout=timeout)
+        except FileNotFoundError as e:  # an explicit --config that vanished since we read it
+            raise click.BadParameter(
+                f"{e.filename}: no such file", param_hint=_CONFIG_HINT
+            ) from None
+        except ValueError as e:
+            if settings.endpoint is not None and not simulated:
+                raise click.BadParameter(str(e), param_hint=_ENDPOINT_HINT) from None
+            raise CLIError(str(e)) from None
+        stack.callback(runtime.close)
+        yield Source(runtime, runtime.endpoint, simulated)

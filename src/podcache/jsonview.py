@@ -1,0 +1,58 @@
+"""The pod JSON shape shared by ``podcache`` output and the HTTP API: model -> plain dicts only.
+
+It holds the one mapping from the model to JSON-ready builtins (dicts, lists, str, int, so the
+result can go to ``json``, ``msgspec.json`` or YAML alike) and deliberately no encoding, no I/O
+and nothing derived that the model does not hold (no "ready" flag, no ages: readers compute
+those from ``created_at`` and the states). The shape::
+
+    {"items": [                                   # pods_document: pods in the snapshot's order
+      {"id": "<pod UID>", "name": "...", "namespace": "...",
+       "created_at": 1735689600000000000,         # ns since the epoch (int64)
+       "labels": {"app": "web", ...},             # the pod's own labels, sorted by key
+       "containers": [                            # newest first, as the model holds them
+         {"id": "containerd://3f2a...",           # ContainerID as ``type://id``
+          "name": "web", "image": "...", "image_id": "...", "image_ref": "...",
+          "image_runtime_handler": "", "hash": 1234, "state": "running"}],
+       "sandboxes": [ ...same shape as containers... ]}]}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from podcache.model import Container, Pod
+
+__all__ = ["container_to_json", "pod_to_json", "pods_document"]
+
+
+def container_to_json(container: Container) -> dict[str, Any]:
+    """One container or sandbox: its ID as ``type://id`` and its state as a lower-case string."""
+    return {
+        "id": str(container.id),
+        "name": container.name,
+        "image": container.image,
+        "image_id": container.image_id,
+        "image_ref": container.image_ref,
+        "image_runtime_handler": container.image_runtime_handler,
+        "hash": container.hash,
+        "state": container.state.value,
+    }
+
+
+def pod_to_json(pod: Pod) -> dict[str, Any]:
+    """One pod with its containers and sandboxes (in the model's order) and labels as an object."""
+    return {
+        "id": pod.id,
+        "name": pod.name,
+        "namespace": pod.namespace,
+        "created_at": pod.created_at,
+        "labels": pod.label_map(),
+        "containers": [container_to_json(c) for c in pod.containers],
+        "sandboxes": [container_to_json(s) for s in pod.sandboxes],
+    }
+
+
+def pods_document(pods: Iterable[Pod]) -> dict[str, Any]:
+    """``{"items": [pod, ...]}`` in the given order (a PodList's: newest first)."""
+    return {"items": [pod_to_json(pod) for pod in pods]}

@@ -1,0 +1,148 @@
+"""The command set: help on every command, versions, shell completion, the mounted ``sim`` and
+``serve`` commands, and a start-up that imports neither gRPC nor rich for ``--help``."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from podcache import __version__
+from podcache.cri import CRIRuntime
+from podcache.sim import SimRuntime
+from tests.cli.conftest import Runner, newest_sandbox_id, parse
+
+COMMANDS = ["pods", "ps", "inspect", "watch", "version", "completion", "sim", "serve"]
+
+
+def test_help_lists_every_command(run: Runner) -> None:
+    result = run("--help")
+    assert result.returncode == 0, result
+    listed = result.stdout.split("Commands:")[1].split()
+    for command in COMMANDS:
+        assert command in listed
+    for option in ("--runtime-endpoint", "--config", "--timeout", "--sim", "--sim-fallback"):
+        assert option in result.stdout
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "serve"])
+def test_every_command_has_help(run: Runner, command: str) -> None:
+    result = run(command, "-h")
+    assert result.returncode == 0, result
+    assert result.stdout.startswith(f"Usage: podcache {command}")
+    assert len(result.stdout.splitlines()) > 5
+
+
+def test_help_imports_neither_grpc_nor_rich_nor_yaml() -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    assert run(['--help']) == 0\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'grpc', 'rich', 'yaml', 'uvicorn', 'granian'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_version_option_needs_no_runtime(run: Runner) -> None:
+    result = run("--version")
+    assert result.returncode == 0, result
+    assert result.stdout.strip() == f"podcache, version {__version__}"
+
+
+def test_version_reports_the_runtimes_version_answer(run: Runner, sim: SimRuntime) -> None:
+    with CRIRuntime(sim.endpoint) as runtime:
+        answer = runtime.version()
+    table = run("version", "-r", sim.endpoint)
+    assert table.returncode == 0, table
+    fields = dict(re.split(r":\s+", line, maxsplit=1) for line in table.lines())
+    assert fields == {
+        "PodcacheVersion": __version__,
+        "Endpoint": sim.endpoint,
+        "Version": answer.version,
+        "RuntimeName": answer.runtime_name,
+        "RuntimeVersion": answer.runtime_version,
+        "RuntimeApiVersion": answer.runtime_api_version,
+    }
+    as_json = run("version", "-r", sim.endpoint, "-o", "json")
+    assert json.loads(as_json.stdout)["runtime_name"] == answer.runtime_name == "podcache-sim"
+
+
+def test_version_with_sim_reports_the_simulation(run: Runner) -> None:
+    result = run("version", "--sim", "-o", "yaml")
+    assert result.returncode == 0, result
+    document = parse("yaml", result.stdout)
+    assert document["runtime_name"] == "podcache-sim"
+    assert document["podcache_version"] == __version__
+    assert document["endpoint"].startswith("unix:///")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_completion_prints_the_shell_script(run: Runner, shell: str) -> None:
+    result = run("completion", shell)
+    assert result.returncode == 0, result
+    assert "_PODCACHE_COMPLETE" in result.stdout
+    assert f"{shell}_complete" in result.stdout
+
+
+def test_completion_completes_commands_and_options(run: Runner) -> None:
+    def complete(words: str) -> list[str]:
+        env = {
+            "_PODCACHE_COMPLETE": "bash_complete",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split(" ")) - 1),
+        }
+        result = run(env=env)
+        assert result.returncode == 0, result
+        return [line.split(",", 1)[1] for line in result.lines()]
+
+    assert complete("podcache p") == ["pods", "ps"]
+    assert {"--namespace", "--name", "--no-trunc"} <= set(complete("podcache pods --n"))
+    assert complete("podcache pods -o ") == ["table", "wide", "json", "yaml"]
+
+
+def test_sim_command_is_mounted_and_serves_a_runtime(run: Runner) -> None:
+    process = subprocess.Popen(
+        [run.exe, "sim", "--pods", "5", "--seed", "4"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=run.env(),
+    )
+    try:
+        assert process.stdout is not None
+        endpoint = process.stdout.readline().strip()
+        assert endpoint.startswith("unix:///"), endpoint
+        with CRIRuntime(endpoint) as runtime:
+            expected = [newest_sandbox_id(p) for p in runtime.get_pods(False)]
+        result = run("pods", "-q", "-r", endpoint)
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=15)
+    finally:
+        process.kill()
+        process.wait()
+    assert result.returncode == 0, result
+    assert result.lines() == expected
+    assert process.returncode == 0
+
+
+def test_serve_command_is_mounted(run: Runner) -> None:
+    result = run("serve", "--help")
+    try:
+        available = importlib.util.find_spec("podcache.serve.command") is not None
+    except ImportError:
+        available = False
+    if available:
+        assert result.returncode == 0, result
+        assert result.stdout.startswith("Usage: podcache serve")
+    else:
+        assert result.returncode == 1, result
+        assert "'podcache serve' is not available" in result.stderr
+        assert "Traceback" not in result.stderr

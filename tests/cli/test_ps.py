@@ -1,0 +1,124 @@
+"""``podcache ps``: containers with their pods, every output format read back and compared."""
+
+from __future__ import annotations
+
+import pytest
+
+from podcache.cri import CRIRuntime
+from podcache.model import Container, Pod
+from podcache.sim import SimRuntime
+from tests.cli.conftest import (
+    TRUNC,
+    Runner,
+    container_json,
+    newest_sandbox_id,
+    parse,
+    paused,
+    table,
+)
+
+
+def rows_of(pods: list[Pod] | tuple[Pod, ...]) -> list[tuple[Pod, Container]]:
+    return [(pod, container) for pod in pods for container in pod.containers]
+
+
+def item(pod: Pod, container: Container) -> dict[str, object]:
+    sandbox = pod.sandboxes[0].id.id if pod.sandboxes else ""
+    pod_part = {"id": pod.id, "name": pod.name, "namespace": pod.namespace, "sandbox_id": sandbox}
+    return container_json(container) | {"pod": pod_part}
+
+
+@pytest.mark.parametrize("all_", [False, True], ids=["running", "all"])
+@pytest.mark.parametrize("fmt", ["json", "yaml"])
+def test_document_lists_every_container_with_its_pod(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, fmt: str, all_: bool
+) -> None:
+    flags = ["--all"] if all_ else []
+    with paused(sim, runtime, all_) as pods:
+        result = run("ps", "-r", sim.endpoint, "-o", fmt, *flags)
+    assert result.returncode == 0, result
+    expected = [item(pod, c) for pod, c in rows_of(pods.pods)]
+    assert parse(fmt, result.stdout) == {"items": expected}
+    states = {i["state"] for i in expected}
+    assert states == ({"running"} if not all_ else {"running", "exited", "created", "unknown"})
+
+
+def test_table_has_no_created_column_and_truncates_ids(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime
+) -> None:
+    with paused(sim, runtime, True) as pods:
+        result = run("ps", "-r", sim.endpoint, "-a")
+    assert result.returncode == 0, result
+    header, rows = table(result)
+    assert header == ["CONTAINER", "IMAGE", "STATE", "NAME", "POD ID", "POD", "NAMESPACE"]
+    expected = [
+        [
+            c.id.id[:TRUNC],
+            c.image,
+            c.state.value.capitalize(),
+            c.name,
+            newest_sandbox_id(pod)[:TRUNC],
+            pod.name,
+            pod.namespace,
+        ]
+        for pod, c in rows_of(pods.pods)
+    ]
+    assert rows == expected
+
+
+def test_wide_table_adds_image_id_hash_and_pod_uid(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime
+) -> None:
+    with paused(sim, runtime, False) as pods:
+        result = run("ps", "-r", sim.endpoint, "-o", "wide", "--no-trunc")
+    assert result.returncode == 0, result
+    header, rows = table(result)
+    assert header[7:] == ["IMAGE ID", "HASH", "POD UID"]
+    assert [row[0] for row in rows] == [c.id.id for _, c in rows_of(pods.pods)]
+    assert [row[7:] for row in rows] == [
+        [c.image_id or c.image_ref, f"{c.hash:x}", pod.id] for pod, c in rows_of(pods.pods)
+    ]
+
+
+def test_quiet_prints_container_ids(run: Runner, sim: SimRuntime, runtime: CRIRuntime) -> None:
+    with paused(sim, runtime, False) as pods:
+        result = run("ps", "-r", sim.endpoint, "-q")
+    assert result.returncode == 0, result
+    assert result.lines() == [c.id.id for _, c in rows_of(pods.pods)]
+
+
+def test_name_selects_containers_and_namespace_selects_pods(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime
+) -> None:
+    with paused(sim, runtime, True) as pods:
+        result = run("ps", "-r", sim.endpoint, "-a", "-q", "--name", "^istio", "-n", "default")
+    assert result.returncode == 0, result
+    expected = [
+        c.id.id
+        for pod, c in rows_of(pods.pods)
+        if c.name.startswith("istio") and pod.namespace == "default"
+    ]
+    assert expected, "the simulation should have istio sidecars in default"
+    assert result.lines() == expected
+
+
+@pytest.mark.parametrize("by", ["uid", "full-name", "sandbox-prefix"])
+def test_pod_option_shows_one_pods_containers(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, by: str
+) -> None:
+    with paused(sim, runtime, True) as pods:
+        pod = next(p for p in pods if len(p.containers) > 1 and p.sandboxes)
+        ref = {
+            "uid": pod.id,
+            "full-name": pod.full_name,
+            "sandbox-prefix": pod.sandboxes[0].id.id[:12],
+        }
+        result = run("ps", "-r", sim.endpoint, "-a", "-q", "--pod", ref[by])
+    assert result.returncode == 0, result
+    assert result.lines() == [c.id.id for c in pod.containers]
+
+
+def test_pod_option_naming_nothing_is_not_found(run: Runner, sim: SimRuntime) -> None:
+    result = run("ps", "-r", sim.endpoint, "-p", "no-such-pod_default")
+    assert result.returncode == 3, result
+    assert "no-such-pod_default" in result.stderr
