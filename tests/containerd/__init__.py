@@ -1,0 +1,1 @@
+"""Tests against a real containerd (scripts/containerd-up); marked ``containerd``."""
