@@ -1,6 +1,14 @@
 """podcache: the kubelet's container runtime cache for Python."""
 
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache, CacheStats, PodGetter, RuntimeCache
+from podcache.errors import (
+    CRIError,
+    EndpointNotFoundError,
+    PodcacheError,
+    RuntimeDeadlineError,
+    RuntimeProtocolError,
+    RuntimeUnavailableError,
+)
 from podcache.fake import AsyncFakeRuntime, FakeRuntime
 from podcache.model import (
     AmbiguousContainerIDError,
@@ -16,15 +24,21 @@ __all__ = [
     "AsyncFakeRuntime",
     "AsyncPodGetter",
     "AsyncRuntimeCache",
+    "CRIError",
     "CacheStats",
     "Container",
     "ContainerID",
     "ContainerState",
+    "EndpointNotFoundError",
     "FakeRuntime",
     "Pod",
     "PodGetter",
     "PodList",
+    "PodcacheError",
     "RuntimeCache",
+    "RuntimeDeadlineError",
+    "RuntimeProtocolError",
+    "RuntimeUnavailableError",
 ]
 
 __version__ = "0.1.0"

@@ -163,6 +163,17 @@ def _sorted_pairs(labels: object) -> bool:
     ) and all(pairs[i][0] <= pairs[i + 1][0] for i in range(len(pairs) - 1))
 
 
+def with_sorted_labels(pod: Pod, labels: tuple[tuple[str, str], ...]) -> Pod:
+    """Give ``pod`` (built without labels) ``labels`` that are already sorted ``(k, v)`` pairs.
+
+    For runtime getters building thousands of pods per refresh: skips the per-pair check that
+    construction does (about 1.7 us a pod). Only for a pod no one else has seen yet.
+    """
+    if labels:
+        msgspec.structs.force_setattr(pod, "labels", labels)
+    return pod
+
+
 class AmbiguousContainerIDError(LookupError):
     """A container-ID prefix matched more than one container or sandbox."""
 
@@ -177,26 +188,61 @@ class AmbiguousContainerIDError(LookupError):
 
 
 class _Index:
-    """Lookup tables for one PodList, built once. Holds no pods of its own beyond references."""
+    """Lookup tables for one PodList, each built on its first use, then kept.
 
-    __slots__ = ("by_full_name", "by_id", "by_uid", "sorted_ids")
+    Pods are newest first, so keeping the first entry per key keeps the newest, like the
+    kubelet's first-match scans. Each table is built at most a few times under a race, always
+    to the same value: no lock is needed.
+    """
+
+    __slots__ = ("_by_full_name", "_by_id", "_by_uid", "_pods", "_sorted_ids")
 
     def __init__(self, pods: tuple[Pod, ...]) -> None:
-        by_uid: dict[str, Pod] = {}
-        by_full_name: dict[str, Pod] = {}
-        by_id: dict[str, tuple[Pod, Container]] = {}
-        # Pods are newest first: setdefault keeps the first, i.e. the newest, like the kubelet.
-        for pod in pods:
-            by_uid.setdefault(pod.id, pod)
-            by_full_name.setdefault(f"{pod.name}_{pod.namespace}", pod)
-            for container in pod.containers:
-                by_id.setdefault(container.id.id, (pod, container))
-            for sandbox in pod.sandboxes:
-                by_id.setdefault(sandbox.id.id, (pod, sandbox))
-        self.by_uid = by_uid
-        self.by_full_name = by_full_name
-        self.by_id = by_id
-        self.sorted_ids = sorted(by_id)
+        self._pods = pods
+        self._by_uid: dict[str, Pod] | None = None
+        self._by_full_name: dict[str, Pod] | None = None
+        self._by_id: dict[str, tuple[Pod, Container]] | None = None
+        self._sorted_ids: list[str] | None = None
+
+    @property
+    def by_uid(self) -> dict[str, Pod]:
+        table = self._by_uid
+        if table is None:
+            table = {}
+            for pod in reversed(self._pods):  # reversed + assignment: the newest wins
+                table[pod.id] = pod
+            self._by_uid = table
+        return table
+
+    @property
+    def by_full_name(self) -> dict[str, Pod]:
+        table = self._by_full_name
+        if table is None:
+            table = {}
+            for pod in reversed(self._pods):
+                table[f"{pod.name}_{pod.namespace}"] = pod
+            self._by_full_name = table
+        return table
+
+    @property
+    def by_id(self) -> dict[str, tuple[Pod, Container]]:
+        table = self._by_id
+        if table is None:
+            table = {}
+            for pod in reversed(self._pods):
+                for item in reversed(pod.sandboxes):
+                    table[item.id.id] = (pod, item)
+                for item in reversed(pod.containers):
+                    table[item.id.id] = (pod, item)
+            self._by_id = table
+        return table
+
+    @property
+    def sorted_ids(self) -> list[str]:
+        ids = self._sorted_ids
+        if ids is None:
+            ids = self._sorted_ids = sorted(self.by_id)
+        return ids
 
 
 class PodList(Sequence[Pod]):

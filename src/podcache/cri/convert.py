@@ -23,7 +23,14 @@ from operator import attrgetter, itemgetter
 from typing import TypeVar
 
 from podcache.cri.proto import api_pb2 as pb
-from podcache.model import Container, ContainerID, ContainerState, Pod, PodList
+from podcache.model import (
+    Container,
+    ContainerID,
+    ContainerState,
+    Pod,
+    PodList,
+    with_sorted_labels,
+)
 
 __all__ = [
     "CONTAINER_HASH_ANNOTATION",
@@ -335,14 +342,17 @@ def build_pods(
             and pod.namespace == group.namespace
             and pod.labels == pod_labels
         ):
-            pod = Pod(
-                id=uid,
-                name=group.name,
-                namespace=group.namespace,
-                created_at=group.created_at,
-                containers=pod_containers,
-                sandboxes=pod_sandboxes,
-                labels=pod_labels,
+            # Labels are sorted pairs by construction: hand them over without the re-check.
+            pod = with_sorted_labels(
+                Pod(
+                    id=uid,
+                    name=group.name,
+                    namespace=group.namespace,
+                    created_at=group.created_at,
+                    containers=pod_containers,
+                    sandboxes=pod_sandboxes,
+                ),
+                pod_labels,
             )
         pods.append(pod)
         if remember:
