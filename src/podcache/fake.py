@@ -48,7 +48,11 @@ class _FakeBase:
         self.max_in_flight = 0
         """The most calls ever in flight at once (a cache should keep this at 1)."""
         self._lock = threading.Lock()
-        self._blocked = False
+        self._init_gate()
+
+    def _init_gate(self) -> None:
+        """Set up the twin's way of holding calls (threading or asyncio)."""
+        raise NotImplementedError
 
     def set_pods(self, pods: Iterable[Pod]) -> None:
         """Replace the running pods."""
@@ -76,15 +80,7 @@ class _FakeBase:
 class FakeRuntime(_FakeBase):
     """A thread-safe in-memory getter: ``get_pods(all)`` returns ``pods`` after the faults."""
 
-    def __init__(
-        self,
-        pods: Iterable[Pod] = (),
-        *,
-        all_pods: Iterable[Pod] | None = None,
-        latency: float = 0.0,
-        error: BaseException | None = None,
-    ) -> None:
-        super().__init__(pods, all_pods=all_pods, latency=latency, error=error)
+    def _init_gate(self) -> None:
         self._gate = threading.Event()
         self._gate.set()
         self._entered = threading.Condition(self._lock)
@@ -121,15 +117,7 @@ class FakeRuntime(_FakeBase):
 class AsyncFakeRuntime(_FakeBase):
     """The asyncio twin of FakeRuntime; use it (block, release, await) from one event loop."""
 
-    def __init__(
-        self,
-        pods: Iterable[Pod] = (),
-        *,
-        all_pods: Iterable[Pod] | None = None,
-        latency: float = 0.0,
-        error: BaseException | None = None,
-    ) -> None:
-        super().__init__(pods, all_pods=all_pods, latency=latency, error=error)
+    def _init_gate(self) -> None:
         self._gate: asyncio.Event | None = None
         self._hold = False
 

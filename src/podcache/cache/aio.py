@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, cast
 
-from podcache.cache.core import CacheStats, FreshnessCore, Refresh, period_seconds
+from podcache.cache.core import CacheStats, FreshnessCore, Refresh
 from podcache.cache.threaded import PodGetter, check_getter, check_timeout
 from podcache.model import PodList
 
@@ -49,16 +49,11 @@ class AsyncRuntimeCache:
         stats: bool = False,
     ) -> None:
         check_getter(getter)
-        period = period_seconds(cache_period, "cache_period")
-        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
-        if ahead > period:
-            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
-        stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
         self._getter = getter
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
-            period, _new_future, refresh_ahead=ahead, max_stale=stale
+            cache_period, _new_future, refresh_ahead=refresh_ahead, max_stale=max_stale
         )
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0

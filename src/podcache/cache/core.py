@@ -130,17 +130,22 @@ class FreshnessCore(Generic[S]):
 
     def __init__(
         self,
-        period: float,
+        cache_period: float | timedelta,
         new_signal: Callable[[], S],
         *,
-        refresh_ahead: float = 0.0,
-        max_stale: float | None = None,
+        refresh_ahead: float | timedelta | None = None,
+        max_stale: float | timedelta | None = None,
     ) -> None:
+        """Validate the durations (clear ValueError / TypeError naming the argument)."""
+        period = period_seconds(cache_period, "cache_period")
+        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
+        if ahead > period:
+            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
         self.period = period
-        self.max_stale = max_stale
+        self.max_stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
         # Snapshots younger than this are served without looking at anything else.
-        self.refresh_ahead = refresh_ahead
-        self.fresh_for = NEVER if period == 0 else max(period - refresh_ahead, 0.0)
+        self.refresh_ahead = ahead
+        self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
         self.snapshot: Snapshot = (None, NEVER, NEVER)
         self.inflight: Refresh[S] | None = None
         self.queued: Refresh[S] | None = None

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
-from podcache.cache.core import CacheStats, FreshnessCore, Refresh, Snapshot, period_seconds
+from podcache.cache.core import CacheStats, FreshnessCore, Refresh, Snapshot
 from podcache.model import PodList
 
 __all__ = ["PodGetter", "RuntimeCache"]
@@ -100,16 +100,11 @@ class RuntimeCache:
         stats: bool = False,
     ) -> None:
         check_getter(getter)
-        period = period_seconds(cache_period, "cache_period")
-        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
-        if ahead > period:
-            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
-        stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
         self._getter = getter
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
-            period, threading.Event, refresh_ahead=ahead, max_stale=stale
+            cache_period, threading.Event, refresh_ahead=refresh_ahead, max_stale=max_stale
         )
         # The instance's get_pods is the closure (the method below documents it and is its
         # twin); counting hits is opt-in so the default hit path stays one read, one clock call.
