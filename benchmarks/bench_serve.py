@@ -1,0 +1,412 @@
+"""Load benchmark of ``podcache serve`` against nginx serving the same bytes as static files.
+
+    .venv/bin/python benchmarks/bench_serve.py [--quick] [--with-uvicorn]
+
+What it does (wrk: 1 thread, 50 connections, 10 s per run; servers interleaved; median of 3):
+
+1. starts ``podcache serve --sim --sim-pods 110 --cache-period 1h`` on loopback (granian);
+2. fetches /pods (the whole node, ~150 KB) and one /containers/{id} answer (~1-2 KB) from it,
+   writes those bytes as static files, and starts a private nginx (1 worker, sendfile on,
+   config, pid and logs in a temporary directory) on another loopback port;
+3. runs wrk against both for both bodies, round-robin, and prints a markdown table: req/s,
+   ratio to nginx, latency p50/p99, errors (non-2xx responses and socket errors);
+4. a soak: a fresh server whose simulation churns (pods replaced every second, cache period
+   2 s), 200 connections on /pods for 60 s; zero errors required, and the server's RSS is
+   sampled every half second to show it stays flat.
+
+``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop) as a third
+column, for the record of why granian is the server. wrk and nginx are installed with apt-get
+when missing. Exit status 1 when a target or the zero-error rule is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+PODS = 110
+TARGETS = {"pods": 0.75, "container": 0.5}
+"""Minimum podcache/nginx req/s ratio per endpoint."""
+
+_UVICORN_APP = """
+import sys, uvicorn
+from podcache.cri import AsyncCRIRuntime
+from podcache.serve import App
+from podcache.sim import SimRuntime
+sim = SimRuntime(int(sys.argv[2])).start()
+app = App(AsyncCRIRuntime(sim.endpoint), 3600.0)
+print("listening on", flush=True, file=sys.stderr)
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop="uvloop",
+            log_level="warning", access_log=False, lifespan="off")
+"""
+
+
+@dataclass
+class WrkResult:
+    requests_per_second: float
+    p50_ms: float
+    p99_ms: float
+    non_2xx: int
+    socket_errors: int
+
+    @property
+    def errors(self) -> int:
+        return self.non_2xx + self.socket_errors
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def ensure_tools() -> None:
+    missing = [tool for tool in ("wrk", "nginx") if shutil.which(tool) is None]
+    if shutil.which("nginx") is None and Path("/usr/sbin/nginx").exists():
+        missing.remove("nginx")
+    if not missing:
+        return
+    print(f"installing {' '.join(missing)} with apt-get", file=sys.stderr)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", *missing], check=True, env=env, capture_output=True
+    )
+
+
+def nginx_binary() -> str:
+    return shutil.which("nginx") or "/usr/sbin/nginx"
+
+
+def _millis(text: str) -> float:
+    value, unit = re.fullmatch(r"([0-9.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[unit]
+
+
+def wrk(url: str, *, connections: int, seconds: float) -> WrkResult:
+    """One wrk run (1 thread) with latency percentiles."""
+    result = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    out = result.stdout
+    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out)[1])  # type: ignore[index]
+    p50 = _millis(re.search(r"\s50%\s+(\S+)", out)[1])  # type: ignore[index]
+    p99 = _millis(re.search(r"\s99%\s+(\S+)", out)[1])  # type: ignore[index]
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+([0-9]+)", out)
+    sockets = re.search(
+        r"Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)", out
+    )
+    return WrkResult(
+        rps,
+        p50,
+        p99,
+        int(non_2xx[1]) if non_2xx else 0,
+        sum(int(n) for n in sockets.groups()) if sockets else 0,
+    )
+
+
+def wait_for(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as reply:
+                reply.read()
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        data: bytes = reply.read()
+        return data
+
+
+@contextmanager
+def process(args: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A server subprocess, up once ``ready_url`` answers; SIGTERM on the way out."""
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(ready_url)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def podcache_serve(port: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "podcache.serve", "--sim", "--listen", f"127.0.0.1:{port}",
+            *extra]  # fmt: skip
+
+
+@contextmanager
+def nginx(files: dict[str, bytes]) -> Iterator[int]:
+    """A private nginx (1 worker, sendfile) serving ``files`` on a loopback port."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-nginx-") as tmp:
+        root = Path(tmp)
+        www = root / "www"
+        www.mkdir()
+        for name, data in files.items():
+            (www / name).write_bytes(data)
+            (www / name).chmod(0o644)
+        for directory in (root, www):
+            directory.chmod(0o755)
+        temp = "\n".join(
+            f"  {kind}_temp_path {root}/{kind};"
+            for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+        )
+        conf = root / "nginx.conf"
+        conf.write_text(
+            f"""worker_processes 1;
+daemon off;
+pid {root}/nginx.pid;
+error_log {root}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  sendfile on;
+  tcp_nopush on;
+  tcp_nodelay on;
+  keepalive_requests 100000000;
+  default_type application/json;
+{temp}
+  server {{ listen 127.0.0.1:{port}; root {www}; }}
+}}
+"""
+        )
+        args = [nginx_binary(), "-c", str(conf), "-p", str(root), "-e", f"{root}/error.log"]
+        with process(args, f"http://127.0.0.1:{port}/{next(iter(files))}"):
+            yield port
+
+
+class RssSampler:
+    """Samples a process's resident set size (KiB) every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float = 0.5) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss(self) -> int:
+        with open(f"/proc/{self.pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def _run(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(self.interval):
+            try:
+                self.samples.append((time.monotonic() - start, self._rss()))
+            except OSError:
+                return
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def pick_container(base: str, pods: bytes) -> str:
+    """The /containers/{id} path whose answer is closest to 1 KB."""
+    import json
+
+    best: tuple[int, str] | None = None
+    for pod in json.loads(pods)["items"]:
+        for container in pod["containers"]:
+            path = "/containers/" + container["id"].split("://", 1)[1]
+            size = len(fetch(base + path))
+            if best is None or abs(size - 1024) < abs(best[0] - 1024):
+                best = (size, path)
+    assert best is not None
+    return best[1]
+
+
+def fmt(result: WrkResult) -> str:
+    return (
+        f"{result.requests_per_second:9.0f} | {result.p50_ms:7.2f} | {result.p99_ms:7.2f} | "
+        f"{result.errors}"
+    )
+
+
+def median(results: list[WrkResult]) -> WrkResult:
+    return WrkResult(
+        statistics.median(r.requests_per_second for r in results),
+        statistics.median(r.p50_ms for r in results),
+        statistics.median(r.p99_ms for r in results),
+        sum(r.non_2xx for r in results),
+        sum(r.socket_errors for r in results),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round of 3 s, a 10 s soak")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--soak-seconds", type=float, default=None)
+    parser.add_argument("--with-uvicorn", action="store_true", help="also the app under uvicorn")
+    options = parser.parse_args()
+    rounds = options.rounds or (1 if options.quick else 3)
+    seconds = options.seconds or (3.0 if options.quick else 10.0)
+    soak_seconds = options.soak_seconds or (10.0 if options.quick else 60.0)
+    ensure_tools()
+    ok = True
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    serve_args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
+    with process(serve_args, base + "/healthz"):
+        pods = fetch(base + "/pods")
+        container_path = pick_container(base, pods)
+        container = fetch(base + container_path)
+        print(
+            f"bodies: /pods {len(pods)} bytes ({PODS} pods), {container_path[:24]}... "
+            f"{len(container)} bytes",
+            file=sys.stderr,
+        )
+        servers = {"podcache": base}
+        paths = {"pods": ("/pods", "/pods.json"), "container": (container_path, "/container.json")}
+        with nginx({"pods.json": pods, "container.json": container}) as nginx_port:
+            servers["nginx"] = f"http://127.0.0.1:{nginx_port}"
+            uvicorn_proc = None
+            if options.with_uvicorn:
+                uvicorn_port = free_port()
+                uvicorn_proc = subprocess.Popen(
+                    [sys.executable, "-c", _UVICORN_APP, str(uvicorn_port), str(PODS)],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+                servers["uvicorn"] = f"http://127.0.0.1:{uvicorn_port}"
+                wait_for(servers["uvicorn"] + "/healthz")
+            try:
+                results: dict[tuple[str, str], list[WrkResult]] = {}
+                for name, url in servers.items():  # warm-up, not counted
+                    for path, static in paths.values():
+                        target = url + (static if name == "nginx" else path)
+                        wrk(target, connections=50, seconds=2)
+                for round_ in range(rounds):
+                    for key, (path, static) in paths.items():
+                        for name, url in servers.items():
+                            target = url + (static if name == "nginx" else path)
+                            result = wrk(target, connections=50, seconds=seconds)
+                            results.setdefault((key, name), []).append(result)
+                            print(
+                                f"round {round_ + 1} {key:9} {name:8} "
+                                f"{result.requests_per_second:9.0f} req/s",
+                                file=sys.stderr,
+                            )
+            finally:
+                if uvicorn_proc is not None:
+                    uvicorn_proc.send_signal(signal.SIGTERM)
+                    uvicorn_proc.wait(15)
+
+    print(
+        f"\n### podcache serve vs nginx (wrk -t1 -c50 -d{seconds:g}s, median of {rounds}, "
+        f"{os.cpu_count()} CPUs)\n"
+    )
+    print("| endpoint | body | server | req/s | p50 ms | p99 ms | errors | ratio* | target |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---|")
+    sizes = {"pods": len(pods), "container": len(container)}
+    for key in paths:
+        reference = results[(key, "nginx")]
+        for name in servers:
+            runs = results[(key, name)]
+            result = median(runs)
+            # Each round ran the servers back to back: compare within rounds, then take the
+            # median, so load from other processes drifting between rounds cancels out.
+            ratio = statistics.median(
+                run.requests_per_second / ref.requests_per_second
+                for run, ref in zip(runs, reference, strict=True)
+            )
+            target = ""
+            if name == "podcache":
+                met = ratio >= TARGETS[key]
+                target = f">= {TARGETS[key]}x: {'met' if met else 'MISSED'}"
+                ok = ok and met
+            if result.errors:
+                ok = False
+            label = "/pods" if key == "pods" else "/containers/{id}"
+            print(
+                f"| {label} | {sizes[key]} B | {name} | {fmt(result)} | {ratio:.2f}x | {target} |"
+            )
+
+    print(
+        "\n*ratio: median over rounds of podcache (or uvicorn) req/s / nginx req/s in the same "
+        "round; req/s, p50 and p99 are medians over rounds, errors a sum."
+    )
+
+    # -- the soak: churn, 200 connections, RSS ---------------------------------------------
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    soak_args = podcache_serve(
+        port, "--sim-pods", str(PODS), "--sim-churn", "20", "--cache-period", "2s"
+    )
+    with process(soak_args, base + "/healthz") as proc:
+        wrk(base + "/pods", connections=200, seconds=3)  # warm-up
+        with RssSampler(proc.pid) as sampler:
+            soak = wrk(base + "/pods", connections=200, seconds=soak_seconds)
+        metrics = fetch(base + "/metrics").decode()
+    refreshes = re.search(r"^podcache_cache_refreshes_total (\S+)", metrics, re.M)
+    rss = [kib for _, kib in sampler.samples]
+    # The first fifth is the allocator settling under 200 concurrent bodies; after it, the
+    # second half's median must stay within 10% of the first half's.
+    settled = rss[len(rss) // 5 :]
+    half = len(settled) // 2
+    first, last = statistics.median(settled[:half]), statistics.median(settled[half:])
+    growth = (last - first) / first
+    flat = growth < 0.10
+    checkpoints = " ".join(
+        f"{t:.0f}s:{kib / 1024:.0f}" for t, kib in sampler.samples[:: max(1, len(rss) // 6)]
+    )
+    print(
+        f"\n### soak: wrk -t1 -c200 -d{soak_seconds:g}s /pods, simulation churning 20 pods/s, "
+        "cache period 2 s\n"
+    )
+    print("| req/s | p50 ms | p99 ms | errors | refreshes | RSS 20-60% | RSS 60-100% | "
+          "RSS max | growth |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {fmt(soak)} | {refreshes[1] if refreshes else '?'} | {first / 1024:.1f} MiB | "
+        f"{last / 1024:.1f} MiB | {max(rss) / 1024:.1f} MiB | {growth:+.1%} |"
+    )
+    print(f"\nRSS (MiB) over the run: {checkpoints}")
+    ok = ok and soak.errors == 0 and flat
+    print(f"\n{'all targets met' if ok else 'SOME TARGETS MISSED'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""The ``podcache serve`` click command: options, the token rule, wiring; no HTTP, no event loop.
+
+The ``podcache`` CLI mounts ``serve_command``; ``python -m podcache.serve`` runs it alone. It
+decides what may listen where (loopback or a unix socket without a token; anything else only
+with ``--token-file``) and owns the simulated runtime of ``--sim``. Heavy imports (gRPC,
+granian) wait until the command runs, so ``podcache --help`` stays fast. It holds no HTTP logic.
+"""
+
+# ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import sys
+from typing import Any
+
+import click
+
+from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
+
+__all__ = ["Duration", "parse_duration", "serve_command"]
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ms|s|m|h)")
+_BARE = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in ``2s``, ``500ms``, ``1m``, ``1m30s``, ``1h`` or a bare number (``1.5``).
+
+    Negative, empty and malformed values are a ValueError quoting the text.
+    """
+    value = text.strip()
+    if _BARE.fullmatch(value):
+        seconds = float(value)
+    else:
+        seconds, position = 0.0, 0
+        for match in _PART.finditer(value):
+            if match.start() != position:
+                break
+            seconds += float(match[1]) * _UNITS[match[2]]
+            position = match.end()
+        if position == 0 or position != len(value):
+            raise ValueError(f"{text!r} is not a duration: use e.g. 2s, 500ms, 1m, 1.5 (seconds)")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{text!r} is not a finite duration")
+    return seconds
+
+
+class Duration(click.ParamType[float, Any]):
+    """A click type for ``parse_duration`` (seconds as a float); ``positive`` refuses 0."""
+
+    name = "duration"
+
+    def __init__(self, *, positive: bool = False) -> None:
+        self.positive = positive
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            seconds = parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if self.positive and seconds <= 0:
+            self.fail(f"{value!r} must be more than 0", param, ctx)
+        return seconds
+
+
+class _Listen(click.ParamType[ListenAddress, Any]):
+    name = "address"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> ListenAddress:
+        if isinstance(value, ListenAddress):
+            return value
+        try:
+            return parse_listen(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def _say(message: str) -> None:
+    click.echo(f"podcache serve: {message}", err=True)
+
+
+@click.command(
+    "serve",
+    context_settings={"help_option_names": ["-h", "--help"]},
+    help=(
+        "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
+        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
+        "--token-file is given. Stops cleanly on SIGTERM."
+    ),
+)
+@click.option(
+    "-r",
+    "--runtime-endpoint",
+    envvar="CONTAINER_RUNTIME_ENDPOINT",
+    metavar="ENDPOINT",
+    help="CRI endpoint (unix:///run/containerd/containerd.sock); default as crictl finds it.",
+)
+@click.option("--sim", is_flag=True, help="Serve a simulated runtime started in this process.")
+@click.option(
+    "--sim-pods",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
+    metavar="N",
+    help="Pods in the simulated runtime.",
+)
+@click.option(
+    "--sim-churn",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    metavar="R",
+    help="Pods the simulated runtime replaces per second.",
+)
+@click.option(
+    "--listen",
+    type=_Listen(),
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="HOST:PORT (an IP or localhost) or unix:PATH.",
+)
+@click.option(
+    "--cache-period",
+    type=Duration(),
+    default="2s",
+    show_default=True,
+    help="How stale a snapshot may be (2s, 500ms, 1m, 1.5); 0 asks the runtime every time.",
+)
+@click.option(
+    "--token-file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Require 'Authorization: Bearer <token in FILE>' (needed to listen beyond loopback).",
+)
+@click.option(
+    "--timeout",
+    type=Duration(positive=True),
+    default="2s",
+    show_default=True,
+    help="Deadline of each runtime call.",
+)
+@click.pass_context
+def serve_command(
+    ctx: click.Context,
+    *,
+    runtime_endpoint: str | None,
+    sim: bool,
+    sim_pods: int,
+    sim_churn: float,
+    listen: ListenAddress,
+    cache_period: float,
+    token_file: str | None,
+    timeout: float,
+) -> None:
+    """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
+    from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
+
+    source = ctx.get_parameter_source("runtime_endpoint")
+    if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give either --sim or -r/--runtime-endpoint, not both")
+    auth = None
+    if token_file is not None:
+        try:
+            token, warning = read_token_file(token_file)
+        except TokenFileError as exc:
+            raise click.BadParameter(str(exc), param_hint="--token-file") from None
+        if warning:
+            _say(f"warning: {warning}")
+        auth = BearerAuth(token)
+    if not listen.loopback and auth is None:
+        raise click.UsageError(
+            f"refusing to listen on {listen} without a token: it is reachable from other "
+            "hosts. Pass --token-file FILE (clients then send 'Authorization: Bearer <token>'), "
+            "or listen on loopback (127.0.0.1:PORT) or a unix socket (unix:/run/podcache.sock)."
+        )
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.WARNING,
+        format="podcache serve: %(levelname)s: %(message)s",
+    )
+    _run(
+        endpoint=None if sim else runtime_endpoint,
+        sim=sim,
+        sim_pods=sim_pods,
+        sim_churn=sim_churn,
+        listen=listen,
+        cache_period=cache_period,
+        auth=auth,
+        timeout=timeout,
+    )
+
+
+def _run(
+    *,
+    endpoint: str | None,
+    sim: bool,
+    sim_pods: int,
+    sim_churn: float,
+    listen: ListenAddress,
+    cache_period: float,
+    auth: object,
+    timeout: float,
+) -> None:
+    from podcache.cri import AsyncCRIRuntime
+    from podcache.errors import PodcacheError
+    from podcache.serve.app import App
+    from podcache.serve.auth import BearerAuth
+    from podcache.serve.server import ServeError, run
+
+    assert auth is None or isinstance(auth, BearerAuth)
+    simulation = None
+    if sim:
+        from podcache.sim import SimRuntime
+
+        simulation = SimRuntime(sim_pods, churn=sim_churn)
+        try:
+            simulation.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+        endpoint = simulation.endpoint
+        _say(
+            f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
+            f"at {endpoint}, not this node's"
+        )
+    try:
+        try:
+            runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
+        except PodcacheError as exc:
+            raise click.ClickException(str(exc)) from exc
+        # A request may wait for a refresh in flight and then for its own.
+        wait = 2 * timeout + 1.0
+
+        def make_app() -> App:
+            return App(runtime, cache_period, auth=auth, wait=wait)
+
+        def listening(app: App) -> None:
+            token = "bearer token required" if auth is not None else "no token"
+            _say(
+                f"listening on {listen.url} (runtime {runtime.endpoint}, cache period "
+                f"{cache_period:g}s, {token})"
+            )
+
+        def warmed(error: BaseException | None) -> None:
+            if error is not None:
+                _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
+
+        try:
+            run(make_app, listen, on_listening=listening, on_warm=warmed, cleanup=runtime.close)
+        except ServeError as exc:
+            raise click.ClickException(str(exc)) from exc
+        _say("stopped")
+    finally:
+        if simulation is not None:
+            simulation.stop()

@@ -1,0 +1,108 @@
+"""Prometheus metrics: cache, refreshes, snapshot size, requests; no global registry, no HTTP.
+
+Counting a request is one dict update on the serving path; everything else is read when
+``/metrics`` is scraped (from ``cache.stats()`` and the latest snapshot), so metrics cost the
+hot path next to nothing. Each ``Metrics`` has its own registry (nothing global: several
+servers or tests in one process do not collide). It holds no HTTP and no cache logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+from podcache.cache import CacheStats
+from podcache.model import PodList
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+"""The exposition format's content type."""
+
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """The server's metrics. ``stats`` reads the cache's counters; ``latest`` its last pods."""
+
+    def __init__(
+        self, stats: Callable[[], CacheStats], latest: Callable[[], PodList | None]
+    ) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests: dict[tuple[str, int], int] = {}
+        """Requests answered, by (route, status code); the application increments it."""
+        self._refresh_duration = Histogram(
+            "podcache_refresh_duration_seconds",
+            "Duration of runtime calls made to refresh the cache (successful or not).",
+            registry=self.registry,
+            buckets=_BUCKETS,
+        )
+        self.registry.register(_Collector(self, stats, latest))
+
+    def observe_refresh(self, seconds: float, ok: bool) -> None:
+        """Record one runtime call (``RuntimeWatch.on_call``)."""
+        self._refresh_duration.observe(seconds)
+
+    def count(self, route: str, status: int) -> None:
+        """Record one answered request."""
+        key = (route, status)
+        requests = self.requests
+        requests[key] = requests.get(key, 0) + 1
+
+    def render(self) -> bytes:
+        """The text exposition of every metric."""
+        return generate_latest(self.registry)
+
+
+class _Collector(Collector):
+    """Builds the scrape-time metrics from the cache, the latest pods and the request counts."""
+
+    def __init__(
+        self,
+        metrics: Metrics,
+        stats: Callable[[], CacheStats],
+        latest: Callable[[], PodList | None],
+    ) -> None:
+        self._metrics = metrics
+        self._stats = stats
+        self._latest = latest
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self._stats()
+        for name, value, help_text in (
+            ("podcache_cache_hits", stats.hits, "Cache lookups answered from the snapshot."),
+            ("podcache_cache_misses", stats.misses, "Cache lookups that needed a refresh."),
+            ("podcache_cache_refreshes", stats.refreshes, "Successful cache refreshes."),
+            ("podcache_cache_refresh_errors", stats.errors, "Cache refreshes that failed."),
+        ):
+            yield CounterMetricFamily(name, help_text, value=value)
+        age = GaugeMetricFamily(
+            "podcache_snapshot_age_seconds",
+            "Age of the cached snapshot (absent until the first refresh succeeds).",
+        )
+        if stats.age is not None:
+            age.add_metric([], stats.age)
+        yield age
+        pods = self._latest()
+        yield GaugeMetricFamily(
+            "podcache_pods",
+            "Pods in the latest snapshot.",
+            value=0 if pods is None else len(pods),
+        )
+        yield GaugeMetricFamily(
+            "podcache_containers",
+            "Containers (not sandboxes) in the latest snapshot.",
+            value=0 if pods is None else sum(len(pod.containers) for pod in pods),
+        )
+        requests = CounterMetricFamily(
+            "podcache_http_requests",
+            "HTTP requests answered, by route and status code.",
+            labels=["route", "code"],
+        )
+        for (route, status), count in sorted(self._metrics.requests.items()):
+            requests.add_metric([route, str(status)], count)
+        yield requests

@@ -1,0 +1,363 @@
+"""The OpenAPI 3.1 document of ``podcache serve``, as data; no routing, no validation.
+
+Data only, built once per server (it differs only in whether a bearer token is required). The
+pod schemas describe ``podcache.jsonview``'s shape; a test compares them with that module's
+output, so the two cannot drift apart silently. It holds no routing and no validation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from podcache.model import ContainerState
+from podcache.serve.query import (
+    BOOLEANS,
+    CONTAINER_ID_PATTERN,
+    LABEL_SELECTOR_PATTERN,
+    MAX_ID_LENGTH,
+    MAX_LABELS,
+    MAX_NEWER_THAN,
+    NAME_PATTERN,
+    POD_NAME_PATTERN,
+)
+
+__all__ = ["document"]
+
+_REF = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _envelope(**members: dict[str, Any]) -> dict[str, Any]:
+    properties = {
+        **members,
+        "cache_time": {
+            "type": "number",
+            "description": "Unix time (seconds, wall clock) the snapshot was read from the "
+            "runtime: it reflects every change made before then.",
+        },
+        "age_seconds": {
+            "type": "number",
+            "minimum": 0,
+            "description": "Seconds between cache_time and this response.",
+        },
+    }
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(properties),
+        "additionalProperties": False,
+    }
+
+
+def _schemas() -> dict[str, Any]:
+    container_properties: dict[str, Any] = {
+        "id": {
+            "type": "string",
+            "description": "The runtime-qualified ID, type://id (containerd://3f2a...).",
+        },
+        "name": {"type": "string", "description": "Empty for sandboxes."},
+        "image": {"type": "string"},
+        "image_id": {"type": "string"},
+        "image_ref": {"type": "string"},
+        "image_runtime_handler": {"type": "string"},
+        "hash": {"type": "integer", "minimum": 0},
+        "state": {"type": "string", "enum": [state.value for state in ContainerState]},
+    }
+    pod_properties: dict[str, Any] = {
+        "id": {"type": "string", "description": "The pod UID."},
+        "name": {"type": "string"},
+        "namespace": {"type": "string"},
+        "created_at": {
+            "type": "integer",
+            "description": "Creation time of the pod's newest sandbox, ns since the epoch.",
+        },
+        "labels": {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "The pod's own labels (without the kubelet's io.kubernetes.pod.*).",
+        },
+        "containers": {"type": "array", "items": _ref("Container")},
+        "sandboxes": {"type": "array", "items": _ref("Container")},
+    }
+    return {
+        "Container": {
+            "type": "object",
+            "description": "A container or a pod sandbox, as the kubelet lists them.",
+            "properties": container_properties,
+            "required": list(container_properties),
+            "additionalProperties": False,
+        },
+        "Pod": {
+            "type": "object",
+            "description": "A pod: containers and sandboxes newest first.",
+            "properties": pod_properties,
+            "required": list(pod_properties),
+            "additionalProperties": False,
+        },
+        "PodList": _envelope(
+            items={"type": "array", "items": _ref("Pod"), "description": "Newest first."}
+        ),
+        "PodResponse": _envelope(pod=_ref("Pod")),
+        "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
+        "Ready": _envelope(status={"type": "string", "enum": ["ready"]}),
+        "Health": {
+            "type": "object",
+            "properties": {"status": {"type": "string", "enum": ["ok"]}},
+            "required": ["status"],
+            "additionalProperties": False,
+        },
+        "Error": {
+            "type": "object",
+            "properties": {
+                "error": {"type": "string", "description": "What went wrong."},
+                "status": {"type": "integer", "description": "The HTTP status code."},
+                "cache_time": {
+                    "type": "number",
+                    "description": "When the answer came from a snapshot (404 from a "
+                    "lookup): that snapshot's time.",
+                },
+                "age_seconds": {"type": "number", "minimum": 0},
+            },
+            "required": ["error", "status"],
+            "additionalProperties": False,
+        },
+    }
+
+
+_AGE_HEADER = {
+    "description": "Age of the snapshot in seconds (absent before the first refresh).",
+    "schema": {"type": "string"},
+}
+_ETAG_HEADER = {
+    "description": "Weak ETag of the snapshot's content.",
+    "schema": {"type": "string"},
+}
+
+_ERRORS = {
+    "400": "A malformed or unknown parameter, a bad header value.",
+    "405": "Any method but GET and HEAD (the API is read-only).",
+    "414": "Request path or query string too long.",
+    "431": "Too many or too large request header fields.",
+    "500": "An unexpected failure (logged by the server; no details are returned).",
+    "503": "The container runtime is not reachable or did not answer in time (the message "
+    "names it).",
+}
+
+
+def _json(schema: str, description: str, *, etag: bool = False) -> dict[str, Any]:
+    headers: dict[str, Any] = {"X-Podcache-Age": _AGE_HEADER}
+    if etag:
+        headers["ETag"] = _ETAG_HEADER
+    return {
+        "description": description,
+        "headers": headers,
+        "content": {"application/json": {"schema": _ref(schema)}},
+    }
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": _ref("Error")}},
+    }
+
+
+def _operation(
+    summary: str,
+    ok: dict[str, Any],
+    *,
+    parameters: Sequence[dict[str, Any]] = (),
+    extra: dict[str, str] | None = None,
+    snapshot: bool = False,
+    auth: bool,
+    open_route: bool = False,
+) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": ok}
+    if snapshot:
+        responses["304"] = {
+            "description": "The If-None-Match ETag still names the snapshot's content.",
+            "headers": {"X-Podcache-Age": _AGE_HEADER, "ETag": _ETAG_HEADER},
+        }
+    errors = dict(_ERRORS)
+    if extra:
+        errors.update(extra)
+    if auth and not open_route:
+        errors["401"] = "No or wrong bearer token."
+    for status in sorted(errors):
+        responses[status] = _error(errors[status])
+    operation: dict[str, Any] = {"summary": summary, "responses": responses}
+    if parameters:
+        operation["parameters"] = list(parameters)
+    if auth and open_route:
+        operation["security"] = []
+    return {"get": operation}
+
+
+_NEWER_THAN = {"type": "number", "minimum": 0, "maximum": MAX_NEWER_THAN}
+_FRESHNESS: list[dict[str, Any]] = [
+    {
+        "name": "newer_than",
+        "in": "query",
+        "description": "Read-your-writes: answer from a snapshot read from the runtime at or "
+        "after this unix time (seconds); the cache refreshes if it holds an older one. Times "
+        "in the future count as now.",
+        "schema": _NEWER_THAN,
+    },
+    {
+        "name": "fresh",
+        "in": "query",
+        "description": "1 (or true): answer from a snapshot read after this request arrived "
+        "(newer_than now).",
+        "schema": {"type": "string", "enum": list(BOOLEANS)},
+    },
+    {
+        "name": "X-Podcache-Newer-Than",
+        "in": "header",
+        "description": "Same as newer_than (the later of the two wins when both are given).",
+        "schema": _NEWER_THAN,
+    },
+    {
+        "name": "If-None-Match",
+        "in": "header",
+        "description": "An ETag from an earlier answer: 304 while the pods are unchanged.",
+        "schema": {"type": "string"},
+    },
+]
+
+
+def _path(name: str, description: str, pattern: str = NAME_PATTERN) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "maxLength": MAX_ID_LENGTH, "pattern": pattern},
+    }
+
+
+def document(*, auth: bool, version: str) -> dict[str, Any]:
+    """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
+    not_found = {"404": "Nothing with that identity in the snapshot."}
+    paths: dict[str, Any] = {
+        "/pods": _operation(
+            "The node's running pods (newest first), optionally filtered.",
+            _json("PodList", "The pods.", etag=True),
+            parameters=[
+                {
+                    "name": "namespace",
+                    "in": "query",
+                    "description": "Only pods in this namespace.",
+                    "schema": {
+                        "type": "string",
+                        "maxLength": MAX_ID_LENGTH,
+                        "pattern": NAME_PATTERN,
+                    },
+                },
+                {
+                    "name": "label",
+                    "in": "query",
+                    "description": "Only pods with this label: KEY=VALUE, or KEY for any value. "
+                    "Repeat for several (all must match).",
+                    "schema": {
+                        "type": "array",
+                        "items": {"type": "string", "pattern": LABEL_SELECTOR_PATTERN},
+                        "maxItems": MAX_LABELS,
+                    },
+                    "style": "form",
+                    "explode": True,
+                },
+                *_FRESHNESS,
+            ],
+            snapshot=True,
+            auth=auth,
+        ),
+        "/pods/{uid}": _operation(
+            "One pod by UID.",
+            _json("PodResponse", "The pod.", etag=True),
+            parameters=[_path("uid", "The pod UID."), *_FRESHNESS],
+            extra=not_found,
+            snapshot=True,
+            auth=auth,
+        ),
+        "/namespaces/{namespace}/pods/{name}": _operation(
+            "One pod by namespace and name (the newest, if several share them).",
+            _json("PodResponse", "The pod.", etag=True),
+            parameters=[
+                _path("namespace", "The namespace (no '_').", POD_NAME_PATTERN),
+                _path("name", "The pod name (no '_').", POD_NAME_PATTERN),
+                *_FRESHNESS,
+            ],
+            extra=not_found,
+            snapshot=True,
+            auth=auth,
+        ),
+        "/containers/{id}": _operation(
+            "A container or sandbox and its pod, by ID.",
+            _json("ContainerResponse", "The container and its pod.", etag=True),
+            parameters=[
+                _path(
+                    "id",
+                    "A full ID type://id (URL-encoded or not), a bare ID, or a unique prefix "
+                    "of at least 4 characters.",
+                    CONTAINER_ID_PATTERN,
+                ),
+                *_FRESHNESS,
+            ],
+            extra={
+                **not_found,
+                "409": "The prefix matches several containers (the message lists them).",
+            },
+            snapshot=True,
+            auth=auth,
+        ),
+        "/healthz": _operation(
+            "The process is up (never asks the runtime; needs no token).",
+            {
+                "description": "Up.",
+                "content": {"application/json": {"schema": _ref("Health")}},
+            },
+            auth=auth,
+            open_route=True,
+        ),
+        "/readyz": _operation(
+            "The runtime answered within the last cache period (refreshes if it must).",
+            _json("Ready", "Ready."),
+            auth=auth,
+        ),
+        "/metrics": _operation(
+            "Prometheus metrics.",
+            {
+                "description": "The text exposition format.",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            auth=auth,
+        ),
+        "/openapi.json": _operation(
+            "This document.",
+            {
+                "description": "The OpenAPI document.",
+                "content": {"application/json": {"schema": {"type": "object"}}},
+            },
+            auth=auth,
+        ),
+    }
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "podcache",
+            "version": version,
+            "description": "A node's pods as the kubelet's runtime cache sees them, read over "
+            "CRI, with bounded staleness and read-your-writes (newer_than). Read-only: GET "
+            "and HEAD.",
+        },
+        "paths": paths,
+        "components": {"schemas": _schemas()},
+    }
+    if auth:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        doc["security"] = [{"bearer": []}]
+    return doc

@@ -1,0 +1,235 @@
+"""Request parsing and validation: sizes, queries, freshness, labels, ETags; no cache, no clock.
+
+Pure functions from request text to values or an ``HTTPError`` (4xx) that names the bad input;
+no routing, no cache and no clock (the application maps wall time onto the cache's clock).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from urllib.parse import unquote_plus
+
+from podcache.serve.response import HTTPError
+
+__all__ = [
+    "BOOLEANS",
+    "CONTAINER_ID_PATTERN",
+    "LABEL_SELECTOR_PATTERN",
+    "MAX_HEADERS",
+    "MAX_HEADER_BYTES",
+    "MAX_ID_LENGTH",
+    "MAX_LABELS",
+    "MAX_NEWER_THAN",
+    "MAX_PARAMS",
+    "MAX_PATH",
+    "MAX_QUERY",
+    "NAME_PATTERN",
+    "POD_NAME_PATTERN",
+    "LabelSelector",
+    "Query",
+    "check_name",
+    "check_path",
+    "collect_headers",
+    "etag_matches",
+    "parse_bool",
+    "parse_newer_than",
+    "parse_query",
+]
+
+MAX_PATH = 2048
+"""Longest request path accepted (longer: 414)."""
+MAX_QUERY = 2048
+"""Longest query string accepted (longer: 414)."""
+MAX_HEADERS = 64
+"""Most request header fields accepted (more: 431)."""
+MAX_HEADER_BYTES = 8192
+"""Most bytes of header names and values accepted, all fields together (more: 431)."""
+MAX_PARAMS = 32
+"""Most query parameters accepted (more: 400)."""
+MAX_LABELS = 16
+"""Most ``label`` selectors in one request (more: 400)."""
+MAX_ID_LENGTH = 253
+"""Longest pod UID, name, namespace, container ID or label part accepted (longer: 400)."""
+
+MAX_NEWER_THAN = 1e12
+"""Largest ``newer_than`` accepted (unix seconds, the year 33658); anything later is a 400."""
+
+# The patterns below are also the OpenAPI document's (ECMA-262 and Python agree on them), so
+# what the document calls valid is exactly what the API accepts.
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_SELECTOR_PATTERN = (
+    rf"^(?:[a-z0-9](?:[-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_NAME}(?:={{1,2}}(?:{_LABEL_NAME})?)?$"
+)
+"""``label``: a Kubernetes label key (optional DNS prefix and "/"), then ``=VALUE`` (or
+``==VALUE``) or nothing."""
+NAME_PATTERN = r"^[^\x00-\x1f\x7f\ufffd]+$"
+"""UIDs, container IDs, namespaces in queries: no control characters (nor U+FFFD, which stands
+for bytes that were not UTF-8)."""
+CONTAINER_ID_PATTERN = r"^(?!.*://.*://)(?!://)(?!.*://$)[^\x00-\x1f\x7f\ufffd]{4,}$"
+"""``/containers/{id}``: a bare ID or prefix of at least 4 characters, or ``type://id`` with
+both parts non-empty. (An exact ID shorter than 4 characters is found too.)"""
+POD_NAME_PATTERN = r"^[^_/\x00-\x1f\x7f\ufffd]+$"
+"""Pod names and namespaces in paths: also no ``_`` (it would make ``name_namespace``
+ambiguous) and no ``/``."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ufffd]")
+_LABEL_SELECTOR = re.compile(LABEL_SELECTOR_PATTERN)
+_NUMBER = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+
+Query = dict[str, list[str]]
+"""Query parameters by name, each with its values in order."""
+
+
+def check_path(path: str) -> None:
+    """414 for an over-long path; 400 for control characters or bytes that are not UTF-8."""
+    if len(path) > MAX_PATH:
+        raise HTTPError(414, f"request path is longer than {MAX_PATH} characters")
+    if _CONTROL.search(path):
+        raise HTTPError(400, "request path holds control characters or invalid UTF-8")
+
+
+def collect_headers(items: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """Request headers as a dict by lower-case name, within the limits (431 beyond them).
+
+    Repeated fields are joined with ", " (RFC 9110 5.3), except those that must appear once
+    (``authorization``, ``x-podcache-newer-than``): repeating them is a 400.
+    """
+    headers: dict[str, str] = {}
+    size = 0
+    for count, (name, value) in enumerate(items, 1):
+        size += len(name) + len(value)
+        if count > MAX_HEADERS:
+            raise HTTPError(431, f"more than {MAX_HEADERS} request header fields")
+        if size > MAX_HEADER_BYTES:
+            raise HTTPError(431, f"request header fields exceed {MAX_HEADER_BYTES} bytes")
+        key = name.lower()
+        if key in headers:
+            if key in ("authorization", "x-podcache-newer-than"):
+                raise HTTPError(400, f"header {name} given more than once")
+            headers[key] = f"{headers[key]}, {value}"
+        else:
+            headers[key] = value
+    return headers
+
+
+def parse_query(text: str, allowed: frozenset[str], repeatable: frozenset[str]) -> Query:
+    """Parse ``a=1&b=2`` (``+`` and ``%XX`` decoded as UTF-8) into ``Query``.
+
+    Unknown names, repeats of a name not in ``repeatable``, too many parameters, malformed
+    percent-encoding and control characters are a 400 naming the parameter.
+    """
+    if len(text) > MAX_QUERY:
+        raise HTTPError(414, f"query string is longer than {MAX_QUERY} characters")
+    query: Query = {}
+    if not text:
+        return query
+    pieces = [piece for piece in text.split("&") if piece]
+    if len(pieces) > MAX_PARAMS:
+        raise HTTPError(400, f"more than {MAX_PARAMS} query parameters")
+    for piece in pieces:
+        raw_name, _, raw_value = piece.partition("=")
+        try:
+            name = unquote_plus(raw_name, errors="strict")
+            value = unquote_plus(raw_value, errors="strict")
+        except UnicodeDecodeError:
+            raise HTTPError(400, "query string is not valid UTF-8 once percent-decoded") from None
+        if _CONTROL.search(name) or _CONTROL.search(value):
+            raise HTTPError(400, "query string holds control characters")
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise HTTPError(400, f"unknown query parameter {name!r} (known here: {known})")
+        values = query.setdefault(name, [])
+        if values and name not in repeatable:
+            raise HTTPError(400, f"query parameter {name!r} given more than once")
+        values.append(value)
+    return query
+
+
+def parse_newer_than(text: str, where: str) -> float:
+    """Unix seconds (``1735689600.25``) from ``where``; 400 unless finite and >= 0."""
+    if not _NUMBER.fullmatch(text):
+        raise HTTPError(400, f"{where} must be unix seconds (e.g. 1735689600.5), got {text[:64]!r}")
+    value = float(text)
+    if not math.isfinite(value) or not 0 <= value <= MAX_NEWER_THAN:
+        raise HTTPError(
+            400, f"{where} must be unix seconds from 0 to {MAX_NEWER_THAN:.0e}, got {text[:64]!r}"
+        )
+    return value
+
+
+BOOLEANS = {"1": True, "true": True, "0": False, "false": False}
+"""The values a yes/no parameter takes."""
+
+
+def parse_bool(text: str, where: str) -> bool:
+    """``1``/``true`` or ``0``/``false``; 400 otherwise."""
+    value = BOOLEANS.get(text)
+    if value is None:
+        raise HTTPError(400, f"{where} must be 1 or 0 (true or false), got {text[:64]!r}")
+    return value
+
+
+def check_name(value: str, what: str, *, underscore: bool = True) -> str:
+    """A path or query value naming something: non-empty, at most ``MAX_ID_LENGTH`` characters,
+    no control characters, and no ``_`` when ``underscore`` is False (pod names and namespaces,
+    which the ``name_namespace`` full name would make ambiguous). 400 otherwise.
+    """
+    if not value:
+        raise HTTPError(400, f"{what} is empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise HTTPError(400, f"{what} is longer than {MAX_ID_LENGTH} characters")
+    if _CONTROL.search(value):
+        raise HTTPError(400, f"{what} holds control characters")
+    if not underscore and "_" in value:
+        raise HTTPError(400, f"{what} {value!r} cannot contain '_' (Kubernetes names never do)")
+    return value
+
+
+class LabelSelector:
+    """``key=value`` (the pod has the label with that value) or ``key`` (it has the label).
+
+    Keys and values follow Kubernetes' label syntax; anything else is a 400.
+    """
+
+    __slots__ = ("key", "value")
+
+    def __init__(self, key: str, value: str | None) -> None:
+        self.key = key
+        self.value = value
+
+    @classmethod
+    def parse(cls, text: str) -> LabelSelector:
+        """Parse one ``label`` query value."""
+        key, sep, value = text.partition("=")
+        if sep and value.startswith("="):  # accept "k==v" as Kubernetes selectors do
+            value = value[1:]
+        if not _LABEL_SELECTOR.fullmatch(text):
+            raise HTTPError(
+                400,
+                f"label selector {text[:80]!r} is not KEY=VALUE or KEY with Kubernetes label "
+                "syntax (e.g. app=web, app.kubernetes.io/name=web)",
+            )
+        return cls(key, value if sep else None)
+
+    def matches(self, labels: Iterable[tuple[str, str]]) -> bool:
+        """Does a pod with these ``(key, value)`` labels satisfy the selector?"""
+        for key, value in labels:
+            if key == self.key:
+                return self.value is None or value == self.value
+        return False
+
+    def __repr__(self) -> str:
+        return f"LabelSelector({self.key!r}, {self.value!r})"
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """Does an ``If-None-Match`` value match ``etag`` by weak comparison (``*`` matches any)?"""
+    if if_none_match.strip() == "*":
+        return True
+    opaque = etag.removeprefix("W/")
+    for candidate in if_none_match.split(","):
+        if candidate.strip().removeprefix("W/") == opaque:
+            return True
+    return False

@@ -1,0 +1,463 @@
+"""The application in-process, through its ASGI interface, over AsyncFakeRuntime with fake clocks:
+routing, validation, freshness arithmetic, ETags, auth, metrics and the catch-all 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import pytest
+
+from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod
+from podcache.errors import RuntimeUnavailableError
+from podcache.jsonview import pod_to_json
+from podcache.serve import App
+from podcache.serve.auth import BearerAuth
+
+WALL_OFFSET = 1_700_000_000.0
+TOKEN = b"0123456789abcdef-token"
+
+
+class Clocks:
+    """A monotonic clock and a wall clock WALL_OFFSET ahead of it, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.now + WALL_OFFSET
+
+
+def container(ident: str, name: str = "", *, runtime: str = "containerd") -> Container:
+    return Container(id=ContainerID(runtime, ident), name=name, state=ContainerState.RUNNING)
+
+
+def pod(uid: str, name: str, namespace: str, *ids: str, **labels: str) -> Pod:
+    return Pod(
+        id=uid,
+        name=name,
+        namespace=namespace,
+        created_at=1_700_000_000_000_000_000,
+        containers=[container(i, f"c-{i[:4]}") for i in ids],
+        sandboxes=[container("sb" + uid.ljust(10, "0"))],
+        labels=labels,
+    )
+
+
+PODS = [
+    pod("uid-web", "web-1", "default", "aaaa1111", "aaaa2222", app="web", tier="frontend"),
+    pod("uid-api", "api-1", "default", "bbbb1111", app="api", tier="backend"),
+    pod("uid-db", "db-0", "data", "cccc1111", app="db"),
+]
+
+
+class Reply:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+async def call(
+    app: App,
+    path: str,
+    query: str = "",
+    *,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+) -> Reply:
+    """One request through the ASGI interface."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "query_string": query.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
+    }
+    await app(scope, receive, send)
+    start, body = sent
+    assert start["type"] == "http.response.start"
+    response_headers = {k.decode(): v.decode() for k, v in start["headers"]}
+    return Reply(start["status"], response_headers, body["body"])
+
+
+Make = Callable[..., App]
+
+
+@pytest.fixture
+def clocks() -> Clocks:
+    return Clocks()
+
+
+@pytest.fixture
+def runtime() -> AsyncFakeRuntime:
+    return AsyncFakeRuntime(PODS)
+
+
+@pytest.fixture
+def make(runtime: AsyncFakeRuntime, clocks: Clocks) -> Make:
+    def build(period: float = 10.0, **kwargs: Any) -> App:
+        return App(runtime, period, clock=clocks.monotonic, wall=clocks.wall, **kwargs)
+
+    return build
+
+
+def error(reply: Reply, status: int) -> str:
+    assert reply.status == status, reply.body
+    assert reply.headers["content-type"] == "application/json"
+    body = reply.json()
+    assert body["status"] == status
+    return str(body["error"])
+
+
+# -- routing and shapes ------------------------------------------------------------------------
+async def test_pods_body_is_items_cache_time_and_age(make: Make, clocks: Clocks) -> None:
+    app = make()
+    first = await call(app, "/pods")
+    clocks.now += 1.5
+    reply = await call(app, "/pods")
+    body = reply.json()
+    assert body["items"] == [pod_to_json(p) for p in PODS]
+    assert body["cache_time"] == pytest.approx(100.0 + WALL_OFFSET)
+    assert body["age_seconds"] == pytest.approx(1.5)
+    assert reply.headers["x-podcache-age"] == "1.500"
+    assert reply.headers["etag"] == first.headers["etag"]
+
+
+async def test_each_snapshot_is_serialised_once(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make()
+    await call(app, "/pods")
+    view = app._views.current
+    assert view is not None
+    head = view.items_head
+    for _ in range(3):
+        await call(app, "/pods")
+    assert app._views.current is view and view.items_head is head
+    clocks.now += 11
+    runtime.set_pods(PODS[:1])
+    reply = await call(app, "/pods")
+    assert app._views.current is not view
+    assert [item["id"] for item in reply.json()["items"]] == ["uid-web"]
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("namespace=default", ["uid-web", "uid-api"]),
+        ("namespace=data", ["uid-db"]),
+        ("namespace=none", []),
+        ("label=app=web", ["uid-web"]),
+        ("label=app==api", ["uid-api"]),
+        ("label=tier", ["uid-web", "uid-api"]),
+        ("label=tier&label=app=api", ["uid-api"]),
+        ("label=tier&namespace=data", []),
+        ("namespace=default&label=app%3Dweb", ["uid-web"]),
+    ],
+)
+async def test_pod_filters(make: Make, query: str, expected: list[str]) -> None:
+    reply = await call(make(), "/pods", query)
+    assert reply.status == 200
+    assert [item["id"] for item in reply.json()["items"]] == expected
+
+
+async def test_lookups(make: Make) -> None:
+    app = make()
+    assert (await call(app, "/pods/uid-api")).json()["pod"] == pod_to_json(PODS[1])
+    assert (await call(app, "/namespaces/data/pods/db-0")).json()["pod"] == pod_to_json(PODS[2])
+    for ident in ("containerd://bbbb1111", "bbbb1111", "bbbb"):
+        body = (await call(app, f"/containers/{ident}")).json()
+        assert body["container"]["id"] == "containerd://bbbb1111"
+        assert body["pod"] == pod_to_json(PODS[1])
+    body = (await call(app, "/containers/sbuid-db")).json()  # a sandbox, by prefix
+    assert body["container"]["id"] == "containerd://sbuid-db0000"
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "words"),
+    [
+        ("/pods/nope", 404, "no pod with UID"),
+        ("/namespaces/default/pods/nope", 404, "no pod 'nope'"),
+        ("/containers/dddd", 404, "no container"),
+        ("/containers/docker://bbbb1111", 404, "no container"),
+        ("/containers/aaaa", 409, "ambiguous"),
+        ("/containers/aa", 400, "too short"),
+        ("/containers/containerd://", 400, "empty"),
+        ("/namespaces/a_b/pods/x", 400, "'_'"),
+        ("/nope", 404, "no such route"),
+        ("/pods/", 404, "no such route"),
+        ("/pods/a/b", 404, "no such route"),
+        ("/namespaces/x/pods", 404, "no such route"),
+        ("/namespaces/x/pod/y", 404, "no such route"),
+        ("/pods/a\x00b", 400, "control"),
+        ("/pods/\ufffd", 400, "UTF-8"),
+    ],
+)
+async def test_errors_are_json_with_their_status(
+    make: Make, path: str, status: int, words: str
+) -> None:
+    assert words in error(await call(make(), path), status)
+
+
+async def test_a_404_from_a_snapshot_carries_its_time(make: Make) -> None:
+    body = (await call(make(), "/pods/nope")).json()
+    assert body["cache_time"] == pytest.approx(100.0 + WALL_OFFSET)
+    assert body["age_seconds"] == 0
+
+
+@pytest.mark.parametrize(
+    ("query", "words"),
+    [
+        ("bogus=1", "unknown query parameter 'bogus'"),
+        ("namespace=a&namespace=b", "more than once"),
+        ("newer_than=abc", "unix seconds"),
+        ("newer_than=inf", "unix seconds"),
+        ("newer_than=1e400", "from 0 to"),
+        ("newer_than=1_000", "unix seconds"),
+        ("newer_than=-5", "from 0 to"),
+        ("newer_than=2e12", "from 0 to"),
+        ("fresh=2", "1 or 0"),
+        ("label=bad key", "label selector"),
+        ("label=-x=y", "label selector"),
+        ("label=a=-b", "label selector"),
+        ("namespace=%ZZ%FF", "UTF-8"),
+        ("namespace=%01", "control"),
+        ("&".join(f"label=k{i}" for i in range(17)), "more than 16 label"),
+        ("&".join(f"label=k{i % 9}" for i in range(16)) + "&fresh=0" * 17, "more than 32"),
+    ],
+)
+async def test_bad_queries_are_400(make: Make, query: str, words: str) -> None:
+    assert words in error(await call(make(), "/pods", query), 400)
+
+
+async def test_bad_queries_do_not_reach_the_runtime(make: Make, runtime: AsyncFakeRuntime) -> None:
+    await call(make(), "/pods", "newer_than=x")
+    assert runtime.calls == 0
+
+
+async def test_sizes_are_bounded(make: Make) -> None:
+    app = make()
+    error(await call(app, "/pods/" + "x" * 3000), 414)
+    error(await call(app, "/pods", "namespace=" + "x" * 3000), 414)
+    error(await call(app, "/pods", headers=[(f"x-{i}", "1") for i in range(65)]), 431)
+    error(await call(app, "/pods", headers=[("x-big", "v" * 9000)]), 431)
+    assert (await call(app, "/pods", headers=[(f"x-{i}", "1") for i in range(60)])).status == 200
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE"])
+async def test_only_get_and_head(make: Make, method: str) -> None:
+    reply = await call(make(), "/pods", method=method)
+    error(reply, 405)
+    assert reply.headers["allow"] == "GET, HEAD"
+
+
+async def test_head_has_the_length_and_no_body(make: Make) -> None:
+    app = make()
+    get = await call(app, "/pods")
+    head = await call(app, "/pods", method="HEAD")
+    assert head.status == 200 and head.body == b""
+    assert head.headers["content-length"] == str(len(get.body))
+
+
+# -- freshness ---------------------------------------------------------------------------------
+async def test_newer_than_maps_wall_time_onto_the_cache_clock(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(60.0)
+    await call(app, "/pods")  # filled at monotonic 100
+    runtime.set_pods(PODS[:1])
+    clocks.now = 105.0
+    old = await call(app, "/pods", f"newer_than={WALL_OFFSET + 100.0}")  # not newer: cached
+    assert len(old.json()["items"]) == 3 and runtime.calls == 1
+    new = await call(app, "/pods", f"newer_than={WALL_OFFSET + 100.5}")
+    assert len(new.json()["items"]) == 1 and runtime.calls == 2
+    assert new.json()["cache_time"] == pytest.approx(105.0 + WALL_OFFSET)
+    assert new.json()["age_seconds"] == 0
+
+
+async def test_the_header_and_fresh_force_a_refresh_too(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(60.0)
+    await call(app, "/pods")
+    clocks.now += 1
+    header = [("X-Podcache-Newer-Than", str(WALL_OFFSET + 100.5))]
+    await call(app, "/pods/uid-web", headers=header)
+    assert runtime.calls == 2
+    clocks.now += 1
+    await call(app, "/containers/aaaa1111", "fresh=1")
+    assert runtime.calls == 3
+    await call(app, "/containers/aaaa1111", "fresh=0")
+    assert runtime.calls == 3
+
+
+async def test_the_later_of_header_and_parameter_wins(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(60.0)
+    await call(app, "/pods")
+    clocks.now += 1
+    header = [("x-podcache-newer-than", str(WALL_OFFSET + 100.5))]
+    await call(app, "/pods", f"newer_than={WALL_OFFSET + 50}", headers=header)
+    assert runtime.calls == 2
+
+
+async def test_a_future_newer_than_counts_as_now(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(60.0)
+    await call(app, "/pods")
+    clocks.now += 1
+    reply = await call(app, "/pods", f"newer_than={WALL_OFFSET + 10_000}")  # no hang: one refresh
+    assert reply.status == 200 and runtime.calls == 2
+    assert reply.json()["cache_time"] == pytest.approx(101.0 + WALL_OFFSET)
+
+
+async def test_runtime_errors_are_503_with_the_message(
+    make: Make, runtime: AsyncFakeRuntime
+) -> None:
+    runtime.error = RuntimeUnavailableError("unix:///run/x.sock", "connection refused")
+    app = make()
+    for path in ("/pods", "/pods/x", "/readyz"):
+        reply = await call(app, path)
+        assert "unix:///run/x.sock" in error(reply, 503)
+        assert reply.headers["retry-after"] == "1"
+    assert (await call(app, "/healthz")).status == 200
+
+
+async def test_a_runtime_that_hangs_is_503_after_the_wait(
+    make: Make, runtime: AsyncFakeRuntime
+) -> None:
+    runtime.block()
+    app = make(wait=0.05)
+    assert "within 0.05 s" in error(await call(app, "/pods"), 503)
+    runtime.release()
+
+
+async def test_unexpected_failures_are_a_bare_500_and_logged(
+    make: Make, runtime: AsyncFakeRuntime, caplog: pytest.LogCaptureFixture
+) -> None:
+    runtime.error = RuntimeError("secret internal detail")
+    with caplog.at_level(logging.ERROR, logger="podcache.serve"):
+        reply = await call(make(), "/pods")
+    message = error(reply, 500)
+    assert "secret" not in message and "Traceback" not in reply.body.decode()
+    assert "secret internal detail" in caplog.text
+
+
+# -- ETags -------------------------------------------------------------------------------------
+async def test_304_while_content_is_unchanged_even_across_refreshes(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(1.0)
+    etag = (await call(app, "/pods")).headers["etag"]
+    clocks.now += 5
+    reply = await call(app, "/pods", headers=[("if-none-match", etag)])
+    assert reply.status == 304 and reply.body == b"" and runtime.calls == 2
+    assert reply.headers["etag"] == etag
+    assert (await call(app, "/pods/uid-db", headers=[("if-none-match", etag)])).status == 304
+    runtime.set_pods(PODS[1:])
+    clocks.now += 5
+    changed = await call(app, "/pods", headers=[("if-none-match", etag)])
+    assert changed.status == 200 and changed.headers["etag"] != etag
+    missing = await call(app, "/pods/uid-web", headers=[("if-none-match", "*")])
+    assert missing.status == 404
+
+
+# -- auth --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        (None, 401),
+        ("Bearer wrong", 401),
+        ("Bearer " + TOKEN.decode() + "x", 401),
+        ("Basic " + TOKEN.decode(), 401),
+        ("Bearer " + TOKEN.decode(), 200),
+        ("bearer  " + TOKEN.decode() + " ", 200),
+        ("Bearer \u00e9" + TOKEN.decode(), 401),
+    ],
+)
+async def test_bearer_token(make: Make, authorization: str | None, status: int) -> None:
+    app = make(auth=BearerAuth(TOKEN))
+    headers = [] if authorization is None else [("authorization", authorization)]
+    for path in ("/pods", "/metrics", "/openapi.json", "/readyz"):
+        reply = await call(app, path, headers=headers)
+        assert reply.status == status
+        if status == 401:
+            assert reply.headers["www-authenticate"] == 'Bearer realm="podcache"'
+    assert (await call(app, "/healthz")).status == 200
+
+
+async def test_a_repeated_authorization_header_is_400(make: Make) -> None:
+    app = make(auth=BearerAuth(TOKEN))
+    headers = [("authorization", "Bearer " + TOKEN.decode())] * 2
+    error(await call(app, "/pods", headers=headers), 400)
+
+
+# -- health and metrics ------------------------------------------------------------------------
+async def test_readyz_reports_the_snapshot_and_refreshes_when_it_is_old(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(2.0)
+    reply = await call(app, "/readyz")
+    assert reply.json()["status"] == "ready" and runtime.calls == 1
+    clocks.now += 3
+    runtime.error = RuntimeUnavailableError("unix:///x", "gone")
+    error(await call(app, "/readyz"), 503)
+
+
+async def test_metrics_count_requests_by_route_and_code(
+    make: Make, runtime: AsyncFakeRuntime
+) -> None:
+    app = make()
+    await call(app, "/pods")
+    await call(app, "/pods")
+    await call(app, "/pods/nope")
+    await call(app, "/containers/aaaa1111")
+    await call(app, "/nowhere")
+    text = (await call(app, "/metrics")).body.decode()
+    assert 'podcache_http_requests_total{code="200",route="/pods"} 2.0' in text
+    assert 'podcache_http_requests_total{code="404",route="/pods/{uid}"} 1.0' in text
+    assert 'podcache_http_requests_total{code="200",route="/containers/{id}"} 1.0' in text
+    assert 'podcache_http_requests_total{code="404",route="unmatched"} 1.0' in text
+    assert "podcache_cache_refreshes_total 1.0" in text
+    assert "podcache_cache_hits_total 3.0" in text
+    assert "podcache_cache_misses_total 1.0" in text
+    assert "podcache_pods 3.0" in text
+    assert "podcache_containers 4.0" in text
+    assert "podcache_refresh_duration_seconds_count 1.0" in text
+    assert "podcache_snapshot_age_seconds 0.0" in text
+
+
+async def test_the_asgi_lifespan_is_acknowledged(make: Make) -> None:
+    app = make()
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message["type"])
+
+    lifespan: Callable[..., Awaitable[None]] = app
+    await lifespan({"type": "lifespan"}, receive, send)
+    assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
