@@ -7,15 +7,19 @@ refresh (decode + conversion to a PodList + building its lookup indexes, nothing
 and a steady refresh (the same, for a listing with 1% of the pods replaced, converted with the
 ``Memo`` of the previous listing, as a live getter does). Reports the ratios to the decode
 (target: at most 10x) and the tracemalloc size of a cold snapshot per container (target: at
-most 1,800 bytes).
+most 1,800 bytes), beside the heap the decoded protobuf messages hold (upb keeps them in arenas
+from C malloc, which tracemalloc does not see: measured as the growth of glibc's ``mallinfo2``).
 
-    python benchmarks/bench_refresh.py [--quick]
+    python benchmarks/bench_refresh.py [--quick] [--sizes 10,50,100] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
+import json
 import random
 import sys
 import time
@@ -177,6 +181,55 @@ def _snapshot_bytes(wire: tuple[bytes, bytes]) -> int:
     return after - before
 
 
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd",
+            "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
+        )
+    ]  # fmt: skip
+
+
+def _malloc_in_use() -> Callable[[], int] | None:
+    """Bytes in use from C malloc (glibc >= 2.33 ``mallinfo2``), or None where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallinfo2 = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    mallinfo2.restype = _MallInfo2
+
+    def in_use() -> int:
+        info = mallinfo2()
+        return int(info.uordblks + info.hblkhd)
+
+    return in_use
+
+
+def _message_bytes(wire: tuple[bytes, bytes]) -> int | None:
+    """Heap held by the two decoded response messages: their upb arenas (C malloc, outside
+    tracemalloc's view) plus the Python objects tracemalloc sees; None without ``mallinfo2``."""
+    in_use = _malloc_in_use()
+    if in_use is None:
+        return None
+    gc.collect()
+    before = in_use()
+    messages = _decode(wire)
+    held = in_use() - before
+    del messages
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        messages = _decode(wire)
+        held += tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert len(messages[0].items) > 0
+    return held
+
+
 def _memo_bytes(wire: tuple[bytes, bytes]) -> int:
     """Bytes a getter's Memo holds beyond the snapshot it shares its objects with."""
     gc.collect()
@@ -218,6 +271,7 @@ def measure(n_pods: int, rounds: int) -> dict[str, float]:
         _timed(steady, *times["steady"])
     best = {k: (min(w), min(c)) for k, (w, c) in times.items()}
     n_containers = n_pods * CONTAINERS_PER_POD
+    message_bytes = _message_bytes(wire)
     return {
         "pods": n_pods,
         "containers": n_containers,
@@ -230,6 +284,9 @@ def measure(n_pods: int, rounds: int) -> dict[str, float]:
         "cold_wall_ratio": best["cold"][0] / best["decode"][0],
         "bytes_per_container": _snapshot_bytes(wire) / n_containers,
         "memo_per_container": _memo_bytes(wire) / n_containers,
+        "message_bytes_per_container": (
+            float("nan") if message_bytes is None else message_bytes / n_containers
+        ),
     }
 
 
@@ -237,9 +294,32 @@ def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a markdown table; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
+    parser.add_argument(
+        "--sizes",
+        type=lambda text: tuple(int(n) for n in text.split(",")),
+        default=SIZES,
+        help="comma-separated pod counts (default: %(default)s; targets judged at the last)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else 15
+    sizes: tuple[int, ...] = args.sizes
     backend = api_implementation.Type()
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "backend": backend,
+                    "python": sys.version.split()[0],
+                    "rounds": rounds,
+                    "containers_per_pod": CONTAINERS_PER_POD,
+                    "churn": CHURN,
+                    "sizes": [measure(n, rounds) for n in sizes],
+                },
+                indent=2,
+            )
+        )
+        return 0
     print(f"protobuf backend: {backend} (must be upb); python {sys.version.split()[0]}")
     print(
         f"best of {rounds} rounds, interleaved; process CPU time (robust to other load on a "
@@ -252,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = []
-    for n in SIZES:
+    for n in sizes:
         r = measure(n, rounds)
         results.append(r)
         print(
@@ -268,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         f"cold refresh <= {RATIO_TARGET:g}x decode": last["cold_ratio"] <= RATIO_TARGET,
         f"snapshot <= {BYTES_TARGET:,} B/container": last["bytes_per_container"] <= BYTES_TARGET,
     }
-    print(f"\ntargets at {SIZES[-1]:,} pods:")
+    print(f"\ntargets at {sizes[-1]:,} pods:")
     for name, ok in verdicts.items():
         print(f"- {name}: {'met' if ok else 'NOT met'}")
     return 0 if all(verdicts.values()) else 1
