@@ -4,16 +4,21 @@ They list sandboxes and containers the way the kubelet does and hand the respons
 ``convert`` (which owns every grouping rule); endpoint lookup is ``endpoint``'s job. What lives
 here is the connection discipline and the error story:
 
-- one channel per getter, insecure, on the unix socket with authority ``localhost``, receive
-  limit 16 MiB, reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the kubelet's);
+- one channel at a time per getter, insecure, on the unix socket with authority ``localhost``,
+  receive limit 16 MiB, reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the
+  kubelet's), and its own subchannel (``grpc.use_local_subchannel_pool``): no other channel in
+  the process shares its connection or its reconnect backoff;
 - one Version call per channel, made lazily by the first request (and retried until it
   succeeds): its ``runtime_name`` is the type of every ContainerID;
 - a ``convert.Memo`` of the last listing, so a refresh converts only the items that changed;
-- every call carries the deadline (``timeout``) and ``wait_for_ready``, so a call made while
-  gRPC is backing off after a runtime restart waits for the reconnect within its deadline
-  instead of failing at once;
-- until a call has succeeded, each call first checks that the unix socket exists, is a socket
-  and is writable, so a wrong path fails at once, not at the deadline;
+- every call carries the deadline (``timeout``) and ``wait_for_ready``;
+- a call on a READY channel goes straight to gRPC (the hot path: nothing else is done). On any
+  other channel it first connects to the endpoint with a plain socket and closes again (tens of
+  microseconds): a missing socket, a refused connection or a denied one fails at once, not at
+  the deadline. When the endpoint accepts but the channel is in reconnect backoff (the runtime
+  was down long enough for gRPC to wait seconds between attempts, and is back), the channel is
+  replaced by a fresh one, which connects at once: the call never waits for a reconnect timer
+  that may fire after its deadline. Calls still waiting on the old channel go on on the new one;
 - a call that reaches its deadline is followed by one short probe of the endpoint (a plain
   connect that sends the HTTP/2 preface) to say what is wrong: nothing there, nobody
   listening, something that is not gRPC, or a runtime that is up but does not answer.
@@ -33,7 +38,7 @@ import socket
 import stat
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -175,6 +180,10 @@ def channel_options(endpoint: Endpoint) -> list[tuple[str, Any]]:
         # In gRPC core this is the minimum connect timeout (Go: MinConnectTimeout 5 s).
         ("grpc.min_reconnect_backoff_ms", 5_000),
         ("grpc.enable_http_proxy", 0),
+        # A subchannel of its own: gRPC otherwise shares one (with its reconnect backoff) among
+        # every channel to the same target in the process, so a fresh channel would inherit the
+        # backoff it is meant to escape (see ``_usable``).
+        ("grpc.use_local_subchannel_pool", 1),
     ]
     if endpoint.path is not None:
         options.append(("grpc.default_authority", "localhost"))
@@ -273,7 +282,7 @@ def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIErro
         else:
             reason = f"the connection failed or was closed during {method} ({details})"
             if endpoint.path is not None:
-                problem = _socket_problem(endpoint.path)
+                problem = _unix_problem(endpoint.path)
                 if problem is not None:
                     reason = f"{problem} ({reason})"
         return RuntimeUnavailableError(url, reason)
@@ -310,6 +319,60 @@ def _socket_problem(path: str) -> str | None:
         return "the path exists but is not a socket"
     if not os.access(path, os.W_OK):
         return "permission denied on the socket (run as root, or as a user allowed to write to it)"
+    return None
+
+
+def _unix_problem(path: str) -> str | None:
+    """Why a connection to this unix socket fails right now, or None when one is accepted.
+
+    A non-blocking connect, closed at once (tens of microseconds): it never waits, so the event
+    loop may call it too. A full backlog (EAGAIN) counts as accepted: something listens, and the
+    call's deadline will tell whether it answers.
+    """
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)
+            code = sock.connect_ex(path)
+    except OSError as e:
+        return _socket_problem(path) or _os_reason(e)
+    if code in (0, errno.EAGAIN, errno.EINPROGRESS):
+        return None
+    return _socket_problem(path) or _os_reason(OSError(code, os.strerror(code)))
+
+
+def _unreachable(endpoint: Endpoint, budget: float) -> str | None:
+    """Why the endpoint takes no connection now (no socket, refused, denied), or None.
+
+    Loopback TCP waits at most ``budget`` seconds for the connect; one that is neither accepted
+    nor refused by then is None too (the call goes ahead and its deadline decides).
+    """
+    if endpoint.path is not None:
+        return _unix_problem(endpoint.path)
+    assert endpoint.address is not None
+    try:
+        socket.create_connection(endpoint.address, timeout=budget).close()
+    except TimeoutError:
+        return None
+    except OSError as e:
+        return _os_reason(e)
+    return None
+
+
+async def _unreachable_async(endpoint: Endpoint, budget: float) -> str | None:
+    """``_unreachable`` for the event loop."""
+    if endpoint.path is not None:
+        return _unix_problem(endpoint.path)  # never blocks
+    assert endpoint.address is not None
+    try:
+        async with asyncio.timeout(budget):
+            _, writer = await asyncio.open_connection(*endpoint.address)
+    except TimeoutError:
+        return None
+    except OSError as e:
+        return _os_reason(e)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
     return None
 
 
@@ -386,11 +449,107 @@ async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
     return _Probe(reply=reply)
 
 
+# -- channels: one gRPC channel, what is known of it, and the Version asked on it ---------------
+
+_READY = grpc.ChannelConnectivity.READY
+_BACKING_OFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+# The same states as gRPC core's numbers, which is what the sync channel's state reader gives.
+_CORE_IDLE: int = grpc.ChannelConnectivity.IDLE.value[0]
+_CORE_READY: int = _READY.value[0]
+_CORE_BACKING_OFF: int = _BACKING_OFF.value[0]
+
+_METHODS: dict[str, tuple[type[Message], type[Message]]] = {
+    "Version": (pb.VersionRequest, pb.VersionResponse),
+    "Status": (pb.StatusRequest, pb.StatusResponse),
+    "ListPodSandbox": (pb.ListPodSandboxRequest, pb.ListPodSandboxResponse),
+    "ListContainers": (pb.ListContainersRequest, pb.ListContainersResponse),
+}
+
+
+def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
+    """The sync channel's connectivity reader: ``read(False)`` is gRPC core's state number.
+
+    grpc.aio channels have ``get_state()``; sync channels only have ``subscribe()``, whose
+    polling thread (one per channel) makes ``close()`` wait up to 0.2 s for it, races it (a
+    thread traceback "Cannot monitor channel state: Channel closed!") and delivers each change
+    from a new thread. So this asks the core channel under the sync one directly, as
+    ``get_state()`` and that thread do: one C call, well under a microsecond. Should a gRPC
+    release move it, every state reads IDLE: each call then checks the endpoint first (correct,
+    a little slower), but a channel in backoff is no longer replaced; a test pins the reader.
+    """
+    read = getattr(getattr(channel, "_channel", None), "check_connectivity_state", None)
+    if read is None:
+        return lambda try_to_connect: _CORE_IDLE
+    return read  # type: ignore[no-any-return]
+
+
+class _Line:
+    """A sync channel, its methods, its state reader and the Version asked on it.
+
+    ``retired``: replaced by a fresh channel, or closed.
+    """
+
+    __slots__ = ("channel", "retired", "rpcs", "state", "version")
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
+        self.rpcs: dict[str, grpc.UnaryUnaryMultiCallable[Any, Any]] = {
+            method: self.channel.unary_unary(
+                _SERVICE + method,
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+            for method, (request, response) in _METHODS.items()
+        }
+        self.state = _state_reader(self.channel)
+        self.version: RuntimeVersion | None = None
+        self.retired = False
+
+    def close(self) -> None:
+        """Close the channel: calls still waiting on it end with CANCELLED."""
+        self.retired = True
+        self.channel.close()
+
+
+class _AsyncLine:
+    """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
+
+    __slots__ = ("channel", "retired", "rpcs", "version")
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
+        self.rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {
+            method: self.channel.unary_unary(
+                _SERVICE + method,
+                request_serializer=request.SerializeToString,
+                response_deserializer=response.FromString,
+            )
+            for method, (request, response) in _METHODS.items()
+        }
+        self.version: RuntimeVersion | None = None
+        self.retired = False
+
+    async def close(self) -> None:
+        """Close the channel: calls still waiting on it are cancelled."""
+        self.retired = True
+        await self.channel.close(None)
+
+
+def _cancelled_by_caller() -> bool:
+    """Whether the running task itself is being cancelled (not just a call of a closed channel).
+
+    grpc.aio ends a call of a channel being closed with CancelledError in the awaiting task,
+    though nobody cancelled that task: ``cancelling()`` tells the two apart.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 # -- the getters --------------------------------------------------------------------------------
 
 
 class _Base:
-    """What the twins share: endpoint, timeout, the socket pre-check and call bookkeeping."""
+    """What the twins share: endpoint, timeout, the memo and the closed flag."""
 
     def __init__(self, endpoint: str | None, timeout: float, config_path: str | None) -> None:
         resolved = resolve_endpoint(endpoint, config_path=config_path)
@@ -398,10 +557,8 @@ class _Base:
         # Where the endpoint came from: "argument", the variable, the config file, "default".
         self.endpoint_source = resolved.source
         self._timeout = _check_timeout(timeout)
-        self._version: RuntimeVersion | None = None
         # The last listing's conversions: a refresh re-reads only what changed (see convert).
         self._memo = Memo()
-        self._connected = False  # a call has succeeded on this channel
         self._closed = False
 
     @property
@@ -417,14 +574,17 @@ class _Base:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.endpoint!r}, timeout={self._timeout:g})"
 
-    def _before_call(self) -> None:
+    def _check_open(self) -> None:
         if self._closed:
             raise _closed_error(type(self).__name__, self.endpoint)
-        path = self._endpoint.path
-        if not self._connected and path is not None:
-            problem = _socket_problem(path)
-            if problem is not None:
-                raise RuntimeUnavailableError(self.endpoint, problem)
+
+    def _unreachable_error(self, problem: str) -> RuntimeUnavailableError:
+        return RuntimeUnavailableError(self.endpoint, problem)
+
+    def _answer(self, method: str, result: object, response: type[_R]) -> _R:
+        if not isinstance(result, response):  # grpc.aio answers None when decoding failed
+            raise RuntimeProtocolError(self.endpoint, _not_cri_message(method))
+        return result
 
 
 class CRIRuntime(_Base):
@@ -444,94 +604,97 @@ class CRIRuntime(_Base):
         config_path: str | None = None,
     ) -> None:
         super().__init__(endpoint, timeout, config_path)
-        self._lock = threading.Lock()
-        channel = grpc.insecure_channel(
-            self._endpoint.target, options=channel_options(self._endpoint)
-        )
-        self._channel = channel
-        self._rpc_version = channel.unary_unary(
-            _SERVICE + "Version",
-            request_serializer=pb.VersionRequest.SerializeToString,
-            response_deserializer=pb.VersionResponse.FromString,
-        )
-        self._rpc_status = channel.unary_unary(
-            _SERVICE + "Status",
-            request_serializer=pb.StatusRequest.SerializeToString,
-            response_deserializer=pb.StatusResponse.FromString,
-        )
-        self._rpc_sandboxes = channel.unary_unary(
-            _SERVICE + "ListPodSandbox",
-            request_serializer=pb.ListPodSandboxRequest.SerializeToString,
-            response_deserializer=pb.ListPodSandboxResponse.FromString,
-        )
-        self._rpc_containers = channel.unary_unary(
-            _SERVICE + "ListContainers",
-            request_serializer=pb.ListContainersRequest.SerializeToString,
-            response_deserializer=pb.ListContainersResponse.FromString,
-        )
+        self._version_lock = threading.Lock()  # one Version call per channel, across threads
+        self._swap_lock = threading.Lock()  # replacing the channel; closing
+        self._line = _Line(self._endpoint)
 
-    def _call(
-        self,
-        method: str,
-        rpc: grpc.UnaryUnaryMultiCallable[Any, Any],
-        request: Message,
-        response: type[_R],
-    ) -> _R:
-        self._before_call()
-        try:
-            result = rpc(request, timeout=self._timeout, wait_for_ready=True)
-        except grpc.RpcError as e:
-            error = _rpc_error(self._endpoint, method, e)
-            if error is None:
-                probe = _probe(self._endpoint, _probe_budget(self._timeout))
-                error = _deadline_error(self.endpoint, method, self._timeout, probe)
-            raise error from e
-        self._connected = True
-        if not isinstance(result, response):  # grpc.aio answers None when decoding failed
-            raise RuntimeProtocolError(self.endpoint, _not_cri_message(method))
-        return result
+    def _usable(self, line: _Line) -> _Line:
+        """The line to call on, for a ``line`` that is not READY (the hot path skips this).
+
+        Raises at once when the endpoint takes no connection. When it does and ``line`` is in
+        reconnect backoff, a fresh line replaces it (once, whichever thread comes first).
+        """
+        problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
+        if problem is not None:
+            raise self._unreachable_error(problem)
+        if line.state(False) == _CORE_BACKING_OFF:
+            with self._swap_lock:
+                self._check_open()
+                if self._line is line:
+                    self._line = _Line(self._endpoint)
+                    line.close()  # calls waiting on it are cancelled: they go on on the new one
+                line = self._line
+        return line
+
+    def _call(self, method: str, request: Message, response: type[_R]) -> tuple[_R, _Line]:
+        """Call ``method``; its answer and the line that gave it."""
+        deadline = time.monotonic() + self._timeout
+        line = self._line
+        while True:
+            self._check_open()
+            if line.state(False) != _CORE_READY:
+                line = self._usable(line)
+            try:
+                result = line.rpcs[method](
+                    request, timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True
+                )
+            except ValueError:  # gRPC's "Cannot invoke RPC on closed channel!"
+                if not line.retired:
+                    raise
+                self._check_open()
+                line = self._line  # replaced between the state check and the call
+                continue
+            except grpc.RpcError as e:
+                if line.retired and not self._closed and e.code() is grpc.StatusCode.CANCELLED:
+                    line = self._line  # replaced while this call waited on it
+                    continue
+                error = _rpc_error(self._endpoint, method, e)
+                if error is None:
+                    probe = _probe(self._endpoint, _probe_budget(self._timeout))
+                    error = _deadline_error(self.endpoint, method, self._timeout, probe)
+                raise error from e
+            return self._answer(method, result, response), line
 
     def version(self) -> RuntimeVersion:
-        """The runtime's Version answer: asked once per connection, then remembered."""
-        version = self._version
-        if version is None:
-            with self._lock:
-                version = self._version
-                if version is None:
-                    answer = self._call(
-                        "Version",
-                        self._rpc_version,
-                        pb.VersionRequest(version=CRI_VERSION),
-                        pb.VersionResponse,
+        """The runtime's Version answer: asked once per channel, then remembered.
+
+        A channel in reconnect backoff is replaced first (see ``_usable``): the new one asks
+        again, so a restarted runtime's answer is fresh.
+        """
+        line = self._line
+        version = line.version
+        if version is None or line.state(False) == _CORE_BACKING_OFF:
+            with self._version_lock:
+                line = self._line
+                version = line.version
+                if version is None or line.state(False) == _CORE_BACKING_OFF:
+                    answer, line = self._call(
+                        "Version", pb.VersionRequest(version=CRI_VERSION), pb.VersionResponse
                     )
-                    version = self._version = _version_from(self.endpoint, answer)
+                    version = line.version = _version_from(self.endpoint, answer)
         return version
 
     def status(self, verbose: bool = False) -> RuntimeStatus:
         """The runtime's conditions (RuntimeReady, NetworkReady) and, if verbose, its info."""
         self.version()
-        answer = self._call(
-            "Status", self._rpc_status, pb.StatusRequest(verbose=verbose), pb.StatusResponse
-        )
+        answer, _ = self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
         return _status_from(answer)
 
     def get_pods(self, all: bool = False) -> PodList:
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = self.version().runtime_name
         sandbox_request, container_request = _list_requests(all)
-        sandboxes = self._call(
-            "ListPodSandbox", self._rpc_sandboxes, sandbox_request, pb.ListPodSandboxResponse
-        )
-        containers = self._call(
-            "ListContainers", self._rpc_containers, container_request, pb.ListContainersResponse
-        )
+        sandboxes, _ = self._call("ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse)
+        containers, _ = self._call("ListContainers", container_request, pb.ListContainersResponse)
         return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
-        if not self._closed:
+        with self._swap_lock:
+            if self._closed:
+                return
             self._closed = True
-            self._channel.close()
+        self._line.close()
 
     def __enter__(self) -> Self:
         return self
@@ -559,66 +722,96 @@ class AsyncCRIRuntime(_Base):
         config_path: str | None = None,
     ) -> None:
         super().__init__(endpoint, timeout, config_path)
-        self._lock = asyncio.Lock()
-        self._channel: grpc.aio.Channel | None = None
-        self._rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {}
+        self._lock = asyncio.Lock()  # one Version call per channel, across tasks
+        self._line: _AsyncLine | None = None
 
-    def _rpc(self, method: str, request: type[Message], response: type[Message]) -> Any:
-        rpc = self._rpcs.get(method)
-        if rpc is None:
-            channel = self._channel
-            if channel is None:
-                channel = self._channel = grpc.aio.insecure_channel(
-                    self._endpoint.target, options=channel_options(self._endpoint)
+    def _current(self) -> _AsyncLine:
+        self._check_open()
+        line = self._line
+        if line is None:
+            line = self._line = _AsyncLine(self._endpoint)
+        return line
+
+    async def _usable(self, line: _AsyncLine) -> _AsyncLine:
+        """``CRIRuntime._usable`` for the event loop (no lock: the swap has no await in it)."""
+        problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
+        if problem is not None:
+            raise self._unreachable_error(problem)
+        current = self._current()
+        if current is line and line.channel.get_state() is _BACKING_OFF:
+            current = self._line = _AsyncLine(self._endpoint)
+            await line.close()  # calls waiting on it are cancelled: they go on on the new one
+        return current
+
+    async def _call(
+        self, method: str, request: Message, response: type[_R]
+    ) -> tuple[_R, _AsyncLine]:
+        """Call ``method``; its answer and the line that gave it."""
+        deadline = time.monotonic() + self._timeout
+        line = self._current()
+        while True:
+            self._check_open()
+            if line.channel.get_state() is not _READY:
+                line = await self._usable(line)
+            try:
+                result = await line.rpcs[method](
+                    request, timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True
                 )
-            rpc = self._rpcs[method] = channel.unary_unary(
-                _SERVICE + method,
-                request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
-            )
-        return rpc
+            except asyncio.CancelledError:
+                if self._closed or not line.retired or _cancelled_by_caller():
+                    raise
+                line = self._current()  # replaced while this call waited on it
+                continue
+            except grpc.aio.UsageError:  # "Channel is closed."
+                if not line.retired:
+                    raise
+                line = self._current()  # closed or replaced while this task was suspended
+                continue
+            except grpc.RpcError as e:
+                error = _rpc_error(self._endpoint, method, e)
+                if error is None:
+                    probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
+                    error = _deadline_error(self.endpoint, method, self._timeout, probe)
+                raise error from e
+            return self._answer(method, result, response), line
 
-    async def _call(self, method: str, request: Message, response: type[_R]) -> _R:
-        self._before_call()
-        rpc = self._rpc(method, type(request), response)
-        try:
-            result = await rpc(request, timeout=self._timeout, wait_for_ready=True)
-        except grpc.RpcError as e:
-            error = _rpc_error(self._endpoint, method, e)
-            if error is None:
-                probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
-                error = _deadline_error(self.endpoint, method, self._timeout, probe)
-            raise error from e
-        self._connected = True
-        if not isinstance(result, response):  # grpc.aio answers None when decoding failed
-            raise RuntimeProtocolError(self.endpoint, _not_cri_message(method))
-        return result
+    def _known_version(self) -> RuntimeVersion | None:
+        line = self._line
+        if line is None or line.channel.get_state() is _BACKING_OFF:
+            return None
+        return line.version
 
     async def version(self) -> RuntimeVersion:
-        """The runtime's Version answer: asked once per connection, then remembered."""
-        version = self._version
+        """The runtime's Version answer: asked once per channel, then remembered.
+
+        A channel in reconnect backoff is replaced first (see ``CRIRuntime._usable``): the new
+        one asks again, so a restarted runtime's answer is fresh.
+        """
+        version = self._known_version()
         if version is None:
             async with self._lock:
-                version = self._version
+                version = self._known_version()
                 if version is None:
-                    answer = await self._call(
+                    answer, line = await self._call(
                         "Version", pb.VersionRequest(version=CRI_VERSION), pb.VersionResponse
                     )
-                    version = self._version = _version_from(self.endpoint, answer)
+                    version = line.version = _version_from(self.endpoint, answer)
         return version
 
     async def status(self, verbose: bool = False) -> RuntimeStatus:
         """The runtime's conditions (RuntimeReady, NetworkReady) and, if verbose, its info."""
         await self.version()
-        answer = await self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
+        answer, _ = await self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
         return _status_from(answer)
 
     async def get_pods(self, all: bool = False) -> PodList:
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = (await self.version()).runtime_name
         sandbox_request, container_request = _list_requests(all)
-        sandboxes = await self._call("ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse)
-        containers = await self._call(
+        sandboxes, _ = await self._call(
+            "ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse
+        )
+        containers, _ = await self._call(
             "ListContainers", container_request, pb.ListContainersResponse
         )
         return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
@@ -627,9 +820,9 @@ class AsyncCRIRuntime(_Base):
         """Close the channel; calls in flight are cancelled. Idempotent."""
         if not self._closed:
             self._closed = True
-            channel, self._channel = self._channel, None
-            if channel is not None:
-                await channel.close(None)
+            line = self._line
+            if line is not None:
+                await line.close()
 
     async def __aenter__(self) -> Self:
         return self

@@ -5,43 +5,16 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime, RuntimeVersion
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, RuntimeVersion, client
 from podcache.cri.convert import pods_from_responses
 from podcache.cri.proto import api_pb2 as pb
 from podcache.model import PodList
-from tests.unit.cri.servers import CannedRuntime, grpc_runtime
-
-
-def canned() -> CannedRuntime:
-    """A runtime with one ready pod (one running container) and one exited leftover."""
-    sandboxes = pb.ListPodSandboxResponse()
-    s = sandboxes.items.add(id="sb1", state=pb.SANDBOX_READY, created_at=2_000)
-    s.metadata.name, s.metadata.uid, s.metadata.namespace = "web-0", "uid-1", "default"
-    old = sandboxes.items.add(id="sb0", state=pb.SANDBOX_NOTREADY, created_at=1_000)
-    old.metadata.name, old.metadata.uid, old.metadata.namespace = "job-0", "uid-0", "batch"
-    containers = pb.ListContainersResponse()
-    c = containers.containers.add(
-        id="c1", pod_sandbox_id="sb1", state=pb.CONTAINER_RUNNING, created_at=2_500
-    )
-    c.metadata.name = "app"
-    c.image.image = "nginx:1.27"
-    c.image_ref = "docker.io/library/nginx@sha256:aa"
-    c.labels.update(
-        {
-            "io.kubernetes.pod.uid": "uid-1",
-            "io.kubernetes.pod.name": "web-0",
-            "io.kubernetes.pod.namespace": "default",
-        }
-    )
-    c.annotations["io.kubernetes.container.hash"] = "c0ffee"
-    runtime = CannedRuntime(sandboxes=sandboxes, containers=containers)
-    runtime.status.status.conditions.add(type="RuntimeReady", status=True)
-    runtime.status.status.conditions.add(type="NetworkReady", status=False, reason="NoCNI")
-    return runtime
+from tests.unit.cri.servers import CannedRuntime, canned, grpc_runtime
 
 
 @pytest.fixture
@@ -191,54 +164,59 @@ def test_endpoint_is_resolved_from_the_environment(
         assert cri.get_pods(False) == expected_pods(runtime)
 
 
-# -- riding through a runtime restart ---------------------------------------------------------
-# The channel must be in reconnect backoff (TRANSIENT_FAILURE) when the runtime is back: a
-# fail-fast call would then get UNAVAILABLE at once; with wait_for_ready it waits for the next
-# attempt, within its deadline. The tests look at the private channel to reach that state
-# without spending a whole deadline on a failing call.
+# -- the hot path: a READY channel is called straight away ----------------------------------
 
 
-def test_sync_call_during_reconnect_backoff_waits_for_the_runtime(sock_dir: str) -> None:
-    path = f"{sock_dir}/restart.sock"
-    first = canned()
-    with grpc_runtime(first, path) as endpoint:
-        cri = CRIRuntime(endpoint, timeout=3.0)
-        assert cri.get_pods(False) == expected_pods(first)
-    failing = threading.Event()
+def test_sync_calls_on_a_ready_channel_check_nothing_first(
+    served: tuple[CannedRuntime, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, endpoint = served
+    checks: list[object] = []
+    real = client._unreachable
 
-    def watch(state: grpc.ChannelConnectivity) -> None:
-        if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-            failing.set()
+    def counted(*args: Any) -> str | None:
+        checks.append(args)
+        return real(*args)
 
-    cri._channel.subscribe(watch, try_to_connect=True)
-    try:
-        assert failing.wait(5), "the channel never failed to reconnect"
-        second = canned()
-        with grpc_runtime(second, path):
-            assert cri.get_pods(False) == expected_pods(second)
-    finally:
-        cri._channel.unsubscribe(watch)
-        cri.close()
-    assert second.methods() == ["ListPodSandbox", "ListContainers"]  # Version: once per channel
+    monkeypatch.setattr(client, "_unreachable", counted)
+    with CRIRuntime(endpoint) as cri:
+        cri.get_pods(False)
+        assert checks, "a channel that is not READY yet is checked first"
+        checks.clear()
+        for _ in range(20):
+            cri.get_pods(False)
+    assert checks == []
+    assert runtime.methods().count("Version") == 1
 
 
-async def test_async_call_during_reconnect_backoff_waits_for_the_runtime(sock_dir: str) -> None:
-    path = f"{sock_dir}/restart.sock"
-    first = canned()
-    with grpc_runtime(first, path) as endpoint:
-        cri = AsyncCRIRuntime(endpoint, timeout=3.0)
-        assert await cri.get_pods(False) == expected_pods(first)
-    channel = cri._channel
-    assert channel is not None
-    try:
-        async with asyncio.timeout(5):
-            state = channel.get_state(try_to_connect=True)
-            while state is not grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                await channel.wait_for_state_change(state)
-                state = channel.get_state(try_to_connect=True)
-        second = canned()
-        with grpc_runtime(second, path):
-            assert await cri.get_pods(False) == expected_pods(second)
-    finally:
-        await cri.close()
-    assert second.methods() == ["ListPodSandbox", "ListContainers"]
+async def test_async_calls_on_a_ready_channel_check_nothing_first(
+    served: tuple[CannedRuntime, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, endpoint = served
+    checks: list[object] = []
+    real = client._unreachable_async
+
+    async def counted(*args: Any) -> str | None:
+        checks.append(args)
+        return await real(*args)
+
+    monkeypatch.setattr(client, "_unreachable_async", counted)
+    async with AsyncCRIRuntime(endpoint) as cri:
+        await cri.get_pods(False)
+        assert checks, "a channel that is not READY yet is checked first"
+        checks.clear()
+        for _ in range(20):
+            await cri.get_pods(False)
+    assert checks == []
+    assert runtime.methods().count("Version") == 1
+
+
+def test_sync_state_reader_reads_the_channel(served: tuple[CannedRuntime, str]) -> None:
+    """Pins the one gRPC internal the sync client reads (see ``client._state_reader``): should
+    a gRPC release move it, the reader would fall back to IDLE and this test fails."""
+    _, endpoint = served
+    with CRIRuntime(endpoint) as cri:
+        line = cri._line
+        assert line.state(False) == grpc.ChannelConnectivity.IDLE.value[0]
+        cri.version()
+        assert line.state(False) == grpc.ChannelConnectivity.READY.value[0]

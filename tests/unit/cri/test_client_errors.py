@@ -1,8 +1,9 @@
 """What the CRI getters raise when the endpoint is wrong, over real sockets, both twins alike.
 
 Each case checks the exception class, that the message names the endpoint and says what
-happened, and how long it took: errors the socket shows at once come at once; the others come
-by the deadline plus the short probe that tells them apart (well within ``TIMEOUT + 1`` s).
+happened, and how long it took: errors a plain connect shows (no socket, not a socket, denied,
+refused) come at once, as crictl's do; the others come by the deadline plus the short probe
+that tells them apart (well within ``TIMEOUT + 1`` s).
 """
 
 from __future__ import annotations
@@ -107,16 +108,28 @@ async def test_socket_we_may_not_write_is_permission_denied_at_once(
     assert elapsed < AT_ONCE
 
 
-# -- the socket looks fine: the deadline, then a probe says what is wrong -------------------
+@pytest.mark.parametrize("kind", KINDS)
+async def test_socket_nobody_listens_on_is_not_reachable_at_once(kind: str, sock_dir: str) -> None:
+    endpoint = refused_socket(f"{sock_dir}/stale.sock")
+    # A long deadline: only failing at once keeps this fast.
+    error, elapsed = await failure(kind, endpoint, timeout=10.0)
+    check(error, RuntimeUnavailableError, endpoint, "is not reachable", "connection refused")
+    assert not isinstance(error, TimeoutError)
+    assert elapsed < AT_ONCE
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_socket_nobody_listens_on_is_not_reachable(kind: str, sock_dir: str) -> None:
-    endpoint = refused_socket(f"{sock_dir}/stale.sock")
-    error, elapsed = await failure(kind, endpoint)
-    check(error, RuntimeUnavailableError, endpoint, "is not reachable", "connection refused")
-    assert not isinstance(error, TimeoutError)
-    assert elapsed < BY_DEADLINE
+async def test_loopback_port_nobody_listens_on_is_not_reachable_at_once(kind: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"tcp://127.0.0.1:{port}"
+    error, elapsed = await failure(kind, endpoint, timeout=10.0)
+    check(error, RuntimeUnavailableError, endpoint, "connection refused")
+    assert elapsed < AT_ONCE
+
+
+# -- the socket takes connections: the deadline, then a probe says what is wrong ------------
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -154,17 +167,6 @@ async def test_runtime_that_accepts_but_does_not_answer_is_a_deadline(
         error, elapsed = await failure(kind, endpoint)
     check(error, RuntimeDeadlineError, endpoint, "Version got no answer", "the runtime is up")
     assert TIMEOUT <= elapsed < BY_DEADLINE
-
-
-@pytest.mark.parametrize("kind", KINDS)
-async def test_loopback_port_nobody_listens_on_is_not_reachable(kind: str) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    endpoint = f"tcp://127.0.0.1:{port}"
-    error, elapsed = await failure(kind, endpoint)
-    check(error, RuntimeUnavailableError, endpoint, "connection refused")
-    assert elapsed < BY_DEADLINE
 
 
 # -- gRPC answers, but not as a CRI runtime ---------------------------------------------------
