@@ -478,11 +478,17 @@ def test_fault_settings_are_validated() -> None:
 
 
 # -- lifecycle ----------------------------------------------------------------------------------
-def sim_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("podcache-sim")]
+def sim_threads(before: set[threading.Thread]) -> list[str]:
+    """Names of simulator threads started since ``before`` (other tests' sims may still run)."""
+    return [
+        t.name
+        for t in threading.enumerate()
+        if t not in before and t.name.startswith("podcache-sim")
+    ]
 
 
 def test_stopping_removes_the_socket_and_joins_every_thread() -> None:
+    before = set(threading.enumerate())
     sim = SimRuntime(pods=10, seed=1, churn=20.0).start()
     path = sim.socket_path
     assert path is not None
@@ -495,7 +501,7 @@ def test_stopping_removes_the_socket_and_joins_every_thread() -> None:
     sim.stop()  # idempotent
     assert not Path(path).exists()
     assert not Path(path).parent.exists()  # the temporary directory too
-    assert sim_threads() == []
+    assert sim_threads(before) == []
     with pytest.raises(RuntimeError, match="starts once"):
         sim.start()
 
@@ -517,12 +523,13 @@ def test_a_given_socket_path_is_used_and_a_stale_socket_replaced(tmp_path: Path)
 
 
 def test_a_path_that_is_not_a_socket_is_refused(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
     (tmp_path / "file").write_text("x")
     with pytest.raises(FileExistsError):
         SimRuntime(pods=1, socket=tmp_path / "file").start()
     with pytest.raises(FileNotFoundError):
         SimRuntime(pods=1, socket=tmp_path / "missing" / "s.sock").start()
-    assert sim_threads() == []
+    assert sim_threads(before) == []
 
 
 def test_loopback_tcp_reports_the_bound_port() -> None:
