@@ -12,13 +12,14 @@ from.
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
+
+from podcache.duration import Duration, parse_duration
 
 __all__ = [
     "DEFAULT_SIM_PODS",
@@ -46,53 +47,7 @@ SIM_SEED = 0
 """The simulated runtime's seed: fixed, so IDs, names and images are the same on every run."""
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
-_PART = re.compile(rf"({_NUMBER})(ns|us|µs|ms|s|m|h)")
-_BARE = re.compile(rf"{_NUMBER}")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in a Go-style duration (``2s``, ``500ms``, ``1m30s``) or a bare number of seconds.
-
-    Zero, negative, empty and malformed values are a ValueError quoting the text.
-    """
-    value = text.strip()
-    if _BARE.fullmatch(value):
-        seconds = float(value)
-    else:
-        seconds, position = 0.0, 0
-        for match in _PART.finditer(value):
-            if match.start() != position:
-                break
-            seconds += float(match[1]) * _UNITS[match[2]]
-            position = match.end()
-        if position == 0 or position != len(value):
-            raise ValueError(
-                f"{text!r} is not a duration: use e.g. 2s, 500ms, 1m30s, or a number of seconds"
-            )
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"{text!r} is not a positive duration")
-    return seconds
-
-
-class Duration(click.ParamType[float, Any]):
-    """A click type for ``parse_duration``: the value is seconds as a float."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            value = str(value)
-        try:
-            return parse_duration(value)
-        except ValueError as e:
-            self.fail(str(e), param, ctx)
-
-
-DURATION = Duration()
+DURATION = Duration(positive=True)
 
 
 # -- runtime selection --------------------------------------------------------------------------

@@ -11,64 +11,15 @@ granian) wait until the command runs, so ``podcache --help`` stays fast. It hold
 from __future__ import annotations
 
 import logging
-import math
-import re
 import sys
 from typing import Any
 
 import click
 
+from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
 __all__ = ["Duration", "parse_duration", "serve_command"]
-
-_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ms|s|m|h)")
-_BARE = re.compile(r"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``2s``, ``500ms``, ``1m``, ``1m30s``, ``1h`` or a bare number (``1.5``).
-
-    Negative, empty and malformed values are a ValueError quoting the text.
-    """
-    value = text.strip()
-    if _BARE.fullmatch(value):
-        seconds = float(value)
-    else:
-        seconds, position = 0.0, 0
-        for match in _PART.finditer(value):
-            if match.start() != position:
-                break
-            seconds += float(match[1]) * _UNITS[match[2]]
-            position = match.end()
-        if position == 0 or position != len(value):
-            raise ValueError(f"{text!r} is not a duration: use e.g. 2s, 500ms, 1m, 1.5 (seconds)")
-    if not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a finite duration")
-    return seconds
-
-
-class Duration(click.ParamType[float, Any]):
-    """A click type for ``parse_duration`` (seconds as a float); ``positive`` refuses 0."""
-
-    name = "duration"
-
-    def __init__(self, *, positive: bool = False) -> None:
-        self.positive = positive
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            seconds = parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-        if self.positive and seconds <= 0:
-            self.fail(f"{value!r} must be more than 0", param, ctx)
-        return seconds
 
 
 class _Listen(click.ParamType[ListenAddress, Any]):
