@@ -299,6 +299,20 @@ class _View:
         return b"".join(parts)
 
 
+def _memoized(
+    view: _View, rpc: str, request_filter: Message, build: Callable[[Any], bytes]
+) -> bytes:
+    """One list answer per (RPC, filter) and population state: built once, then reused."""
+    key = (rpc, request_filter.SerializeToString(deterministic=True))
+    found = view.memo.get(key)
+    if found is None:
+        found = build(request_filter)
+        if len(view.memo) >= _MEMO_SIZE:
+            view.memo.clear()
+        view.memo[key] = found
+    return found
+
+
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
     context.abort(code, details)
     raise AssertionError("unreachable: ServicerContext.abort raises")  # pragma: no cover
@@ -488,28 +502,14 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
         view = self.view()
-        key = ("ListPodSandbox", request.filter.SerializeToString(deterministic=True))
-        found = view.memo.get(key)
-        if found is None:
-            found = view.list_sandboxes(request.filter)
-            if len(view.memo) >= _MEMO_SIZE:
-                view.memo.clear()
-            view.memo[key] = found
-        return found
+        return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
 
     def ListContainers(  # noqa: N802
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
         view = self.view()
-        key = ("ListContainers", request.filter.SerializeToString(deterministic=True))
-        found = view.memo.get(key)
-        if found is None:
-            found = view.list_containers(request.filter)
-            if len(view.memo) >= _MEMO_SIZE:
-                view.memo.clear()
-            view.memo[key] = found
-        return found
+        return _memoized(view, "ListContainers", request.filter, view.list_containers)
 
     def PodSandboxStatus(  # noqa: N802
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
