@@ -201,7 +201,7 @@ class _Index:
         self._pods = pods
         self._by_uid: dict[str, Pod] | None = None
         self._by_full_name: dict[str, Pod] | None = None
-        self._by_id: dict[str, tuple[Pod, Container]] | None = None
+        self._by_id: dict[str, Pod] | None = None
         self._sorted_ids: list[str] | None = None
 
     @property
@@ -225,17 +225,33 @@ class _Index:
         return table
 
     @property
-    def by_id(self) -> dict[str, tuple[Pod, Container]]:
+    def by_id(self) -> dict[str, Pod]:
+        """Container or sandbox ID -> its pod (the item itself is found in the pod by
+        ``find``: a table of pods, not of pairs, is one allocation less per item)."""
         table = self._by_id
         if table is None:
             table = {}
             for pod in reversed(self._pods):
-                for item in reversed(pod.sandboxes):
-                    table[item.id.id] = (pod, item)
-                for item in reversed(pod.containers):
-                    table[item.id.id] = (pod, item)
+                for item in pod.sandboxes:
+                    table[item.id.id] = pod
+                for item in pod.containers:
+                    table[item.id.id] = pod
             self._by_id = table
         return table
+
+    def find(self, ident: str) -> tuple[Pod, Container] | None:
+        """The pod and item of an exact bare ID: the pod's first container with it, else its
+        first sandbox (what a scan in the kubelet's order meets first)."""
+        pod = self.by_id.get(ident)
+        if pod is None:
+            return None
+        for item in pod.containers:
+            if item.id.id == ident:
+                return pod, item
+        for item in pod.sandboxes:
+            if item.id.id == ident:
+                return pod, item
+        raise AssertionError(f"index out of step with pod {pod.id}")  # pragma: no cover
 
     @property
     def sorted_ids(self) -> list[str]:
@@ -329,11 +345,11 @@ class PodList(Sequence[Pod]):
         index = self._idx()
         if "://" in id_or_prefix:
             cid = ContainerID.parse(id_or_prefix)
-            found = index.by_id.get(cid.id)
+            found = index.find(cid.id)
             if found is None or found[1].id.type != cid.type:
                 return None
             return found
-        found = index.by_id.get(id_or_prefix)
+        found = index.find(id_or_prefix)
         if found is not None:
             return found
         if len(id_or_prefix) < MIN_PREFIX:
@@ -349,4 +365,4 @@ class PodList(Sequence[Pod]):
             return None
         if len(matches) > 1:
             raise AmbiguousContainerIDError(id_or_prefix, matches)
-        return index.by_id[matches[0]]
+        return index.find(matches[0])

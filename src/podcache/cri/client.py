@@ -47,7 +47,13 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from podcache.cri.convert import Memo, pods_from_responses
+from podcache.cri.convert import (
+    Listing,
+    Memo,
+    pods_from_listings,
+    read_containers,
+    read_sandboxes,
+)
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import (
@@ -83,7 +89,7 @@ _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x
 _H2_FRAME_HEADER = 9
 _H2_SETTINGS = 0x04
 
-_R = TypeVar("_R", bound=Message)
+_R = TypeVar("_R")
 
 
 # -- values -------------------------------------------------------------------------------------
@@ -458,11 +464,15 @@ _CORE_IDLE: int = grpc.ChannelConnectivity.IDLE.value[0]
 _CORE_READY: int = _READY.value[0]
 _CORE_BACKING_OFF: int = _BACKING_OFF.value[0]
 
-_METHODS: dict[str, tuple[type[Message], type[Message]]] = {
-    "Version": (pb.VersionRequest, pb.VersionResponse),
-    "Status": (pb.StatusRequest, pb.StatusResponse),
-    "ListPodSandbox": (pb.ListPodSandboxRequest, pb.ListPodSandboxResponse),
-    "ListContainers": (pb.ListContainersRequest, pb.ListContainersResponse),
+
+# Each method's request type and how its answer is decoded. The list answers are read straight
+# from their bytes (convert's C reader), in gRPC's deserializer: bytes that are not a valid
+# message fail the call as any decoding failure does.
+_METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
+    "Version": (pb.VersionRequest, pb.VersionResponse.FromString),
+    "Status": (pb.StatusRequest, pb.StatusResponse.FromString),
+    "ListPodSandbox": (pb.ListPodSandboxRequest, read_sandboxes),
+    "ListContainers": (pb.ListContainersRequest, read_containers),
 }
 
 
@@ -497,9 +507,9 @@ class _Line:
             method: self.channel.unary_unary(
                 _SERVICE + method,
                 request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
+                response_deserializer=decode,
             )
-            for method, (request, response) in _METHODS.items()
+            for method, (request, decode) in _METHODS.items()
         }
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
@@ -522,9 +532,9 @@ class _AsyncLine:
             method: self.channel.unary_unary(
                 _SERVICE + method,
                 request_serializer=request.SerializeToString,
-                response_deserializer=response.FromString,
+                response_deserializer=decode,
             )
-            for method, (request, response) in _METHODS.items()
+            for method, (request, decode) in _METHODS.items()
         }
         self.version: RuntimeVersion | None = None
         self.retired = False
@@ -684,9 +694,9 @@ class CRIRuntime(_Base):
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = self.version().runtime_name
         sandbox_request, container_request = _list_requests(all)
-        sandboxes, _ = self._call("ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse)
-        containers, _ = self._call("ListContainers", container_request, pb.ListContainersResponse)
-        return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
+        sandboxes, _ = self._call("ListPodSandbox", sandbox_request, Listing)
+        containers, _ = self._call("ListContainers", container_request, Listing)
+        return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
@@ -808,13 +818,9 @@ class AsyncCRIRuntime(_Base):
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = (await self.version()).runtime_name
         sandbox_request, container_request = _list_requests(all)
-        sandboxes, _ = await self._call(
-            "ListPodSandbox", sandbox_request, pb.ListPodSandboxResponse
-        )
-        containers, _ = await self._call(
-            "ListContainers", container_request, pb.ListContainersResponse
-        )
-        return pods_from_responses(runtime_name, sandboxes, containers, self._memo)
+        sandboxes, _ = await self._call("ListPodSandbox", sandbox_request, Listing)
+        containers, _ = await self._call("ListContainers", container_request, Listing)
+        return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
