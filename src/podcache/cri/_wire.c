@@ -238,7 +238,16 @@ typedef struct {
 
 /* Call sites that tend to repeat the previous item's value (a pod's containers are often
  * listed together) check it first: one memcmp instead of a table probe. */
-enum { LAST_NAME, LAST_IMAGE, LAST_REF, LAST_IMAGE_ID, LAST_POD, LAST_NAMESPACE, LAST_SITES };
+enum {
+    LAST_NAME,
+    LAST_IMAGE,
+    LAST_REF,
+    LAST_IMAGE_ID,
+    LAST_UID,
+    LAST_POD,
+    LAST_NAMESPACE,
+    LAST_SITES
+};
 
 typedef struct {
     intern_slot *slots;
@@ -482,7 +491,7 @@ static PyObject *container_row(const container_fields *f, interner *t) {
         shared_str(t, f->handler),
         repeated_str(t, LAST_REF, f->image_ref),
         repeated_str(t, LAST_IMAGE_ID, f->image_id),
-        own_str(f->uid),
+        repeated_str(t, LAST_UID, f->uid),
         repeated_str(t, LAST_POD, f->pod_name),
         repeated_str(t, LAST_NAMESPACE, f->pod_namespace),
         own_str(f->hash),
