@@ -4,7 +4,8 @@
 
 What it does (wrk: 1 thread, 50 connections, 10 s per run; servers interleaved; median of 3):
 
-1. starts ``podcache serve --sim --sim-pods 110 --cache-period 1h`` on loopback (granian);
+1. starts ``podcache serve --sim --sim-pods 110 --cache-period 1h`` on loopback (podcache's own
+   HTTP/1.1 server: an asyncio protocol on uvloop with httptools' parser);
 2. fetches /pods (the whole node, ~150 KB) and one /containers/{id} answer (~1-2 KB) from it,
    writes those bytes as static files, and starts a private nginx (1 worker, sendfile on,
    config, pid and logs in a temporary directory) on another loopback port;
@@ -14,9 +15,10 @@ What it does (wrk: 1 thread, 50 connections, 10 s per run; servers interleaved; 
    2 s), 200 connections on /pods for 60 s; zero errors required, and the server's RSS is
    sampled every half second to show it stays flat.
 
-``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop) as a third
-column, for the record of why granian is the server. wrk and nginx are installed with apt-get
-when missing. Exit status 1 when a target or the zero-error rule is missed.
+``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop, through its ASGI
+entry point) as a third column: the same parser and loop with a general ASGI server around
+them, for the record of what podcache's own server saves. wrk and nginx are installed with
+apt-get when missing. Exit status 1 when a target or the zero-error rule is missed.
 """
 
 from __future__ import annotations

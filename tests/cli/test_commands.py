@@ -45,7 +45,7 @@ def test_help_imports_neither_grpc_nor_rich_nor_yaml() -> None:
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    assert run(['--help']) == 0\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
-        "{'grpc', 'rich', 'yaml', 'uvicorn', 'granian'}))\n"
+        "{'grpc', 'rich', 'yaml', 'uvicorn', 'httptools', 'uvloop'}))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -403,6 +403,21 @@ def test_sigterm_on_tcp_exits_0(sim: SimRuntime) -> None:
         pass
 
 
+def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: SimRuntime) -> None:
+    port = free_port()
+    server = ServeProcess(["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]).start()
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        answer = idle.recv(65536)
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
+        assert b"\r\nconnection: close\r\n" not in answer.lower()  # kept alive
+        started = time.monotonic()
+        assert server.terminate() == 0, server.stderr
+        assert time.monotonic() - started < 3.0
+        assert idle.recv(65536) == b""  # closed by the server, not left hanging
+    assert "Traceback" not in server.stderr
+
+
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(
     sim: SimRuntime, tmp_socket_dir: Path
 ) -> None:

@@ -1,11 +1,12 @@
-"""The HTTP application: routing and handlers, as ASGI and RSGI; no framework, sockets or signals.
+"""The HTTP application: routing and handlers; no framework, no HTTP parsing, sockets or signals.
 
 ``App.respond(method, path, query, headers)`` is the whole API as one coroutine from request
-parts to a ``Response``; ``__call__`` (ASGI 3) and ``__rsgi__`` (RSGI, granian's native
-interface) are thin entry points around it. No framework: a dict and three prefixes route, and
-snapshot bodies come pre-serialised from ``snapshot``. Checks run cheapest first: sizes (414,
-431), method (405), route (404), token (401), parameters (400), and only then the cache.
-Server startup, sockets and signals live in ``server``.
+parts to a ``Response``: podcache's own HTTP/1.1 server (``http1``) calls it directly, and
+``__call__`` is a thin ASGI 3 entry point around it (for running the app under an ASGI server,
+as ``benchmarks/bench_serve.py --with-uvicorn`` does). No framework: a dict and three prefixes
+route, and snapshot bodies come pre-serialised from ``snapshot``. Checks run cheapest first:
+sizes (414, 431), method (405), route (404), token (401), parameters (400), and only then the
+cache. Server startup, sockets and signals live in ``server``.
 """
 
 from __future__ import annotations
@@ -369,7 +370,7 @@ class App:
             return Response(304, response_headers[1:])
         return Response(200, response_headers, self._openapi)
 
-    # -- ASGI and RSGI entry points --------------------------------------------------------
+    # -- the ASGI entry point --------------------------------------------------------------
     async def __call__(
         self,
         scope: dict[str, Any],
@@ -402,16 +403,6 @@ class App:
             raw.append((b"content-length", b"%d" % len(body)))
         await send({"type": "http.response.start", "status": response.status, "headers": raw})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
-
-    async def __rsgi__(self, scope: Any, protocol: Any) -> None:
-        """RSGI (granian): the server drops the body of HEAD answers itself."""
-        response = await self.respond(
-            scope.method, scope.path, scope.query_string, scope.headers.items()
-        )
-        if response.body:
-            protocol.response_bytes(response.status, response.headers, response.body)
-        else:
-            protocol.response_empty(response.status, response.headers)
 
     # -- lifecycle -------------------------------------------------------------------------
     async def warm(self) -> BaseException | None:

@@ -2,8 +2,9 @@
 
 The ``podcache`` CLI mounts ``serve_command``; ``python -m podcache.serve`` runs it alone. It
 decides what may listen where (loopback or a unix socket without a token; anything else only
-with ``--token-file``) and owns the simulated runtime of ``--sim``. Heavy imports (gRPC,
-granian) wait until the command runs, so ``podcache --help`` stays fast. It holds no HTTP logic.
+with ``--token-file``) and owns the simulated runtime of ``--sim``. Heavy imports (gRPC, uvloop,
+httptools) wait until the command runs, so ``podcache --help`` stays fast. It holds no HTTP
+logic.
 """
 
 # ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast

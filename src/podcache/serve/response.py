@@ -3,7 +3,7 @@
 Every error the API returns is ``{"error": "<what went wrong>", "status": N}`` with the same
 status on the response line: ``HTTPError`` carries one from wherever it is detected to the
 application, which turns it into a ``Response``. Headers are ``(lower-case name, value)`` str
-pairs; the ASGI and RSGI entry points convert them as their protocol wants.
+pairs; the HTTP server (``http1``) and the ASGI entry point write them as their protocol wants.
 """
 
 from __future__ import annotations

@@ -1,15 +1,17 @@
-"""Listen addresses, granian in this process's event loop, SIGTERM; no routing, no token policy.
+"""Listen addresses, the listening socket, the serving loop, SIGTERM; no HTTP, no token policy.
 
 ``--listen`` is ``HOST:PORT`` (an IP literal or ``localhost``; ``[::1]:PORT`` for IPv6) or
-``unix:PATH``. The HTTP server is granian (Rust, RSGI interface) embedded in this process's
-uvloop event loop, so the cache, the app and the server share one loop and one process; it
-listens on TCP and on unix sockets alike. A unix socket is created with mode 0600 (umask held
-during bind, then checked), a stale one is replaced, a live one is an error. SIGTERM and
-SIGINT stop accepting, finish, remove the socket and return normally. The token policy
-(which addresses need one) is the command's; routing is the app's.
+``unix:PATH``. The HTTP server is podcache's own (``http1``: an asyncio protocol on uvloop with
+httptools' parser), in the same event loop and process as the cache and the app. This module
+binds the socket itself: a unix socket is created with mode 0600 (umask held during bind, then
+checked), a stale one is replaced, a live one is an error; a TCP port already in use is an
+error (no SO_REUSEPORT: two servers never share a port silently). SIGTERM and SIGINT stop
+accepting, let requests in progress finish (at most ``SHUTDOWN_GRACE``), close idle
+connections, remove the socket and return normally. The token policy (which addresses need
+one) is the command's; routing is the app's; HTTP is ``http1``'s.
 """
 
-# ruff: noqa: PLC0415 -- granian and uvloop are imported when serving starts: the CLI stays fast
+# ruff: noqa: PLC0415 -- uvloop and the HTTP server are imported when serving starts: the CLI stays fast
 
 from __future__ import annotations
 
@@ -24,19 +26,22 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from podcache.serve.app import App
 
-__all__ = ["DEFAULT_LISTEN", "ListenAddress", "ServeError", "parse_listen", "run"]
+__all__ = ["DEFAULT_LISTEN", "SHUTDOWN_GRACE", "ListenAddress", "ServeError", "parse_listen", "run"]
 
 log = logging.getLogger("podcache.serve")
 
 DEFAULT_LISTEN = "127.0.0.1:10260"
 
+SHUTDOWN_GRACE = 5.0
+"""Seconds requests in progress get to finish after SIGTERM before their connections are reset:
+a request waits for the cache at most 5 s with the default ``--timeout`` (App's ``wait``), and
+it fits in the DaemonSet's 10 s termination grace period with room to spare."""
+
 _SOCKET_MODE = 0o600
 _BACKLOG = 1024
-_MAX_BUFFER = 64 * 1024  # granian's own cap on a request head; ours (query.py) is lower
 
 
 class ServeError(Exception):
@@ -112,53 +117,62 @@ def _socket_in_use(path: str) -> bool:
         return True
 
 
-def _prepare(address: ListenAddress) -> None:
-    """Fail early and clearly when the address cannot be ours; replace a stale socket."""
-    if address.path is not None:
-        path = address.path
-        directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            raise ServeError(f"cannot listen on {path}: directory {directory} does not exist")
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
+def _bind_unix(path: str) -> socket.socket:
+    """A listening unix socket at ``path``, born 0600; a stale socket file is replaced."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise ServeError(f"cannot listen on {path}: directory {directory} does not exist")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        pass
+    else:
         if not stat.S_ISSOCK(mode):
             raise ServeError(f"cannot listen on {path}: a file that is not a socket is there")
         if _socket_in_use(path):
             raise ServeError(f"cannot listen on {path}: another server is listening there")
         os.unlink(path)  # stale: left by a process that died
-        return
-    # granian binds with SO_REUSEPORT, which would silently share the port with another
-    # server doing the same: bind once without it to find out whether the port is free.
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)  # the socket is born 0600: no window for other users
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {path}: {exc.strerror}") from None
+    finally:
+        os.umask(old_umask)
+    if stat.S_IMODE(os.lstat(path).st_mode) & 0o077:
+        os.chmod(path, _SOCKET_MODE)
+    return sock
+
+
+def _bind_tcp(address: ListenAddress) -> socket.socket:
+    """A listening TCP socket; a port in use is a ServeError (SO_REUSEADDR, not SO_REUSEPORT)."""
     family = socket.AF_INET6 if ":" in address.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((address.host, address.port))
-        except OSError as exc:
-            raise ServeError(f"cannot listen on {address}: {exc.strerror}") from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address.host, address.port))
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {address}: {exc.strerror}") from None
+    return sock
 
 
-def _granian_logging() -> dict[str, object]:
-    return {
-        "handlers": {
-            "console": {
-                "formatter": "generic",
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
-            },
-            "access": {
-                "formatter": "access",
-                "class": "logging.StreamHandler",
-                "stream": "ext://sys.stderr",
-            },
-        },
-        "formatters": {
-            "generic": {"()": "logging.Formatter", "fmt": "podcache serve: granian: %(message)s"},
-            "access": {"()": "logging.Formatter", "fmt": "%(message)s"},
-        },
-    }
+def _bind(address: ListenAddress) -> socket.socket:
+    """The listening socket for ``address``, or a ServeError that says why not."""
+    sock = _bind_unix(address.path) if address.path is not None else _bind_tcp(address)
+    try:
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        if address.path is not None:
+            os.unlink(address.path)
+        raise ServeError(f"cannot listen on {address}: {exc.strerror}") from None
+    return sock
 
 
 async def serve(
@@ -172,120 +186,41 @@ async def serve(
     The unix socket, if any, is removed on the way out. Raises ServeError when the server
     cannot start.
     """
-    from granian.constants import HTTPModes, Interfaces, TaskImpl
-    from granian.http import HTTP1Settings
-    from granian.log import LogLevels
-    from granian.server.embed import Server
+    from podcache.serve.http1 import HTTPServer
 
-    _prepare(address)
-    server = Server(
-        app,
-        address=address.host or "127.0.0.1",
-        port=address.port or 0,
-        uds=Path(address.path) if address.path is not None else None,
-        interface=Interfaces.RSGI,
-        # granian's Rust task wrapper: measured /pods 0.85x nginx against 0.67x with asyncio
-        # tasks, /containers/{id} 0.74x against 0.70x (bench_serve.py --quick, same run).
-        task_impl=TaskImpl.rust,
-        http=HTTPModes.http1,
-        websockets=False,
-        backlog=_BACKLOG,
-        http1_settings=HTTP1Settings(header_read_timeout=10_000, max_buffer_size=_MAX_BUFFER),
-        log_level=LogLevels.error,
-        log_dictconfig=_granian_logging(),
-    )
-    server.uds_permissions = _SOCKET_MODE
-    bound = asyncio.Event()
-    old_umask: int | None = None
-
-    def on_startup() -> None:
-        # Called by granian right after it bound the socket, before it accepts.
-        nonlocal old_umask
-        if old_umask is not None:
-            os.umask(old_umask)
-            old_umask = None
-        bound.set()
-
-    server.on_startup(on_startup)
-    stopping = False
-
-    def on_signal() -> None:
-        nonlocal stopping
-        stopping = True
-        server.stop()  # type: ignore[no-untyped-call]
-
+    http = HTTPServer(app.respond)
     loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
     for signum in signals:
-        loop.add_signal_handler(signum, on_signal)
-    if address.path is not None:
-        old_umask = os.umask(0o177)  # the socket is born 0600: no window for other users
-    task = loop.create_task(server.serve(), name="podcache-serve")
+        loop.add_signal_handler(signum, stop.set)
+    sock: socket.socket | None = None
+    listener: asyncio.Server | None = None
     try:
-        waiter = loop.create_task(bound.wait())
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        if not bound.is_set():
-            await _startup_failed(task, address)
+        sock = _bind(address)
+        http.start()
         if address.path is not None:
-            _check_socket(address.path)
-        await _until_accepting(address, task, lambda: stopping)
-        if on_listening is not None and not stopping:
+            listener = await loop.create_unix_server(http.connection, sock=sock)
+        else:
+            listener = await loop.create_server(http.connection, sock=sock)
+        if on_listening is not None:
             on_listening()
-        await task
+        await stop.wait()
     finally:
-        if old_umask is not None:
-            os.umask(old_umask)
         for signum in signals:
             loop.remove_signal_handler(signum)
-        if not task.done():
-            server.stop()  # type: ignore[no-untyped-call]
-            with contextlib.suppress(Exception):
-                await task
-        if bound.is_set() and address.path is not None:
+        if listener is not None:
+            listener.close()
+        elif sock is not None:
+            sock.close()
+        await http.shutdown(SHUTDOWN_GRACE)
+        if listener is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(listener.wait_closed(), 1.0)
+        if sock is not None and address.path is not None:
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISSOCK(os.lstat(address.path).st_mode):
                     os.unlink(address.path)
-
-
-async def _startup_failed(task: asyncio.Task[None], address: ListenAddress) -> None:
-    try:
-        await task
-    except Exception as exc:  # granian reports bind failures as RuntimeError
-        reason = str(exc).split("\n", 1)[0]
-        raise ServeError(f"cannot listen on {address}: {reason}") from None
-    raise ServeError(f"the server on {address} stopped before it listened")
-
-
-def _check_socket(path: str) -> None:
-    mode = os.lstat(path).st_mode
-    if stat.S_IMODE(mode) & 0o077:
-        os.chmod(path, _SOCKET_MODE)
-
-
-async def _until_accepting(
-    address: ListenAddress, task: asyncio.Task[None], stopping: Callable[[], bool]
-) -> None:
-    """Return once a connection to ``address`` succeeds (granian's worker starts a moment
-    after it binds), or once a signal asked the server to stop."""
-    for _ in range(200):
-        if stopping():
-            return
-        if task.done():
-            await _startup_failed(task, address)
-        try:
-            if address.path is not None:
-                _, writer = await asyncio.open_unix_connection(address.path)
-            else:
-                _, writer = await asyncio.open_connection(address.host, address.port)
-        except OSError:
-            await asyncio.sleep(0.01)
-            continue
-        writer.close()
-        with contextlib.suppress(OSError):
-            await writer.wait_closed()
-        return
-    raise ServeError(f"the server did not accept connections on {address} within 2 s")
 
 
 def run(
@@ -330,15 +265,4 @@ def run(
 
     if sys.platform == "win32":  # pragma: no cover - podcache runs on Linux nodes
         raise ServeError("podcache serve needs a POSIX system")
-    # Not uvloop.run / asyncio.Runner: their close() lists every task of the loop, and
-    # granian's Rust tasks (task_impl=rust) sit in asyncio's task registry without being
-    # asyncio futures, so that listing raises. main() cancels and awaits what it started.
-    loop = uvloop.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        loop.run_until_complete(main())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.run_until_complete(loop.shutdown_default_executor())
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
+    uvloop.run(main())
