@@ -447,6 +447,103 @@ async def test_metrics_count_requests_by_route_and_code(
     assert "podcache_snapshot_age_seconds 0.0" in text
 
 
+# -- answers repeated from the same snapshot (App._remember) -----------------------------------
+REPEATED = ["/pods", "/containers/aaaa1111", "/containers/bbbb", "/pods/uid-db", "/pods/nope"]
+
+
+@pytest.mark.parametrize("path", REPEATED)
+async def test_a_repeated_request_gets_the_same_answer_with_a_fresh_age(
+    make: Make, clocks: Clocks, path: str
+) -> None:
+    app, fresh = make(), make()
+    assert await fresh.warm() is None  # both caches filled at the same instant
+    first = await call(app, path)
+    assert path in app._replays
+    clocks.now += 0.25
+    again = await call(app, path)
+    reference = await call(fresh, path)  # answered the long way, at the same instant
+    assert (again.status, again.headers, again.body) == (
+        reference.status,
+        reference.headers,
+        reference.body,
+    )
+    assert again.headers["x-podcache-age"] == "0.250" != first.headers["x-podcache-age"]
+
+
+async def test_errors_that_are_not_snapshot_answers_are_not_remembered(make: Make) -> None:
+    app = make()
+    for path in ("/containers/aaaa", "/containers/abc", "/nowhere", "/healthz", "/metrics"):
+        await call(app, path)
+    assert app._replays == {}
+
+
+async def test_a_new_snapshot_is_not_answered_from_the_old_one(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make()
+    assert (await call(app, "/containers/cccc1111")).status == 200
+    clocks.now += 11  # the cache period ends
+    runtime.set_pods(PODS[:1])
+    assert (await call(app, "/containers/cccc1111")).status == 404
+    assert (await call(app, "/pods")).json()["items"] == [pod_to_json(PODS[0])]
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ([("If-None-Match", "*")], 304),
+        ([("X-Podcache-Newer-Than", "0"), ("x-podcache-newer-than", "0")], 400),
+        ([("X-Many", "x")] * 65, 431),
+        ([("X-Big", "x" * 8200)], 431),
+    ],
+    ids=["If-None-Match", "a repeated newer-than", "too many fields", "too many bytes"],
+)
+async def test_requests_with_headers_that_matter_take_the_full_path(
+    make: Make, headers: list[tuple[str, str]], status: int
+) -> None:
+    app = make()
+    await call(app, "/pods")
+    assert (await call(app, "/pods", headers=headers)).status == status
+
+
+async def test_newer_than_still_refreshes_a_repeated_request(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make()
+    await call(app, "/pods")
+    clocks.now += 1
+    await call(app, "/pods", headers=[("X-Podcache-Newer-Than", str(clocks.wall()))])
+    clocks.now += 1
+    await call(app, "/pods", "fresh=1")
+    assert runtime.calls == 3
+
+
+async def test_with_a_token_nothing_is_answered_without_its_check(make: Make) -> None:
+    app = make(auth=BearerAuth(TOKEN))
+    good = [("Authorization", "Bearer " + TOKEN.decode())]
+    assert (await call(app, "/pods", headers=good)).status == 200
+    assert (await call(app, "/pods")).status == 401
+    assert app._replays == {}
+
+
+async def test_remembered_answers_are_bounded(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("podcache.serve.app._MAX_REPLAYS", 3)
+    app = make()
+    for i in range(7):
+        await call(app, f"/pods/missing-{i}")
+        assert 1 <= len(app._replays) <= 3
+    text = (await call(app, "/metrics")).body.decode()
+    assert 'podcache_http_requests_total{code="404",route="/pods/{uid}"} 7.0' in text
+
+
+async def test_repeated_requests_are_counted_under_their_route(make: Make) -> None:
+    app = make()
+    for _ in range(3):
+        await call(app, "/containers/aaaa1111")
+    text = (await call(app, "/metrics")).body.decode()
+    assert 'podcache_http_requests_total{code="200",route="/containers/{id}"} 3.0' in text
+
+
 async def test_the_asgi_lifespan_is_acknowledged(make: Make) -> None:
     app = make()
     messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])

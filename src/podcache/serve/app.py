@@ -29,6 +29,8 @@ from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
 from podcache.serve.openapi import document
 from podcache.serve.query import (
+    MAX_HEADER_BYTES,
+    MAX_HEADERS,
     MAX_LABELS,
     MAX_QUERY,
     LabelSelector,
@@ -64,6 +66,24 @@ _HEALTHY = b'{"status":"ok"}'
 
 Handler = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[Response]]
 
+_MAX_REPLAYS = 4096
+"""Most remembered answers (see ``App._remember``): bounded memory under a scan of paths."""
+_NO_QUERY: Query = {}
+_NO_HEADERS: dict[str, str] = {}
+# Request headers that can change a snapshot answer: their requests take the full path.
+_NOT_PLAIN = frozenset({"authorization", "if-none-match", "x-podcache-newer-than"})
+
+
+def _plain(header_items: list[tuple[str, str]]) -> bool:
+    """No header that could change the answer, and within the limits ``collect_headers``
+    enforces: the request may be answered like an earlier one of the same path."""
+    size = 0
+    for name, value in header_items:
+        if name.lower() in _NOT_PLAIN:
+            return False
+        size += len(name) + len(value)
+    return len(header_items) <= MAX_HEADERS and size <= MAX_HEADER_BYTES
+
 
 class App:
     """``podcache serve``'s API over ``getter``, cached for ``cache_period``.
@@ -91,6 +111,9 @@ class App:
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
         self.cache = AsyncRuntimeCache(self.watch, cache_period, clock=clock, stats=True)
         self._views = SnapshotViews()
+        # path -> (view, route, body head, status, etag?): see _remember.
+        self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
+        self._replay_view: SnapshotView | None = None
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
         self._openapi = openapi
         self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
@@ -108,7 +131,20 @@ class App:
     ) -> Response:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
         route = "unmatched"
+        if type(header_items) is not list:
+            header_items = list(header_items)  # read twice: by the replay check, then collected
         try:
+            replay = self._replays.get(path) if not query and method in _METHODS else None
+            if replay is not None and _plain(header_items):
+                # Asked before, plainly, of this snapshot: the same answer, with a fresh age.
+                route = replay[1]
+                view = await self._snapshot(_NO_QUERY, _NO_HEADERS)
+                if view is replay[0]:
+                    response = self._snapshot_response(
+                        view, replay[2], _NO_HEADERS, replay[3], etag=replay[4]
+                    )
+                    self.metrics.count(route, response.status)
+                    return response
             check_path(path)
             if len(query) > MAX_QUERY:
                 raise HTTPError(414, f"query string is longer than {MAX_QUERY} characters")
@@ -131,6 +167,8 @@ class App:
                     headers=_UNAUTHORIZED,
                 )
             response = await handler(query, headers, args)
+            if response.replay is not None and not query and self._auth is None:
+                self._remember(path, route, response)
         except HTTPError as error:
             response = self._error(error)
         except Exception:
@@ -138,6 +176,16 @@ class App:
             response = self._error(HTTPError(500, "internal server error (logged by the server)"))
         self.metrics.count(route, response.status)
         return response
+
+    def _remember(self, path: str, route: str, response: Response) -> None:
+        """Keep how ``path`` (asked without a query) was answered from its snapshot, so the
+        same request is answered again without routing, parsing or lookups. Only the current
+        snapshot's answers are kept, at most ``_MAX_REPLAYS`` of them."""
+        view, head, etag = response.replay  # type: ignore[misc]  # checked by the caller
+        if view is not self._replay_view or len(self._replays) >= _MAX_REPLAYS:
+            self._replays = {}
+            self._replay_view = view
+        self._replays[path] = (view, route, head, response.status, etag)
 
     def _route(self, path: str) -> tuple[str, Handler, tuple[str, ...]]:
         exact = self._exact.get(path)
@@ -223,9 +271,11 @@ class App:
         """``head`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
         if status != 200 or not etag:
-            return Response(
+            response = Response(
                 status, [("content-type", JSON), ("x-podcache-age", age)], view.body(head, age)
             )
+            response.replay = (view, head, etag)
+            return response
         response_headers = [
             ("content-type", JSON),
             ("etag", view.etag),
@@ -235,7 +285,9 @@ class App:
         match = headers.get("if-none-match")
         if match is not None and etag_matches(match, view.etag):
             return Response(304, response_headers[1:])
-        return Response(200, response_headers, view.body(head, age))
+        response = Response(200, response_headers, view.body(head, age))
+        response.replay = (view, head, etag)
+        return response
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time

@@ -30,14 +30,19 @@ _encode = msgspec.json.Encoder().encode
 
 
 class Response:
-    """A complete response: status, headers and body (the body also for HEAD; servers drop it)."""
+    """A complete response: status, headers and body (the body also for HEAD; servers drop it).
 
-    __slots__ = ("body", "headers", "status")
+    ``replay`` (set by the application on answers from a snapshot) is what answering the same
+    request again from the same snapshot takes: ``(snapshot view, body head, etag?)``.
+    """
+
+    __slots__ = ("body", "headers", "replay", "status")
 
     def __init__(self, status: int, headers: Headers, body: bytes = b"") -> None:
         self.status = status
         self.headers = headers
         self.body = body
+        self.replay: tuple[Any, bytes, bool] | None = None
 
     def __repr__(self) -> str:
         return f"<Response {self.status} {len(self.body)} bytes>"
