@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from podcache.serve.app import App
+from podcache.unixsocket import claim_socket_path
 
 __all__ = ["DEFAULT_LISTEN", "SHUTDOWN_GRACE", "ListenAddress", "ServeError", "parse_listen", "run"]
 
@@ -107,31 +108,12 @@ def parse_listen(text: str) -> ListenAddress:
     return ListenAddress(host=str(address), port=int(port_text))
 
 
-def _socket_in_use(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        probe.settimeout(1.0)
-        try:
-            probe.connect(path)
-        except OSError:
-            return False
-        return True
-
-
 def _bind_unix(path: str) -> socket.socket:
     """A listening unix socket at ``path``, born 0600; a stale socket file is replaced."""
-    directory = os.path.dirname(path)
-    if not os.path.isdir(directory):
-        raise ServeError(f"cannot listen on {path}: directory {directory} does not exist")
     try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        pass
-    else:
-        if not stat.S_ISSOCK(mode):
-            raise ServeError(f"cannot listen on {path}: a file that is not a socket is there")
-        if _socket_in_use(path):
-            raise ServeError(f"cannot listen on {path}: another server is listening there")
-        os.unlink(path)  # stale: left by a process that died
+        claim_socket_path(path)
+    except OSError as exc:
+        raise ServeError(str(exc)) from None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old_umask = os.umask(0o177)  # the socket is born 0600: no window for other users
     try:

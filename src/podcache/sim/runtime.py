@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket as socketlib
 import stat
 import tempfile
 import threading
@@ -21,21 +20,9 @@ from podcache.sim.churn import ChurnDriver, ChurnPause
 from podcache.sim.faults import Faults, Malformed
 from podcache.sim.population import DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
+from podcache.unixsocket import claim_socket_path
 
 __all__ = ["SimRuntime"]
-
-
-def _socket_in_use(path: str) -> bool:
-    probe = socketlib.socket(socketlib.AF_UNIX, socketlib.SOCK_STREAM)
-    try:
-        probe.settimeout(1.0)
-        probe.connect(path)
-    except OSError:
-        return False
-    else:
-        return True
-    finally:
-        probe.close()
 
 
 class SimRuntime:
@@ -152,7 +139,7 @@ class SimRuntime:
                     self._tempdir = tempfile.mkdtemp(prefix="podcache-sim-")
                     self._path = os.path.join(self._tempdir, "sim.sock")
                 if self._path is not None:
-                    self._prepare_socket_path(self._path)
+                    claim_socket_path(self._path)
                     address = f"unix:{self._path}"
                 else:
                     address = f"{self._host}:{self._port}"
@@ -193,21 +180,6 @@ class SimRuntime:
                 pass
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
-
-    @staticmethod
-    def _prepare_socket_path(path: str) -> None:
-        directory = os.path.dirname(path)
-        if not os.path.isdir(directory):
-            raise FileNotFoundError(f"cannot listen on {path}: directory {directory} is missing")
-        try:
-            mode = os.lstat(path).st_mode
-        except FileNotFoundError:
-            return
-        if not stat.S_ISSOCK(mode):
-            raise FileExistsError(f"cannot listen on {path}: a file that is not a socket is there")
-        if _socket_in_use(path):
-            raise OSError(f"cannot listen on {path}: another server is listening there")
-        os.unlink(path)  # a stale socket left by a process that died
 
     def __enter__(self) -> SimRuntime:
         return self.start()
