@@ -568,6 +568,13 @@ def _endpoint(label: str) -> str:
     return "/pods" if label.startswith("/pods") else "/containers/{id}"
 
 
+def _serve_ratio(row: Json, nginx: Json) -> float:
+    """bench_serve.py's ratio (the median over rounds of req/s over nginx's in the same round,
+    which cancels load drifting between rounds); older results: the ratio of the medians."""
+    ratio = row.get("ratio")
+    return float(ratio) if ratio is not None else float(row["rps"]) / float(nginx["rps"])
+
+
 def serve_section(data: Json) -> Section:
     rows: list[Json] = data["comparison"]
     soak: Json | None = data.get("soak")
@@ -584,7 +591,7 @@ def serve_section(data: Json) -> Section:
                 f"{r['p50_ms']:.2f}",
                 f"{r['p99_ms']:.2f}",
                 r["errors"],
-                _x(r["rps"] / ref["rps"]) if ref else "",
+                _x(_serve_ratio(r, ref)) if ref else "",
             ]
         )
     targets = []
@@ -599,7 +606,7 @@ def serve_section(data: Json) -> Section:
                 Target(f"serve {endpoint} >= {minimum}x nginx req/s", "serve", "missing", "", None)
             )
             continue
-        ratio = ours["rps"] / ref["rps"]
+        ratio = _serve_ratio(ours, ref)
         targets.append(
             Target(
                 f"serve {endpoint} >= {minimum}x nginx req/s",
@@ -623,7 +630,8 @@ def serve_section(data: Json) -> Section:
     headings = data.get("headings", {})
     lines = [
         f"`benchmarks/bench_serve.py` (its printed tables, read by the runner): "
-        f"{headings.get('comparison', '')}. Ratios: req/s over nginx's for the same bytes.",
+        f"{headings.get('comparison', '')}. Ratios: req/s over nginx's for the same bytes in "
+        "the same round, median over rounds (req/s, p50, p99: medians over rounds).",
         "",
         *_table(
             ["endpoint", "body", "server", "req/s", "p50 ms", "p99 ms", "errors", "x nginx"],
@@ -662,7 +670,7 @@ def serve_section(data: Json) -> Section:
             _bar_labels(
                 ax,
                 bars,
-                [_x(r["rps"] / nginx[e]["rps"]) for r, e in zip(series, endpoints, strict=True)],
+                [_x(_serve_ratio(r, nginx[e])) for r, e in zip(series, endpoints, strict=True)],
             )
         ax.set_xticks(range(len(endpoints)), endpoints)
         ax.set_ylim(0, max(r["rps"] for r in rows) * 1.15)

@@ -117,6 +117,8 @@ def parse_serve(text: str) -> Parsed:
                         "p50_ms": _number(row["p50 ms"]),
                         "p99_ms": _number(row["p99 ms"]),
                         "errors": int(_number(row["errors"])),
+                        # The median over rounds of the within-round ratio to nginx.
+                        "ratio": _number(row["ratio*"]) if "ratio*" in row else None,
                     }
                 )
         elif names and names[0] == "req/s" and rows:
