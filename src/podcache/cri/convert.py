@@ -305,13 +305,6 @@ def _wire_container_facts(row: _WireRow, runtime: str, share: _Share) -> _Contai
         return (created_at, state, container_id, None, None)
     if not container_id or not has_image:
         return (created_at, state, container_id, uid, None)
-    # parse_hash, inlined: one call per container is measurable at node scale.
-    if hash_text and not hash_text.strip(_HEX_DIGITS):
-        hash_value = int(hash_text, 16)
-        if hash_value > _UINT64_MAX:
-            hash_value = 0
-    else:
-        hash_value = 0
     converted = Container(
         id=ContainerID(runtime, container_id),
         name=name,
@@ -319,7 +312,7 @@ def _wire_container_facts(row: _WireRow, runtime: str, share: _Share) -> _Contai
         image_id=image_id or image_ref,
         image_ref=image_ref,
         image_runtime_handler=handler,
-        hash=hash_value,
+        hash=parse_hash(hash_text),
         state=_CONTAINER_STATES.get(state, _UNKNOWN),
     )
     return (created_at, state, container_id, uid, converted)
