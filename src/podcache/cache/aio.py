@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, cast
 
-from podcache.cache.core import CacheStats, FreshnessCore, Refresh
+from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.threaded import PodGetter, check_getter, check_timeout
 from podcache.model import PodList
 
@@ -31,7 +31,7 @@ def _new_future() -> asyncio.Future[None]:
     return asyncio.get_running_loop().create_future()
 
 
-class AsyncRuntimeCache:
+class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     """A bounded-staleness cache of ``await getter.get_pods(False)`` for asyncio.
 
     A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
@@ -100,16 +100,6 @@ class AsyncRuntimeCache:
         await self._wait(refresh, timeout)
         if refresh.error is not None:
             raise refresh.error
-
-    @property
-    def cache_time(self) -> float | None:
-        """Clock reading taken just before the fetch that produced the cached pods."""
-        return self._core.cache_time
-
-    @property
-    def cache_period(self) -> float:
-        """The period in seconds."""
-        return self._core.period
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""

@@ -41,6 +41,7 @@ from podcache.model import PodList
 __all__ = [
     "NEVER",
     "CacheStats",
+    "CoreReadings",
     "FreshnessCore",
     "Refresh",
     "Snapshot",
@@ -266,3 +267,19 @@ class FreshnessCore(Generic[S]):
         refresh.started_at = now
         self.inflight = refresh
         return refresh
+
+
+class CoreReadings(Generic[S]):
+    """What both drivers answer straight from their core, without a lock: a base class."""
+
+    _core: FreshnessCore[S]
+
+    @property
+    def cache_time(self) -> float | None:
+        """Clock reading taken just before the fetch that produced the cached pods."""
+        return self._core.cache_time
+
+    @property
+    def cache_period(self) -> float:
+        """The period in seconds."""
+        return self._core.period

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
-from podcache.cache.core import CacheStats, FreshnessCore, Refresh, Snapshot
+from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.model import PodList
 
 __all__ = ["PodGetter", "RuntimeCache"]
@@ -87,7 +87,7 @@ def make_hit_path(
     return (get_pods_counted if count_hits else get_pods), publish, read_hits
 
 
-class RuntimeCache:
+class RuntimeCache(CoreReadings[threading.Event]):
     """A bounded-staleness cache of ``getter.get_pods(False)`` for threads.
 
     ``get_pods`` returns pods fetched at most ``cache_period`` before the call (strictly
@@ -142,16 +142,6 @@ class RuntimeCache:
             self._await(refresh, start, timeout)
             if refresh.error is not None:
                 raise refresh.error
-
-    @property
-    def cache_time(self) -> float | None:
-        """Clock reading taken just before the fetch that produced the cached pods."""
-        return self._core.cache_time
-
-    @property
-    def cache_period(self) -> float:
-        """The period in seconds."""
-        return self._core.period
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
