@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -215,6 +215,34 @@ def _resolve(sorted_ids: Sequence[str], exact: dict[str, Any], wanted: str) -> s
     return sorted_ids[start] if end - start == 1 else None
 
 
+_Item = TypeVar("_Item", SimSandbox, SimContainer)
+
+
+def _listed(
+    items: Sequence[_Item],
+    entries: Sequence[bytes],
+    wanted_id: str,
+    *,
+    state: int | None,
+    selector: dict[str, str],
+    keep: Callable[[_Item], bool] | None = None,
+) -> bytes:
+    """The encoded entries of the items a CRI list filter selects (id, state, labels, and
+    ``keep`` for what only one kind of item has), in order: a list answer's bytes."""
+    parts = []
+    for item, entry in zip(items, entries, strict=True):
+        if wanted_id and item.id != wanted_id:
+            continue
+        if state is not None and item.state != state:
+            continue
+        if selector and any(item.labels.get(k) != v for k, v in selector.items()):
+            continue
+        if keep is not None and not keep(item):
+            continue
+        parts.append(entry)
+    return b"".join(parts)
+
+
 class _View:
     """The listable items of one population generation plus one malformed setting."""
 
@@ -264,39 +292,26 @@ class _View:
         return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
 
     def list_sandboxes(self, f: pb.PodSandboxFilter) -> bytes:
-        wanted_id = (self.resolve_sandbox(f.id) or f.id) if f.id else ""
-        state = int(f.state.state) if f.HasField("state") else None
-        selector = dict(f.label_selector)
-        parts = []
-        for sandbox, entry in zip(self.sandboxes, self.sandbox_entries, strict=True):
-            if wanted_id and sandbox.id != wanted_id:
-                continue
-            if state is not None and sandbox.state != state:
-                continue
-            if selector and any(sandbox.labels.get(k) != v for k, v in selector.items()):
-                continue
-            parts.append(entry)
-        return b"".join(parts)
+        return _listed(
+            self.sandboxes,
+            self.sandbox_entries,
+            (self.resolve_sandbox(f.id) or f.id) if f.id else "",
+            state=int(f.state.state) if f.HasField("state") else None,
+            selector=dict(f.label_selector),
+        )
 
     def list_containers(self, f: pb.ContainerFilter) -> bytes:
-        wanted_id = (self.resolve_container(f.id) or f.id) if f.id else ""
         wanted_sandbox = (
             (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
         )
-        state = int(f.state.state) if f.HasField("state") else None
-        selector = dict(f.label_selector)
-        parts = []
-        for container, entry in zip(self.containers, self.container_entries, strict=True):
-            if wanted_id and container.id != wanted_id:
-                continue
-            if wanted_sandbox and container.pod_sandbox_id != wanted_sandbox:
-                continue
-            if state is not None and container.state != state:
-                continue
-            if selector and any(container.labels.get(k) != v for k, v in selector.items()):
-                continue
-            parts.append(entry)
-        return b"".join(parts)
+        return _listed(
+            self.containers,
+            self.container_entries,
+            (self.resolve_container(f.id) or f.id) if f.id else "",
+            state=int(f.state.state) if f.HasField("state") else None,
+            selector=dict(f.label_selector),
+            keep=(lambda c: c.pod_sandbox_id == wanted_sandbox) if wanted_sandbox else None,
+        )
 
 
 def _memoized(
