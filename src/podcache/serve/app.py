@@ -168,7 +168,7 @@ class App:
                 )
             response = await handler(query, headers, args)
             if response.replay is not None and not query and self._auth is None:
-                self._remember(path, route, response)
+                self._remember(path, route, response.status, response.replay)
         except HTTPError as error:
             response = self._error(error)
         except Exception:
@@ -177,15 +177,17 @@ class App:
         self.metrics.count(route, response.status)
         return response
 
-    def _remember(self, path: str, route: str, response: Response) -> None:
+    def _remember(
+        self, path: str, route: str, status: int, replay: tuple[SnapshotView, bytes, bool]
+    ) -> None:
         """Keep how ``path`` (asked without a query) was answered from its snapshot, so the
         same request is answered again without routing, parsing or lookups. Only the current
         snapshot's answers are kept, at most ``_MAX_REPLAYS`` of them."""
-        view, head, etag = response.replay  # type: ignore[misc]  # checked by the caller
+        view, head, etag = replay
         if view is not self._replay_view or len(self._replays) >= _MAX_REPLAYS:
             self._replays = {}
             self._replay_view = view
-        self._replays[path] = (view, route, head, response.status, etag)
+        self._replays[path] = (view, route, head, status, etag)
 
     def _route(self, path: str) -> tuple[str, Handler, tuple[str, ...]]:
         exact = self._exact.get(path)
@@ -271,21 +273,18 @@ class App:
         """``head`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
         if status != 200 or not etag:
-            response = Response(
-                status, [("content-type", JSON), ("x-podcache-age", age)], view.body(head, age)
-            )
-            response.replay = (view, head, etag)
-            return response
-        response_headers = [
-            ("content-type", JSON),
-            ("etag", view.etag),
-            ("x-podcache-age", age),
-            ("cache-control", "no-cache"),
-        ]
-        match = headers.get("if-none-match")
-        if match is not None and etag_matches(match, view.etag):
-            return Response(304, response_headers[1:])
-        response = Response(200, response_headers, view.body(head, age))
+            response_headers = [("content-type", JSON), ("x-podcache-age", age)]
+        else:
+            response_headers = [
+                ("content-type", JSON),
+                ("etag", view.etag),
+                ("x-podcache-age", age),
+                ("cache-control", "no-cache"),
+            ]
+            match = headers.get("if-none-match")
+            if match is not None and etag_matches(match, view.etag):
+                return Response(304, response_headers[1:])
+        response = Response(status, response_headers, view.body(head, age))
         response.replay = (view, head, etag)
         return response
 
