@@ -14,8 +14,10 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Protocol, cast
 
+from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.threaded import PodGetter, check_getter, check_timeout
+from podcache.cache.watching import AsyncPodWatch, TaskRefresher
 from podcache.model import PodList
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
@@ -47,14 +49,23 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        history: int = HISTORY,
+        max_lag: int = MAX_LAG,
     ) -> None:
         check_getter(getter)
         self._getter = getter
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
-            cache_period, _new_future, refresh_ahead=refresh_ahead, max_stale=max_stale
+            cache_period,
+            _new_future,
+            refresh_ahead=refresh_ahead,
+            max_stale=max_stale,
+            history=history,
+            max_lag=max_lag,
         )
+        self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
+        self._refresher = TaskRefresher(self)
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
@@ -105,12 +116,41 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         return self._core.stats(self._clock(), self._fast_hits)
 
+    def watch(self, since: int | None = None) -> AsyncPodWatch:
+        """The pods' changes as they are published: an async iterator of ``PodChange``; the
+        twin of ``RuntimeCache.watch`` (same arguments, same errors, same changes)."""
+        return AsyncPodWatch(self, since)
+
     async def aclose(self) -> None:
-        """Wait for refreshes still running (their results are then discarded by nobody)."""
+        """Stop the watch refresher; wait for refreshes still running (their results are then
+        discarded by nobody)."""
+        await self._refresher.wait_stopped()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
     # -- internals ---------------------------------------------------------------------------
+    def _changed_event(self) -> asyncio.Event:
+        event = self._changed
+        if event is None:
+            event = self._changed = asyncio.Event()
+        return event
+
+    def _wake_watchers(self) -> None:
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
+
+    def _watch_opened(self) -> None:
+        self._refresher.ensure()
+
+    def _watch_closed(self) -> None:
+        if not self._core.changes.prune():
+            self._refresher.stop()
+
+    def _watched(self) -> bool:
+        self._watch_closed()
+        return bool(self._core.changes.cursors)
+
     async def _wait(self, refresh: Refresh[asyncio.Future[None]], timeout: float | None) -> None:
         # shield: a caller's timeout or cancellation ends its wait, never the shared refresh.
         try:
@@ -140,6 +180,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
         queued = self._core.complete(refresh, pods, error, self._clock())
+        self._wake_watchers()
         # The outcome lives on the Refresh; the future only wakes waiters (never an exception
         # on it, so an abandoned refresh logs no "exception was never retrieved").
         refresh.signal.set_result(None)

@@ -26,6 +26,8 @@ Invariants
 3. A failed refresh changes no state but the stats; every caller that joined it gets the error.
 4. Every caller of one refresh gets the same ``PodList`` object.
 5. A refresh runs to completion even if all its callers stopped waiting (timeout, cancel).
+6. Every snapshot stored is first published to the change log (``changes``), which numbers it
+   with its revision: callers and watchers see the same numbered PodList.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from podcache.cache.changes import HISTORY, HISTORY_AGE, MAX_LAG, ChangeLog
 from podcache.model import PodList
 
 __all__ = [
@@ -136,8 +139,12 @@ class FreshnessCore(Generic[S]):
         *,
         refresh_ahead: float | timedelta | None = None,
         max_stale: float | timedelta | None = None,
+        history: int = HISTORY,
+        history_age: float = HISTORY_AGE,
+        max_lag: int = MAX_LAG,
     ) -> None:
-        """Validate the durations (clear ValueError / TypeError naming the argument)."""
+        """Validate the durations and bounds (clear ValueError / TypeError naming the
+        argument); ``history``, ``history_age`` and ``max_lag`` go to the change log."""
         period = period_seconds(cache_period, "cache_period")
         ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
         if ahead > period:
@@ -148,6 +155,7 @@ class FreshnessCore(Generic[S]):
         self.refresh_ahead = ahead
         self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
         self.snapshot: Snapshot = (None, NEVER, NEVER)
+        self.changes = ChangeLog(history=history, history_age=history_age, max_lag=max_lag)
         self.inflight: Refresh[S] | None = None
         self.queued: Refresh[S] | None = None
         self._new_signal = new_signal
@@ -214,11 +222,12 @@ class FreshnessCore(Generic[S]):
         self.last_duration = max(now - refresh.started_at, 0.0)
         if error is None:
             assert pods is not None
-            refresh.pods = pods
             self.refreshes += 1
             if refresh.started_at >= self.snapshot[1]:
+                pods = self.changes.publish(pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
                 self.snapshot = (pods, refresh.started_at, until)
+            refresh.pods = pods
         else:
             refresh.error = error
             self.errors += 1

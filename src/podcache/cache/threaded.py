@@ -14,7 +14,9 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Protocol
 
+from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
+from podcache.cache.watching import PodWatch, ThreadRefresher
 from podcache.model import PodList
 
 __all__ = ["PodGetter", "RuntimeCache"]
@@ -105,14 +107,23 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        history: int = HISTORY,
+        max_lag: int = MAX_LAG,
     ) -> None:
         check_getter(getter)
         self._getter = getter
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
-            cache_period, threading.Event, refresh_ahead=refresh_ahead, max_stale=max_stale
+            cache_period,
+            threading.Event,
+            refresh_ahead=refresh_ahead,
+            max_stale=max_stale,
+            history=history,
+            max_lag=max_lag,
         )
+        self._changed = threading.Condition(self._lock)  # notified at every publish
+        self._refresher = ThreadRefresher(self)
         # The instance's get_pods is the closure (the method below documents it and is its
         # twin); counting hits is opt-in so the default hit path stays one read, one clock call.
         self.get_pods, self._publish, self._fast_hits = make_hit_path(  # type: ignore[method-assign]
@@ -147,6 +158,30 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         with self._lock:
             return self._core.stats(self._clock(), self._fast_hits())
+
+    def watch(self, since: int | None = None) -> PodWatch:
+        """The pods' changes as they are published: an iterator of ``PodChange``.
+
+        ``since`` None: an ``ADDED`` for every pod of the current snapshot (refreshed first if
+        older than the period), at its revision, then every change after it. ``since=r``:
+        exactly the changes after revision ``r``. ``ResyncRequiredError`` when ``r`` is older
+        than the history kept (``history=``) or newer than the cache's revision, or when the
+        watcher falls more than ``max_lag`` changes behind: list again, watch from the list's
+        revision. While a watch is open the cache refreshes itself every period.
+        """
+        return PodWatch(self, since)
+
+    def _watch_opened(self) -> None:  # under the lock
+        self._refresher.ensure()
+
+    def _watch_closed(self) -> None:  # under the lock
+        if not self._core.changes.prune():
+            self._refresher.stop()
+
+    def _watched(self) -> bool:
+        with self._lock:
+            self._watch_closed()
+            return bool(self._core.changes.cursors)
 
     # -- internals ---------------------------------------------------------------------------
     def _get_slow(self, timeout: float | None) -> PodList:
@@ -201,6 +236,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             queued = self._core.complete(refresh, pods, error, self._clock())
             self._publish(self._core.snapshot)
+            self._changed.notify_all()
         refresh.signal.set()
         if queued is not None:
             self._spawn(queued)
