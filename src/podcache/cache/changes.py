@@ -9,8 +9,9 @@ Theory of operation
 A snapshot's *state* is the map UID -> pod (``PodList.by_uid``: the newest of several pods with
 one UID; the pod with the empty UID is one pod). ``diff`` gives the changes from one state to
 the next: ``DELETED`` (the pod as it last was), then ``ADDED`` and ``MODIFIED`` (the pod as it
-now is), each group oldest pod first (the order of the UID table). A converter that reuses unchanged pods (``cri.convert``'s memo) hands the same objects
-from one snapshot to the next, so most pods cost an identity check and no comparison.
+now is), each group oldest pod first (the order of the UID table). A converter that reuses
+unchanged pods (``cri.convert``'s memo) hands the same objects from one snapshot to the next,
+so most pods cost an identity check and no comparison.
 
 Every published snapshot gets a revision: the previous one plus one when the diff is not
 empty, else the same. The log keeps the changes in order, each with a *sequence number* (its
