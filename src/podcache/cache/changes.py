@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import bisect
 import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -56,6 +56,8 @@ __all__ = [
     "Cursor",
     "PodChange",
     "diff",
+    "replay",
+    "visible",
 ]
 
 HISTORY = 1000
@@ -78,11 +80,14 @@ class ChangeType(enum.StrEnum):
 
 class PodChange(msgspec.Struct, frozen=True, gc=False):
     """One pod's change: ``pod`` as it now is (as it last was for ``DELETED``), and the
-    ``revision`` the change brought the snapshot to."""
+    ``revision`` the change brought the snapshot to. ``previous`` (a podcache addition) is the
+    pod as it was before a ``MODIFIED`` change (None for the others): it lets a consumer say
+    what changed, and a filtered stream decide whether the pod entered or left its view."""
 
     type: ChangeType
     pod: Pod
     revision: int
+    previous: Pod | None = None
 
 
 def _count(value: int, what: str, minimum: int) -> int:
@@ -113,7 +118,7 @@ def diff(old: PodList | None, new: PodList, revision: int) -> list[PodChange]:
             continue
         kept += 1
         if was is not pod and was != pod:
-            changes.append(PodChange(ChangeType.MODIFIED, pod, revision))
+            changes.append(PodChange(ChangeType.MODIFIED, pod, revision, was))
     if kept == len(before):
         return changes
     deleted = [
@@ -298,6 +303,24 @@ class ChangeLog:
 
 def _revision_of(change: PodChange) -> int:
     return change.revision
+
+
+def visible(change: PodChange, shown: Callable[[Pod], bool]) -> PodChange | None:
+    """``change`` as a watcher that sees only the pods ``shown`` accepts must receive it: a
+    pod that starts to be shown is ``ADDED``, one that stops is ``DELETED`` (as it now is),
+    None when the watcher sees neither side. Stateless: a stream filtered this way rebuilds
+    exactly the filtered states."""
+    if change.type is not ChangeType.MODIFIED:
+        return change if shown(change.pod) else None
+    assert change.previous is not None
+    before, after = shown(change.previous), shown(change.pod)
+    if before and after:
+        return change
+    if after:
+        return PodChange(ChangeType.ADDED, change.pod, change.revision)
+    if before:
+        return PodChange(ChangeType.DELETED, change.pod, change.revision)
+    return None
 
 
 def replay(state: dict[str, Pod], changes: Iterable[PodChange]) -> dict[str, Pod]:

@@ -13,16 +13,21 @@ import threading
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from podcache import (
     ChangeType,
+    Container,
+    ContainerState,
     FakeRuntime,
+    Pod,
     PodcacheError,
     PodList,
     ResyncRequiredError,
     RuntimeCache,
 )
-from podcache.cache.changes import HISTORY_CAP, ChangeLog, diff
+from podcache.cache.changes import HISTORY_CAP, ChangeLog, diff, replay, visible
 from tests.unit.cache.conftest import MakeDriver
 from tests.unit.cache.drivers import FakeClock, make_pod
 
@@ -267,3 +272,46 @@ def test_many_threads_see_every_change_in_order() -> None:
     assert all(s == seen[0] for s in seen)
     assert [r for _, _, r in seen[0]] == sorted(r for _, _, r in seen[0])
     assert len(seen[0]) == 1 + 199 * 2
+
+
+# -- filtered streams --------------------------------------------------------------------------
+
+_labelled = st.lists(
+    st.tuples(st.integers(0, 5), st.sampled_from(["a", "b", "c"]), st.integers(0, 2)),
+    max_size=6,
+)
+
+
+def _pods_of(spec: list[tuple[int, str, int]]) -> PodList:
+    """One pod per distinct number, with label app=<letter> and a container state."""
+    pods = {}
+    for n, app, state in spec:
+        pod = make_pod(n)
+        pods[pod.id] = Pod(
+            id=pod.id,
+            name=pod.name,
+            namespace=pod.namespace,
+            created_at=pod.created_at,
+            containers=[
+                Container(id=pod.containers[0].id, state=list(ContainerState)[state]),
+            ],
+            labels={"app": app},
+        )
+    return PodList(pods.values())
+
+
+@given(st.lists(_labelled, min_size=1, max_size=8), st.sampled_from(["a", "b", "c"]))
+def test_a_filtered_stream_rebuilds_the_filtered_states(
+    states: list[list[tuple[int, str, int]]], app: str
+) -> None:
+    def shown(pod: Pod) -> bool:
+        return pod.label("app") == app
+
+    previous: PodList | None = None
+    rebuilt: dict[str, Pod] = {}
+    for revision, spec in enumerate(states, 1):
+        current = _pods_of(spec)
+        changes = [visible(c, shown) for c in diff(previous, current, revision)]
+        replay(rebuilt, [c for c in changes if c is not None])
+        assert rebuilt == {pod.id: pod for pod in current if shown(pod)}
+        previous = current

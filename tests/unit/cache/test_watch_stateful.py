@@ -268,7 +268,7 @@ class WatchAgainstModel(RuleBasedStateMachine):
                 watcher.state[uid] = change.pod
             else:
                 assert change.type == "MODIFIED"
-                assert watcher.state[uid] != change.pod
+                assert watcher.state[uid] == change.previous != change.pod
                 watcher.state[uid] = change.pod
 
     @invariant()
