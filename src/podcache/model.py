@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
 
@@ -190,6 +191,9 @@ class AmbiguousContainerIDError(LookupError):
         )
 
 
+_pod_uid = operator.attrgetter("id")
+
+
 class _Index:
     """Lookup tables for one PodList, each built on its first use, then kept.
 
@@ -211,10 +215,11 @@ class _Index:
     def by_uid(self) -> dict[str, Pod]:
         table = self._by_uid
         if table is None:
-            table = {}
-            for pod in reversed(self._pods):  # reversed + assignment: the newest wins
-                table[pod.id] = pod
-            self._by_uid = table
+            # Reversed, so a later (older) duplicate is overwritten: the newest wins. Built by
+            # zip and map: no Python-level loop.
+            pods = self._pods
+            uids = map(_pod_uid, reversed(pods))
+            table = self._by_uid = dict(zip(uids, reversed(pods), strict=True))
         return table
 
     @property

@@ -8,10 +8,11 @@ Theory of operation
 -------------------
 A snapshot's *state* is the map UID -> pod (``PodList.by_uid``: the newest of several pods with
 one UID; the pod with the empty UID is one pod). ``diff`` gives the changes from one state to
-the next: ``DELETED`` (the pod as it last was), then ``ADDED`` and ``MODIFIED`` (the pod as it
-now is), each group oldest pod first (the order of the UID table). A converter that reuses
-unchanged pods (``cri.convert``'s memo) hands the same objects from one snapshot to the next,
-so most pods cost an identity check and no comparison.
+the next: ``DELETED`` (the pod as it last was; by UID), then ``ADDED`` and ``MODIFIED`` (the
+pod as it now is). ``Tracker`` computes them at a cost that grows with the changes: a
+converter that reuses unchanged pods (``cri.convert``'s memo) hands the same objects from one
+snapshot to the next, so the pods that changed are found by identity, without reading the
+others.
 
 Every published snapshot gets a revision: the previous one plus one when the diff is not
 empty, else the same. The log keeps the changes in order, each with a *sequence number* (its
@@ -40,6 +41,8 @@ from __future__ import annotations
 import bisect
 import enum
 from collections.abc import Callable, Iterable
+from itertools import compress
+from operator import is_not
 
 import msgspec
 
@@ -55,7 +58,9 @@ __all__ = [
     "ChangeType",
     "Cursor",
     "PodChange",
+    "Tracker",
     "diff",
+    "moved",
     "replay",
     "visible",
 ]
@@ -100,39 +105,155 @@ def _count(value: int, what: str, minimum: int) -> int:
 
 def diff(old: PodList | None, new: PodList, revision: int) -> list[PodChange]:
     """The changes from ``old``'s state to ``new``'s (None: the empty state), numbered
-    ``revision``: ``DELETED``, then ``ADDED`` and ``MODIFIED`` (each oldest pod first).
+    ``revision``: ``DELETED`` (by UID), then ``ADDED`` and ``MODIFIED`` (oldest pod first).
 
-    Pods are compared by identity first (a memoised converter reuses unchanged pods), by
-    value only when they are different objects.
+    The plain definition, from both snapshots' UID tables: ``Tracker`` computes the same
+    changes without building them, and is checked against this.
     """
     after = pods_by_uid(new)
     if old is None or not old:
         return [PodChange(ChangeType.ADDED, pod, revision) for pod in after.values()]
     before = pods_by_uid(old)
+    if before is after:
+        return []
+    was_of = before.get
     changes: list[PodChange] = []
-    kept = 0
-    for uid, pod in after.items():
-        was = before.get(uid)
+    added = 0
+    for pod in compress(after.values(), map(is_not, map(was_of, after.keys()), after.values())):
+        was = was_of(pod.id)
         if was is None:
+            added += 1
             changes.append(PodChange(ChangeType.ADDED, pod, revision))
-            continue
-        kept += 1
-        if was is not pod and was != pod:
+        elif was != pod:
             changes.append(PodChange(ChangeType.MODIFIED, pod, revision, was))
-    if kept == len(before):
+    if len(before) == len(after) - added:  # every UID of before is still there
         return changes
-    deleted = [
-        PodChange(ChangeType.DELETED, pod, revision)
-        for uid, pod in before.items()
-        if uid not in after
-    ]
-    return deleted + changes
+    gone = sorted(before.keys() - after.keys())
+    return [PodChange(ChangeType.DELETED, before[uid], revision) for uid in gone] + changes
 
 
-def initial(pods: PodList) -> list[PodChange]:
-    """``ADDED`` for every pod of ``pods``'s state, at its revision: a watch's first batch."""
-    revision = pods.revision
-    return [PodChange(ChangeType.ADDED, pod, revision) for pod in pods_by_uid(pods).values()]
+SMALL = 16
+"""Slices this short are matched object by object rather than split further."""
+
+
+def _order(pod: Pod) -> tuple[int, str]:
+    """A runtime getter's order: newest first, ties by UID."""
+    return (-pod.created_at, pod.id)
+
+
+def moved(old: tuple[Pod, ...], new: tuple[Pod, ...]) -> tuple[list[Pod], list[Pod]]:
+    """The pods of ``new`` that are not in ``old`` (arrivals) and of ``old`` not in ``new``
+    (departures): by identity, except that a run of pods equal by value may count as there.
+
+    Divide and conquer over the two tuples: a pair of slices that compare equal holds no
+    change (tuple equality tests identity before value, in C: unchanged pods cost a pointer
+    comparison each); otherwise the middle pod of the new slice is looked up in the old one by
+    bisection in the getters' order (newest first, ties by UID), and both halves are matched
+    in turn. Short slices are matched object by object. The result is exact in any order
+    (a pod met on both sides cancels out); the getters' order only makes it fast: about
+    ``changes x log(pods)`` bisections and slices.
+    """
+    arrivals: list[Pod] = []
+    departures: list[Pod] = []
+    pending = [(0, len(old), 0, len(new))]
+    while pending:
+        a, b, c, d = pending.pop()
+        if b - a == d - c and old[a:b] == new[c:d]:
+            continue
+        if b - a <= SMALL or d - c <= SMALL:
+            # By identity (id() reads no pod): an equal copy arrives and departs, and the
+            # caller sees its UID unchanged by value.
+            olds, news = old[a:b], new[c:d]
+            old_ids, new_ids = set(map(id, olds)), set(map(id, news))
+            arrivals += [pod for pod in news if id(pod) not in old_ids]
+            departures += [pod for pod in olds if id(pod) not in new_ids]
+            continue
+        middle = (c + d) // 2
+        pivot = new[middle]
+        at = bisect.bisect_left(old, _order(pivot), a, b, key=_order)
+        if at < b and old[at] is pivot:
+            pending += [(a, at, c, middle), (at + 1, b, middle + 1, d)]
+        else:
+            arrivals.append(pivot)
+            pending += [(a, at, c, middle), (at, b, middle + 1, d)]
+    if arrivals and departures:  # out of order: a pod met on both sides stayed
+        both = {id(pod) for pod in arrivals} & {id(pod) for pod in departures}
+        if both:
+            arrivals = [pod for pod in arrivals if id(pod) not in both]
+            departures = [pod for pod in departures if id(pod) not in both]
+    return arrivals, departures
+
+
+class Tracker:
+    """The current state (UID -> pod) and the changes each new snapshot brings, at a cost that
+    grows with the changes, not with the node.
+
+    A memoised converter hands unchanged pods over as the very same objects, in the same
+    order: ``moved`` finds the pods that arrive and depart between two snapshots without
+    reading the others (no cache miss on thousands of objects). An arrival whose UID departs
+    is ``MODIFIED`` (or nothing, when equal by value), an arrival alone ``ADDED``, a departure
+    alone ``DELETED``.
+
+    That reasoning needs each snapshot to hold every UID once. When one does not (a getter
+    other than the CRI one may list a UID twice; the state then keeps the first, as
+    ``PodList.by_uid``), or an arrival's UID is still held by a pod that stays, the changes are
+    computed by ``diff`` from the UID tables instead, and the fast path resumes at the next
+    snapshot that holds each UID once.
+    """
+
+    __slots__ = ("_pods", "_unique", "state")
+
+    def __init__(self) -> None:
+        self.state: dict[str, Pod] = {}
+        """UID -> pod of the last snapshot (an equal object may stand for the very one)."""
+        self._pods: PodList | None = None
+        self._unique = True  # the last snapshot holds each UID once
+
+    def update(self, new: PodList, revision: int) -> list[PodChange]:
+        """The changes from the last snapshot to ``new`` (numbered ``revision``); ``new``
+        becomes the last."""
+        old = self._pods
+        changes = self._by_identity(old, new, revision) if self._unique else None
+        if changes is None:
+            changes = diff(old, new, revision)
+            table = pods_by_uid(new)
+            self.state = dict(table)
+            self._unique = len(table) == len(new)
+        self._pods = new
+        return changes
+
+    def _by_identity(
+        self, old: PodList | None, new: PodList, revision: int
+    ) -> list[PodChange] | None:
+        """The changes, and the state updated, by identity; None (nothing updated) when the
+        new snapshot may hold a UID twice."""
+        arrivals, departures = moved(() if old is None else old.pods, new.pods)
+        state = self.state
+        leaving = {pod.id: pod for pod in departures}
+        if len(leaving) != len(departures):
+            return None
+        coming: dict[str, Pod] = {}
+        for pod in arrivals:
+            uid = pod.id
+            if uid in coming or (uid in state and uid not in leaving):
+                return None  # a second pod with this UID
+            coming[uid] = pod
+        deleted = [
+            PodChange(ChangeType.DELETED, pod, revision)
+            for uid, pod in leaving.items()
+            if uid not in coming
+        ]
+        changes: list[PodChange] = []
+        for uid, pod in coming.items():
+            was = leaving.get(uid)
+            if was is None:
+                changes.append(PodChange(ChangeType.ADDED, pod, revision))
+            elif was != pod:
+                changes.append(PodChange(ChangeType.MODIFIED, pod, revision, was))
+        for change in deleted:
+            del state[change.pod.id]
+        state.update(coming)
+        return deleted + changes
 
 
 class Cursor:
@@ -181,6 +302,7 @@ class ChangeLog:
         self.oldest = 0
         """Every change with a larger revision is in the log."""
         self.cursors: set[Cursor] = set()
+        self._tracker = Tracker()
         self._log: list[PodChange] = []
         self._at: list[float] = []  # when each change in the log was published
         self._base = 0  # sequence number of _log[0]
@@ -202,7 +324,7 @@ class ChangeLog:
     def publish(self, pods: PodList, now: float) -> PodList:
         """Record ``pods`` as the new snapshot (fetched or published at ``now``); returns it
         numbered with its revision (the same object unless it carried another revision)."""
-        changes = diff(self.pods, pods, self.revision + 1)
+        changes = self._tracker.update(pods, self.revision + 1)
         if changes:
             self.revision += 1
             self._log.extend(changes)
@@ -243,7 +365,9 @@ class ChangeLog:
         than ``oldest`` or newer than ``revision``."""
         if since is None:
             assert self.pods is not None, "watch without since needs a published snapshot"
-            cursor = Cursor(self.head, self.revision, initial(self.pods))
+            state = self._tracker.state.values()
+            first = [PodChange(ChangeType.ADDED, pod, self.revision) for pod in state]
+            cursor = Cursor(self.head, self.revision, first)
         else:
             if isinstance(since, bool) or not isinstance(since, int):
                 raise TypeError(f"since must be an int revision or None, not {since!r}")

@@ -11,7 +11,9 @@ import gc
 import pickle
 import threading
 import time
+from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,7 +29,15 @@ from podcache import (
     ResyncRequiredError,
     RuntimeCache,
 )
-from podcache.cache.changes import HISTORY_CAP, ChangeLog, diff, replay, visible
+from podcache.cache.changes import (
+    HISTORY_CAP,
+    ChangeLog,
+    Tracker,
+    diff,
+    moved,
+    replay,
+    visible,
+)
 from tests.unit.cache.conftest import MakeDriver
 from tests.unit.cache.drivers import FakeClock, make_pod
 
@@ -315,3 +325,68 @@ def test_a_filtered_stream_rebuilds_the_filtered_states(
         replay(rebuilt, [c for c in changes if c is not None])
         assert rebuilt == {pod.id: pod for pod in current if shown(pod)}
         previous = current
+
+
+# -- the tracker against the plain diff --------------------------------------------------------
+
+_step = st.lists(
+    st.tuples(
+        st.integers(0, 6),  # which UID
+        st.sampled_from(["keep", "copy", "change"]),  # the same object, an equal one, another
+    ),
+    max_size=8,
+)
+
+
+@given(st.lists(_step, min_size=1, max_size=10))
+def test_the_tracker_gives_the_changes_of_the_plain_diff(
+    steps: list[list[tuple[int, str]]],
+) -> None:
+    """Snapshots that reuse objects, copy them, change them, and list a UID twice (which
+    sends the tracker to its fallback): the same changes as ``diff``, the same state."""
+    tracker = Tracker()
+    previous: PodList | None = None
+    objects: dict[int, Pod] = {}
+    for revision, step in enumerate(steps, 1):
+        pods = []
+        for n, how in step:
+            pod = objects.get(n)
+            if pod is None or how == "change":
+                pod = make_pod(n, containers=revision % 3)
+            elif how == "copy":
+                pod = msgspec.structs.replace(pod)  # equal, another object
+            objects[n] = pod
+            pods.append(pod)
+        current = PodList(pods)
+        got = tracker.update(current, revision)
+        want = diff(previous, current, revision)
+        assert sorted(map(repr, got)) == sorted(map(repr, want))
+        assert tracker.state == {pod.id: pod for pod in reversed(pods)}  # the first wins
+        previous = current
+
+
+@given(
+    st.integers(0, 120),
+    st.lists(st.integers(0, 119), max_size=30),
+    st.integers(0, 20),
+    st.booleans(),
+    st.randoms(use_true_random=False),
+)
+def test_moved_finds_arrivals_and_departures_in_any_order(
+    size: int, dropped: list[int], added: int, in_order: bool, rng: Any
+) -> None:
+    """Past SMALL pods the tuples are split by bisection: exact whether or not they are in the
+    getters' order (newest first), which only makes it fast."""
+    old = [make_pod(n) for n in range(size)]
+    gone = {n for n in dropped if n < size}
+    new = [pod for n, pod in enumerate(old) if n not in gone]
+    new += [make_pod(1000 + n) for n in range(added)]
+    for pods in (old, new):
+        if in_order:
+            pods.sort(key=lambda pod: (-pod.created_at, pod.id))
+        else:
+            rng.shuffle(pods)
+    arrivals, departures = moved(tuple(old), tuple(new))
+    assert {id(p) for p in arrivals} == {id(p) for p in new} - {id(p) for p in old}
+    assert {id(p) for p in departures} == {id(p) for p in old} - {id(p) for p in new}
+    assert len(arrivals) == added and len(departures) == len(gone)
