@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
-from podcache.serve import App, http1
+from podcache.serve import App
 from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder
 from podcache.serve.response import Response
 
@@ -73,12 +73,15 @@ class Served:
 
 
 @contextmanager
-def serving(respond: Responder, **timeouts: float) -> Iterator[Served]:
-    """An HTTPServer for ``respond`` on a free loopback port."""
+def serving(respond: Responder, **options: Any) -> Iterator[Served]:
+    """An HTTPServer for ``respond`` on a free loopback port (a ``Recorder`` brings its
+    ``respond_now`` when it has one)."""
     loop = LoopThread()
+    if isinstance(respond, Recorder) and respond.sync:
+        options.setdefault("respond_now", respond.respond_now)
 
     async def start() -> tuple[HTTPServer, asyncio.Server]:
-        http = HTTPServer(respond, **timeouts)
+        http = HTTPServer(respond, **options)
         http.start()
         server = await asyncio.get_running_loop().create_server(http.connection, "127.0.0.1", 0)
         return http, server
@@ -166,11 +169,25 @@ class RawClient:
 class Recorder:
     """The fake responder. ``/echo...`` answers the request as JSON; ``/slow?S`` first sleeps
     S seconds; ``/block`` waits for ``release()``; ``/big`` answers 1 MiB; ``/not-modified``
-    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded."""
+    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded.
 
-    def __init__(self) -> None:
+    ``sync``: it also answers through ``respond_now`` what needs no waiting (all but
+    ``/slow``, ``/block`` and ``/boom-later``), as App does on a cache hit."""
+
+    WAITS = frozenset({"/slow", "/block", "/boom-later"})
+
+    def __init__(self, *, sync: bool = True) -> None:
+        self.sync = sync
         self.requests: list[tuple[str, str, str, list[tuple[str, str]]]] = []
         self.gate: asyncio.Event | None = None
+
+    def respond_now(
+        self, method: str, path: str, query: str, headers: list[tuple[str, str]]
+    ) -> Response | None:
+        if path in self.WAITS:
+            return None
+        self.requests.append((method, path, query, list(headers)))
+        return self._answer(method, path, query, list(headers))
 
     async def __call__(
         self, method: str, path: str, query: str, headers: Iterable[tuple[str, str]]
@@ -183,14 +200,17 @@ class Recorder:
             if self.gate is None:
                 self.gate = asyncio.Event()
             await self.gate.wait()
-        elif path == "/big":
-            return Response(200, [("content-type", "application/octet-stream")], BIG)
-        elif path == "/not-modified":
-            return Response(304, [("etag", '"x"')])
-        elif path == "/boom":
-            raise RuntimeError("boom")
         elif path == "/boom-later":
             await asyncio.sleep(0.01)
+            raise RuntimeError("boom")
+        return self._answer(method, path, query, items)
+
+    def _answer(self, method: str, path: str, query: str, items: list[tuple[str, str]]) -> Response:
+        if path == "/big":
+            return Response(200, [("content-type", "application/octet-stream")], BIG)
+        if path == "/not-modified":
+            return Response(304, [("etag", '"x"')])
+        if path in ("/boom", "/boom-later"):
             raise RuntimeError("boom")
         document = {"method": method, "path": path, "query": query, "headers": items}
         return Response(200, [("content-type", "application/json")], json.dumps(document).encode())
@@ -200,17 +220,11 @@ class Recorder:
             self.gate.set()
 
 
-@pytest.fixture(autouse=True, params=["first-step-inline", "first-step-in-task"])
-def first_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs both ways the server starts a responder: its first step inline (the
-    Python 3.11 path) and in a task (the 3.12+ path; on 3.11 that task does not start eagerly,
-    so there every answer takes the path of a responder that suspends)."""
-    monkeypatch.setattr(http1, "_EAGER_TASKS", request.param == "first-step-in-task")
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
+@pytest.fixture(params=["respond-now", "task-only"])
+def recorder(request: pytest.FixtureRequest) -> Recorder:
+    """Every test runs both ways the server answers: at once through ``respond_now`` where
+    the responder can, and with every answer in a task."""
+    return Recorder(sync=request.param == "respond-now")
 
 
 @pytest.fixture
@@ -614,7 +628,7 @@ def test_a_disconnect_during_a_cache_refresh_does_not_cancel_the_refresh() -> No
     runtime = AsyncFakeRuntime([Pod(id="uid-1", name="web", namespace="default")])
     runtime.block()
     app = App(runtime, 60.0)
-    with serving(app.respond) as served:
+    with serving(app.respond, respond_now=app.respond_now) as served:
         client = served.client()
         client.get("/pods")
         wait_until(lambda: runtime.calls == 1)

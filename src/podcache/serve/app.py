@@ -125,7 +125,22 @@ class App:
             "/openapi.json": ("/openapi.json", self._openapi_doc),
         }
 
-    # -- the API as one coroutine ------------------------------------------------------------
+    # -- the API: at once when no waiting is needed, else as a coroutine ----------------------
+    def respond_now(
+        self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
+    ) -> Response | None:
+        """The answer when it needs no waiting, else None (then await ``respond``)."""
+        replay = self._replays.get(path) if not query and method in _METHODS else None
+        if replay is None or not _plain(header_items):
+            return None
+        pods = self.cache.get_pods_nowait()
+        if pods is None or pods is not replay[0].pods:
+            return None
+        view = replay[0]
+        response = self._snapshot_response(view, replay[2], _NO_HEADERS, replay[3], etag=replay[4])
+        self.metrics.count(replay[1], response.status)
+        return response
+
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
     ) -> Response:

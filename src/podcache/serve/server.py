@@ -170,7 +170,7 @@ async def serve(
     """
     from podcache.serve.http1 import HTTPServer
 
-    http = HTTPServer(app.respond)
+    http = HTTPServer(app.respond, respond_now=app.respond_now)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
