@@ -41,12 +41,9 @@ class Response:
     set, makes a streaming answer instead (``http1``'s module docstring): the chunks of an async
     iterator sent as they come, at most ``max_unsent`` bytes of them left unsent by a slow
     client before it is cut off.
-
-    ``replay`` (set by the application on answers from a snapshot) is what answering the same
-    request again from the same snapshot takes: ``(snapshot view, body head, etag?)``.
     """
 
-    __slots__ = ("body", "headers", "max_unsent", "replay", "status", "stream", "suffix")
+    __slots__ = ("body", "headers", "max_unsent", "status", "stream", "suffix")
 
     def __init__(
         self,
@@ -64,7 +61,6 @@ class Response:
         self.suffix = suffix
         self.stream = stream
         self.max_unsent = max_unsent
-        self.replay: tuple[Any, bytes, bool] | None = None
 
     def __repr__(self) -> str:
         kind = "stream" if self.stream is not None else f"{len(self.body) + len(self.suffix)} bytes"
