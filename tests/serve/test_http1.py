@@ -26,7 +26,7 @@ import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
 from podcache.serve import App
-from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder
+from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
 from podcache.serve.response import Response
 
 T = TypeVar("T")
@@ -68,8 +68,11 @@ class Served:
     http: HTTPServer
     loop: LoopThread
 
-    def client(self) -> RawClient:
-        return RawClient(self.port)
+    def client(self, **options: Any) -> RawClient:
+        return RawClient(self.port, **options)
+
+    def open_connections(self) -> int:
+        return self.loop.call(lambda: len(self.http))
 
 
 @contextmanager
@@ -80,10 +83,18 @@ def serving(respond: Responder, **options: Any) -> Iterator[Served]:
     if isinstance(respond, Recorder) and respond.sync:
         options.setdefault("respond_now", respond.respond_now)
 
+    sndbuf = options.pop("sndbuf", None)
+
     async def start() -> tuple[HTTPServer, asyncio.Server]:
         http = HTTPServer(respond, **options)
         http.start()
-        server = await asyncio.get_running_loop().create_server(http.connection, "127.0.0.1", 0)
+        listener = socket.socket()
+        if sndbuf is not None:  # accepted sockets inherit it
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4096)
+        listener.setblocking(False)
+        server = await asyncio.get_running_loop().create_server(http.connection, sock=listener)
         return http, server
 
     http, server = loop.run(start())
@@ -113,8 +124,12 @@ class Answer:
 class RawClient:
     """A socket that writes raw bytes and reads HTTP/1.1 answers (Content-Length only)."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, *, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -208,6 +223,8 @@ class Recorder:
     def _answer(self, method: str, path: str, query: str, items: list[tuple[str, str]]) -> Response:
         if path == "/big":
             return Response(200, [("content-type", "application/octet-stream")], BIG)
+        if path == "/bytes":
+            return Response(200, [("content-type", "application/octet-stream")], b"b" * int(query))
         if path == "/not-modified":
             return Response(304, [("etag", '"x"')])
         if path in ("/boom", "/boom-later"):
@@ -306,6 +323,39 @@ def test_a_client_that_half_closes_still_gets_its_answers(served: Served) -> Non
     client.sock.shutdown(socket.SHUT_WR)
     assert [client.answer().status, client.answer().status] == [200, 200]
     assert client.closed_by_server()
+
+
+def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        wait_until(lambda: served.open_connections() == 1)
+        (connection,) = served.loop.call(lambda: list(served.http.connections))
+
+        def reaches(state: State) -> None:
+            wait_until(lambda: served.loop.call(lambda: connection.state) is state)
+
+        reaches(State.IDLE)
+        client.send(b"GET /echo HTTP/1.1\r\n")
+        reaches(State.HEAD)
+        client.send(b"Host: test\r\n\r\n")
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.get("/block")
+        reaches(State.ANSWERING)
+        served.loop.call(recorder.release)
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.send(b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n" * 40)  # 40 MiB, unread
+        reaches(State.BLOCKED)
+        for _ in range(40):
+            assert len(client.answer().body) == len(BIG)
+        reaches(State.IDLE)
+        client.get("/echo", "Connection: close")
+        assert client.answer().headers["connection"] == "close"
+        reaches(State.ENDING)
+        client.close()
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: connection.state) is State.CLOSED
 
 
 # -- HEAD and 304 ------------------------------------------------------------------------------
@@ -599,6 +649,33 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
         started = time.monotonic()
         assert client.closed_by_server()
         assert 0.35 <= time.monotonic() - started < 1.5
+
+
+@pytest.mark.parametrize(("size", "idle"), [(30_000, 2.0), (4 * 1024 * 1024, 1.0)])
+def test_a_client_that_never_reads_is_gone_within_idle_and_linger_timeouts(
+    recorder: Recorder, size: int, idle: float
+) -> None:
+    """Issue 12 §3, with small socket buffers so the answer stays unsent: 30,000 bytes stay
+    below the transport's high-water mark (the connection looks idle), 4 MiB above it."""
+    with serving(recorder, idle_timeout=idle, linger_timeout=1.0, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get(f"/bytes?{size}")
+        started = time.monotonic()
+        wait_until(lambda: served.open_connections() == 0, timeout=idle + 1.0 + 3.0)
+        elapsed = time.monotonic() - started
+        assert idle - 0.1 <= elapsed <= idle + 1.0 + 1.0, elapsed
+        client.close()
+
+
+def test_a_slow_reader_is_not_cut_off_while_it_reads(recorder: Recorder) -> None:
+    with serving(recorder, idle_timeout=0.6, linger_timeout=0.6, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get("/bytes?400000", "Connection: close")
+        received = 0
+        while chunk := client.sock.recv(4096):  # about 1.5 s at 256 KiB/s: over both timeouts
+            received += len(chunk)
+            time.sleep(0.01)
+        assert received > 400_000
 
 
 def test_a_connection_busy_answering_is_not_idle(recorder: Recorder) -> None:
