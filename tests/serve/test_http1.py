@@ -25,8 +25,8 @@ import pytest
 import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
-from podcache.serve import App, http1
-from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder
+from podcache.serve import App
+from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
 from podcache.serve.response import Response
 
 T = TypeVar("T")
@@ -68,19 +68,33 @@ class Served:
     http: HTTPServer
     loop: LoopThread
 
-    def client(self) -> RawClient:
-        return RawClient(self.port)
+    def client(self, **options: Any) -> RawClient:
+        return RawClient(self.port, **options)
+
+    def open_connections(self) -> int:
+        return self.loop.call(lambda: len(self.http))
 
 
 @contextmanager
-def serving(respond: Responder, **timeouts: float) -> Iterator[Served]:
-    """An HTTPServer for ``respond`` on a free loopback port."""
+def serving(respond: Responder, **options: Any) -> Iterator[Served]:
+    """An HTTPServer for ``respond`` on a free loopback port (a ``Recorder`` brings its
+    ``respond_now`` when it has one)."""
     loop = LoopThread()
+    if isinstance(respond, Recorder) and respond.sync:
+        options.setdefault("respond_now", respond.respond_now)
+
+    sndbuf = options.pop("sndbuf", None)
 
     async def start() -> tuple[HTTPServer, asyncio.Server]:
-        http = HTTPServer(respond, **timeouts)
+        http = HTTPServer(respond, **options)
         http.start()
-        server = await asyncio.get_running_loop().create_server(http.connection, "127.0.0.1", 0)
+        listener = socket.socket()
+        if sndbuf is not None:  # accepted sockets inherit it
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4096)
+        listener.setblocking(False)
+        server = await asyncio.get_running_loop().create_server(http.connection, sock=listener)
         return http, server
 
     http, server = loop.run(start())
@@ -110,8 +124,12 @@ class Answer:
 class RawClient:
     """A socket that writes raw bytes and reads HTTP/1.1 answers (Content-Length only)."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, *, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -166,11 +184,25 @@ class RawClient:
 class Recorder:
     """The fake responder. ``/echo...`` answers the request as JSON; ``/slow?S`` first sleeps
     S seconds; ``/block`` waits for ``release()``; ``/big`` answers 1 MiB; ``/not-modified``
-    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded."""
+    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded.
 
-    def __init__(self) -> None:
+    ``sync``: it also answers through ``respond_now`` what needs no waiting (all but
+    ``/slow``, ``/block`` and ``/boom-later``), as App does on a cache hit."""
+
+    WAITS = frozenset({"/slow", "/block", "/boom-later"})
+
+    def __init__(self, *, sync: bool = True) -> None:
+        self.sync = sync
         self.requests: list[tuple[str, str, str, list[tuple[str, str]]]] = []
         self.gate: asyncio.Event | None = None
+
+    def respond_now(
+        self, method: str, path: str, query: str, headers: list[tuple[str, str]]
+    ) -> Response | None:
+        if path in self.WAITS:
+            return None
+        self.requests.append((method, path, query, list(headers)))
+        return self._answer(method, path, query, list(headers))
 
     async def __call__(
         self, method: str, path: str, query: str, headers: Iterable[tuple[str, str]]
@@ -183,14 +215,19 @@ class Recorder:
             if self.gate is None:
                 self.gate = asyncio.Event()
             await self.gate.wait()
-        elif path == "/big":
-            return Response(200, [("content-type", "application/octet-stream")], BIG)
-        elif path == "/not-modified":
-            return Response(304, [("etag", '"x"')])
-        elif path == "/boom":
-            raise RuntimeError("boom")
         elif path == "/boom-later":
             await asyncio.sleep(0.01)
+            raise RuntimeError("boom")
+        return self._answer(method, path, query, items)
+
+    def _answer(self, method: str, path: str, query: str, items: list[tuple[str, str]]) -> Response:
+        if path == "/big":
+            return Response(200, [("content-type", "application/octet-stream")], BIG)
+        if path == "/bytes":
+            return Response(200, [("content-type", "application/octet-stream")], b"b" * int(query))
+        if path == "/not-modified":
+            return Response(304, [("etag", '"x"')])
+        if path in ("/boom", "/boom-later"):
             raise RuntimeError("boom")
         document = {"method": method, "path": path, "query": query, "headers": items}
         return Response(200, [("content-type", "application/json")], json.dumps(document).encode())
@@ -200,17 +237,11 @@ class Recorder:
             self.gate.set()
 
 
-@pytest.fixture(autouse=True, params=["first-step-inline", "first-step-in-task"])
-def first_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs both ways the server starts a responder: its first step inline (the
-    Python 3.11 path) and in a task (the 3.12+ path; on 3.11 that task does not start eagerly,
-    so there every answer takes the path of a responder that suspends)."""
-    monkeypatch.setattr(http1, "_EAGER_TASKS", request.param == "first-step-in-task")
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
+@pytest.fixture(params=["respond-now", "task-only"])
+def recorder(request: pytest.FixtureRequest) -> Recorder:
+    """Every test runs both ways the server answers: at once through ``respond_now`` where
+    the responder can, and with every answer in a task."""
+    return Recorder(sync=request.param == "respond-now")
 
 
 @pytest.fixture
@@ -292,6 +323,39 @@ def test_a_client_that_half_closes_still_gets_its_answers(served: Served) -> Non
     client.sock.shutdown(socket.SHUT_WR)
     assert [client.answer().status, client.answer().status] == [200, 200]
     assert client.closed_by_server()
+
+
+def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        wait_until(lambda: served.open_connections() == 1)
+        (connection,) = served.loop.call(lambda: list(served.http.connections))
+
+        def reaches(state: State) -> None:
+            wait_until(lambda: served.loop.call(lambda: connection.state) is state)
+
+        reaches(State.IDLE)
+        client.send(b"GET /echo HTTP/1.1\r\n")
+        reaches(State.HEAD)
+        client.send(b"Host: test\r\n\r\n")
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.get("/block")
+        reaches(State.ANSWERING)
+        served.loop.call(recorder.release)
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.send(b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n" * 40)  # 40 MiB, unread
+        reaches(State.BLOCKED)
+        for _ in range(40):
+            assert len(client.answer().body) == len(BIG)
+        reaches(State.IDLE)
+        client.get("/echo", "Connection: close")
+        assert client.answer().headers["connection"] == "close"
+        reaches(State.ENDING)
+        client.close()
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: connection.state) is State.CLOSED
 
 
 # -- HEAD and 304 ------------------------------------------------------------------------------
@@ -587,6 +651,33 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
         assert 0.35 <= time.monotonic() - started < 1.5
 
 
+@pytest.mark.parametrize(("size", "idle"), [(30_000, 2.0), (4 * 1024 * 1024, 1.0)])
+def test_a_client_that_never_reads_is_gone_within_idle_and_linger_timeouts(
+    recorder: Recorder, size: int, idle: float
+) -> None:
+    """Issue 12 §3, with small socket buffers so the answer stays unsent: 30,000 bytes stay
+    below the transport's high-water mark (the connection looks idle), 4 MiB above it."""
+    with serving(recorder, idle_timeout=idle, linger_timeout=1.0, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get(f"/bytes?{size}")
+        started = time.monotonic()
+        wait_until(lambda: served.open_connections() == 0, timeout=idle + 1.0 + 3.0)
+        elapsed = time.monotonic() - started
+        assert idle - 0.1 <= elapsed <= idle + 1.0 + 1.0, elapsed
+        client.close()
+
+
+def test_a_slow_reader_is_not_cut_off_while_it_reads(recorder: Recorder) -> None:
+    with serving(recorder, idle_timeout=0.6, linger_timeout=0.6, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get("/bytes?400000", "Connection: close")
+        received = 0
+        while chunk := client.sock.recv(4096):  # about 1.5 s at 256 KiB/s: over both timeouts
+            received += len(chunk)
+            time.sleep(0.01)
+        assert received > 400_000
+
+
 def test_a_connection_busy_answering_is_not_idle(recorder: Recorder) -> None:
     with serving(recorder, idle_timeout=0.3) as served:
         client = served.client()
@@ -614,7 +705,7 @@ def test_a_disconnect_during_a_cache_refresh_does_not_cancel_the_refresh() -> No
     runtime = AsyncFakeRuntime([Pod(id="uid-1", name="web", namespace="default")])
     runtime.block()
     app = App(runtime, 60.0)
-    with serving(app.respond) as served:
+    with serving(app.respond, respond_now=app.respond_now) as served:
         client = served.client()
         client.get("/pods")
         wait_until(lambda: runtime.calls == 1)

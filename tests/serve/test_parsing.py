@@ -155,6 +155,8 @@ def test_bearer_auth_rejects_an_empty_token() -> None:
         (["--cache-period", "soon"], "'soon'"),
         (["--cache-period", "-2s"], "'-2s'"),
         (["--timeout", "0"], "'0'"),
+        (["--idle-timeout", "0"], "'0'"),
+        (["--idle-timeout", "forever"], "'forever'"),
         (["--listen", "example.com:80"], "example.com:80"),
         (["--listen", "0.0.0.0:10260"], "--token-file"),
         (["--listen", "[::]:10260"], "--token-file"),

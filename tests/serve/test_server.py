@@ -418,6 +418,20 @@ def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: Si
     assert "Traceback" not in server.stderr
 
 
+def test_idle_timeout_closes_an_idle_keep_alive_connection(sim: SimRuntime) -> None:
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--idle-timeout", "1s"]
+    with (
+        ServeProcess(args),
+        socket.create_connection(("127.0.0.1", port), timeout=10) as idle,
+    ):
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert idle.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        started = time.monotonic()
+        assert idle.recv(65536) == b""  # closed by the server
+        assert 0.9 <= time.monotonic() - started < 3.0
+
+
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(
     sim: SimRuntime, tmp_socket_dir: Path
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from podcache.duration import Duration, parse_duration
-from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
+from podcache.serve.server import DEFAULT_LISTEN, ConnectionLimits, ListenAddress, parse_listen
 
 __all__ = ["Duration", "parse_duration", "serve_command"]
 
@@ -102,6 +102,14 @@ def _say(message: str) -> None:
     show_default=True,
     help="Deadline of each runtime call.",
 )
+@click.option(
+    "--idle-timeout",
+    type=Duration(positive=True),
+    default="75s",
+    show_default=True,
+    help="Close a connection after this long without progress: no request, or an answer "
+    "left unread.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -114,6 +122,7 @@ def serve_command(
     cache_period: float,
     token_file: str | None,
     timeout: float,
+    idle_timeout: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -150,6 +159,7 @@ def serve_command(
         cache_period=cache_period,
         auth=auth,
         timeout=timeout,
+        limits=ConnectionLimits(idle_timeout=idle_timeout),
     )
 
 
@@ -163,6 +173,7 @@ def _run(
     cache_period: float,
     auth: object,
     timeout: float,
+    limits: ConnectionLimits,
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -208,7 +219,14 @@ def _run(
                 _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
 
         try:
-            run(make_app, listen, on_listening=listening, on_warm=warmed, cleanup=runtime.close)
+            run(
+                make_app,
+                listen,
+                limits=limits,
+                on_listening=listening,
+                on_warm=warmed,
+                cleanup=runtime.close,
+            )
         except ServeError as exc:
             raise click.ClickException(str(exc)) from exc
         _say("stopped")
