@@ -49,6 +49,7 @@ from podcache.serve.query import (
 from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.watch import RuntimeWatch
+from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
 
 __all__ = ["DEFAULT_WAIT", "App"]
 
@@ -58,7 +59,8 @@ DEFAULT_WAIT = 10.0
 """Seconds a request waits for the cache (a refresh in flight, then its own) before a 503."""
 
 _FRESHNESS = frozenset({"newer_than", "fresh"})
-_POD_LIST_PARAMS = _FRESHNESS | {"namespace", "label"}
+_WATCH_PARAMS = frozenset({"watch", "since"})
+_POD_LIST_PARAMS = _FRESHNESS | _WATCH_PARAMS | {"namespace", "label"}
 _NONE: frozenset[str] = frozenset()
 _REPEATABLE = frozenset({"label"})
 _METHODS = frozenset({"GET", "HEAD"})
@@ -67,8 +69,9 @@ _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 
-Outcome = Response | Callable[[SnapshotView], Answer]
-"""A handler's result: the answer (no snapshot needed), or how to build it from a snapshot."""
+Outcome = Response | WatchRequest | Callable[[SnapshotView], Answer]
+"""A handler's result: the answer (no snapshot needed), a watch to open (``watchstream``), or
+how to build the answer from a snapshot."""
 Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Outcome]
 _INTERNAL = "internal server error (logged by the server)"
 _PARAMS = {
@@ -133,6 +136,7 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        bookmark_interval: float = BOOKMARK_INTERVAL,
     ) -> None:
         self._clock = clock
         self._wall = wall
@@ -141,6 +145,8 @@ class App:
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
         self.cache = AsyncRuntimeCache(self.watch, cache_period, clock=clock, stats=True)
+        self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
+        self.metrics.watchers = self.streams.counters
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
         only thing kept between requests; replaced with its snapshot)."""
@@ -195,6 +201,8 @@ class App:
         lookup = self._begin(method, path, query, header_items)
         if type(lookup) is Response:
             return lookup
+        if type(lookup) is WatchRequest:
+            return None  # opens a watch, in respond()
         assert type(lookup) is _Lookup
         if lookup.need is not None:
             return None  # waits for a refresh, in respond()
@@ -212,6 +220,10 @@ class App:
         lookup = self._begin(method, path, query, items)
         if type(lookup) is Response:
             return lookup
+        if type(lookup) is WatchRequest:
+            response = await self.streams.open(lookup)
+            self.metrics.count(lookup.route, response.status)
+            return response
         assert type(lookup) is _Lookup
         try:
             view = await self._snapshot(lookup.need)
@@ -224,7 +236,7 @@ class App:
 
     def _begin(
         self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
-    ) -> Response | _Lookup:
+    ) -> Response | _Lookup | WatchRequest:
         """The checks, cheapest first, and the parameters: an answer when no snapshot is
         needed (an error, /healthz...), else the lookup to finish from one."""
         route = "unmatched"
@@ -251,6 +263,8 @@ class App:
             if type(outcome) is Response:
                 self.metrics.count(route, outcome.status)
                 return outcome
+            if type(outcome) is WatchRequest:
+                return outcome._replace(route=route, head_only=method == "HEAD")
             build = cast(Callable[[SnapshotView], Answer], outcome)
             need = self._need(params, headers)
             fresh = "fresh" in params or "newer_than" in params
@@ -381,13 +395,19 @@ class App:
     def _from_answer(self, view: SnapshotView, answer: Answer, headers: dict[str, str]) -> Response:
         """``answer`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
+        revision = view.revision_text
         if answer.status != 200 or not answer.etag:
-            response_headers = [("content-type", JSON), ("x-podcache-age", age)]
+            response_headers = [
+                ("content-type", JSON),
+                ("x-podcache-age", age),
+                ("x-podcache-revision", revision),
+            ]
         else:
             response_headers = [
                 ("content-type", JSON),
                 ("etag", view.etag),
                 ("x-podcache-age", age),
+                ("x-podcache-revision", revision),
                 ("cache-control", "no-cache"),
             ]
             match = headers.get("if-none-match")
@@ -415,6 +435,10 @@ class App:
         if len(labels) > MAX_LABELS:
             raise HTTPError(400, f"more than {MAX_LABELS} label selectors")
         selectors = [LabelSelector.parse(text) for text in labels]
+        watching = query.get("watch")
+        if watching and parse_bool(watching[0], "watch"):
+            return _watch_request(query, namespace, tuple(selectors))
+        _since(query)  # checked, and without watch=1 ignored
         if namespace is None and not selectors:
             return lambda view: _found(view.items_head)
 
@@ -544,6 +568,26 @@ class App:
     async def aclose(self) -> None:
         """Wait for refreshes still running."""
         await self.cache.aclose()
+
+
+def _watch_request(
+    query: Query, namespace: str | None, selectors: tuple[LabelSelector, ...]
+) -> WatchRequest:
+    """A watch's parameters checked: ``since`` a revision (an integer >= 0), no freshness."""
+    if _FRESHNESS & query.keys():
+        raise HTTPError(400, "a watch takes since, namespace and label, not fresh or newer_than")
+    return WatchRequest("/pods", _since(query), namespace, selectors)
+
+
+def _since(query: Query) -> int | None:
+    """The ``since`` parameter: a revision, an integer from 0 to 2**63 - 1; else a 400."""
+    values = query.get("since")
+    if not values:
+        return None
+    text = values[0]
+    if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
+        raise HTTPError(400, f"since must be a revision (an integer >= 0), got {text[:32]!r}")
+    return int(text)
 
 
 def _found(head: bytes) -> Answer:

@@ -110,6 +110,13 @@ def _say(message: str) -> None:
     help="Close a connection after this long without progress: no request, or an answer "
     "left unread.",
 )
+@click.option(
+    "--bookmark-interval",
+    type=Duration(positive=True),
+    default="15s",
+    show_default=True,
+    help="Most time between two BOOKMARK lines of a watch stream (GET /pods?watch=1).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -123,6 +130,7 @@ def serve_command(
     token_file: str | None,
     timeout: float,
     idle_timeout: float,
+    bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -160,6 +168,7 @@ def serve_command(
         auth=auth,
         timeout=timeout,
         limits=ConnectionLimits(idle_timeout=idle_timeout),
+        bookmark_interval=bookmark_interval,
     )
 
 
@@ -174,6 +183,7 @@ def _run(
     auth: object,
     timeout: float,
     limits: ConnectionLimits,
+    bookmark_interval: float = 15.0,
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -205,7 +215,9 @@ def _run(
         wait = 2 * timeout + 1.0
 
         def make_app() -> App:
-            return App(runtime, cache_period, auth=auth, wait=wait)
+            return App(
+                runtime, cache_period, auth=auth, wait=wait, bookmark_interval=bookmark_interval
+            )
 
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"

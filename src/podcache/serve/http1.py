@@ -769,6 +769,9 @@ class HTTPConnection(asyncio.Protocol):
                 self.note_unsent()
                 if self._unsent > max_unsent:
                     log.warning("a stream's client left over %d bytes unread: reset", max_unsent)
+                    cut_off = getattr(chunks, "cut_off", None)
+                    if cut_off is not None:  # the stream counts its cut-offs (a watch does)
+                        cut_off()
                     self.abort()
                     return
         except asyncio.CancelledError:

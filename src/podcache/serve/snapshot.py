@@ -52,7 +52,16 @@ class SnapshotView:
     unchanged node answers 304 across refreshes.
     """
 
-    __slots__ = ("answers", "etag", "items_head", "monotonic", "pods", "wall", "wall_text")
+    __slots__ = (
+        "answers",
+        "etag",
+        "items_head",
+        "monotonic",
+        "pods",
+        "revision_text",
+        "wall",
+        "wall_text",
+    )
 
     def __init__(self, pods: PodList, monotonic: float, wall: float) -> None:
         self.pods = pods
@@ -61,7 +70,8 @@ class SnapshotView:
         self.wall_text = b"%.6f" % wall
         items = _encode([pod_to_json(pod) for pod in pods])
         self.etag = f'W/"{hashlib.blake2b(items, digest_size=12).hexdigest()}"'
-        self.items_head = self._head(b'{"items":' + items)
+        self.revision_text = str(pods.revision)
+        self.items_head = self._head(b'{"items":' + items + self._revision())
         self.answers: dict[str, Answer] = {}
         """Answers by request target (path, and ``?query`` when there is one)."""
 
@@ -74,9 +84,13 @@ class SnapshotView:
     def _head(self, opening: bytes) -> bytes:
         return opening + b',"cache_time":' + self.wall_text + b',"age_seconds":'
 
+    def _revision(self) -> bytes:
+        return b',"revision":' + self.revision_text.encode()
+
     def pods_head(self, pods: list[Pod]) -> bytes:
-        """``{"items": [...]`` for a filtered list of this snapshot's pods."""
-        return self._head(_encode({"items": [pod_to_json(pod) for pod in pods]})[:-1])
+        """``{"items": [...], "revision": r`` for a filtered list of this snapshot's pods."""
+        items = _encode({"items": [pod_to_json(pod) for pod in pods]})[:-1]
+        return self._head(items + self._revision())
 
     def pod_head(self, pod: Pod) -> bytes:
         """``{"pod": {...}`` for one of this snapshot's pods."""
