@@ -462,6 +462,9 @@ class HTTPConnection(asyncio.Protocol):
         self._queue.append(_End("the client closed its side"))
         if self.state in _WAITING_FOR_INPUT:
             self._guarded(self._next)
+        elif self.state is STREAMING and self._task is not None:
+            # A stream (a watch) never ends by itself: the client's close ends it, cleanly.
+            self._task.cancel()
         return True
 
     def pause_writing(self) -> None:
