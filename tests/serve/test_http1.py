@@ -16,7 +16,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ import uvloop
 from podcache import AsyncFakeRuntime, Pod
 from podcache.serve import App
 from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
-from podcache.serve.response import Response
+from podcache.serve.response import STREAM_MAX_UNSENT, Response
 
 T = TypeVar("T")
 
@@ -83,14 +83,13 @@ def serving(respond: Responder, **options: Any) -> Iterator[Served]:
     if isinstance(respond, Recorder) and respond.sync:
         options.setdefault("respond_now", respond.respond_now)
 
-    sndbuf = options.pop("sndbuf", None)
+    if "sndbuf" in options:
+        options["send_buffer"] = options.pop("sndbuf")
 
     async def start() -> tuple[HTTPServer, asyncio.Server]:
         http = HTTPServer(respond, **options)
         http.start()
         listener = socket.socket()
-        if sndbuf is not None:  # accepted sockets inherit it
-            listener.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         listener.bind(("127.0.0.1", 0))
         listener.listen(4096)
         listener.setblocking(False)
@@ -165,6 +164,25 @@ class RawClient:
         body, self.buffer = self.buffer[:length], self.buffer[length:]
         return Answer(status, headers, body, head)
 
+    def chunks(self) -> list[bytes]:
+        """A chunked body, chunk by chunk, up to and without the last (empty) chunk."""
+        found: list[bytes] = []
+        while True:
+            while b"\r\n" not in self.buffer:
+                if not self._fill():
+                    raise ConnectionError(f"closed inside a chunked body after {len(found)}")
+            size_line, _, self.buffer = self.buffer.partition(b"\r\n")
+            size = int(size_line, 16)
+            while len(self.buffer) < size + 2:
+                if not self._fill():
+                    raise ConnectionError("closed inside a chunk")
+            chunk, self.buffer = self.buffer[:size], self.buffer[size:]
+            assert self.buffer.startswith(b"\r\n")
+            self.buffer = self.buffer[2:]
+            if size == 0:
+                return found
+            found.append(chunk)
+
     def closed_by_server(self) -> bool:
         """True when the server closes (EOF or reset) with nothing more sent."""
         try:
@@ -195,6 +213,19 @@ class Recorder:
         self.sync = sync
         self.requests: list[tuple[str, str, str, list[tuple[str, str]]]] = []
         self.gate: asyncio.Event | None = None
+        self.streams_closed = 0
+        """Streams whose generator was closed (ended, cut off, or stopped)."""
+
+    async def _chunks(self, count: int, interval: float, size: int) -> AsyncIterator[bytes]:
+        """``count`` chunks (0: without end) of ``size`` bytes, ``interval`` s apart."""
+        try:
+            sent = 0
+            while count == 0 or sent < count:
+                await asyncio.sleep(interval)
+                yield b"%d\n" % sent + b"x" * max(size - 8, 0)
+                sent += 1
+        finally:
+            self.streams_closed += 1
 
     def respond_now(
         self, method: str, path: str, query: str, headers: list[tuple[str, str]]
@@ -223,6 +254,13 @@ class Recorder:
     def _answer(self, method: str, path: str, query: str, items: list[tuple[str, str]]) -> Response:
         if path == "/big":
             return Response(200, [("content-type", "application/octet-stream")], BIG)
+        if path == "/stream":  # ?count,interval,size[,max_unsent]
+            count, interval, size, *bound = query.split(",")
+            chunks = self._chunks(int(count), float(interval), int(size))
+            limit = int(bound[0]) if bound else STREAM_MAX_UNSENT
+            return Response(
+                200, [("content-type", "application/x-ndjson")], stream=chunks, max_unsent=limit
+            )
         if path == "/bytes":
             return Response(200, [("content-type", "application/octet-stream")], b"b" * int(query))
         if path == "/not-modified":
@@ -785,3 +823,153 @@ def test_shutdown_resets_what_is_still_busy_after_the_grace(recorder: Recorder) 
         served.loop.run(served.http.shutdown(0.3))
         assert time.monotonic() - started < 1.0
         assert busy.closed_by_server()
+
+
+# -- the connection cap --------------------------------------------------------------------
+def test_connections_past_the_cap_get_a_503_and_are_closed(recorder: Recorder) -> None:
+    with serving(recorder, max_connections=3) as served:
+        clients = [served.client() for _ in range(3)]  # at the cap: all served
+        for client in clients:
+            client.get("/echo")
+            assert client.answer().status == 200
+        over = served.client()
+        body = refused(over, 503)
+        assert body["error"] == "the server has 3 connections: try again"
+        clients.pop().close()
+        wait_until(lambda: served.open_connections() == 2)
+        again = served.client()  # under the cap again
+        again.get("/echo")
+        assert again.answer().status == 200
+
+
+def test_refusals_themselves_are_bounded(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("podcache.serve.http1._REFUSING", 1)
+    with serving(recorder, max_connections=1) as served:
+        first = served.client()
+        first.get("/echo")
+        assert first.answer().status == 200
+        second = served.client()  # refused with a 503, and kept until it closes
+        assert second.answer().status == 503
+        third = served.client()  # past both bounds: reset at once, no answer
+        assert third.closed_by_server()
+        assert served.open_connections() == 2
+
+
+def test_a_stream_holds_a_connection_of_the_cap(recorder: Recorder) -> None:
+    with serving(recorder, max_connections=1) as served:
+        streaming = served.client()
+        streaming.get("/stream?0,0.05,16")
+        assert streaming.answer(head_only=True).status == 200
+        refused(served.client(), 503)
+
+
+# -- the byte budget -------------------------------------------------------------------------
+def unsent(served: Served) -> int:
+    return served.loop.call(lambda: served.http.buffered)
+
+
+def test_past_the_byte_budget_the_connection_holding_most_is_dropped_first(
+    recorder: Recorder,
+) -> None:
+    budget = 2 * 1024 * 1024
+    with serving(recorder, max_buffered=budget, sndbuf=4096) as served:
+        big, small = served.client(rcvbuf=4096), served.client(rcvbuf=4096)
+        big.get("/bytes?1500000")
+        wait_until(lambda: unsent(served) > 1_400_000)
+        small.get("/bytes?400000")
+        wait_until(lambda: unsent(served) > 1_800_000)  # under the budget: both kept
+        assert served.open_connections() == 2
+        third = served.client(rcvbuf=4096)
+        third.get("/bytes?500000")  # past it: the 1.5 MB one goes
+        wait_until(lambda: served.open_connections() == 2)
+        assert unsent(served) <= budget
+        with pytest.raises(ConnectionError):
+            big.answer()
+        assert len(small.answer().body) == 400_000
+        assert len(third.answer().body) == 500_000
+        other = served.client()
+        other.get("/echo")
+        assert other.answer().status == 200
+
+
+def test_many_clients_that_never_read_stay_within_the_budget_and_leave_nothing(
+    recorder: Recorder,
+) -> None:
+    budget = 8 * 1024 * 1024
+    with serving(recorder, max_buffered=budget, sndbuf=4096) as served:
+        flood = [served.client(rcvbuf=4096) for _ in range(200)]
+        for client in flood:
+            client.send(b"GET /bytes?200000 HTTP/1.1\r\nHost: test\r\n\r\n" * 4)
+        peak = 0
+        for _ in range(20):
+            peak = max(peak, unsent(served))
+            other = served.client()
+            other.get("/echo")
+            assert other.answer().status == 200  # others are still answered
+            other.close()
+            time.sleep(0.02)
+        assert 0 < peak <= budget
+        assert served.open_connections() < 200  # some were dropped
+        for client in flood:
+            client.close()
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: (served.http.buffered, served.http.unsent)) == (0, {})
+
+
+def test_a_stream_counts_against_the_byte_budget(recorder: Recorder) -> None:
+    with serving(recorder, max_buffered=512 * 1024, sndbuf=4096) as served:
+        streaming = served.client(rcvbuf=4096)
+        streaming.get("/stream?0,0,65536")
+        assert streaming.answer(head_only=True).status == 200
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+# -- streaming answers -------------------------------------------------------------------------
+def test_a_stream_is_sent_chunk_by_chunk_and_the_connection_kept(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?5,0.02,16")
+        client.get("/echo?after")
+        answer = client.answer(head_only=True)
+        assert answer.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in answer.headers
+        chunks = client.chunks()
+        assert [chunk.split(b"\n")[0] for chunk in chunks] == [b"0", b"1", b"2", b"3", b"4"]
+        assert client.answer().json()["query"] == "after"  # pipelined behind the stream
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+def test_a_stream_to_http10_is_ended_by_closing(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?3,0.01,16", version="1.0")
+        answer = client.answer(head_only=True)
+        assert answer.headers["connection"] == "close"
+        assert "transfer-encoding" not in answer.headers
+        while client._fill():  # the body runs to the server's close
+            pass
+        assert client.buffer == b"".join(b"%d\n" % n + b"x" * 8 for n in range(3))
+
+
+def test_a_stream_whose_client_falls_behind_is_cut_off(recorder: Recorder) -> None:
+    with serving(recorder, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get("/stream?0,0,32768,100000")  # max_unsent 100,000 bytes
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+def test_shutdown_ends_a_stream_cleanly(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?0,0.02,16")
+        assert client.answer(head_only=True).status == 200
+        wait_until(lambda: b"\n" in client.buffer or client._fill())
+        served.loop.run(served.http.shutdown(2.0))
+        chunks = client.chunks()  # ends with the last chunk: a complete body
+        assert chunks and all(chunk.endswith(b"x" * 8) for chunk in chunks)
+        assert client.closed_by_server()
+        assert served.loop.call(lambda: recorder.streams_closed) == 1

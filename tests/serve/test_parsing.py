@@ -13,7 +13,7 @@ from podcache.jsonview import pod_to_json
 from podcache.model import Container, ContainerID, Pod
 from podcache.serve import openapi
 from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
-from podcache.serve.command import parse_duration, serve_command
+from podcache.serve.command import parse_duration, parse_size, serve_command
 from podcache.serve.query import LabelSelector, etag_matches
 from podcache.serve.response import HTTPError
 from podcache.serve.server import ListenAddress, parse_listen
@@ -150,6 +150,29 @@ def test_bearer_auth_rejects_an_empty_token() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("1", 1),
+        ("4096", 4096),
+        ("256MiB", 256 * 1024**2),
+        ("64Mi", 64 * 1024**2),
+        ("1GiB", 1024**3),
+        ("2KiB", 2048),
+        ("100MB", 100_000_000),
+        ("5 KB", 5000),
+    ],
+)
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "-1", "1.5MiB", "1 TiB", "10mb", "0x10"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--cache-period", "soon"], "'soon'"),
@@ -157,6 +180,10 @@ def test_bearer_auth_rejects_an_empty_token() -> None:
         (["--timeout", "0"], "'0'"),
         (["--idle-timeout", "0"], "'0'"),
         (["--idle-timeout", "forever"], "'forever'"),
+        (["--max-connections", "0"], "0"),
+        (["--max-buffered", "0"], "'0'"),
+        (["--max-buffered", "lots"], "'lots'"),
+        (["--max-buffered", "1.5GiB"], "'1.5GiB'"),
         (["--listen", "example.com:80"], "example.com:80"),
         (["--listen", "0.0.0.0:10260"], "--token-file"),
         (["--listen", "[::]:10260"], "--token-file"),

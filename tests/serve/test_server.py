@@ -433,6 +433,21 @@ def test_idle_timeout_closes_an_idle_keep_alive_connection(sim: SimRuntime) -> N
         assert 0.9 <= time.monotonic() - started < 3.0
 
 
+def test_max_connections_answers_one_more_with_a_503(sim: SimRuntime) -> None:
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--max-connections", "1"]
+    with (
+        ServeProcess(args),
+        socket.create_connection(("127.0.0.1", port), timeout=10) as held,
+    ):
+        held.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert held.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        reply = Client(port=port).get("/healthz")
+        body = check_error(reply, 503)
+        assert body["error"] == "the server has 1 connections: try again"
+        assert reply.headers["connection"] == "close"
+
+
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(
     sim: SimRuntime, tmp_socket_dir: Path
 ) -> None:

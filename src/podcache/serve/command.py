@@ -12,6 +12,7 @@ logic.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any
 
@@ -20,7 +21,7 @@ import click
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ConnectionLimits, ListenAddress, parse_listen
 
-__all__ = ["Duration", "parse_duration", "serve_command"]
+__all__ = ["Duration", "parse_duration", "parse_size", "serve_command"]
 
 
 class _Listen(click.ParamType[ListenAddress, Any]):
@@ -35,6 +36,48 @@ class _Listen(click.ParamType[ListenAddress, Any]):
             return parse_listen(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+_SIZE = re.compile(r"([0-9]+)\s*(B|KB|MB|GB|KiB|MiB|GiB|Ki|Mi|Gi)?")
+_SIZE_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``1048576``, ``256MiB``, ``64Mi`` (powers of 1024) or ``100MB`` (of 1000); a
+    ValueError quotes anything else."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: use e.g. 256MiB, 64Mi, 100MB or bytes")
+    return int(match[1]) * _SIZE_UNITS[match[2]]
+
+
+class _Size(click.ParamType[int, Any]):
+    name = "bytes"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r}: the size must be above 0", param, ctx)
+        return size
 
 
 def _say(message: str) -> None:
@@ -111,6 +154,22 @@ def _say(message: str) -> None:
     "left unread.",
 )
 @click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    metavar="N",
+    help="Open connections at most; one more is answered 503 and closed.",
+)
+@click.option(
+    "--max-buffered",
+    type=_Size(),
+    default="256MiB",
+    show_default=True,
+    help="Unsent answer bytes at most, all connections together (256MiB, 64Mi, 100MB); "
+    "past it the connections holding the most are dropped first.",
+)
+@click.option(
     "--bookmark-interval",
     type=Duration(positive=True),
     default="15s",
@@ -130,6 +189,8 @@ def serve_command(
     token_file: str | None,
     timeout: float,
     idle_timeout: float,
+    max_connections: int,
+    max_buffered: int,
     bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
@@ -167,7 +228,11 @@ def serve_command(
         cache_period=cache_period,
         auth=auth,
         timeout=timeout,
-        limits=ConnectionLimits(idle_timeout=idle_timeout),
+        limits=ConnectionLimits(
+            idle_timeout=idle_timeout,
+            max_connections=max_connections,
+            max_buffered=max_buffered,
+        ),
         bookmark_interval=bookmark_interval,
     )
 

@@ -91,8 +91,10 @@ ASCII (llhttp refuses raw non-ASCII bytes: 400).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -115,6 +117,7 @@ __all__ = [
     "MAX_HEADER_FIELDS",
     "MAX_PIPELINE",
     "MAX_TARGET",
+    "SEND_BUFFER",
     "HTTPConnection",
     "HTTPServer",
     "RespondNow",
@@ -157,6 +160,11 @@ MAX_CONNECTIONS = 1024
 MAX_BUFFERED = 256 * 1024 * 1024
 """Most unsent answer bytes in all connections together (``--max-buffered``); past it the
 connections holding the most are reset first."""
+SEND_BUFFER = 128 * 1024
+"""``SO_SNDBUF`` of every connection: the kernel's share of its unsent bytes (Linux doubles
+it). Without it the kernel grows the buffer of a client that does not read up to
+``tcp_wmem``'s maximum (4 MiB), so 2,000 such clients pinned the kernel's whole TCP memory
+(``tcp_mem``) outside any budget of ours; with it they pin at most 256 KiB each."""
 
 _FEED_STEP = 8 * 1024  # a larger read is parsed in steps, so a full queue stops parsing early
 _LINGER_BYTES = 1024 * 1024  # most input discarded after the end before the connection is reset
@@ -236,6 +244,7 @@ class HTTPServer:
         linger_timeout: float = LINGER_TIMEOUT,
         max_connections: int = MAX_CONNECTIONS,
         max_buffered: int = MAX_BUFFERED,
+        send_buffer: int = SEND_BUFFER,
         allowed_hosts: frozenset[str] | None = None,
     ) -> None:
         self.respond = respond
@@ -245,6 +254,7 @@ class HTTPServer:
         self.linger_timeout = linger_timeout
         self.max_connections = max_connections
         self.max_buffered = max_buffered
+        self.send_buffer = send_buffer
         self.allowed_hosts = allowed_hosts
         self.connections: set[HTTPConnection] = set()
         """Every connection not yet lost, those refused for the cap included."""
@@ -254,6 +264,8 @@ class HTTPServer:
         """Unsent answer bytes by connection, as last seen (connections with none are left
         out); their sum is ``buffered``."""
         self.buffered = 0
+        self.dropped = 0
+        """Connections reset for the byte budget since the last tick (logged there, once)."""
         self.closing = False
         self.now = 0.0
         """The loop's clock at the last tick: timestamps on the hot path cost no clock call."""
@@ -330,15 +342,10 @@ class HTTPServer:
         """Reset the connections holding the most unsent bytes until the total fits."""
         for connection in list(self.unsent):
             self._record(connection, connection.unsent_now())  # drained since: not counted
-        biggest = sorted(self.unsent.items(), key=lambda item: item[1], reverse=True)
-        for connection, size in biggest:
+        for connection in sorted(self.unsent, key=self.unsent.__getitem__, reverse=True):
             if self.buffered <= self.max_buffered:
                 break
-            log.warning(
-                "unsent answers over the budget of %d bytes: a connection holding %d reset",
-                self.max_buffered,
-                size,
-            )
+            self.dropped += 1
             self.buffered -= self.unsent.pop(connection, 0)
             connection.abort()
 
@@ -348,6 +355,14 @@ class HTTPServer:
         self.now = now = loop.time()
         wall = time.time()
         self.tail = f"date: {formatdate(wall, usegmt=True)}\r\nserver: podcache\r\n"
+        if self.dropped:
+            log.warning(
+                "%d connection(s) reset: unsent answers over the budget of %d bytes "
+                "(--max-buffered); the clients holding the most unread bytes go first",
+                self.dropped,
+                self.max_buffered,
+            )
+            self.dropped = 0
         for connection in list(self.connections):
             try:
                 connection.check(now)
@@ -407,6 +422,10 @@ class HTTPConnection(asyncio.Protocol):
         self._transport = transport = cast(asyncio.Transport, transport)  # uvloop's: no subclass
         self._high_water = transport.get_write_buffer_limits()[1]
         server = self._server
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, server.send_buffer)
         if server.closing:
             self._parser = None
             self._enter(ENDING)
@@ -708,8 +727,8 @@ class HTTPConnection(asyncio.Protocol):
         # No content-length on 1xx, 204 and 304 (RFC 9110 8.6): they have no body.
         if status in _NO_BODY or status < 200:
             length = ""
-        elif response.stream is not None:
-            length = "transfer-encoding: chunked\r\n"
+        elif response.stream is not None:  # HTTP/1.0: no chunks, the close ends the body
+            length = "" if http10 else "transfer-encoding: chunked\r\n"
         else:
             length = f"content-length: {len(response.body) + len(response.suffix)}\r\n"
         if not keep_alive:
@@ -879,6 +898,9 @@ class HTTPConnection(asyncio.Protocol):
         self._stop_parsing()
         if self.state in _WAITING_FOR_INPUT:
             self._end(half_close=False)
+        elif self.state is ENDING:
+            if self._transport is not None:
+                self._transport.close()  # stop waiting for the client to close; sends what is left
         elif self.state is not CLOSED:
             self._queue.append(_End("the server stops"))
             if self.state is STREAMING and self._task is not None:
