@@ -316,7 +316,10 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             if remaining is not None and remaining <= 0:
                 return []
             try:
-                await asyncio.wait_for(cache._changed_event().wait(), remaining)
+                # asyncio.timeout, not wait_for: no task of its own per wait (a thousand
+                # watchers wake on one publish).
+                async with asyncio.timeout(remaining):
+                    await cache._changed_event().wait()
             except TimeoutError:
                 return []
 
