@@ -19,7 +19,13 @@ from typing import Any
 import click
 
 from podcache.duration import Duration, parse_duration
-from podcache.serve.server import DEFAULT_LISTEN, ConnectionLimits, ListenAddress, parse_listen
+from podcache.serve.server import (
+    DEFAULT_LISTEN,
+    ConnectionLimits,
+    ListenAddress,
+    allowed_hosts,
+    parse_listen,
+)
 
 __all__ = ["Duration", "parse_duration", "parse_size", "serve_command"]
 
@@ -169,6 +175,16 @@ def _say(message: str) -> None:
     help="Unsent answer bytes at most, all connections together (256MiB, 64Mi, 100MB); "
     "past it the connections holding the most are dropped first.",
 )
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also serve requests whose Host header is NAME (with or without the port); "
+    "repeatable. Without a token a TCP listener serves only Host values naming itself "
+    "(localhost, 127.0.0.1, [::1], the listen address): others get 421, against DNS "
+    "rebinding.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -184,6 +200,7 @@ def serve_command(
     idle_timeout: float,
     max_connections: int,
     max_buffered: int,
+    allow_hosts: tuple[str, ...],
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -225,6 +242,7 @@ def serve_command(
             max_connections=max_connections,
             max_buffered=max_buffered,
         ),
+        hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
     )
 
 
@@ -239,6 +257,7 @@ def _run(
     auth: object,
     timeout: float,
     limits: ConnectionLimits,
+    hosts: frozenset[str] | None,
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -288,6 +307,7 @@ def _run(
                 make_app,
                 listen,
                 limits=limits,
+                hosts=hosts,
                 on_listening=listening,
                 on_warm=warmed,
                 cleanup=runtime.close,

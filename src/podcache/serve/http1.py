@@ -552,16 +552,37 @@ class HTTPConnection(asyncio.Protocol):
     def _decode_fields(
         self, fields: list[tuple[bytes, bytes]]
     ) -> tuple[list[tuple[str, str]], bool]:
-        """Header fields as (lower-case name, value) str pairs, and whether a body follows."""
+        """Header fields as (lower-case name, value) str pairs, and whether a body follows.
+
+        Refuses (from the parser's callback) a request without a Host header or with more
+        than one (400, RFC 9112 3.2), and, when the server names the hosts it serves, a Host
+        that is not one of them (421): a web page that reached a loopback listener through
+        DNS rebinding sends its own name there, never the listener's.
+        """
         headers = []
         has_body = False
+        host: str | None = None
+        hosts = 0
         for name, value in fields:
             lower = name.lower()
-            if lower == b"content-length":
+            text = value.rstrip(b" \t").decode("latin-1")
+            if lower == b"host":
+                host = text
+                hosts += 1
+            elif lower == b"content-length":
                 has_body = has_body or bool(value.strip(b" \t0"))  # llhttp checked: digits
             elif lower == b"transfer-encoding":
                 has_body = True
-            headers.append((lower.decode("latin-1"), value.rstrip(b" \t").decode("latin-1")))
+            headers.append((lower.decode("latin-1"), text))
+        if host is None or hosts > 1:
+            self._stop(400, "no Host header" if host is None else "more than one Host header")
+        allowed = self._server.allowed_hosts
+        if allowed is not None and host.lower() not in allowed:
+            self._stop(
+                421,
+                f"Host {host[:100]!r} does not name this server: without a token it serves "
+                "only its own addresses and the names given with --allow-host",
+            )
         return headers, has_body
 
     # -- parsing -------------------------------------------------------------------------------
