@@ -20,7 +20,6 @@ from podcache.serve.query import (
     MAX_LABELS,
     MAX_NEWER_THAN,
     NAME_PATTERN,
-    PID_PATTERN,
     POD_NAME_PATTERN,
 )
 
@@ -334,8 +333,9 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
                     "name": "pid",
                     "in": "path",
                     "required": True,
-                    "description": "A process ID as the node (the host PID namespace) sees it.",
-                    "schema": {"type": "string", "pattern": PID_PATTERN, "maxLength": 7},
+                    "description": "A process ID as the node (the host PID namespace) sees it, "
+                    "in decimal without a sign or leading zeros.",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": PID_MAX},
                 },
                 *_FRESHNESS[:3],
             ],
