@@ -57,6 +57,7 @@ no container may still be on its way into one, as ``runc init`` is).
 from __future__ import annotations
 
 import errno
+import math
 import os
 import re
 from collections.abc import Awaitable, Callable
@@ -489,6 +490,16 @@ def _needs_refresh(lookup: PodLookup, cache_time: float | None, now: float) -> f
     return target
 
 
+def _just_after(cache_time: float | None) -> float:
+    """A need any refresh begun after the snapshot meets: it joins the refresh in flight, or
+    starts one (which, begun now, also meets the process's start)."""
+    return -math.inf if cache_time is None else math.nextafter(cache_time, math.inf)
+
+
+def _older(cache_time: float | None, target: float) -> bool:
+    return cache_time is None or cache_time < target
+
+
 def lookup_pod(
     cache: _SyncCache,
     clock: Callable[[], float],
@@ -498,8 +509,13 @@ def lookup_pod(
     timeout: float | None = None,
     memo: OwnerMemo = _MEMO,
 ) -> LookupResult:
-    """``RuntimeCache.pod_of_pid``: look, refresh at most once if the process is newer than
-    the snapshot, look again. ProcessLookupError when there is no such process."""
+    """``RuntimeCache.pod_of_pid``: look; if the container is missing and the snapshot predates
+    the process, look again after the refresh in flight (or a new one), and only if that one
+    began before the process, after one more. A lookup starts at most one refresh: the one it
+    joins first was started by someone else, or else it began after the process. (Containers
+    are listed by their runtime before any of their processes start, so joining first lets a
+    burst of processes of one new container share one refresh.) ProcessLookupError when there
+    is no such process."""
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
@@ -507,13 +523,19 @@ def lookup_pod(
     found = lookup.match(pods)
     if found is not None:
         return LookupResult(found, lookup.outcome, False, pods)
-    target = _needs_refresh(lookup, cache.cache_time, clock())
+    cache_time = cache.cache_time
+    target = _needs_refresh(lookup, cache_time, clock())
     if target is None:
         memo.forget(lookup.proc_root, lookup.identity)
         return LookupResult(None, lookup.outcome, False, pods)
-    cache.force_update_if_older(target, timeout=timeout)
+    # First the refresh in flight, if any (or a new one, which then starts after ``target``).
+    cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
     pods = cache.get_pods(timeout=timeout)
     found = lookup.match(pods)
+    if found is None and _older(cache.cache_time, target):
+        cache.force_update_if_older(target, timeout=timeout)
+        pods = cache.get_pods(timeout=timeout)
+        found = lookup.match(pods)
     if found is None:
         memo.forget(lookup.proc_root, lookup.identity)
     return LookupResult(found, lookup.outcome, True, pods)
@@ -537,13 +559,18 @@ async def alookup_pod(
     found = lookup.match(pods)
     if found is not None:
         return LookupResult(found, lookup.outcome, False, pods)
-    target = _needs_refresh(lookup, cache.cache_time, clock())
+    cache_time = cache.cache_time
+    target = _needs_refresh(lookup, cache_time, clock())
     if target is None:
         memo.forget(lookup.proc_root, lookup.identity)
         return LookupResult(None, lookup.outcome, False, pods)
-    await cache.force_update_if_older(target, timeout=timeout)
+    await cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
     pods = await cache.get_pods(timeout=timeout)
     found = lookup.match(pods)
+    if found is None and _older(cache.cache_time, target):
+        await cache.force_update_if_older(target, timeout=timeout)
+        pods = await cache.get_pods(timeout=timeout)
+        found = lookup.match(pods)
     if found is None:
         memo.forget(lookup.proc_root, lookup.identity)
     return LookupResult(found, lookup.outcome, True, pods)

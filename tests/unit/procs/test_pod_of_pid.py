@@ -339,3 +339,39 @@ def test_twins_agree_and_never_answer_a_pod_the_runtime_does_not_list(
     finally:
         for t in twins:
             t.close()
+
+
+def test_processes_newer_than_a_refresh_in_flight_join_it_first(tree: ProcTree) -> None:
+    """A refresh began (clock 1001) after the container was listed but before its process
+    started (1001.5): the lookup waits for that refresh, finds the container in it, and asks
+    for no second one."""
+    import threading
+
+    clock = Clock()
+    fake = FakeRuntime([pod(1)])
+    cache = RuntimeCache(fake, 10.0, clock=clock)
+    cache.get_pods()
+    new = pod(2)
+    fake.set_pods([new, pod(1)])
+    fake.block()
+    clock.now = 1001.0
+    reader = threading.Thread(target=cache.force_update_if_older, args=(1001.0,))
+    reader.start()
+    assert fake.wait_for_calls(2)
+    clock.now = 1002.0
+    tree.set_uptime(UPTIME + 2.0)
+    tree.add(20, container_path(new), start_ticks=int((UPTIME + 1.5) * TICKS))
+    answers: list[procs.LookupResult] = []
+    looker = threading.Thread(
+        target=lambda: answers.append(
+            lookup_pod(cache, clock, 20, proc_root=tree.path, memo=OwnerMemo())
+        )
+    )
+    looker.start()
+    while cache.stats().joins < 1:  # the lookup is waiting for the refresh in flight
+        threading.Event().wait(0.001)
+    fake.release()
+    looker.join(5)
+    reader.join(5)
+    assert answers and answers[0].process == PodProcess(new, new.containers[0], 20)
+    assert fake.calls == 2  # the fill and the refresh in flight: none more
