@@ -150,8 +150,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """The pod and container of process ``pid`` (``podcache.procs``), None when it is in no
         container the runtime lists; ProcessLookupError when there is no such process.
 
-        When the container is not in the snapshot and the snapshot predates the process, one
-        ``force_update_if_older(process start)`` is made and the snapshot read again.
+        When the container is not in the snapshot and the snapshot predates the process, the
+        cache refreshes (at most once) and looks again. The process's start goes onto the
+        cache's clock as ``clock() - age``, the age measured since boot (``/proc/<pid>/stat``
+        against ``<proc_root>/uptime``, CLOCK_BOOTTIME): exact for the default
+        ``time.monotonic`` (but for suspend); a custom clock is taken to count real seconds.
         """
         return lookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout).process
 
