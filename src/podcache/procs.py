@@ -62,7 +62,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from podcache.model import Container, Pod, PodList
 
@@ -148,6 +148,7 @@ class CgroupOwner:
     answers it when the runtime lists it (then the process is in it, whatever lies below)."""
 
 
+@dataclass(frozen=True, slots=True, repr=False)
 class PodProcess:
     """A process's pod and container, as ``pod_of_pid`` found them (immutable).
 
@@ -155,30 +156,9 @@ class PodProcess:
     cgroup names the pod but no container. ``pid`` is the process's PID as asked.
     """
 
-    __slots__ = ("container", "pid", "pod")
-
     pod: Pod
     container: Container | None
     pid: int
-
-    def __init__(self, pod: Pod, container: Container | None, pid: int) -> None:
-        object.__setattr__(self, "pod", pod)
-        object.__setattr__(self, "container", container)
-        object.__setattr__(self, "pid", pid)
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"PodProcess is immutable: cannot set {name!r}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"PodProcess is immutable: cannot delete {name!r}")
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, PodProcess):
-            return NotImplemented
-        return (self.pid, self.pod, self.container) == (other.pid, other.pod, other.container)
-
-    def __hash__(self) -> int:
-        return hash((self.pid, self.pod, self.container))
 
     def __repr__(self) -> str:
         container = None if self.container is None else str(self.container.id)
@@ -378,8 +358,8 @@ class OwnerMemo:
 
 # -- the lookup through a cache ---------------------------------------------------------------
 
-LookupOutcome = str
-"""How a lookup ended: one of ``PodLookup.OUTCOMES``."""
+LookupOutcome = Literal["found", "pod_only", "not_in_container", "unknown", "no_process"]
+"""How a lookup ended (see ``PodLookup.OUTCOMES``)."""
 
 
 class PodLookup:

@@ -375,3 +375,15 @@ def test_processes_newer_than_a_refresh_in_flight_join_it_first(tree: ProcTree) 
     reader.join(5)
     assert answers and answers[0].process == PodProcess(new, new.containers[0], 20)
     assert fake.calls == 2  # the fill and the refresh in flight: none more
+
+
+def test_pod_process_is_frozen_and_compared_by_value() -> None:
+    import dataclasses
+
+    p = pod(1)
+    found = PodProcess(p, p.containers[0], 5)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.pid = 6  # type: ignore[misc]
+    assert found == PodProcess(pod(1), pod(1).containers[0], 5)
+    assert hash(found) == hash(PodProcess(pod(1), pod(1).containers[0], 5))
+    assert repr(found) == f"PodProcess(pid=5, pod={p.id!r}, container='{p.containers[0].id}')"
