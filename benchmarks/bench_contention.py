@@ -41,7 +41,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from bench_hit import LockedGoPortCache
@@ -379,12 +379,8 @@ class Result:
     one_expiry_one_call: bool
 
 
-def measure(quick: bool = False) -> Result:
-    """Every workload x getter latency x contender: warm-up, interleaved repeats, bursts."""
-    seconds, repeats, bursts = (1.0, 1, 5) if quick else (4.0, 3, 20)
-    for contenders, run, _, _ in WORKLOADS.values():  # warm-up, not counted
-        for contender in contenders:
-            run(contender, LATENCIES[0], 0.2)
+def _interleaved_runs(seconds: float, repeats: int) -> dict[tuple[str, float, str], list[Run]]:
+    """(workload, latency, contender) -> its runs, the repeats interleaved across contenders."""
     runs: dict[tuple[str, float, str], list[Run]] = {}
     for _ in range(repeats):
         for latency in LATENCIES:
@@ -392,6 +388,26 @@ def measure(quick: bool = False) -> Result:
                 for contender in contenders:
                     key = (workload, latency, contender.name)
                     runs.setdefault(key, []).append(run(contender, latency, seconds))
+    return runs
+
+
+def _add_bursts(row: Row, bursts: Iterable[Burst], contender: Contender) -> None:
+    """Judge the bursts whose readers all came within one expiry; count the others apart."""
+    window_ms = (PERIOD - contender.refresh_ahead) * 1e3
+    for one in bursts:
+        if one.spread_ms <= window_ms:
+            row.burst_calls.append(one.calls)
+        else:
+            row.bursts_spread.append(one)
+
+
+def measure(quick: bool = False) -> Result:
+    """Every workload x getter latency x contender: warm-up, interleaved repeats, bursts."""
+    seconds, repeats, bursts = (1.0, 1, 5) if quick else (4.0, 3, 20)
+    for contenders, run, _, _ in WORKLOADS.values():  # warm-up, not counted
+        for contender in contenders:
+            run(contender, LATENCIES[0], 0.2)
+    runs = _interleaved_runs(seconds, repeats)
     rows = []
     for latency in LATENCIES:
         for workload, (contenders, _, burst, readers) in WORKLOADS.items():
@@ -399,12 +415,7 @@ def measure(quick: bool = False) -> Result:
                 row = summarise(
                     workload, readers, latency, contender, runs[(workload, latency, contender.name)]
                 )
-                window_ms = (PERIOD - contender.refresh_ahead) * 1e3
-                for one in burst(contender, latency, bursts):
-                    if one.spread_ms <= window_ms:
-                        row.burst_calls.append(one.calls)
-                    else:
-                        row.bursts_spread.append(one)
+                _add_bursts(row, burst(contender, latency, bursts), contender)
                 rows.append(row)
     return Result(
         period_ms=PERIOD * 1e3,
