@@ -26,7 +26,7 @@ medians over repeats, max of all), and the burst check: every reader released at
 expired snapshot, which must cost exactly one runtime call. A burst counts as "one expiry"
 only when every reader called within (period - refresh-ahead margin) of the first: on a loaded
 machine 1,000 task steps can take longer than that, and a reader arriving after the period has
-rightly no use for a refresh that began before it (the cache's rule 5). Such bursts are
+rightly no use for a refresh that began before it (docs/architecture.md §3 rule 5). Such bursts are
 counted apart, not judged. It holds no targets beyond that one; ``benchmarks/run`` judges and
 draws.
 """

@@ -1,6 +1,7 @@
 """The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
 
-Everything that affects what a caller receives lives in this file. The drivers
+Everything that affects what a caller receives lives in this file; the rules it keeps are
+docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below. The drivers
 (``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
 and wait; they ask this core what to do and report back what happened.
 

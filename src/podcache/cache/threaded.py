@@ -97,7 +97,8 @@ def make_hit_path(
     slow: Callable[[float | None], PodList],
     count_hits: bool,
 ) -> HitPath:
-    """The lock-free ``get_pods`` as a closure, with its ``publish`` and hit-count reader.
+    """The lock-free ``get_pods`` as a closure (docs/architecture.md §3 rule 7), with its
+    ``publish`` and hit-count reader.
 
     Measured choices (benchmarks/bench_hit.py): a closure reading cells beat a method reading
     attributes; comparing the clock with the precomputed ``fresh_until`` saves a subtraction;

@@ -1,6 +1,6 @@
-"""Cache semantics 1-4, 6 and 9 of DESIGN.md, one behaviour per test, for both drivers.
+"""docs/architecture.md §3 rules 1-4, 6 and 9, one behaviour per test, for both drivers.
 
-Time is a fake clock here; concurrency (points 5, 7, 8) lives in test_concurrency*.py.
+Time is a fake clock here; concurrency (rules 5, 7, 8) lives in test_concurrency*.py.
 """
 
 from __future__ import annotations
