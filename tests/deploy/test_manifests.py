@@ -184,9 +184,10 @@ def run_probe(command: list[str], substitutions: Mapping[str, str]) -> int:
         assert any(old in part for part in command), f"{old!r} not in probe {command}"
     local = [sys.executable]
     for part in command[1:]:
+        substituted = part
         for old, new in substitutions.items():
-            part = part.replace(old, new)  # noqa: PLW2901
-        local.append(part)
+            substituted = substituted.replace(old, new)
+        local.append(substituted)
     return subprocess.run(local, capture_output=True, timeout=30, check=False).returncode
 
 
