@@ -295,6 +295,58 @@ steps = st.lists(
 )
 
 
+class World:
+    """The drawn history's state: the fixture tree, the listed pods and both twins' clocks."""
+
+    def __init__(self, root: Path) -> None:
+        self.tree = ProcTree(root, uptime=UPTIME)
+        self.uptime = UPTIME
+        self.clocks = [Clock(), Clock()]
+        self.twins: list[Twin] = [
+            Threads(self.clocks[0], 2.0, OwnerMemo()),
+            Tasks(self.clocks[1], 2.0, OwnerMemo()),
+        ]
+        self.listed: dict[int, Pod] = {}
+
+    def start(self, n: int, age: float) -> None:
+        """A process of pod n's container, started ``age`` seconds ago."""
+        start_ticks = int((self.uptime - age) * TICKS)
+        self.tree.add(n, container_path(pod(n)), start_ticks=start_ticks)
+
+    def add(self, n: int, _: float) -> None:
+        self.listed[n] = pod(n)
+
+    def remove(self, n: int, _: float) -> None:
+        self.listed.pop(n, None)
+
+    def tick(self, _: int, seconds: float) -> None:
+        self.uptime += seconds
+        self.tree.set_uptime(self.uptime)
+        for clock in self.clocks:
+            clock.now += seconds
+
+    def look(self, n: int, _: float) -> None:
+        """Both twins look pid n up: the same answer, the same runtime calls; and an answer
+        is always pod n's (the pod its cgroup names), never another's."""
+        outcomes = [self._look(t, n) for t in self.twins]
+        assert outcomes[0] == outcomes[1]
+        found = outcomes[0][0]
+        if isinstance(found, PodProcess):
+            assert found.pod == pod(n) and found.pid == n
+
+    def _look(self, twin: Twin, n: int) -> tuple[object, ...]:
+        twin.fake.set_pods(sorted(self.listed.values(), key=lambda p: p.id))
+        try:
+            r = twin.lookup(n, self.tree.path)
+        except ProcessLookupError:
+            return ("gone", twin.fake.calls)
+        return (r.process, r.outcome, r.refreshed, twin.fake.calls)
+
+    def close(self) -> None:
+        for twin in self.twins:
+            twin.close()
+
+
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -302,43 +354,12 @@ steps = st.lists(
 def test_twins_agree_and_never_answer_a_pod_the_runtime_does_not_list(
     tmp_path_factory: pytest.TempPathFactory, history: list[tuple[str, int, float]]
 ) -> None:
-    root = tmp_path_factory.mktemp("proc")
-    tree = ProcTree(root, uptime=UPTIME)
-    clocks = [Clock(), Clock()]
-    twins = [Threads(clocks[0], 2.0, OwnerMemo()), Tasks(clocks[1], 2.0, OwnerMemo())]
-    listed: dict[int, Pod] = {}
-    uptime = UPTIME
+    world = World(tmp_path_factory.mktemp("proc"))
     try:
         for op, n, value in history:
-            if op == "start":  # a process of pod n's container, started ``value`` s ago
-                tree.add(n, container_path(pod(n)), start_ticks=int((uptime - value) * TICKS))
-            elif op == "add":
-                listed[n] = pod(n)
-            elif op == "remove":
-                listed.pop(n, None)
-            elif op == "tick":
-                uptime += value
-                tree.set_uptime(uptime)
-                for clock in clocks:
-                    clock.now += value
-            for t in twins:
-                t.fake.set_pods(sorted(listed.values(), key=lambda p: p.id))
-            if op != "look":
-                continue
-            outcomes: list[tuple[object, ...]] = []
-            for t in twins:
-                try:
-                    r = t.lookup(n, tree.path)
-                    outcomes.append((r.process, r.outcome, r.refreshed, t.fake.calls))
-                except ProcessLookupError:
-                    outcomes.append(("gone", t.fake.calls))
-            assert outcomes[0] == outcomes[1]
-            found = outcomes[0][0]
-            if isinstance(found, PodProcess):
-                assert found.pod == pod(n) and found.pid == n
+            getattr(world, op)(n, value)
     finally:
-        for t in twins:
-            t.close()
+        world.close()
 
 
 def test_processes_newer_than_a_refresh_in_flight_join_it_first(tree: ProcTree) -> None:
