@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from podcache.defaults import DEFAULT_SIM_PODS
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import (
     DEFAULT_LISTEN,
@@ -95,9 +96,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
-        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
-        "--token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
+        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
+        "unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -111,7 +112,7 @@ def _say(message: str) -> None:
 @click.option(
     "--sim-pods",
     type=click.IntRange(min=0),
-    default=100,
+    default=DEFAULT_SIM_PODS,
     show_default=True,
     metavar="N",
     help="Pods in the simulated runtime.",
@@ -185,6 +186,14 @@ def _say(message: str) -> None:
     "(localhost, 127.0.0.1, [::1], the listen address): others get 421, against DNS "
     "rebinding.",
 )
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -201,6 +210,7 @@ def serve_command(
     max_connections: int,
     max_buffered: int,
     allow_hosts: tuple[str, ...],
+    proc_root: str,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -243,6 +253,7 @@ def serve_command(
             max_buffered=max_buffered,
         ),
         hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
+        proc_root=proc_root,
     )
 
 
@@ -258,6 +269,7 @@ def _run(
     timeout: float,
     limits: ConnectionLimits,
     hosts: frozenset[str] | None,
+    proc_root: str = "/proc",
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -289,7 +301,7 @@ def _run(
         wait = 2 * timeout + 1.0
 
         def make_app() -> App:
-            return App(runtime, cache_period, auth=auth, wait=wait)
+            return App(runtime, cache_period, auth=auth, wait=wait, proc_root=proc_root)
 
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"
