@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
-from podcache.serve import App
+from podcache.serve import App, http1
 from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
 from podcache.serve.response import STREAM_MAX_UNSENT, Response
 
@@ -366,6 +366,15 @@ def test_a_client_that_half_closes_still_gets_its_answers(served: Served) -> Non
     client.sock.shutdown(socket.SHUT_WR)
     assert [client.answer().status, client.answer().status] == [200, 200]
     assert client.closed_by_server()
+
+
+def test_the_module_tables_name_every_state_and_nothing_else() -> None:
+    doc = http1.__doc__ or ""
+    states_table = doc.split("state  ", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"^``([A-Z]+)``", states_table, re.MULTILINE))
+    assert named == {state.name for state in State}
+    mentioned = set(re.findall(r"``([A-Z]{4,})``", doc))
+    assert mentioned <= {state.name for state in State} | {"MAX_PIPELINE"}
 
 
 def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder) -> None:
