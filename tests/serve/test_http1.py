@@ -1044,3 +1044,15 @@ def test_any_other_host_is_421(recorder: Recorder, host: str) -> None:
         body = refused(client, 421)
         assert "does not name this server" in body["error"]
         assert recorder.requests == []
+
+
+def test_head_of_a_stream_sends_the_head_only_and_keeps_the_connection(
+    recorder: Recorder,
+) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?3,0.01,16", method="HEAD")
+        client.get("/echo?after")
+        head = client.answer(head_only=True)
+        assert head.status == 200 and head.headers["transfer-encoding"] == "chunked"
+        assert client.answer().json()["query"] == "after"  # no chunk came in between
