@@ -106,52 +106,109 @@ def flood(port: int, count: int) -> list[socket.socket]:
     return sockets
 
 
+@dataclass
+class Figures:
+    """What one run measured."""
+
+    baseline: int
+    peak: int
+    after: int
+    fds: tuple[int, int, int]
+    """Server descriptors before, during and after the flood."""
+    opened: float
+    probe: Probe
+
+
+def start_server(port: int) -> subprocess.Popen[bytes]:
+    """``podcache serve`` on ``port``, answering (stderr dropped: it logs every reset)."""
+    args = [sys.executable, "-m", "podcache.serve", "--sim", "--sim-pods", "110"]
+    args += ["--listen", f"127.0.0.1:{port}", "--cache-period", "1h"]
+    args += ["--max-buffered", str(BUDGET), "--max-connections", "4096"]
+    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            fetch(f"http://127.0.0.1:{port}/healthz")
+            return server
+        except OSError:
+            if time.monotonic() > deadline:
+                server.kill()
+                raise
+            time.sleep(0.1)
+
+
+def measure(pid: int, port: int, connections: int, hold: float) -> Figures:
+    """Baseline, flood with probes and RSS samples, then the flood's end."""
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(20):
+        fetch(base + "/pods")
+    time.sleep(0.5)
+    baseline, fds_before = rss_bytes(pid), descriptors(pid)
+    probe = Probe(base)
+    prober = threading.Thread(target=probe.run, daemon=True)
+    prober.start()
+    samples: list[int] = []
+    started = time.monotonic()
+    sockets = flood(port, connections)
+    opened = time.monotonic() - started
+    while time.monotonic() - started < opened + hold:
+        samples.append(rss_bytes(pid))
+        time.sleep(0.1)
+    fds_during = descriptors(pid)
+    probe.stop()
+    prober.join()
+    for sock in sockets:
+        sock.close()
+    deadline = time.monotonic() + 30
+    while descriptors(pid) > fds_before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    fds = (fds_before, fds_during, descriptors(pid))
+    return Figures(baseline, max(samples), rss_bytes(pid), fds, opened, probe)
+
+
+def report(figures: Figures, connections: int) -> bool:
+    """Print the table and the rules; True when every rule is met."""
+    mib = 1024 * 1024
+    probe = figures.probe
+    rules = {
+        "RSS peak <= baseline + budget": figures.peak <= figures.baseline + BUDGET,
+        "every probe answered 200": not probe.failures and probe.answered > 0,
+        "descriptors back to the baseline": figures.fds[2] <= figures.fds[0],
+        "RSS after <= baseline + budget": figures.after <= figures.baseline + BUDGET,
+    }
+    print(f"### {connections} connections that never read, {PIPELINED} GET /pods each")
+    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)\n")
+    print(
+        "| baseline RSS | budget | peak RSS | peak - baseline | after | fds before/during/after |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        f"| {figures.baseline / mib:.1f} MiB | {BUDGET / mib:.0f} MiB | "
+        f"{figures.peak / mib:.1f} MiB | {(figures.peak - figures.baseline) / mib:.1f} MiB | "
+        f"{figures.after / mib:.1f} MiB | {'/'.join(map(str, figures.fds))} |"
+    )
+    print(
+        f"\nprobes: {probe.answered} answered, {len(probe.failures)} failed, slowest "
+        f"{probe.slowest * 1000:.0f} ms; {connections} connections opened in "
+        f"{figures.opened:.1f} s"
+    )
+    for failure in probe.failures[:5]:
+        print(f"  failed: {failure}")
+    for rule, ok in rules.items():
+        print(f"- {rule}: {'met' if ok else 'MISSED'}")
+    return all(rules.values())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="hold the flood 5 s, not 20 s")
     parser.add_argument("--connections", type=int, default=2000)
     options = parser.parse_args()
-    hold = 5.0 if options.quick else 20.0
     port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    args = [sys.executable, "-m", "podcache.serve", "--sim", "--sim-pods", "110"]
-    args += ["--listen", f"127.0.0.1:{port}", "--cache-period", "1h"]
-    args += ["--max-buffered", str(BUDGET), "--max-connections", "4096"]
-    server = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = start_server(port)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                fetch(base + "/healthz")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
-        for _ in range(20):
-            fetch(base + "/pods")
-        time.sleep(0.5)
-        baseline, fds_before = rss_bytes(server.pid), descriptors(server.pid)
-        probe = Probe(base)
-        prober = threading.Thread(target=probe.run, daemon=True)
-        prober.start()
-        samples: list[int] = []
-        started = time.monotonic()
-        sockets = flood(port, options.connections)
-        opened = time.monotonic() - started
-        while time.monotonic() - started < opened + hold:
-            samples.append(rss_bytes(server.pid))
-            time.sleep(0.1)
-        fds_during = descriptors(server.pid)
-        probe.stop()
-        prober.join()
-        for sock in sockets:
-            sock.close()
-        deadline = time.monotonic() + 30
-        while descriptors(server.pid) > fds_before and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(0.5)
-        after, fds_after = rss_bytes(server.pid), descriptors(server.pid)
+        figures = measure(server.pid, port, options.connections, 5.0 if options.quick else 20.0)
     finally:
         server.send_signal(signal.SIGTERM)
         try:
@@ -159,35 +216,7 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    peak = max(samples)
-    mib = 1024 * 1024
-    rules = {
-        "RSS peak <= baseline + budget": peak <= baseline + BUDGET,
-        "every probe answered 200": not probe.failures and probe.answered > 0,
-        "descriptors back to the baseline": fds_after <= fds_before,
-        "RSS after <= baseline + budget": after <= baseline + BUDGET,
-    }
-    print(f"### {options.connections} connections that never read, {PIPELINED} GET /pods each")
-    print(f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)\n")
-    print(
-        "| baseline RSS | budget | peak RSS | peak - baseline | after | fds before/during/after |"
-    )
-    print("|---:|---:|---:|---:|---:|---:|")
-    print(
-        f"| {baseline / mib:.1f} MiB | {BUDGET / mib:.0f} MiB | {peak / mib:.1f} MiB | "
-        f"{(peak - baseline) / mib:.1f} MiB | {after / mib:.1f} MiB | "
-        f"{fds_before}/{fds_during}/{fds_after} |"
-    )
-    print(
-        f"\nprobes: {probe.answered} answered, {len(probe.failures)} failed, slowest "
-        f"{probe.slowest * 1000:.0f} ms; {options.connections} connections opened in "
-        f"{opened:.1f} s"
-    )
-    for failure in probe.failures[:5]:
-        print(f"  failed: {failure}")
-    for rule, ok in rules.items():
-        print(f"- {rule}: {'met' if ok else 'MISSED'}")
-    return 0 if all(rules.values()) else 1
+    return 0 if report(figures, options.connections) else 1
 
 
 if __name__ == "__main__":

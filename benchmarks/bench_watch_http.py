@@ -193,7 +193,7 @@ async def _arrivals(port: int, watcher: Watcher, stop: asyncio.Event) -> None:
     transport, protocol = await loop.create_connection(
         lambda: _Arrivals(watcher, stop), "127.0.0.1", port
     )
-    transport.write(b"GET /pods?watch=1 HTTP/1.1\r\nHost: bench\r\n\r\n")
+    transport.write(b"GET /pods?watch=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     try:
         await protocol.closed
     finally:
@@ -205,7 +205,7 @@ async def _watch(port: int, watcher: Watcher, track: bool, stop: asyncio.Event) 
         await _arrivals(port, watcher, stop)
         return
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"GET /pods?watch=1 HTTP/1.1\r\nHost: bench\r\n\r\n")
+    writer.write(b"GET /pods?watch=1 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     head = await reader.readuntil(b"\r\n\r\n")
     if not head.startswith(b"HTTP/1.1 200"):
         watcher.ended = head.split(b"\r\n")[0].decode()
@@ -266,7 +266,7 @@ async def _poll(port: int, seen: dict[int, int], stop: asyncio.Event) -> int:
     polls = 0
     while not stop.is_set():
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /pods HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+        writer.write(b"GET /pods HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         raw = await reader.read()
         writer.close()
         body = json.loads(raw.partition(b"\r\n\r\n")[2])

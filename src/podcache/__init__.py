@@ -29,6 +29,7 @@ from podcache.model import (
     Pod,
     PodList,
 )
+from podcache.procs import PodProcess, container_of_pid
 
 __all__ = [
     "AmbiguousContainerIDError",
@@ -48,6 +49,7 @@ __all__ = [
     "PodChange",
     "PodGetter",
     "PodList",
+    "PodProcess",
     "PodWatch",
     "PodcacheError",
     "ResyncRequiredError",
@@ -55,6 +57,7 @@ __all__ = [
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
     "RuntimeUnavailableError",
+    "container_of_pid",
 ]
 
 __version__ = "0.1.0"

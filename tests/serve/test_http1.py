@@ -25,7 +25,7 @@ import pytest
 import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
-from podcache.serve import App
+from podcache.serve import App, http1
 from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
 from podcache.serve.response import STREAM_MAX_UNSENT, Response
 
@@ -347,7 +347,10 @@ def test_http10_keep_alive_keeps_the_connection(served: Served) -> None:
 
 def test_connection_close_closes_after_the_answer(served: Served, recorder: Recorder) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nConnection: close\r\n\r\nGET /echo?never HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        b"GET /echo?never HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     answer = client.answer()
     assert answer.status == 200
     assert answer.headers["connection"] == "close"
@@ -357,10 +360,21 @@ def test_connection_close_closes_after_the_answer(served: Served, recorder: Reco
 
 def test_a_client_that_half_closes_still_gets_its_answers(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /slow?0.1 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /slow?0.1 HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     client.sock.shutdown(socket.SHUT_WR)
     assert [client.answer().status, client.answer().status] == [200, 200]
     assert client.closed_by_server()
+
+
+def test_the_module_tables_name_every_state_and_nothing_else() -> None:
+    doc = http1.__doc__ or ""
+    states_table = doc.split("state  ", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"^``([A-Z]+)``", states_table, re.MULTILINE))
+    assert named == {state.name for state in State}
+    mentioned = set(re.findall(r"``([A-Z]{4,})``", doc))
+    assert mentioned <= {state.name for state in State} | {"MAX_PIPELINE"}
 
 
 def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder) -> None:
@@ -373,9 +387,9 @@ def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder
             wait_until(lambda: served.loop.call(lambda: connection.state) is state)
 
         reaches(State.IDLE)
-        client.send(b"GET /echo HTTP/1.1\r\n")
+        client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n")
         reaches(State.HEAD)
-        client.send(b"Host: test\r\n\r\n")
+        client.send(b"\r\n")
         assert client.answer().status == 200
         reaches(State.IDLE)
         client.get("/block")
@@ -399,7 +413,7 @@ def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder
 # -- HEAD and 304 ------------------------------------------------------------------------------
 def test_head_has_the_get_content_length_and_no_body(served: Served) -> None:
     client = served.client()
-    client.send(b"HEAD /big HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(b"HEAD /big HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n")
     head = client.answer(head_only=True)
     assert head.status == 200
     assert head.headers["content-length"] == str(len(BIG))
@@ -410,7 +424,9 @@ def test_head_has_the_get_content_length_and_no_body(served: Served) -> None:
 
 def test_304_has_no_body_and_no_content_length(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /not-modified HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /not-modified HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     answer = client.answer(head_only=True)
     assert answer.status == 304
     assert "content-length" not in answer.headers
@@ -483,9 +499,15 @@ def test_header_names_are_lower_case_and_values_trimmed_and_latin_1(
     served: Served, recorder: Recorder
 ) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nX-Value:  a b \t\r\nX-Bytes: caf\xc3\xa9\r\n\r\n")
+    client.send(
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Value:  a b \t\r\nX-Bytes: caf\xc3\xa9\r\n\r\n"
+    )
     assert client.answer().status == 200
-    assert recorder.requests[-1][3] == [("x-value", "a b"), ("x-bytes", "caf\xc3\xa9")]
+    assert recorder.requests[-1][3] == [
+        ("host", "test"),
+        ("x-value", "a b"),
+        ("x-bytes", "caf\xc3\xa9"),
+    ]
 
 
 # -- the server's own answers: JSON, then the connection ends -------------------------------
@@ -504,9 +526,10 @@ def refused(client: RawClient, status: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        b"GET /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
-        b"GET /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-        b"HEAD /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\nhello",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n",
+        b"HEAD /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1\r\n\r\nx",
     ],
 )
 def test_a_get_with_a_body_is_413_and_the_body_is_not_read(
@@ -526,7 +549,9 @@ def test_another_method_with_a_body_goes_to_the_responder_then_the_connection_en
     served: Served, recorder: Recorder
 ) -> None:
     client = served.client()
-    client.send(b"POST /echo HTTP/1.1\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+    client.send(
+        b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000
+    )
     answer = client.answer()  # the fake answers 200; App answers 405
     assert answer.headers["connection"] == "close"
     assert recorder.requests[-1][0] == "POST"
@@ -538,7 +563,7 @@ def test_after_its_own_answer_the_server_half_closes_and_discards_input_until_th
     served: Served,
 ) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nContent-Length: 300000\r\n\r\n" + b"x" * 1000)
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 300000\r\n\r\n" + b"x" * 1000)
     refused(client, 413)  # the answer, then EOF: a half-close
     client.send(b"x" * 200_000)  # the rest of the body still arrives: read and dropped
     assert served.loop.call(lambda: len(served.http)) == 1
@@ -568,12 +593,12 @@ def test_a_connection_zero_length_body_is_no_body(served: Served) -> None:
     [
         b"NOT HTTP\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS client hello
-        b"GET /echo HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nBad Header: x\r\n\r\n",
         b"GET /echo HTTP/1.1\nHost: test\n\n",
-        b"GET /echo\x00 HTTP/1.1\r\n\r\n",
+        b"GET /echo\x00 HTTP/1.1\r\nHost: test\r\n\r\n",
         b"get /echo HTTP/1.1\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-        b"GET /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
     ],
 )
 def test_malformed_requests_are_400_json(served: Served, garbage: bytes) -> None:
@@ -585,14 +610,17 @@ def test_malformed_requests_are_400_json(served: Served, garbage: bytes) -> None
 
 def test_pipelined_requests_before_a_malformed_one_are_answered_first(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /slow?0.1 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\nBAD\r\n\r\n")
+    client.send(
+        b"GET /slow?0.1 HTTP/1.1\r\nHost: test\r\n\r\n"
+        b"GET /echo HTTP/1.1\r\nHost: test\r\n\r\nBAD\r\n\r\n"
+    )
     assert [client.answer().status, client.answer().status] == [200, 200]
     refused(client, 400)
 
 
 def test_a_target_that_is_not_a_path_is_400(served: Served) -> None:
     client = served.client()
-    client.send(b"CONNECT example.org:443 HTTP/1.1\r\n\r\n")
+    client.send(b"CONNECT example.org:443 HTTP/1.1\r\nHost: test\r\n\r\n")
     assert "neither a path nor a URL" in refused(client, 400)["error"]
 
 
@@ -613,20 +641,20 @@ def test_an_upgrade_is_answered_as_plain_http_and_the_connection_ends(served: Se
 
 def test_a_head_over_64_kib_is_431(served: Served, recorder: Recorder) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nX-Big: " + b"v" * 70_000 + b"\r\n\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Big: " + b"v" * 70_000 + b"\r\n\r\n")
     assert refused(client, 431)["error"] == "request head is larger than 65536 bytes"
     assert recorder.requests == []
 
 
 def test_many_small_headers_over_64_kib_are_431(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n")
     assert refused(client, 431)["status"] == 431
 
 
 def test_more_than_256_header_fields_is_431(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\n" + b"X-A: b\r\n" * 257 + b"\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n" + b"X-A: b\r\n" * 257 + b"\r\n")
     assert refused(client, 431)["error"] == "more than 256 request header fields"
 
 
@@ -668,7 +696,7 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off_too(recorder: Recorder) -> None
     with serving(recorder, head_timeout=0.5) as served:
         client = served.client()
         started = time.monotonic()
-        for byte in b"GET /echo HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+        for byte in b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Slow: " + b"a" * 100:
             client.send(bytes([byte]))
             if select.select([client.sock], [], [], 0.05)[0]:
                 break  # the server answered
@@ -727,7 +755,10 @@ def test_a_connection_busy_answering_is_not_idle(recorder: Recorder) -> None:
 def test_a_client_that_disconnects_mid_request_breaks_nothing(
     served: Served, recorder: Recorder
 ) -> None:
-    for partial in (b"GET /echo HTTP/1.1\r\nHost: te", b"GET /slow?0.2 HTTP/1.1\r\n\r\n"):
+    for partial in (
+        b"GET /echo HTTP/1.1\r\nHost: te",
+        b"GET /slow?0.2 HTTP/1.1\r\nHost: test\r\n\r\n",
+    ):
         client = served.client()
         client.send(partial)
         time.sleep(0.05)
@@ -765,7 +796,7 @@ def test_a_client_that_does_not_read_stops_getting_answers_built(
 ) -> None:
     client = served.client()
     count = 300  # 300 MiB of answers if nothing pushed back
-    client.send(b"GET /big HTTP/1.1\r\n\r\n" * count)
+    client.send(b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n" * count)
     time.sleep(0.5)
     built = len(recorder.requests)
     assert built < 60, built  # socket buffers, the transport's high-water mark, the queue
@@ -973,3 +1004,55 @@ def test_shutdown_ends_a_stream_cleanly(recorder: Recorder) -> None:
         assert chunks and all(chunk.endswith(b"x" * 8) for chunk in chunks)
         assert client.closed_by_server()
         assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+# -- the Host header -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("head", "error"),
+    [
+        (b"GET /echo HTTP/1.1\r\n\r\n", "no Host header"),
+        (b"GET /echo HTTP/1.0\r\n\r\n", "no Host header"),
+        (b"GET /echo HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", "more than one Host header"),
+        (b"GET /echo HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", "more than one Host header"),
+    ],
+)
+def test_a_missing_or_repeated_host_is_400(
+    served: Served, recorder: Recorder, head: bytes, error: str
+) -> None:
+    client = served.client()
+    client.send(head)
+    assert refused(client, 400)["error"] == error
+    assert recorder.requests == []
+
+
+ALLOWED = frozenset({"localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:8080"})
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.1:8080"])
+def test_a_host_the_server_names_is_served(recorder: Recorder, host: str) -> None:
+    with serving(recorder, allowed_hosts=ALLOWED) as served:
+        client = served.client()
+        client.send(f"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert client.answer().status == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "localhost:80", "localhost.", "127.0.0.2", ""])
+def test_any_other_host_is_421(recorder: Recorder, host: str) -> None:
+    with serving(recorder, allowed_hosts=ALLOWED) as served:
+        client = served.client()
+        client.send(f"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        body = refused(client, 421)
+        assert "does not name this server" in body["error"]
+        assert recorder.requests == []
+
+
+def test_head_of_a_stream_sends_the_head_only_and_keeps_the_connection(
+    recorder: Recorder,
+) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?3,0.01,16", method="HEAD")
+        client.get("/echo?after")
+        head = client.answer(head_only=True)
+        assert head.status == 200 and head.headers["transfer-encoding"] == "chunked"
+        assert client.answer().json()["query"] == "after"  # no chunk came in between

@@ -16,7 +16,8 @@ from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
 from podcache.serve.command import parse_duration, parse_size, serve_command
 from podcache.serve.query import LabelSelector, etag_matches
 from podcache.serve.response import HTTPError
-from podcache.serve.server import ListenAddress, parse_listen
+from podcache.serve.server import ListenAddress, allowed_hosts, parse_listen
+from tests.cli.conftest import DEFAULT_SIM_PODS as CLI_DEFAULT_SIM_PODS
 
 
 @pytest.mark.parametrize(
@@ -208,3 +209,46 @@ def test_the_openapi_pod_schemas_match_the_json_shape() -> None:
     )
     assert set(schemas["Pod"]["properties"]) == set(sample)
     assert set(schemas["Container"]["properties"]) == set(sample["containers"][0])
+
+
+@pytest.mark.parametrize(
+    ("listen", "names", "token", "expected"),
+    [
+        ("unix:/run/p.sock", [], False, None),
+        ("127.0.0.1:8080", [], True, None),
+        (
+            "127.0.0.1:8080",
+            [],
+            False,
+            {"localhost", "127.0.0.1", "[::1]"}
+            | {"localhost:8080", "127.0.0.1:8080", "[::1]:8080"},
+        ),
+        (
+            "[::1]:9",
+            ["Pod.Local", " "],
+            False,
+            {"localhost", "127.0.0.1", "[::1]", "pod.local"}
+            | {"localhost:9", "127.0.0.1:9", "[::1]:9", "pod.local:9"},
+        ),
+        (
+            "127.0.0.2:80",
+            [],
+            False,
+            {"localhost", "127.0.0.1", "[::1]", "127.0.0.2"}
+            | {"localhost:80", "127.0.0.1:80", "[::1]:80", "127.0.0.2:80"},
+        ),
+    ],
+)
+def test_allowed_hosts(
+    listen: str, names: list[str], token: bool, expected: set[str] | None
+) -> None:
+    hosts = allowed_hosts(parse_listen(listen), names, token=token)
+    assert hosts == (None if expected is None else frozenset(expected))
+
+
+def test_serve_starts_as_many_simulated_pods_as_the_other_commands() -> None:
+    # One default for --sim-pods (README: 12), whichever command starts the simulated runtime.
+    option = next(param for param in serve_command.params if param.name == "sim_pods")
+    assert option.default == CLI_DEFAULT_SIM_PODS
+    help_text = CliRunner().invoke(serve_command, ["--help"], terminal_width=200).output
+    assert f"[default: {CLI_DEFAULT_SIM_PODS};" in help_text.split("--sim-pods", 1)[1]

@@ -49,9 +49,10 @@ class Stream:
         self.sock.settimeout(10)
         self.sock.connect(("127.0.0.1", port))
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers)
-        self.sock.sendall(f"GET {target} HTTP/1.1\r\nHost: test\r\n{extra}\r\n".encode())
+        host = f"127.0.0.1:{port}"  # a TCP listener without a token serves only its own names
+        self.sock.sendall(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n{extra}\r\n".encode())
         self._raw = b""
-        head = self._until(b"\r\n\r\n")
+        head = self._until(b"\r\n\r\n")  # then the status: tests check it
         lines = head.decode().split("\r\n")
         self.status = int(lines[0].split()[1])
         self.headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:])}
@@ -82,6 +83,7 @@ class Stream:
 
     def chunk(self) -> bytes:
         """The next chunk's data (b"" for the last chunk)."""
+        assert self.status == 200, f"not a stream: {self.status} {self._raw[:300]!r}"
         size_line = self._until(b"\r\n")
         size = int(size_line, 16)
         assert size_line == b"%x" % size, size_line  # lower-case hex, no extensions
@@ -129,6 +131,7 @@ def _state(lines: list[dict[str, Any]], state: dict[str, Any] | None = None) -> 
 @contextmanager
 def app_served(pods: list[Pod], **options: Any) -> Iterator[tuple[Served, App, AsyncFakeRuntime]]:
     fake = AsyncFakeRuntime(pods)
+    options.setdefault("first_revision", 0)  # revisions 1, 2... (serve's start from the clock)
     app = App(fake, 0.05, **options)
     with serving(app.respond, respond_now=app.respond_now) as served:
         yield served, app, fake
@@ -321,3 +324,16 @@ def test_a_served_stream_follows_the_runtime() -> None:
                 assert time.monotonic() < deadline, "the stream never caught up"
                 state = _state(stream.until("BOOKMARK"), state)
             stream.close()
+
+
+def test_revisions_start_from_the_clock_so_a_restart_never_reuses_one() -> None:
+    """A since from before a restart is older than the new server's first revision: 410."""
+    with app_served([make_pod(1)], first_revision=None) as (first, _, _):
+        before = int(Client(port=first.port).get("/pods").headers["x-podcache-revision"])
+    assert abs(before - time.time() * 1000) < 60_000
+    time.sleep(0.01)
+    with app_served([make_pod(2)], first_revision=None) as (second, _, _):
+        client = Client(port=second.port)
+        after = int(client.get("/pods").headers["x-podcache-revision"])
+        assert after > before
+        assert client.get(f"/pods?watch=1&since={before}").status == 410

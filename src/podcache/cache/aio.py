@@ -19,6 +19,7 @@ from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.threaded import PodGetter, check_getter, check_timeout
 from podcache.cache.watching import AsyncPodWatch, TaskRefresher
 from podcache.model import PodList
+from podcache.procs import PodProcess, alookup_pod
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 
@@ -51,6 +52,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         stats: bool = False,
         history: int = HISTORY,
         max_lag: int = MAX_LAG,
+        first_revision: int = 0,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -63,6 +65,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             max_stale=max_stale,
             history=history,
             max_lag=max_lag,
+            first_revision=first_revision,
         )
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
         self._refresher = TaskRefresher(self)
@@ -122,6 +125,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         await self._wait(refresh, timeout)
         if refresh.error is not None:
             raise refresh.error
+
+    async def pod_of_pid(
+        self, pid: int, *, proc_root: str = "/proc", timeout: float | None = None
+    ) -> PodProcess | None:
+        """The twin of ``RuntimeCache.pod_of_pid``."""
+        found = await alookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout)
+        return found.process
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""

@@ -299,6 +299,10 @@ class Cursor:
 class ChangeLog:
     """The revision, the last published snapshot, the change history and the open watchers.
 
+    ``first_revision`` is the revision of the empty cache (0 by default); a server that
+    outlives its clients' memory starts from the clock, so a ``since`` from before a restart
+    is older than anything it numbers (410), never a revision it reuses.
+
     ``history``/``history_age``/``max_lag`` as in the module docstring. Counters for metrics:
     ``changes`` (published), ``sent`` (handed to watchers), ``resyncs`` (every
     ``ResyncRequiredError``), ``lagged`` (of which: watchers too far behind).
@@ -310,6 +314,7 @@ class ChangeLog:
         history: int = HISTORY,
         history_age: float = HISTORY_AGE,
         max_lag: int = MAX_LAG,
+        first_revision: int = 0,
     ) -> None:
         self.history = _count(history, "history", 0)
         self.max_lag = _count(max_lag, "max_lag", 1)
@@ -319,9 +324,9 @@ class ChangeLog:
             raise ValueError(f"history_age must be >= 0 seconds, got {history_age!r}")
         self.history_age = float(history_age)
         self.cap = max(self.history, HISTORY_CAP)
-        self.revision = 0
+        self.revision = _count(first_revision, "first_revision", 0)
         self.pods: PodList | None = None
-        self.oldest = 0
+        self.oldest = self.revision
         """Every change with a larger revision is in the log."""
         self.cursors: set[Cursor] = set()
         self._tracker = Tracker()

@@ -1,6 +1,7 @@
 """The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
 
-Everything that affects what a caller receives lives in this file. The drivers
+Everything that affects what a caller receives lives in this file; the rules it keeps are
+docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below. The drivers
 (``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
 and wait; they ask this core what to do and report back what happened.
 
@@ -101,14 +102,13 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "joined", "pods", "signal", "started_at")
+    __slots__ = ("error", "pods", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.pods: PodList | None = None
         self.error: BaseException | None = None
-        self.joined = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +142,7 @@ class FreshnessCore(Generic[S]):
         history: int = HISTORY,
         history_age: float = HISTORY_AGE,
         max_lag: int = MAX_LAG,
+        first_revision: int = 0,
     ) -> None:
         """Validate the durations and bounds (clear ValueError / TypeError naming the
         argument); ``history``, ``history_age`` and ``max_lag`` go to the change log."""
@@ -155,7 +156,12 @@ class FreshnessCore(Generic[S]):
         self.refresh_ahead = ahead
         self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
         self.snapshot: Snapshot = (None, NEVER, NEVER)
-        self.changes = ChangeLog(history=history, history_age=history_age, max_lag=max_lag)
+        self.changes = ChangeLog(
+            history=history,
+            history_age=history_age,
+            max_lag=max_lag,
+            first_revision=first_revision,
+        )
         self.inflight: Refresh[S] | None = None
         self.queued: Refresh[S] | None = None
         self._new_signal = new_signal
@@ -204,13 +210,11 @@ class FreshnessCore(Generic[S]):
             return None, self._begin(self._new_refresh(), now), True
         assert inflight.started_at is not None
         if self.accepts(inflight.started_at, now, min_time):
-            inflight.joined += 1
             self.joins += 1
             return None, inflight, False
         queued = self.queued
         if queued is None:
             queued = self.queued = self._new_refresh()
-        queued.joined += 1
         self.joins += 1
         return None, queued, False
 

@@ -18,6 +18,7 @@ from podcache.cli.commands.pods import pods_command
 from podcache.cli.commands.ps import ps_command
 from podcache.cli.commands.version import version_command
 from podcache.cli.commands.watch import watch_command
+from podcache.cli.commands.which import which_command
 from podcache.cli.exits import CLIError
 from podcache.cli.options import RuntimeSettings, group_runtime_options
 
@@ -126,6 +127,7 @@ for _command in (
     inspect_command,
     watch_command,
     events_command,
+    which_command,
     version_command,
     completion_command,
 ):

@@ -34,21 +34,23 @@ def _ready(pod: Pod) -> bool:
     return any(sandbox.state is _RUNNING for sandbox in pod.sandboxes)
 
 
+_NEW_STATE_WORDS = {_RUNNING: "started", _EXITED: "exited"}
+"""What a container whose state changed did, by its new state (else "is now <state>")."""
+
+
 def _container_change(before: Container | None, after: Container | None) -> str | None:
-    if before is None and after is not None:
+    """A container's change in words: it appeared, disappeared or changed state; None when
+    nothing a reader would notice changed."""
+    if after is None:
+        return None if before is None else f"container {_name(before)} was removed"
+    if before is None:
         if after.state is _RUNNING:
             return f"container {_name(after)} started"
         return f"container {_name(after)} was added ({after.state.value})"
-    if after is None and before is not None:
-        return f"container {_name(before)} was removed"
-    assert before is not None and after is not None
     if before.state is after.state:
         return None if before == after else f"container {_name(after)} changed"
-    if after.state is _RUNNING:
-        return f"container {_name(after)} started"
-    if after.state is _EXITED:
-        return f"container {_name(after)} exited"
-    return f"container {_name(after)} is now {after.state.value}"
+    did = _NEW_STATE_WORDS.get(after.state, f"is now {after.state.value}")
+    return f"container {_name(after)} {did}"
 
 
 def _pod_changes(before: Pod, after: Pod) -> list[str]:

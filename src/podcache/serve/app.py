@@ -27,6 +27,7 @@ import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
+from podcache.procs import LookupResult, ProcFormatError, alookup_pod
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -44,6 +45,7 @@ from podcache.serve.query import (
     etag_matches,
     parse_bool,
     parse_newer_than,
+    parse_pid,
     parse_query,
 )
 from podcache.serve.response import JSON, HTTPError, Response
@@ -69,21 +71,32 @@ _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 
-Outcome = Response | WatchRequest | Callable[[SnapshotView], Answer]
-"""A handler's result: the answer (no snapshot needed), a watch to open (``watchstream``), or
-how to build the answer from a snapshot."""
-Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Outcome]
 _INTERNAL = "internal server error (logged by the server)"
 _PARAMS = {
     "/pods": _POD_LIST_PARAMS,
     "/pods/{uid}": _FRESHNESS,
     "/namespaces/{namespace}/pods/{name}": _FRESHNESS,
     "/containers/{id}": _FRESHNESS,
+    "/pids/{pid}": _FRESHNESS,
 }
 """The query parameters each route accepts (none where not listed)."""
+_PID_MISSES = {
+    "not_in_container": "is in no container (its cgroup names none)",
+    "unknown": "is in a container or pod the runtime does not list",
+}
 
 _NO_HEADERS: dict[str, str] = {}
 _FRESHNESS_HEADER = "x-podcache-newer-than"
+
+
+class _Deferred(NamedTuple):
+    """A handler's answer that needs awaiting beyond the snapshot (``/pids/{pid}`` reads the
+    process and may refresh for it; ``/pods?watch=1`` opens a watch): ``run(need)`` gives the
+    response, in ``respond`` only. ``_begin`` fills in the route and the freshness need."""
+
+    run: Callable[[float | None], Awaitable[Response]]
+    route: str = ""
+    need: float | None = None
 
 
 class _Lookup(NamedTuple):
@@ -98,6 +111,12 @@ class _Lookup(NamedTuple):
     headers: dict[str, str]
     build: Callable[[SnapshotView], Answer]
     """The answer from a snapshot (route filled in by the caller)."""
+
+
+Outcome = Response | Callable[[SnapshotView], Answer] | _Deferred
+"""A handler's result: the answer (no snapshot needed), how to build it from a snapshot, or
+(``/pids/{pid}``) a coroutine that answers, which only ``respond`` runs."""
+Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Outcome]
 
 
 def _replayable(header_items: list[tuple[str, str]]) -> tuple[bool, str | None]:
@@ -125,6 +144,7 @@ class App:
     ``auth``: require ``Authorization: Bearer`` on every route but /healthz. ``wait``: how
     long a request waits for the cache. ``clock`` is the cache's (monotonic) clock and
     ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other per request.
+    ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
     """
 
     def __init__(
@@ -136,15 +156,26 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        proc_root: str = "/proc",
         bookmark_interval: float = BOOKMARK_INTERVAL,
+        first_revision: int | None = None,
     ) -> None:
+        self._proc_root = proc_root
         self._clock = clock
         self._wall = wall
         self._auth = auth
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
-        self.cache = AsyncRuntimeCache(self.watch, cache_period, clock=clock, stats=True)
+        # Revisions start from the clock (ms): a since from before a restart is then always
+        # older than this process's first revision (410), never one it reuses.
+        self.cache = AsyncRuntimeCache(
+            self.watch,
+            cache_period,
+            clock=clock,
+            stats=True,
+            first_revision=int(wall() * 1000) if first_revision is None else first_revision,
+        )
         self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
         self.metrics.watchers = self.streams.counters
         self.memo: SnapshotView | None = None
@@ -199,11 +230,8 @@ class App:
                     self.metrics.count(answer.route, response.status)
                     return response
         lookup = self._begin(method, path, query, header_items)
-        if type(lookup) is Response:
-            return lookup
-        if type(lookup) is WatchRequest:
-            return None  # opens a watch, in respond()
-        assert type(lookup) is _Lookup
+        if type(lookup) is not _Lookup:
+            return lookup if type(lookup) is Response else None  # _Deferred: respond() runs it
         if lookup.need is not None:
             return None  # waits for a refresh, in respond()
         if not looked:
@@ -218,14 +246,14 @@ class App:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
         items = header_items if type(header_items) is list else list(header_items)
         lookup = self._begin(method, path, query, items)
-        if type(lookup) is Response:
+        if isinstance(lookup, Response):
             return lookup
-        if type(lookup) is WatchRequest:
-            response = await self.streams.open(lookup)
-            self.metrics.count(lookup.route, response.status)
-            return response
-        assert type(lookup) is _Lookup
         try:
+            if type(lookup) is _Deferred:
+                response = await lookup.run(lookup.need)
+                self.metrics.count(lookup.route, response.status)
+                return response
+            assert type(lookup) is _Lookup
             view = await self._snapshot(lookup.need)
         except HTTPError as error:
             return self._failed(lookup.route, error)
@@ -236,9 +264,10 @@ class App:
 
     def _begin(
         self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
-    ) -> Response | _Lookup | WatchRequest:
+    ) -> Response | _Lookup | _Deferred:
         """The checks, cheapest first, and the parameters: an answer when no snapshot is
-        needed (an error, /healthz...), else the lookup to finish from one."""
+        needed (an error, /healthz...), else the lookup to finish from one (or, for
+        ``/pids/{pid}``, the coroutine to await)."""
         route = "unmatched"
         try:
             check_path(path)
@@ -263,10 +292,10 @@ class App:
             if type(outcome) is Response:
                 self.metrics.count(route, outcome.status)
                 return outcome
-            if type(outcome) is WatchRequest:
-                return outcome._replace(route=route, head_only=method == "HEAD")
-            build = cast(Callable[[SnapshotView], Answer], outcome)
             need = self._need(params, headers)
+            if type(outcome) is _Deferred:
+                return outcome._replace(route=route, need=need)
+            build = cast(Callable[[SnapshotView], Answer], outcome)
             fresh = "fresh" in params or "newer_than" in params
             target = None if fresh else f"{path}?{query}" if query else path
             return _Lookup(route, target, need, headers, build)
@@ -319,6 +348,8 @@ class App:
             ident = path[12:]
             if ident:
                 return "/containers/{id}", self._container, (ident,)
+        elif path.startswith("/pids/"):
+            return "/pids/{pid}", self._pid, (path[6:],)
         elif path.startswith("/namespaces/"):
             parts = path[12:].split("/")
             if len(parts) == 3 and parts[1] == "pods" and parts[0] and parts[2]:
@@ -437,7 +468,8 @@ class App:
         selectors = [LabelSelector.parse(text) for text in labels]
         watching = query.get("watch")
         if watching and parse_bool(watching[0], "watch"):
-            return _watch_request(query, namespace, tuple(selectors))
+            request = _watch_request(query, namespace, tuple(selectors))
+            return _Deferred(lambda need: self.streams.open(request))
         _since(query)  # checked, and without watch=1 ignored
         if namespace is None and not selectors:
             return lambda view: _found(view.items_head)
@@ -494,6 +526,47 @@ class App:
             return _found(view.container_head(*found))
 
         return build
+
+    def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+        pid = parse_pid(args[0])
+        return _Deferred(lambda need: self._answer_pid(pid, need, headers))
+
+    async def _answer_pid(self, pid: int, need: float | None, headers: dict[str, str]) -> Response:
+        """The pod and container of process ``pid``; never kept in the memo (the same PID
+        names another process later)."""
+        await self._snapshot(need)  # read-your-writes first, as on every route
+        result = await self._lookup_pid(pid)
+        pods = result.pods
+        if pods is None:  # the process's cgroup names nothing: the runtime was not asked
+            raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}")
+        view = self._view(pods)
+        found = result.process
+        if found is None:
+            answer = _not_found(view, f"process {pid} {_PID_MISSES[result.outcome]}")
+        else:
+            head = view.process_head(pid, found.pod, found.container)
+            answer = Answer("/pids/{pid}", 200, head, etag=False)
+        return self._from_answer(view, answer, headers)
+
+    async def _lookup_pid(self, pid: int) -> LookupResult:
+        """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
+        try:
+            result = await alookup_pod(
+                self.cache, self._clock, pid, proc_root=self._proc_root, timeout=self._wait
+            )
+        except ProcessLookupError:
+            self.metrics.count_pid_lookup("no_process", False)
+            raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+        except (PodcacheError, TimeoutError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(
+                503, str(exc) or "the container runtime did not answer", headers=_RETRY
+            ) from exc
+        except (ProcFormatError, OSError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY) from exc
+        self.metrics.count_pid_lookup(result.outcome, result.refreshed)
+        return result
 
     def _healthz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         response = Response(200, [("content-type", JSON)], _HEALTHY)

@@ -18,8 +18,15 @@ from typing import Any
 
 import click
 
+from podcache.defaults import DEFAULT_SIM_PODS
 from podcache.duration import Duration, parse_duration
-from podcache.serve.server import DEFAULT_LISTEN, ConnectionLimits, ListenAddress, parse_listen
+from podcache.serve.server import (
+    DEFAULT_LISTEN,
+    ConnectionLimits,
+    ListenAddress,
+    allowed_hosts,
+    parse_listen,
+)
 
 __all__ = ["Duration", "parse_duration", "parse_size", "serve_command"]
 
@@ -89,9 +96,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
-        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
-        "--token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
+        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
+        "unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -105,7 +112,7 @@ def _say(message: str) -> None:
 @click.option(
     "--sim-pods",
     type=click.IntRange(min=0),
-    default=100,
+    default=DEFAULT_SIM_PODS,
     show_default=True,
     metavar="N",
     help="Pods in the simulated runtime.",
@@ -170,6 +177,24 @@ def _say(message: str) -> None:
     "past it the connections holding the most are dropped first.",
 )
 @click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also serve requests whose Host header is NAME (with or without the port); "
+    "repeatable. Without a token a TCP listener serves only Host values naming itself "
+    "(localhost, 127.0.0.1, [::1], the listen address): others get 421, against DNS "
+    "rebinding.",
+)
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
+)
+@click.option(
     "--bookmark-interval",
     type=Duration(positive=True),
     default="15s",
@@ -191,6 +216,8 @@ def serve_command(
     idle_timeout: float,
     max_connections: int,
     max_buffered: int,
+    allow_hosts: tuple[str, ...],
+    proc_root: str,
     bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
@@ -233,6 +260,8 @@ def serve_command(
             max_connections=max_connections,
             max_buffered=max_buffered,
         ),
+        hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
+        proc_root=proc_root,
         bookmark_interval=bookmark_interval,
     )
 
@@ -248,6 +277,8 @@ def _run(
     auth: object,
     timeout: float,
     limits: ConnectionLimits,
+    hosts: frozenset[str] | None,
+    proc_root: str = "/proc",
     bookmark_interval: float = 15.0,
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
@@ -281,7 +312,12 @@ def _run(
 
         def make_app() -> App:
             return App(
-                runtime, cache_period, auth=auth, wait=wait, bookmark_interval=bookmark_interval
+                runtime,
+                cache_period,
+                auth=auth,
+                wait=wait,
+                proc_root=proc_root,
+                bookmark_interval=bookmark_interval,
             )
 
         def listening(app: App) -> None:
@@ -300,6 +336,7 @@ def _run(
                 make_app,
                 listen,
                 limits=limits,
+                hosts=hosts,
                 on_listening=listening,
                 on_warm=warmed,
                 cleanup=runtime.close,

@@ -70,18 +70,30 @@ Bounds. Reading stops while ``MAX_PIPELINE`` requests wait or in ``BLOCKED``: a 
 sends without reading holds bounded memory. ``max_connections`` connections at most: the
 next one is answered 503 (JSON) and closed. ``max_buffered`` bytes of unsent answers in all
 connections together: past it, the connections holding the most unsent bytes are reset first
-until the total is back under it. One timer for all connections ticks once a second; no timer
-is set per request.
+until the total is back under it. ``send_buffer`` (``SO_SNDBUF``) bounds the kernel's share
+of each connection's unsent bytes. A request needs exactly one Host header (else 400); a
+server given ``allowed_hosts`` answers any other Host 421. One timer for all connections
+ticks once a second; no timer is set per request.
 
-Streaming answers (for long-lived feeds such as a watch). A responder returns a ``Response``
-whose ``stream`` is an async iterator of ``bytes`` chunks; the server sends the head with
-``transfer-encoding: chunked``, then each chunk as it comes, then the last chunk. Such a
-stream counts against ``max_connections`` (it is a connection) and ``max_buffered`` (its
-unsent chunks are unsent bytes like any others); ``Response.max_unsent`` bounds its own
-unsent bytes: a chunk that leaves more than that unsent resets the connection (the client
-does not keep up). The stream runs in its own task; its iterator is closed (``aclose``) when
-it ends, when the connection is lost, and on the server's shutdown, where the chunked body is
-ended cleanly and the connection closed. Requests pipelined behind a stream wait for its end.
+Streaming answers (for long-lived feeds such as a watch), the API a responder plugs into:
+
+- return ``Response(status, headers, stream=chunks, max_unsent=N)`` from ``respond`` (or
+  ``respond_now``), where ``chunks`` is an async iterator of ``bytes`` (an async generator);
+  the server sends the head with ``transfer-encoding: chunked`` (no content-length), then
+  each non-empty chunk as it comes, then the last chunk; to HTTP/1.0 it sends the chunks bare
+  and ends the body by closing. HEAD gets the head only; the iterator is closed unread.
+- Chunks are written as they come, without waiting for the client: ``max_unsent`` (default
+  ``response.STREAM_MAX_UNSENT``) bounds what the client may leave unread; a chunk that leaves
+  more resets the connection. The stream's unsent bytes count against ``max_buffered`` like
+  any others, and the stream holds one of ``max_connections``. A quiet stream is not idle
+  (send a heartbeat chunk if the client needs one); unsent bytes that do not drain for
+  ``idle_timeout`` reset it.
+- The stream runs in its own task (state ``STREAMING``); requests pipelined behind it wait
+  for its end. Its iterator is closed (``aclose``, so a generator's ``finally`` runs) when it
+  ends, when it is cut off, when the connection is lost, and on the server's shutdown
+  (SIGTERM), which ends the chunked body cleanly (the last chunk) and closes the connection.
+- An exception from the iterator is logged and resets the connection (the body cannot be
+  turned into an error answer once its head is sent).
 
 It deliberately supports only what a read-only JSON API needs: no request bodies (refused,
 never read), no upgrades (answered as plain HTTP/1.1, then closed), no HTTP/2. Targets must be
@@ -174,6 +186,7 @@ _INTERNAL_ERROR = "internal server error (logged by the server)"
 _NO_BODY = frozenset({204, 304})  # statuses whose answers have no body (RFC 9110 6.4.1)
 _STATUS_LINES = {s.value: f"HTTP/1.1 {s.value} {s.phrase}\r\n" for s in HTTPStatus}
 _LAST_CHUNK = b"0\r\n\r\n"
+_CLOSING: set[asyncio.Task[None]] = set()  # streams of HEAD answers being closed
 
 
 class State(enum.Enum):
@@ -555,16 +568,37 @@ class HTTPConnection(asyncio.Protocol):
     def _decode_fields(
         self, fields: list[tuple[bytes, bytes]]
     ) -> tuple[list[tuple[str, str]], bool]:
-        """Header fields as (lower-case name, value) str pairs, and whether a body follows."""
+        """Header fields as (lower-case name, value) str pairs, and whether a body follows.
+
+        Refuses (from the parser's callback) a request without a Host header or with more
+        than one (400, RFC 9112 3.2), and, when the server names the hosts it serves, a Host
+        that is not one of them (421): a web page that reached a loopback listener through
+        DNS rebinding sends its own name there, never the listener's.
+        """
         headers = []
         has_body = False
+        host: str | None = None
+        hosts = 0
         for name, value in fields:
             lower = name.lower()
-            if lower == b"content-length":
+            text = value.rstrip(b" \t").decode("latin-1")
+            if lower == b"host":
+                host = text
+                hosts += 1
+            elif lower == b"content-length":
                 has_body = has_body or bool(value.strip(b" \t0"))  # llhttp checked: digits
             elif lower == b"transfer-encoding":
                 has_body = True
-            headers.append((lower.decode("latin-1"), value.rstrip(b" \t").decode("latin-1")))
+            headers.append((lower.decode("latin-1"), text))
+        if host is None or hosts > 1:
+            self._stop(400, "no Host header" if host is None else "more than one Host header")
+        allowed = self._server.allowed_hosts
+        if allowed is not None and host.lower() not in allowed:
+            self._stop(
+                421,
+                f"Host {host[:100]!r} does not name this server: without a token it serves "
+                "only its own addresses and the names given with --allow-host",
+            )
         return headers, has_body
 
     # -- parsing -------------------------------------------------------------------------------
@@ -702,9 +736,13 @@ class HTTPConnection(asyncio.Protocol):
             keep_alive = False
         status = response.status
         head_only = request.method == "HEAD" or status in _NO_BODY or status < 200
-        if response.stream is not None and not head_only:
-            self._start_stream(response, keep_alive, request.http10)
-            return False
+        if response.stream is not None:
+            if not head_only:
+                self._start_stream(response, keep_alive, request.http10)
+                return False
+            closing = self._loop.create_task(_close_iterator(response.stream))  # never iterated
+            _CLOSING.add(closing)  # a reference until it is done (the loop keeps a weak one)
+            closing.add_done_callback(_CLOSING.discard)
         head = self._head(response, keep_alive, request.http10)
         if head_only:
             transport.write(head)
@@ -791,9 +829,7 @@ class HTTPConnection(asyncio.Protocol):
                 self.note_unsent()
                 if self._unsent > max_unsent:
                     log.warning("a stream's client left over %d bytes unread: reset", max_unsent)
-                    cut_off = getattr(chunks, "cut_off", None)
-                    if cut_off is not None:  # the stream counts its cut-offs (a watch does)
-                        cut_off()
+                    _tell_cut_off(chunks)
                     self.abort()
                     return
         except asyncio.CancelledError:
@@ -911,6 +947,13 @@ class HTTPConnection(asyncio.Protocol):
         if self._transport is not None and self.state is not CLOSED:
             self._transport.abort()
             self._enter(CLOSED)
+
+
+def _tell_cut_off(chunks: AsyncIterator[bytes]) -> None:
+    """Tell a stream that has a ``cut_off()`` (a watch counts them) it is being reset."""
+    cut_off = getattr(chunks, "cut_off", None)
+    if cut_off is not None:
+        cut_off()
 
 
 async def _close_iterator(chunks: AsyncIterator[bytes]) -> None:

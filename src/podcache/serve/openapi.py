@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from podcache.model import ContainerState
+from podcache.procs import PID_MAX
 from podcache.serve.query import (
     BOOLEANS,
     CONTAINER_ID_PATTERN,
@@ -142,6 +143,15 @@ def _schemas() -> dict[str, Any]:
         },
         "PodResponse": _envelope(pod=_ref("Pod")),
         "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
+        "ProcessResponse": _envelope(
+            pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
+            pod=_ref("Pod"),
+            container={
+                "oneOf": [_ref("Container"), {"type": "null"}],
+                "description": "The container or sandbox the process runs in; null when its "
+                "cgroup names the pod but no container (e.g. CRI-O's conmon).",
+            },
+        ),
         "Ready": _envelope(status={"type": "string", "enum": ["ready"]}),
         "Health": {
             "type": "object",
@@ -183,13 +193,18 @@ _ETAG_HEADER = {
 }
 
 _ERRORS = {
-    "400": "A malformed or unknown parameter, a bad header value.",
+    "400": "A malformed or unknown parameter, a bad header value, a missing or repeated Host "
+    "header.",
     "405": "Any method but GET and HEAD (the API is read-only).",
     "414": "Request path or query string too long.",
+    "421": "The Host header does not name this server: a TCP listener without a token serves "
+    "only Host values naming itself (localhost, 127.0.0.1, [::1], its address, with or "
+    "without the port) and the names given with --allow-host. The connection is closed.",
     "431": "Too many or too large request header fields.",
     "500": "An unexpected failure (logged by the server; no details are returned).",
     "503": "The container runtime is not reachable or did not answer in time (the message "
-    "names it).",
+    "names it), or the server already holds --max-connections connections (the connection "
+    "is closed).",
 }
 
 
@@ -319,41 +334,38 @@ def _path(name: str, description: str, pattern: str = NAME_PATTERN) -> dict[str,
     }
 
 
-def document(*, auth: bool, version: str) -> dict[str, Any]:
-    """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
-    not_found = {"404": "Nothing with that identity in the snapshot."}
-    paths: dict[str, Any] = {
+_POD_FILTERS: list[dict[str, Any]] = [
+    {
+        "name": "namespace",
+        "in": "query",
+        "description": "Only pods in this namespace.",
+        "schema": {"type": "string", "maxLength": MAX_ID_LENGTH, "pattern": NAME_PATTERN},
+    },
+    {
+        "name": "label",
+        "in": "query",
+        "description": "Only pods with this label: KEY=VALUE, or KEY for any value. "
+        "Repeat for several (all must match).",
+        "schema": {
+            "type": "array",
+            "items": {"type": "string", "pattern": LABEL_SELECTOR_PATTERN},
+            "maxItems": MAX_LABELS,
+        },
+        "style": "form",
+        "explode": True,
+    },
+]
+_NOT_FOUND = {"404": "Nothing with that identity in the snapshot."}
+
+
+def _snapshot_paths(auth: bool) -> dict[str, Any]:
+    """The routes answered from a snapshot of the pods (ETag, 304, read-your-writes)."""
+    return {
         "/pods": _operation(
             "The node's running pods (newest first), optionally filtered; with watch=1, their "
             "changes as a stream.",
             _pods_ok(),
-            parameters=[
-                {
-                    "name": "namespace",
-                    "in": "query",
-                    "description": "Only pods in this namespace.",
-                    "schema": {
-                        "type": "string",
-                        "maxLength": MAX_ID_LENGTH,
-                        "pattern": NAME_PATTERN,
-                    },
-                },
-                {
-                    "name": "label",
-                    "in": "query",
-                    "description": "Only pods with this label: KEY=VALUE, or KEY for any value. "
-                    "Repeat for several (all must match).",
-                    "schema": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": LABEL_SELECTOR_PATTERN},
-                        "maxItems": MAX_LABELS,
-                    },
-                    "style": "form",
-                    "explode": True,
-                },
-                *_FRESHNESS,
-                *_WATCH,
-            ],
+            parameters=[*_POD_FILTERS, *_FRESHNESS, *_WATCH],
             extra={
                 "410": "watch=1 with a since older than the history kept or newer than the "
                 "cache's revision: list again (the list's revision), then watch from it."
@@ -365,7 +377,7 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
             "One pod by UID.",
             _json("PodResponse", "The pod.", etag=True),
             parameters=[_path("uid", "The pod UID."), *_FRESHNESS],
-            extra=not_found,
+            extra=_NOT_FOUND,
             snapshot=True,
             auth=auth,
         ),
@@ -377,7 +389,7 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
                 _path("name", "The pod name (no '_').", POD_NAME_PATTERN),
                 *_FRESHNESS,
             ],
-            extra=not_found,
+            extra=_NOT_FOUND,
             snapshot=True,
             auth=auth,
         ),
@@ -394,12 +406,18 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
                 *_FRESHNESS,
             ],
             extra={
-                **not_found,
+                **_NOT_FOUND,
                 "409": "The prefix matches several containers (the message lists them).",
             },
             snapshot=True,
             auth=auth,
         ),
+    }
+
+
+def _service_paths(auth: bool) -> dict[str, Any]:
+    """The routes about the service itself: health, readiness, metrics, this document."""
+    return {
         "/healthz": _operation(
             "The process is up (never asks the runtime; needs no token).",
             {
@@ -431,6 +449,39 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
             auth=auth,
         ),
     }
+
+
+def _process_paths(auth: bool) -> dict[str, Any]:
+    """The route that maps a node process to its pod (reads /proc, then the snapshot)."""
+    return {
+        "/pids/{pid}": _operation(
+            "The pod and container of a process on this node, by PID (read from the host's "
+            "/proc: the process's cgroup names its container; PID reuse is detected).",
+            _json("ProcessResponse", "The process's pod and container."),
+            parameters=[
+                {
+                    "name": "pid",
+                    "in": "path",
+                    "required": True,
+                    "description": "A process ID as the node (the host PID namespace) sees it, "
+                    "in decimal without a sign or leading zeros.",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": PID_MAX},
+                },
+                *_FRESHNESS[:3],
+            ],
+            extra={
+                "404": "No such process, a process in no container, or one in a container or "
+                "pod the runtime does not list (after one refresh if the process is newer than "
+                "the snapshot).",
+            },
+            auth=auth,
+        ),
+    }
+
+
+def document(*, auth: bool, version: str) -> dict[str, Any]:
+    """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
+    paths = {**_snapshot_paths(auth), **_process_paths(auth), **_service_paths(auth)}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {

@@ -24,7 +24,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -37,6 +37,7 @@ __all__ = [
     "ConnectionLimits",
     "ListenAddress",
     "ServeError",
+    "allowed_hosts",
     "parse_listen",
     "run",
 ]
@@ -69,11 +70,6 @@ class ListenAddress:
     path: str | None = None
 
     @property
-    def unix(self) -> bool:
-        """A unix socket."""
-        return self.path is not None
-
-    @property
     def loopback(self) -> bool:
         """Reachable only from this host: a unix socket or a loopback IP."""
         return self.path is not None or ipaddress.ip_address(self.host).is_loopback
@@ -100,6 +96,27 @@ class ConnectionLimits:
     """``--max-connections``: open connections at most; the next one gets a 503."""
     max_buffered: int | None = None
     """``--max-buffered``: unsent answer bytes at most, all connections together."""
+
+
+_OWN_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def allowed_hosts(
+    address: ListenAddress, names: Sequence[str], *, token: bool
+) -> frozenset[str] | None:
+    """The Host header values served (lower case), or None for any.
+
+    Any Host on a unix socket (only local processes with access to the file reach it; curl
+    sends ``localhost``) and with a token (the token, not the name, is the check). Otherwise,
+    against DNS rebinding (a web page whose name now points at 127.0.0.1 sends that name):
+    ``localhost``, ``127.0.0.1``, ``[::1]``, the listen address and each of ``names``
+    (``--allow-host``), each with or without the port.
+    """
+    if address.path is not None or token:
+        return None
+    host = f"[{address.host}]" if ":" in address.host else address.host
+    bare = {*_OWN_NAMES, host, *(name.strip().lower() for name in names if name.strip())}
+    return frozenset({*bare, *(f"{name}:{address.port}" for name in bare)})
 
 
 def parse_listen(text: str) -> ListenAddress:
@@ -185,9 +202,11 @@ async def serve(
     address: ListenAddress,
     *,
     limits: ConnectionLimits = ConnectionLimits(),
+    hosts: frozenset[str] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``app`` on ``address`` until SIGTERM or SIGINT.
+    """Serve ``app`` on ``address`` until SIGTERM or SIGINT; ``hosts``: the Host values
+    served (``allowed_hosts``), None for any.
 
     The unix socket, if any, is removed on the way out. Raises ServeError when the server
     cannot start.
@@ -200,6 +219,7 @@ async def serve(
         idle_timeout=_given(limits.idle_timeout, http1.IDLE_TIMEOUT),
         max_connections=_given(limits.max_connections, http1.MAX_CONNECTIONS),
         max_buffered=_given(limits.max_buffered, http1.MAX_BUFFERED),
+        allowed_hosts=hosts,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -244,6 +264,7 @@ def run(
     address: ListenAddress,
     *,
     limits: ConnectionLimits = ConnectionLimits(),
+    hosts: frozenset[str] | None = None,
     on_listening: Callable[[App], None] | None = None,
     on_warm: Callable[[BaseException | None], None] | None = None,
     cleanup: Callable[[], Awaitable[None]] | None = None,
@@ -272,7 +293,7 @@ def run(
                 on_warm(error)
 
         try:
-            await serve(app, address, limits=limits, on_listening=listening)
+            await serve(app, address, limits=limits, hosts=hosts, on_listening=listening)
         finally:
             if warm_task is not None:
                 warm_task.cancel()
