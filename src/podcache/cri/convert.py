@@ -35,6 +35,7 @@ import msgspec
 from google.protobuf.message import DecodeError
 
 from podcache.cri.proto import api_pb2 as pb
+from podcache.errors import MalformedListingError
 from podcache.model import (
     Container,
     ContainerID,
@@ -243,10 +244,6 @@ class _Group:
         self.labels = _NO_LABELS
         self.containers: list[Container] = []
         self.sandboxes: list[Container] = []
-
-
-class MalformedListingError(ValueError):
-    """The bytes of a list answer are not a valid message of the CRI API."""
 
 
 # -- reader 1: protobuf messages ---------------------------------------------------------------
