@@ -258,8 +258,8 @@ def _sandbox_facts(sandbox: pb.PodSandbox, runtime: str, share: _Share) -> _Sand
     # A non-empty field proves the submessage is present: HasField only when in doubt.
     if not uid and not sandbox.HasField("metadata"):
         return _SkippedSandbox(created_at, state, sandbox_id, None, "", "")
-    name = share(metadata.name, metadata.name)
-    namespace = share(metadata.namespace, metadata.namespace)
+    name, namespace = metadata.name, metadata.namespace
+    name, namespace = share(name, name), share(namespace, namespace)
     if not sandbox_id:
         return _SkippedSandbox(created_at, state, sandbox_id, uid, name, namespace)
     # Not labels.items(): on a upb map that is the slow pure-Python Mapping mixin.
