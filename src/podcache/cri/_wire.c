@@ -687,6 +687,10 @@ typedef struct {
 static int label_list_add(label_list *labels, span key, span value) {
     if (labels->n == labels->cap) {
         size_t cap = labels->cap ? labels->cap * 2 : 64;
+        if (cap > PY_SSIZE_T_MAX / sizeof(label)) {
+            PyErr_NoMemory();
+            return -1;
+        }
         label *more = PyMem_Realloc(labels->items, cap * sizeof(label));
         if (more == NULL) {
             PyErr_NoMemory();
