@@ -47,9 +47,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
-        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
-        "--token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
+        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
+        "unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -103,6 +103,14 @@ def _say(message: str) -> None:
     show_default=True,
     help="Deadline of each runtime call.",
 )
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -115,6 +123,7 @@ def serve_command(
     cache_period: float,
     token_file: str | None,
     timeout: float,
+    proc_root: str,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -151,6 +160,7 @@ def serve_command(
         cache_period=cache_period,
         auth=auth,
         timeout=timeout,
+        proc_root=proc_root,
     )
 
 
@@ -164,6 +174,7 @@ def _run(
     cache_period: float,
     auth: object,
     timeout: float,
+    proc_root: str = "/proc",
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -195,7 +206,7 @@ def _run(
         wait = 2 * timeout + 1.0
 
         def make_app() -> App:
-            return App(runtime, cache_period, auth=auth, wait=wait)
+            return App(runtime, cache_period, auth=auth, wait=wait, proc_root=proc_root)
 
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"
