@@ -16,7 +16,7 @@ import re
 import pytest
 
 import podcache
-from podcache import errors, model
+from podcache import errors, model, procs
 from podcache.cri import convert
 from podcache.errors import PodcacheError
 from podcache.serve import auth, server
@@ -105,6 +105,7 @@ def test_the_drawn_tree_is_the_tree_of_the_classes() -> None:
         (errors.MalformedListingError, ValueError),
         (errors.AmbiguousContainerIDError, LookupError),
         (errors.TokenFileError, ValueError),
+        (procs.ProcFormatError, ValueError),
         (errors.RuntimeDeadlineError, TimeoutError),
     ],
 )
