@@ -163,6 +163,8 @@ class PodWatch(Iterator[PodChange]):
             return []
         cache = self._cache
         cursor = self._handle.cursor or self._open()
+        if cursor is None:
+            return []  # closed while it opened
         deadline = None if timeout is None else time.monotonic() + timeout
         with cache._changed:
             while True:
@@ -185,13 +187,13 @@ class PodWatch(Iterator[PodChange]):
             self._revision = batch[-1].revision
         return batch
 
-    def _open(self) -> Cursor:
+    def _open(self) -> Cursor | None:
         cache = self._cache
         if self._since is None:
             cache.get_pods()
         with cache._lock:
             if self._closed:
-                raise ValueError("the watch was closed before it opened")
+                return None
             cursor = cache._core.changes.open(self._since)
             self._handle.cursor = cursor
             self._revision = cursor.revision
@@ -306,6 +308,8 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             return []
         cache = self._cache
         cursor = self._handle.cursor or await self._open()
+        if cursor is None:
+            return []  # closed while it opened
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
@@ -334,12 +338,12 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             self._revision = batch[-1].revision
         return batch
 
-    async def _open(self) -> Cursor:
+    async def _open(self) -> Cursor | None:
         cache = self._cache
         if self._since is None:
             await cache.get_pods()
         if self._closed:
-            raise ValueError("the watch was closed before it opened")
+            return None
         cursor = cache._core.changes.open(self._since)
         self._handle.cursor = cursor
         self._revision = cursor.revision

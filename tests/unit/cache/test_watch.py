@@ -7,6 +7,7 @@ threads' concurrency claims with real threads.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import pickle
 import threading
@@ -19,6 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podcache import (
+    AsyncFakeRuntime,
+    AsyncRuntimeCache,
     ChangeType,
     Container,
     ContainerState,
@@ -390,3 +393,37 @@ def test_moved_finds_arrivals_and_departures_in_any_order(
     assert {id(p) for p in arrivals} == {id(p) for p in new} - {id(p) for p in old}
     assert {id(p) for p in departures} == {id(p) for p in old} - {id(p) for p in new}
     assert len(arrivals) == added and len(departures) == len(gone)
+
+
+def test_many_tasks_see_every_change_in_order() -> None:
+    """A hundred asyncio watchers while the cache is refreshed: the same changes, in order."""
+
+    async def scenario() -> list[list[tuple[str, str, int]]]:
+        fake = AsyncFakeRuntime()
+        clock = FakeClock()
+        cache = AsyncRuntimeCache(fake, 1e9, clock=clock)
+        await cache.get_pods()
+        seen: list[list[tuple[str, str, int]]] = [[] for _ in range(100)]
+
+        async def consume(i: int) -> None:
+            async with cache.watch(since=0) as watch:
+                async for change in watch:
+                    seen[i].append((change.type, change.pod.id, change.revision))
+                    if len(seen[i]) == 1 + 49 * 2:
+                        return
+
+        consumers = [asyncio.create_task(consume(i)) for i in range(100)]
+        await asyncio.sleep(0)
+        for n in range(1, 51):
+            fake.set_pods([make_pod(n)])
+            clock.advance(1)
+            await cache.force_update_if_older(clock())
+            if n % 7 == 0:
+                await asyncio.sleep(0)  # some consumers fall behind, then catch up
+        await asyncio.wait_for(asyncio.gather(*consumers), 10)
+        await cache.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert all(s == seen[0] for s in seen)
+    assert [r for _, _, r in seen[0]] == sorted(r for _, _, r in seen[0])
