@@ -336,6 +336,7 @@ def fanout(count: int, seconds: float) -> dict[str, Any]:
         published = procs.stop()
     delays: list[float] = []
     all_received: list[float] = []
+    first_received: list[float] = []
     first_revision = max((min(w.arrivals) for w in watchers if w.arrivals), default=0)
     for revision, at in published.items():
         if revision <= first_revision:
@@ -346,6 +347,7 @@ def fanout(count: int, seconds: float) -> dict[str, Any]:
             continue  # published as the run ended
         delays += got
         all_received.append(max(got))
+        first_received.append(min(got))
     return {
         "watchers": count,
         "seconds": seconds,
@@ -354,6 +356,8 @@ def fanout(count: int, seconds: float) -> dict[str, Any]:
         "p50_ms": _percentile(delays, 50) * 1e3,
         "p99_ms": _percentile(delays, 99) * 1e3,
         "all_received_p99_ms": _percentile(all_received, 99) * 1e3,
+        "all_received_p50_ms": _percentile(all_received, 50) * 1e3,
+        "first_received_p50_ms": _percentile(first_received, 50) * 1e3,
         "idle_rss_mib": idle,
         "peak_rss_mib": max(peak),
         "rss_growth_mib": max(peak) - idle,

@@ -864,8 +864,10 @@ def watch_section(data: Json) -> Section:
             f"{fan['watchers']:,} watchers on one server for {fan['seconds']:g} s (100 pods, 2 "
             "replaced a second, cache period 100 ms); each change line's arrival minus its "
             "revision's publish time (recorded by the server, same monotonic clock): p50 "
-            f"{fan['p50_ms']:.1f} ms, p99 {fan['p99_ms']:.1f} ms; until the last watcher had "
-            f"it, p99 {fan['all_received_p99_ms']:.1f} ms. Server RSS idle "
+            f"{fan['p50_ms']:.1f} ms, p99 {fan['p99_ms']:.1f} ms; the first watcher had it after "
+            f"{fan.get('first_received_p50_ms', float('nan')):.1f} ms (median), the last after "
+            f"{fan.get('all_received_p50_ms', float('nan')):.1f} ms (median), "
+            f"p99 {fan['all_received_p99_ms']:.1f} ms. Server RSS idle "
             f"{fan['idle_rss_mib']:.1f} MiB, peak {fan['peak_rss_mib']:.1f} MiB.",
         ]
     con = data.get("consistency")
