@@ -139,14 +139,11 @@ def test_cri_changes_reach_podcache_events(
             )
             cri_harness.remove_pod(sandbox)
             events.wait_for("the pod DELETED", last("DELETED", lambda pod: True))
-            assert [line["type"] for line in of(events.lines)] == [
-                "ADDED",
-                "MODIFIED",
-                "MODIFIED",
-                "MODIFIED",
-                "MODIFIED",
-                "DELETED",
-            ]
+            # A refresh may also catch a passing state (created before started): each step was
+            # seen above; between the pod's ADDED and DELETED there are only MODIFIED lines.
+            kinds = [line["type"] for line in of(events.lines)]
+            assert kinds[0] == "ADDED" and kinds[-1] == "DELETED"
+            assert set(kinds[1:-1]) == {"MODIFIED"} and len(kinds) >= 6
             assert rebuilt(events.lines) == truth()
             revisions = [line["revision"] for line in events.lines]
             assert revisions == sorted(revisions)
