@@ -337,3 +337,14 @@ def test_revisions_start_from_the_clock_so_a_restart_never_reuses_one() -> None:
         after = int(client.get("/pods").headers["x-podcache-revision"])
         assert after > before
         assert client.get(f"/pods?watch=1&since={before}").status == 410
+
+
+def test_head_of_a_watch_sends_the_head_and_closes_the_watch() -> None:
+    with app_served([make_pod(1)]) as (served, app, _):
+        reply = Client(port=served.port).request("/pods?watch=1", method="HEAD")
+        assert reply.status == 200 and reply.body == b""
+        assert reply.headers["content-type"] == NDJSON
+        deadline = time.monotonic() + 5
+        while app.streams.counters.open or app.cache._core.changes.cursors:
+            assert time.monotonic() < deadline, "the HEAD's watch stays open"
+            time.sleep(0.02)
