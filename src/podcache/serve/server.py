@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from podcache.errors import ServeError
 from podcache.serve.app import App
 from podcache.unixsocket import claim_socket_path
 
@@ -55,10 +56,6 @@ T = TypeVar("T")
 
 _SOCKET_MODE = 0o600
 _BACKLOG = 1024
-
-
-class ServeError(Exception):
-    """The server cannot start (address in use, bad socket path...); the message says why."""
 
 
 @dataclass(frozen=True)
