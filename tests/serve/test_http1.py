@@ -999,10 +999,14 @@ def test_shutdown_ends_a_stream_cleanly(recorder: Recorder) -> None:
         client.get("/stream?0,0.02,16")
         assert client.answer(head_only=True).status == 200
         wait_until(lambda: b"\n" in client.buffer or client._fill())
-        served.loop.run(served.http.shutdown(2.0))
+        stopping = asyncio.run_coroutine_threadsafe(served.http.shutdown(5.0), served.loop.loop)
         chunks = client.chunks()  # ends with the last chunk: a complete body
         assert chunks and all(chunk.endswith(b"x" * 8) for chunk in chunks)
         assert client.closed_by_server()
+        client.close()
+        started = time.monotonic()
+        stopping.result(5)
+        assert time.monotonic() - started < 1.0  # done once the client closed, not at the grace
         assert served.loop.call(lambda: recorder.streams_closed) == 1
 
 

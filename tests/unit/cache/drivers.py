@@ -69,7 +69,8 @@ class Fake(Protocol):
 
 
 class Driver:
-    """One synchronous face over a cache: ``get``, ``force``, ``cache_time``, ``stats``."""
+    """One synchronous face over a cache: ``get``, ``force``, ``nowait``, ``cache_time``,
+    ``stats``."""
 
     name: str
     fake: Any
@@ -78,6 +79,9 @@ class Driver:
         raise NotImplementedError
 
     def force(self, t: float, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def nowait(self) -> PodList | None:
         raise NotImplementedError
 
     @property
@@ -122,6 +126,9 @@ class SyncDriver(Driver):
     def force(self, t: float, timeout: float | None = None) -> None:
         self.cache.force_update_if_older(t, timeout=timeout)
 
+    def nowait(self) -> PodList | None:
+        return self.cache.get_pods_nowait()
+
     @property
     def cache_time(self) -> float | None:
         return self.cache.cache_time
@@ -147,6 +154,9 @@ class AsyncDriver(Driver):
 
     def force(self, t: float, timeout: float | None = None) -> None:
         self.loop.run_until_complete(self.cache.force_update_if_older(t, timeout=timeout))
+
+    def nowait(self) -> PodList | None:
+        return self.cache.get_pods_nowait()
 
     @property
     def cache_time(self) -> float | None:

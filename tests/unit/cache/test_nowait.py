@@ -1,50 +1,38 @@
-"""AsyncRuntimeCache.get_pods_nowait: the hit path without awaiting, as serve's respond_now
-uses it. It returns exactly what get_pods would return at once, and None whenever get_pods
-would wait or start a refresh; it never starts one itself."""
+"""get_pods_nowait, on both twins: the hit path alone (serve's respond_now uses the asyncio
+one). It returns exactly what get_pods would return at once, and None whenever get_pods would
+wait or start a refresh; it never starts one itself."""
 
 from __future__ import annotations
 
-from podcache import AsyncFakeRuntime, AsyncRuntimeCache, Pod
-
-PODS = [Pod(id="uid-1", name="web", namespace="default")]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.unit.cache.conftest import MakeDriver
+from tests.unit.cache.drivers import FakeClock
 
 
-async def test_none_before_the_first_fill_and_no_refresh_started() -> None:
-    runtime = AsyncFakeRuntime(PODS)
-    cache = AsyncRuntimeCache(runtime, 10.0, clock=Clock())
-    assert cache.get_pods_nowait() is None
-    assert runtime.calls == 0
+def test_none_before_the_first_fill_and_no_refresh_started(make: MakeDriver) -> None:
+    driver = make(10.0)
+    assert driver.nowait() is None
+    assert driver.fake.calls == 0
 
 
-async def test_the_same_object_as_get_pods_while_fresh_then_none() -> None:
-    runtime = AsyncFakeRuntime(PODS)
-    clock = Clock()
-    cache = AsyncRuntimeCache(runtime, 10.0, clock=clock, stats=True)
-    pods = await cache.get_pods()
-    clock.now += 10.0  # the last instant of the period: still fresh
-    assert cache.get_pods_nowait() is pods
-    assert cache.stats().hits == 1
-    clock.now += 0.001
-    assert cache.get_pods_nowait() is None  # get_pods would refresh: the caller awaits it
-    assert runtime.calls == 1
-    await cache.get_pods()
-    assert runtime.calls == 2
-    assert cache.get_pods_nowait() is not None
+def test_the_same_object_as_get_pods_while_fresh_then_none(
+    make: MakeDriver, clock: FakeClock
+) -> None:
+    driver = make(10.0, stats=True)
+    pods = driver.get()
+    clock.advance(10.0)  # the last instant of the period: still fresh
+    assert driver.nowait() is pods
+    assert driver.stats().hits == 1
+    clock.advance(0.001)
+    assert driver.nowait() is None  # get_pods would refresh: the caller does that
+    assert driver.fake.calls == 1
+    driver.get()
+    assert driver.fake.calls == 2
+    assert driver.nowait() is not None
 
 
-async def test_none_in_the_refresh_ahead_window() -> None:
-    runtime = AsyncFakeRuntime(PODS)
-    clock = Clock()
-    cache = AsyncRuntimeCache(runtime, 10.0, clock=clock, refresh_ahead=2.0)
-    await cache.get_pods()
-    clock.now += 9.0  # get_pods would serve, and start a refresh behind: nowait does neither
-    assert cache.get_pods_nowait() is None
-    assert runtime.calls == 1
+def test_none_in_the_refresh_ahead_window(make: MakeDriver, clock: FakeClock) -> None:
+    driver = make(10.0, refresh_ahead=2.0)
+    driver.get()
+    clock.advance(9.0)  # get_pods would serve and start a refresh behind: nowait does neither
+    assert driver.nowait() is None
+    assert driver.fake.calls == 1
