@@ -348,3 +348,13 @@ def test_head_of_a_watch_sends_the_head_and_closes_the_watch() -> None:
         while app.streams.counters.open or app.cache._core.changes.cursors:
             assert time.monotonic() < deadline, "the HEAD's watch stays open"
             time.sleep(0.02)
+
+
+def test_a_first_chunk_larger_than_the_unsent_bound_still_reaches_a_reading_client() -> None:
+    big = [make_pod(n, containers=20) for n in range(300)]  # about 1.5 MB of ADDED lines
+    with app_served(big) as (served, app, _):
+        app.streams.max_unsent = 64 * 1024
+        stream = Stream(served.port, "/pods?watch=1", rcvbuf=16 * 1024)
+        lines = stream.until("BOOKMARK")
+        assert len(lines) == 301 and app.streams.counters.cut_off == 0
+        stream.close()

@@ -18,9 +18,11 @@ Rules of a stream:
 * ``namespace`` and ``label`` filter as in ``/pods``; a pod that enters the filtered view is
   ``ADDED``, one that leaves it ``DELETED`` (``changes.visible``);
 * bounds: a watcher more than ``max_lag`` changes behind (the cache's) gets the ``ERROR`` line
-  and the end; one whose client leaves more than ``max_unsent`` bytes unread is reset by the
-  server; both count as cut off. Streams are connections: the server's connection cap, idle
-  rules and shutdown (SIGTERM: each stream ends cleanly, with its last chunk) apply.
+  and the end; one whose client leaves more than ``max_unsent`` bytes unread (beyond the
+  first chunk, which holds every pod of the node when the stream opens without ``since``)
+  is reset by the server; both count as cut off. Streams are connections: the server's
+  connection cap, idle rules and shutdown (SIGTERM: each stream ends cleanly, with its last
+  chunk) apply.
 
 Each change is encoded once for every watcher that sends it (a small memo by identity).
 """
@@ -203,7 +205,10 @@ class WatchStreams:
         lines = self.lines(first, request)
         lines.append(bookmark_line(revision))
         stream: AsyncIterator[bytes] = _Stream(self, watch, request, lines)
-        return Response(200, headers, stream=stream, max_unsent=self.max_unsent)
+        # The first chunk (every pod of a large node: megabytes) is written at once: the bound
+        # is on what the client leaves unread beyond it.
+        first_size = sum(map(len, lines))
+        return Response(200, headers, stream=stream, max_unsent=self.max_unsent + first_size)
 
 
 def _error(status: int, message: str, extra_headers: list[tuple[str, str]]) -> Response:
