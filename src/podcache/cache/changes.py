@@ -330,6 +330,7 @@ class ChangeLog:
         """Every change with a larger revision is in the log."""
         self.cursors: set[Cursor] = set()
         self._tracker = Tracker()
+        self._first: tuple[int, list[PodChange]] | None = None
         self._log: list[PodChange] = []
         self._at: list[float] = []  # when each change in the log was published
         self._base = 0  # sequence number of _log[0]
@@ -392,9 +393,7 @@ class ChangeLog:
         than ``oldest`` or newer than ``revision``."""
         if since is None:
             assert self.pods is not None, "watch without since needs a published snapshot"
-            state = self._tracker.state.values()
-            first = [PodChange(ChangeType.ADDED, pod, self.revision) for pod in state]
-            cursor = Cursor(self.head, self.revision, first)
+            cursor = Cursor(self.head, self.revision, self._first_batch())
         else:
             if isinstance(since, bool) or not isinstance(since, int):
                 raise TypeError(f"since must be an int revision or None, not {since!r}")
@@ -410,6 +409,19 @@ class ChangeLog:
             cursor = Cursor(self._base + start, since, [])
         self.cursors.add(cursor)
         return cursor
+
+    def _first_batch(self) -> list[PodChange]:
+        """``ADDED`` for every pod of the current state: built once per revision and shared by
+        every watch opened at it (the same objects: a consumer encoding changes memoises
+        them once)."""
+        cached = self._first
+        if cached is None or cached[0] != self.revision:
+            state = self._tracker.state.values()
+            cached = self._first = (
+                self.revision,
+                [PodChange(ChangeType.ADDED, pod, self.revision) for pod in state],
+            )
+        return list(cached[1])
 
     def read(self, cursor: Cursor) -> list[PodChange]:
         """Every change ``cursor`` has not read (whole revisions; [] when none), or its first

@@ -162,6 +162,8 @@ class WatchStreams:
         self._wait = wait
         self.counters = WatchCounters()
         self._memo: dict[int, tuple[PodChange, bytes]] = {}
+        self._first: tuple[int, bytes] | None = None  # the unfiltered first chunk, by revision
+        self._listing_size = 0  # bytes of the last unfiltered first chunk built
 
     def lines(self, batch: list[PodChange], request: WatchRequest) -> list[bytes]:
         """The lines of ``batch`` as ``request`` shows them."""
@@ -202,13 +204,30 @@ class WatchStreams:
             return _error(503, message, _RETRY)
         revision = cast(int, watch.revision)
         headers.append(("x-podcache-revision", str(revision)))
+        lines = self.first_lines(first, request, revision)
+        stream: AsyncIterator[bytes] = _Stream(self, watch, request, lines)
+        # A chunk is written at once, and one can hold every pod of a large node (megabytes:
+        # the first, or a batch in which every pod changed): the bound is on what the client
+        # leaves unread beyond two listings.
+        bound = self.max_unsent + 2 * self._listing_size
+        return Response(200, headers, stream=stream, max_unsent=bound)
+
+    def first_lines(
+        self, first: list[PodChange], request: WatchRequest, revision: int
+    ) -> list[bytes]:
+        """The first chunk's lines, then its bookmark; an unfiltered first batch (every pod)
+        is encoded once per revision for every watch opened at it."""
+        if first and request.since is None and not request.namespace and not request.selectors:
+            cached = self._first
+            if cached is None or cached[0] != revision:
+                cached = self._first = (revision, b"".join(self.lines(first, request)))
+                self._listing_size = len(cached[1])
+            else:
+                self.counters.changes_sent += len(first)
+            return [cached[1], bookmark_line(revision)]
         lines = self.lines(first, request)
         lines.append(bookmark_line(revision))
-        stream: AsyncIterator[bytes] = _Stream(self, watch, request, lines)
-        # The first chunk (every pod of a large node: megabytes) is written at once: the bound
-        # is on what the client leaves unread beyond it.
-        first_size = sum(map(len, lines))
-        return Response(200, headers, stream=stream, max_unsent=self.max_unsent + first_size)
+        return lines
 
 
 def _error(status: int, message: str, extra_headers: list[tuple[str, str]]) -> Response:
