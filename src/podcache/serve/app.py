@@ -47,12 +47,24 @@ from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import SnapshotView, SnapshotViews
 from podcache.serve.watch import RuntimeWatch
 
-__all__ = ["DEFAULT_WAIT", "App"]
+__all__ = [
+    "DEFAULT_MAX_STALE",
+    "DEFAULT_MIN_REFRESH_INTERVAL",
+    "DEFAULT_WAIT",
+    "App",
+]
 
 log = logging.getLogger("podcache.serve")
 
 DEFAULT_WAIT = 10.0
 """Seconds a request waits for the cache (a refresh in flight, then its own) before a 503."""
+
+DEFAULT_MIN_REFRESH_INTERVAL = 0.1
+"""Seconds between two refreshes forced by requests (``fresh``, ``newer_than``): see
+``podcache.cache.core`` for the rule."""
+DEFAULT_MAX_STALE = 30.0
+"""Seconds past its period the last good snapshot is served (marked stale) while the runtime
+fails; requests that ask for newer data get 503 meanwhile."""
 
 _FRESHNESS = frozenset({"newer_than", "fresh"})
 _POD_LIST_PARAMS = _FRESHNESS | {"namespace", "label"}
@@ -63,6 +75,7 @@ _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
+_STALE = ("x-podcache-stale", "true")
 
 Handler = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[Response]]
 
@@ -91,6 +104,10 @@ class App:
     ``auth``: require ``Authorization: Bearer`` on every route but /healthz. ``wait``: how
     long a request waits for the cache. ``clock`` is the cache's (monotonic) clock and
     ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other per request.
+    ``min_refresh_interval``, ``max_stale`` and ``refresh_ahead`` are the cache's (seconds;
+    ``refresh_ahead`` None is a quarter of the period). A snapshot older than the period is
+    served only by ``max_stale`` (the runtime failed): such answers carry
+    ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
     """
 
     def __init__(
@@ -102,6 +119,9 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        min_refresh_interval: float = DEFAULT_MIN_REFRESH_INTERVAL,
+        max_stale: float | None = DEFAULT_MAX_STALE,
+        refresh_ahead: float | None = None,
     ) -> None:
         self._clock = clock
         self._wall = wall
@@ -109,7 +129,18 @@ class App:
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
-        self.cache = AsyncRuntimeCache(self.watch, cache_period, clock=clock, stats=True)
+        period = (
+            cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
+        )
+        self.cache = AsyncRuntimeCache(
+            self.watch,
+            cache_period,
+            clock=clock,
+            stats=True,
+            min_refresh_interval=min_refresh_interval,
+            max_stale=max_stale,
+            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+        )
         self._views = SnapshotViews()
         # path -> (view, route, body head, status, etag?): see _remember.
         self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
@@ -271,7 +302,8 @@ class App:
         etag: bool = True,
     ) -> Response:
         """``head`` completed with the snapshot's age; 304 when If-None-Match names it."""
-        age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
+        seconds = self._clock() - view.monotonic
+        age = f"{max(seconds, 0.0):.3f}"
         if status != 200 or not etag:
             response_headers = [("content-type", JSON), ("x-podcache-age", age)]
         else:
@@ -283,10 +315,16 @@ class App:
             ]
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
-                return Response(304, response_headers[1:])
+                return Response(304, response_headers[1:] + self._stale(seconds))
+        response_headers += self._stale(seconds)
         response = Response(status, response_headers, view.body(head, age))
         response.replay = (view, head, etag)
         return response
+
+    def _stale(self, age: float) -> list[tuple[str, str]]:
+        """The stale header for a snapshot ``age`` seconds old: past its period, only
+        ``max_stale`` serves it (the runtime failed)."""
+        return [_STALE] if age > self.cache.cache_period else []
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time
@@ -396,8 +434,18 @@ class App:
         if query_text:
             parse_query(query_text, _NONE, _NONE)
         view = await self._snapshot({}, headers)
+        if self._stale(self._clock() - view.monotonic):
+            error = self.watch.last_error
+            raise HTTPError(
+                503,
+                "not ready: serving a stale snapshot, the last runtime call failed"
+                + ("" if error is None else f" ({error})"),
+                headers=[*_RETRY, _STALE],
+            )
         head = b'{"status":"ready","cache_time":' + view.wall_text + b',"age_seconds":'
-        return self._snapshot_response(view, head, headers, etag=False)
+        response = self._snapshot_response(view, head, headers, etag=False)
+        response.replay = None  # never replayed: readiness is decided again on every request
+        return response
 
     async def _metrics(
         self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
