@@ -11,6 +11,8 @@ cache. Server startup, sockets and signals live in ``server``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -132,8 +134,9 @@ class App:
         period = (
             cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
         )
+        self._views = SnapshotViews()
         self.cache = AsyncRuntimeCache(
-            self.watch,
+            _Prepared(self.watch, self._prepare, self._views),
             cache_period,
             clock=clock,
             stats=True,
@@ -141,7 +144,6 @@ class App:
             max_stale=max_stale,
             refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
         )
-        self._views = SnapshotViews()
         # path -> (view, route, body head, status, etag?): see _remember.
         self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
         self._replay_view: SnapshotView | None = None
@@ -281,6 +283,17 @@ class App:
         if current is not None and current.pods is pods:
             return current
         return self._views.get(pods, lambda: self._stamp(pods))
+
+    def _prepare(self, pods: PodList) -> SnapshotView:
+        """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
+        tables, so no request builds them on the event loop."""
+        monotonic, wall = self._stamp(pods)
+        view = SnapshotView(pods, monotonic, wall, previous=self._views.current)
+        pods.by_uid("")
+        pods.by_full_name("")
+        with contextlib.suppress(LookupError, ValueError):
+            pods.by_container_id("0000")  # the ID table and the sorted IDs for prefixes
+        return view
 
     def _stamp(self, pods: PodList) -> tuple[float, float]:
         """The snapshot's time on the cache's clock and as unix time."""
@@ -515,6 +528,26 @@ class App:
     async def aclose(self) -> None:
         """Wait for refreshes still running."""
         await self.cache.aclose()
+
+
+class _Prepared:
+    """The getter the cache calls: ``watch``'s pods, with ``prepare(pods)`` run in a worker
+    thread before they are returned (the view it builds is offered to the app's views)."""
+
+    def __init__(
+        self,
+        watch: RuntimeWatch,
+        prepare: Callable[[PodList], SnapshotView],
+        views: SnapshotViews,
+    ) -> None:
+        self._watch = watch
+        self._prepare = prepare
+        self._views = views
+
+    async def get_pods(self, all: bool) -> PodList:
+        pods = await self._watch.get_pods(all)
+        self._views.offer(await asyncio.to_thread(self._prepare, pods))
+        return pods
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:
