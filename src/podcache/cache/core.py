@@ -1,6 +1,7 @@
 """The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
 
-Everything that affects what a caller receives lives in this file. The drivers
+Everything that affects what a caller receives lives in this file; the rules it keeps are
+docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below. The drivers
 (``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
 and wait; they ask this core what to do and report back what happened.
 
@@ -108,14 +109,13 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "forced", "joined", "pods", "routine", "signal", "started_at")
+    __slots__ = ("error", "forced", "pods", "routine", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.pods: PodList | None = None
         self.error: BaseException | None = None
-        self.joined = 0
         # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine).
         self.forced = False
         self.routine = False
@@ -236,7 +236,6 @@ class FreshnessCore(Generic[S]):
             return self._start_or_defer(now, forced)
         assert inflight.started_at is not None
         if self.accepts(inflight.started_at, now, min_time):
-            inflight.joined += 1
             self.joins += 1
             return None, inflight, False
         queued = self.queued
@@ -324,7 +323,6 @@ class FreshnessCore(Generic[S]):
 
     def _join(self, refresh: Refresh[S], forced: bool) -> Refresh[S]:
         refresh.need(forced)
-        refresh.joined += 1
         self.joins += 1
         return refresh
 

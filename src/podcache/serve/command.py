@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import click
 
+from podcache.defaults import DEFAULT_SIM_PODS
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
@@ -70,7 +71,7 @@ def _say(message: str) -> None:
 @click.option(
     "--sim-pods",
     type=click.IntRange(min=0),
-    default=100,
+    default=DEFAULT_SIM_PODS,
     show_default=True,
     metavar="N",
     help="Pods in the simulated runtime.",

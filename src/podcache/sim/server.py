@@ -488,7 +488,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         return handle
 
     # -- RPCs ---------------------------------------------------------------------------------
-    def Version(  # noqa: N802 - the RPC's name
+    def Version(  # noqa: N802 -- the CRI RPC's name, as gRPC dispatches it
         self, request: pb.VersionRequest, context: grpc.ServicerContext
     ) -> pb.VersionResponse:
         """The runtime's name and versions (runtime_name is what ContainerIDs carry)."""
@@ -499,7 +499,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             runtime_api_version=RUNTIME_API_VERSION,
         )
 
-    def Status(  # noqa: N802
+    def Status(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.StatusRequest, context: grpc.ServicerContext
     ) -> pb.StatusResponse:
         """RuntimeReady and NetworkReady, both true."""
@@ -512,21 +512,21 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             )
         )
 
-    def ListPodSandbox(  # noqa: N802
+    def ListPodSandbox(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
         view = self.view()
         return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
 
-    def ListContainers(  # noqa: N802
+    def ListContainers(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
         view = self.view()
         return _memoized(view, "ListContainers", request.filter, view.list_containers)
 
-    def PodSandboxStatus(  # noqa: N802
+    def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
     ) -> pb.PodSandboxStatusResponse:
         """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND."""
@@ -548,7 +548,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             timestamp=time.time_ns(),
         )
 
-    def ContainerStatus(  # noqa: N802
+    def ContainerStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ContainerStatusRequest, context: grpc.ServicerContext
     ) -> pb.ContainerStatusResponse:
         """The container named by an ID or unique prefix; else NOT_FOUND."""
@@ -565,7 +565,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             status=container_status_message(view.container_by_id[found])
         )
 
-    def GetContainerEvents(  # noqa: N802
+    def GetContainerEvents(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ContainerEventResponse]:
         """Every later population change, one response per event, until the client leaves."""
