@@ -88,6 +88,11 @@ def test_runtime_gone_serves_stale_with_headers_and_readyz_503_until_it_is_back(
             assert float(stale.headers["x-podcache-age"]) > 0.2
             assert stale.json()["items"] == good.json()["items"]
             assert client.get("/pods/nope").headers["x-podcache-stale"] == "true"
+            document = client.get("/openapi.json").json()
+            assert (
+                "X-Podcache-Stale"
+                in document["paths"]["/pods"]["get"]["responses"]["200"]["headers"]
+            )
             ready = client.get("/readyz")
             check_error(ready, 503)
             assert ready.headers["x-podcache-stale"] == "true"
