@@ -70,12 +70,14 @@ __all__ = [
     "CRI_VERSION",
     "DEFAULT_TIMEOUT",
     "MAX_RECEIVE_MESSAGE_BYTES",
+    "READ_PIECE_BYTES",
     "AsyncCRIRuntime",
     "CRIRuntime",
     "RuntimeCondition",
     "RuntimeStatus",
     "RuntimeVersion",
     "channel_options",
+    "split_items",
 ]
 
 CRI_VERSION = "0.1.0"
@@ -465,6 +467,51 @@ async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
 
 # -- conversion off the event loop -------------------------------------------------------------
 
+READ_PIECE_BYTES = 128 * 1024
+"""Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
+_LIST_ITEM_TAG = 0x0A  # field 1 (the repeated items of both list answers), length-delimited
+_MAX_LENGTH_SHIFT = 28  # a length varint of at most 5 bytes
+
+
+def split_items(data: bytes, piece: int) -> list[bytes] | None:
+    """``data``, a list answer, cut between its top-level items into pieces of at least
+    ``piece`` bytes (the last may be shorter); None when it is not longer than ``piece``.
+
+    Both list answers are one repeated message field, and the items of a repeated field are
+    independent: reading the pieces and joining the rows in order is reading the whole. Only
+    answers made solely of field-1 length-delimited items, each within the bytes, are cut;
+    anything else (unknown fields, groups, a truncated item) gives None, and the answer is
+    read whole, so the reader alone decides what is malformed.
+    """
+    size = len(data)
+    if size <= piece:
+        return None
+    pieces: list[bytes] = []
+    start = position = 0
+    while position < size:
+        if data[position] != _LIST_ITEM_TAG:
+            return None
+        position += 1
+        length = shift = 0
+        while True:
+            if position >= size or shift > _MAX_LENGTH_SHIFT:
+                return None
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        position += length
+        if position > size:
+            return None
+        if position - start >= piece:
+            pieces.append(data[start:position])
+            start = position
+    if start < size:
+        pieces.append(data[start:])
+    return pieces
+
 
 class _Converter:
     """``AsyncCRIRuntime``'s worker thread: reads and converts list answers off the event loop.
@@ -486,9 +533,18 @@ class _Converter:
         return asyncio.get_running_loop().run_in_executor(self._pool, function, *args)
 
     def read(self, method: str, data: bytes) -> Listing:
-        """``data``, the answer of ``method``, read (a protocol error when it is not one)."""
+        """``data``, the answer of ``method``, read (a protocol error when it is not one).
+
+        A large answer is read in pieces of whole items (see ``split_items``): the reader
+        holds the GIL for one piece at a time, not for the whole answer (~30 ms at 5,000
+        pods), so the event loop is never kept waiting longer than a piece takes.
+        """
+        read = _READERS[method]
         try:
-            return _READERS[method](data)
+            pieces = split_items(data, READ_PIECE_BYTES)
+            if pieces is None:
+                return read(data)
+            return Listing.joined([read(piece) for piece in pieces])
         except MalformedListingError as exc:
             raise RuntimeProtocolError(self._url, _not_cri_message(method)) from exc
 

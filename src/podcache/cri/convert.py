@@ -24,7 +24,7 @@ the bytes and the message reader reads them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, NamedTuple, TypeVar
 
@@ -389,6 +389,14 @@ class Listing:
     def __len__(self) -> int:
         """How many items the answer lists."""
         return len(self._rows)
+
+    @classmethod
+    def joined(cls, parts: Sequence[Listing]) -> Listing:
+        """One listing of ``parts``, each read from consecutive whole items of one answer."""
+        rows: list[Any] = []
+        for part in parts:
+            rows.extend(part._rows)
+        return cls(rows, parts[0]._reader)
 
 
 def read_sandboxes(data: bytes) -> Listing:

@@ -21,7 +21,10 @@ from podcache.defaults import DEFAULT_SIM_PODS
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
-__all__ = ["Duration", "parse_duration", "serve_command"]
+__all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "serve_command"]
+
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread holding the GIL keeps it while the event loop waits for it (see _run)."""
 
 
 class _Listen(click.ParamType[ListenAddress, Any]):
@@ -220,6 +223,9 @@ def _run(
     from podcache.serve.server import ServeError, run
 
     assert auth is None or isinstance(auth, BearerAuth)
+    # Refreshes run in worker threads that hold the GIL while they convert; the event loop
+    # gets it back after at most this long (CPython's default is 5 ms per hand-over).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     simulation = None
     if sim:
         from podcache.sim import SimRuntime
