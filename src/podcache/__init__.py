@@ -18,6 +18,7 @@ from podcache.model import (
     Pod,
     PodList,
 )
+from podcache.procs import PodProcess, container_of_pid
 
 __all__ = [
     "AmbiguousContainerIDError",
@@ -34,11 +35,13 @@ __all__ = [
     "Pod",
     "PodGetter",
     "PodList",
+    "PodProcess",
     "PodcacheError",
     "RuntimeCache",
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
     "RuntimeUnavailableError",
+    "container_of_pid",
 ]
 
 __version__ = "0.1.0"

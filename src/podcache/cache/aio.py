@@ -17,6 +17,7 @@ from typing import Protocol, cast
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.threaded import PodGetter, check_getter, check_timeout
 from podcache.model import PodList
+from podcache.procs import PodProcess, alookup_pod
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 
@@ -110,6 +111,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         await self._wait(refresh, timeout)
         if refresh.error is not None:
             raise refresh.error
+
+    async def pod_of_pid(
+        self, pid: int, *, proc_root: str = "/proc", timeout: float | None = None
+    ) -> PodProcess | None:
+        """The twin of ``RuntimeCache.pod_of_pid``."""
+        found = await alookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout)
+        return found.process
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""

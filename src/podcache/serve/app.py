@@ -26,6 +26,7 @@ import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
+from podcache.procs import LookupResult, ProcFormatError, alookup_pod
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -43,6 +44,7 @@ from podcache.serve.query import (
     etag_matches,
     parse_bool,
     parse_newer_than,
+    parse_pid,
     parse_query,
 )
 from podcache.serve.response import JSON, HTTPError, Response
@@ -79,6 +81,11 @@ _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 _STALE = ("x-podcache-stale", "true")
 
+_PID_MISSES = {
+    "not_in_container": "is in no container (its cgroup names none)",
+    "unknown": "is in a container or pod the runtime does not list",
+}
+
 Handler = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[Response]]
 
 _MAX_REPLAYS = 4096
@@ -110,6 +117,7 @@ class App:
     ``refresh_ahead`` None is a quarter of the period). A snapshot older than the period is
     served only by ``max_stale`` (the runtime failed): such answers carry
     ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
+    ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
     """
 
     def __init__(
@@ -124,7 +132,9 @@ class App:
         min_refresh_interval: float = DEFAULT_MIN_REFRESH_INTERVAL,
         max_stale: float | None = DEFAULT_MAX_STALE,
         refresh_ahead: float | None = None,
+        proc_root: str = "/proc",
     ) -> None:
+        self._proc_root = proc_root
         self._clock = clock
         self._wall = wall
         self._auth = auth
@@ -234,6 +244,8 @@ class App:
             ident = path[12:]
             if ident:
                 return "/containers/{id}", self._container, (ident,)
+        elif path.startswith("/pids/"):
+            return "/pids/{pid}", self._pid, (path[6:],)
         elif path.startswith("/namespaces/"):
             parts = path[12:].split("/")
             if len(parts) == 3 and parts[1] == "pods" and parts[0] and parts[2]:
@@ -426,6 +438,48 @@ class App:
             view.memo(("container", ident), lambda: view.container_head(pod, container)),
             headers,
         )
+
+    async def _pid(
+        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
+    ) -> Response:
+        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+        pid = parse_pid(args[0])
+        await self._snapshot(query, headers)  # read-your-writes first, as on every route
+        result = await self._lookup_pid(pid)
+        pods = result.pods
+        if pods is None:  # the process's cgroup names nothing: the runtime was not asked
+            raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}")
+        view = self._views.get(pods, lambda: self._stamp(pods))
+        found = result.process
+        if found is None:
+            response = self._not_found(
+                view, headers, f"process {pid} {_PID_MISSES[result.outcome]}"
+            )
+        else:
+            head = view.process_head(pid, found.pod, found.container)
+            response = self._snapshot_response(view, head, headers, etag=False)
+        response.replay = None  # the same PID names another process later: never replayed
+        return response
+
+    async def _lookup_pid(self, pid: int) -> LookupResult:
+        """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
+        try:
+            result = await alookup_pod(
+                self.cache, self._clock, pid, proc_root=self._proc_root, timeout=self._wait
+            )
+        except ProcessLookupError:
+            self.metrics.count_pid_lookup("no_process", False)
+            raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+        except (PodcacheError, TimeoutError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(
+                503, str(exc) or "the container runtime did not answer", headers=_RETRY
+            ) from exc
+        except (ProcFormatError, OSError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY) from exc
+        self.metrics.count_pid_lookup(result.outcome, result.refreshed)
+        return result
 
     def _not_found(self, view: SnapshotView, headers: dict[str, str], message: str) -> Response:
         return self._snapshot_response(view, view.not_found_head(404, message), headers, 404)

@@ -58,9 +58,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
-        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
-        "--token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
+        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
+        "unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -144,6 +144,14 @@ def _say(message: str) -> None:
     show_default=True,
     help="Deadline of each runtime call.",
 )
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -159,6 +167,7 @@ def serve_command(
     refresh_ahead: float | None,
     token_file: str | None,
     timeout: float,
+    proc_root: str,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -201,6 +210,7 @@ def serve_command(
         freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
         auth=auth,
         timeout=timeout,
+        proc_root=proc_root,
     )
 
 
@@ -215,6 +225,7 @@ def _run(
     freshness: _Freshness,
     auth: object,
     timeout: float,
+    proc_root: str = "/proc",
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -254,6 +265,7 @@ def _run(
                 cache_period,
                 auth=auth,
                 wait=wait,
+                proc_root=proc_root,
                 min_refresh_interval=freshness.min_refresh_interval,
                 max_stale=freshness.max_stale,
                 refresh_ahead=freshness.refresh_ahead,
