@@ -49,7 +49,7 @@ async def test_list_answers_are_read_and_converted_off_the_event_loop(
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         pods = await runtime.get_pods()
     loop_thread = threading.current_thread()
-    assert len(threads) == 3  # two readers, one conversion
+    assert len(threads) >= 3  # the readers (once per piece of an answer), one conversion
     assert all(thread is not loop_thread for thread in threads)
     with CRIRuntime(sim.endpoint) as sync_runtime:
         assert pods == sync_runtime.get_pods()  # the same answer as the thread twin
