@@ -12,6 +12,9 @@ import threading
 import time
 from pathlib import Path
 
+from podcache import AsyncFakeRuntime
+from podcache.errors import RuntimeUnavailableError
+from podcache.serve import App
 from podcache.sim import SimRuntime
 from tests.serve.conftest import Client, ServeProcess, free_port, run_serve
 from tests.serve.test_server import check_error
@@ -132,3 +135,22 @@ def test_refresh_ahead_longer_than_the_period_is_a_usage_error() -> None:
     result = run_serve(["--sim", "--cache-period", "1s", "--refresh-ahead", "2s"])
     assert result.returncode == 2
     assert "--refresh-ahead" in result.stderr and "--cache-period" in result.stderr
+
+
+async def test_period_zero_answers_are_fresh_and_stale_only_from_max_stale() -> None:
+    runtime = AsyncFakeRuntime()
+    app = App(runtime, 0, max_stale=30.0)
+    for _ in range(3):
+        answer = await app.respond("GET", "/pods", "", [])
+        assert answer.status == 200
+        assert ("x-podcache-stale", "true") not in answer.headers
+        assert (await app.respond("GET", "/readyz", "", [])).status == 200
+    runtime.error = RuntimeUnavailableError("unix:///x.sock", "gone")
+    stale = await app.respond("GET", "/pods", "", [])
+    assert stale.status == 200 and ("x-podcache-stale", "true") in stale.headers
+    assert (await app.respond("GET", "/readyz", "", [])).status == 503
+    assert (await app.respond("GET", "/pods", "fresh=1", [])).status == 503
+    runtime.error = None
+    answer = await app.respond("GET", "/pods", "", [])
+    assert answer.status == 200 and ("x-podcache-stale", "true") not in answer.headers
+    await app.aclose()

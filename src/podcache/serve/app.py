@@ -145,6 +145,7 @@ class App:
             cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
         )
         self._views = SnapshotViews()
+        self._stale_view: SnapshotView | None = None
         self.cache = AsyncRuntimeCache(
             _Prepared(self.watch, self._prepare, self._views),
             cache_period,
@@ -263,6 +264,7 @@ class App:
     # -- snapshots -----------------------------------------------------------------------------
     async def _snapshot(self, query: Query, headers: dict[str, str]) -> SnapshotView:
         """The snapshot this request may be answered from, after any read-your-writes wait."""
+        arrival = self._clock()
         need: float | None = None
         values = query.get("newer_than")
         if values:
@@ -291,10 +293,14 @@ class App:
                 str(exc) or f"the container runtime did not answer within {self._wait:g} s",
                 headers=_RETRY,
             ) from exc
-        current = self._views.current
-        if current is not None and current.pods is pods:
-            return current
-        return self._views.get(pods, lambda: self._stamp(pods))
+        view = self._views.current
+        if view is None or view.pods is not pods:
+            view = self._views.get(pods, lambda: self._stamp(pods))
+        if arrival - view.monotonic > cache.cache_period:
+            # Older than the period when this request arrived: only max_stale serves that
+            # (the runtime failed). A snapshot never gets younger, so it stays stale.
+            self._stale_view = view
+        return view
 
     def _prepare(self, pods: PodList) -> SnapshotView:
         """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
@@ -327,8 +333,7 @@ class App:
         etag: bool = True,
     ) -> Response:
         """``head`` completed with the snapshot's age; 304 when If-None-Match names it."""
-        seconds = self._clock() - view.monotonic
-        age = f"{max(seconds, 0.0):.3f}"
+        age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
         if status != 200 or not etag:
             response_headers = [("content-type", JSON), ("x-podcache-age", age)]
         else:
@@ -340,16 +345,15 @@ class App:
             ]
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
-                return Response(304, response_headers[1:] + self._stale(seconds))
-        response_headers += self._stale(seconds)
+                return Response(304, response_headers[1:] + self._stale(view))
+        response_headers += self._stale(view)
         response = Response(status, response_headers, view.body(head, age))
         response.replay = (view, head, etag)
         return response
 
-    def _stale(self, age: float) -> list[tuple[str, str]]:
-        """The stale header for a snapshot ``age`` seconds old: past its period, only
-        ``max_stale`` serves it (the runtime failed)."""
-        return [_STALE] if age > self.cache.cache_period else []
+    def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
+        """The stale header, for the snapshot found older than the period (see _snapshot)."""
+        return [_STALE] if view is self._stale_view else []
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time
@@ -501,7 +505,7 @@ class App:
         if query_text:
             parse_query(query_text, _NONE, _NONE)
         view = await self._snapshot({}, headers)
-        if self._stale(self._clock() - view.monotonic):
+        if view is self._stale_view:
             error = self.watch.last_error
             raise HTTPError(
                 503,
