@@ -474,16 +474,22 @@ class App:
         except ProcessLookupError:
             self.metrics.count_pid_lookup("no_process", False)
             raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+        except ProcFormatError as exc:  # before PodcacheError, which it also is
+            raise self._unreadable(pid, exc) from exc
         except (PodcacheError, TimeoutError) as exc:
             self.metrics.count_pid_lookup("error", False)
             raise HTTPError(
                 503, str(exc) or "the container runtime did not answer", headers=_RETRY
             ) from exc
-        except (ProcFormatError, OSError) as exc:
-            self.metrics.count_pid_lookup("error", False)
-            raise HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY) from exc
+        except OSError as exc:
+            raise self._unreadable(pid, exc) from exc
         self.metrics.count_pid_lookup(result.outcome, result.refreshed)
         return result
+
+    def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
+        """A process whose /proc files cannot be read or parsed: counted, and a 503."""
+        self.metrics.count_pid_lookup("error", False)
+        return HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY)
 
     def _not_found(self, view: SnapshotView, headers: dict[str, str], message: str) -> Response:
         return self._snapshot_response(view, view.not_found_head(404, message), headers, 404)
