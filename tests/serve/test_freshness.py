@@ -17,6 +17,7 @@ from podcache.errors import RuntimeUnavailableError
 from podcache.serve import App
 from podcache.sim import SimRuntime
 from tests.serve.conftest import Client, ServeProcess, free_port, run_serve
+from tests.serve.test_http1 import serving
 from tests.serve.test_server import check_error
 
 _CALLS = re.compile(r"^podcache_refresh_duration_seconds_count ([0-9.e+]+)$", re.MULTILINE)
@@ -68,6 +69,22 @@ def test_clients_hammering_fresh_cause_at_most_one_refresh_per_interval(
     # Every answer holds data fetched after its request was sent (cache_time has 6 decimals).
     late = [(arrival, cache_time) for arrival, cache_time in answers if cache_time < arrival - 1e-6]
     assert late == []
+
+
+def test_a_fake_runtime_counts_at_most_one_call_per_interval_under_fresh_hammering() -> None:
+    runtime = AsyncFakeRuntime(latency=0.002)
+    interval, seconds = 0.2, 2.0
+    app = App(runtime, 60.0, min_refresh_interval=interval)
+    with serving(app.respond) as served:
+        client = Client(port=served.port)
+        assert client.get("/pods").status == 200
+        before = runtime.calls
+        answers = hammer_fresh(client, seconds, threads=16)
+        calls = runtime.calls - before
+    assert len(answers) > 3 * calls
+    assert 1 <= calls <= seconds / interval + 1
+    assert [a for a in answers if a[1] < a[0] - 1e-6] == []
+    assert runtime.max_in_flight == 1
 
 
 def test_runtime_gone_serves_stale_with_headers_and_readyz_503_until_it_is_back(
