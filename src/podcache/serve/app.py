@@ -296,10 +296,11 @@ class App:
         view = self._views.current
         if view is None or view.pods is not pods:
             view = self._views.get(pods, lambda: self._stamp(pods))
-        if arrival - view.monotonic > cache.cache_period:
-            # Older than the period when this request arrived: only max_stale serves that
-            # (the runtime failed). A snapshot never gets younger, so it stays stale.
-            self._stale_view = view
+        # Older than the period when this request arrived: only max_stale serves that (the
+        # runtime failed). Decided per request: every caller builds its answer right after
+        # this returns, with no await in between, so the flag is still its own.
+        stale = arrival - view.monotonic > cache.cache_period
+        self._stale_view = view if stale else None
         return view
 
     def _prepare(self, pods: PodList) -> SnapshotView:
@@ -352,7 +353,7 @@ class App:
         return response
 
     def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
-        """The stale header, for the snapshot found older than the period (see _snapshot)."""
+        """The stale header, when this request's snapshot was older than the period."""
         return [_STALE] if view is self._stale_view else []
 
     def _age_header(self) -> str | None:
