@@ -36,7 +36,9 @@ Invariants
 3. A failed refresh changes no state but the stats; every caller that joined it gets the error.
 4. Every caller of one refresh gets the same ``PodList`` object.
 5. A refresh runs to completion even if all its callers stopped waiting (timeout, cancel).
-6. Two forced refreshes begin at least ``min_refresh_interval`` apart (clock readings).
+6. A refresh only forced callers need begins at least ``min_refresh_interval`` after the last
+   forced refresh began (clock readings); a queued refresh always has a way to start (a
+   refresh in flight, or the driver's armed timer).
 """
 
 from __future__ import annotations
