@@ -171,3 +171,26 @@ async def test_period_zero_answers_are_fresh_and_stale_only_from_max_stale() -> 
     answer = await app.respond("GET", "/pods", "", [])
     assert answer.status == 200 and ("x-podcache-stale", "true") not in answer.headers
     await app.aclose()
+
+
+def test_list_calls_failing_with_unavailable_are_answered_stale_then_fresh_again(
+    tmp_socket_dir: Path,
+) -> None:
+    runtime = SimRuntime(5, socket=str(tmp_socket_dir / "sim.sock")).start()
+    port = free_port()
+    args = ["-r", runtime.endpoint, "--listen", f"127.0.0.1:{port}", "--timeout", "0.5"]
+    try:
+        with ServeProcess([*args, "--cache-period", "200ms"]):  # the default --max-stale 30s
+            client = Client(port=port)
+            assert client.get("/pods?fresh=1").status == 200
+            runtime.faults.fail_rate = 1.0  # every list call: UNAVAILABLE
+            time.sleep(0.3)
+            stale = client.get("/pods")
+            assert stale.status == 200 and stale.headers["x-podcache-stale"] == "true"
+            assert "injected failure" in check_error(client.get("/readyz"), 503)["error"]
+            check_error(client.get("/pods?fresh=1"), 503)
+            runtime.faults.fail_rate = 0.0
+            fresh = client.get("/pods?fresh=1")
+            assert fresh.status == 200 and "x-podcache-stale" not in fresh.headers
+    finally:
+        runtime.stop()
