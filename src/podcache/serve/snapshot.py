@@ -3,7 +3,8 @@
 A ``SnapshotView`` belongs to one PodList object (the cache hands every caller of a snapshot
 the same object, so identity is the key). It holds the snapshot's wall-clock time, its ETag,
 the JSON of the whole list, and ``answers``: what each request target was answered from this
-snapshot, built on first use. It is serve's only memo: the application keeps the view of the
+snapshot, built on first use (and each pod's JSON, which the next snapshot's view takes over
+for the pods that did not change). It is serve's only memo: the application keeps the view of the
 current snapshot and drops it, answers and all, when the cache hands out another PodList, so
 nothing in it can outlive its snapshot. The age changes with every request, so a body is
 stored without it: ``head`` ends just before the age, and the server sends the age after it
@@ -52,16 +53,57 @@ class SnapshotView:
     unchanged node answers 304 across refreshes.
     """
 
-    __slots__ = ("answers", "etag", "items_head", "monotonic", "pods", "wall", "wall_text")
+    __slots__ = (
+        "_pod_json",
+        "answers",
+        "etag",
+        "items_head",
+        "monotonic",
+        "pods",
+        "wall",
+        "wall_text",
+    )
 
-    def __init__(self, pods: PodList, monotonic: float, wall: float) -> None:
+    _pod_json: dict[int, tuple[Pod, bytes]]
+
+    def __init__(
+        self,
+        pods: PodList,
+        monotonic: float,
+        wall: float,
+        previous: SnapshotView | None = None,
+    ) -> None:
         self.pods = pods
         self.monotonic = monotonic
         self.wall = wall
         self.wall_text = b"%.6f" % wall
-        items = _encode([pod_to_json(pod) for pod in pods])
+        # Each pod's JSON by the Pod object: a refresh hands unchanged pods over as the same
+        # objects, so ``previous``'s bytes serve again (at 5,000 pods, 80 ms of encoding
+        # saved per refresh). One pod per encode call: the encoder holds the GIL while it
+        # runs, and one call for the whole list holds it ~30 ms (the view may be built in a
+        # worker thread while the event loop serves). The bytes equal the list's encoding.
+        known: dict[int, tuple[Pod, bytes]] = {} if previous is None else previous._pod_json
+        table: dict[int, tuple[Pod, bytes]] = {}
+        # The head is one join of these (each copy of megabytes holds the GIL for
+        # milliseconds); the ETag hashes the items inside it without a copy (blake2b lets the
+        # GIL go meanwhile).
+        opening = b'{"items":'
+        closing = b',"cache_time":' + self.wall_text + b',"age_seconds":'
+        parts = [opening, b"["]
+        for pod in pods:
+            entry = known.get(id(pod))
+            if entry is None or entry[0] is not pod:
+                entry = (pod, _encode(pod_to_json(pod)))
+            table[id(pod)] = entry
+            parts += (entry[1], b",")
+        if len(parts) > 2:
+            parts.pop()  # no comma after the last pod
+        parts += (b"]", closing)
+        self._pod_json = table
+        self.items_head = b"".join(parts)
+        items = memoryview(self.items_head)[len(opening) : len(self.items_head) - len(closing)]
         self.etag = f'W/"{hashlib.blake2b(items, digest_size=12).hexdigest()}"'
-        self.items_head = self._head(b'{"items":' + items)
+        items.release()
         self.answers: dict[str, Answer] = {}
         """Answers by request target (path, and ``?query`` when there is one)."""
 
