@@ -474,6 +474,21 @@ async def test_readyz_reports_the_snapshot_and_refreshes_when_it_is_old(
     error(await call(app, "/readyz"), 503)
 
 
+async def test_readyz_is_not_ready_on_a_stale_snapshot_even_after_a_ready_answer(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(2.0)
+    assert (await call(app, "/readyz")).status == 200
+    assert (await call(app, "/readyz")).status == 200  # the same snapshot, still fresh
+    clocks.now += 3
+    runtime.error = RuntimeUnavailableError("unix:///x", "gone")
+    reply = await call(app, "/readyz")
+    assert "stale" in error(reply, 503)
+    assert reply.headers["x-podcache-stale"] == "true"
+    stale = await call(app, "/pods")  # the pods are still served, marked stale
+    assert stale.status == 200 and stale.headers["x-podcache-stale"] == "true"
+
+
 async def test_metrics_count_requests_by_route_and_code(
     make: Make, runtime: AsyncFakeRuntime
 ) -> None:
@@ -656,25 +671,30 @@ HEADER_SETS = [
             st.sampled_from(TARGETS),
             st.sampled_from(HEADER_SETS),
             st.sampled_from(["GET", "HEAD", "POST"]),
-            st.sampled_from([0.0, 0.0, 4.0]),
+            st.sampled_from([0.0, 0.0, 4.0, 12.0]),
+            st.sampled_from([None, None, "fail", "heal"]),
         ),
         max_size=12,
     ),
     token=st.booleans(),
 )
 async def test_replays_answer_exactly_as_the_full_path(
-    requests: list[tuple[tuple[str, str], list[tuple[str, str]], str, float]], token: bool
+    requests: list[tuple[tuple[str, str], list[tuple[str, str]], str, float, str | None]],
+    token: bool,
 ) -> None:
     """Model: the same App with its memo emptied before every request (so every answer is
-    built the long way). Both see the same runtime and clocks; the memo may change nothing
-    but speed."""
+    built the long way). Both see the same runtime and clocks, and the runtime fails and
+    recovers (stale answers); the memo may change nothing but speed."""
     clocks = Clocks()
     runtime = AsyncFakeRuntime(PODS)
     auth = BearerAuth(TOKEN) if token else None
     app = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
     model = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
-    for (path, query), headers, method, advance in requests:
+    for (path, query), headers, method, advance, runtime_change in requests:
         clocks.now += advance
+        if runtime_change is not None:  # failing: stale answers within max_stale, then 503
+            failing = RuntimeUnavailableError("unix:///x", "gone")
+            runtime.error = failing if runtime_change == "fail" else None
         got = await call_server(app, path, query, method=method, headers=headers)
         if model.memo is not None:
             model.memo.answers.clear()

@@ -53,6 +53,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         history: int = HISTORY,
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
+        min_refresh_interval: float | timedelta | None = None,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -66,7 +67,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             history=history,
             max_lag=max_lag,
             first_revision=first_revision,
+            min_refresh_interval=min_refresh_interval,
         )
+        self._timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
         self._refresher = TaskRefresher(self)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -86,7 +89,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 self._fast_hits += 1
             return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
         check_timeout(timeout)
-        pods, refresh, start = self._core.plan(self._clock())
+        now = self._clock()
+        pods, refresh, start = self._core.plan(now)
+        self._arm(self._core.arm(now))
         if refresh is not None and start:
             self._spawn(refresh)
         if pods is not None:
@@ -117,7 +122,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     ) -> None:
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
         check_timeout(timeout)
-        _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+        now = self._clock()
+        _, refresh, start = self._core.plan(now, min_expected_cache_time)
+        self._arm(self._core.arm(now))
         if refresh is None:
             return
         if start:
@@ -143,11 +150,20 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         return AsyncPodWatch(self, since)
 
     async def aclose(self) -> None:
-        """Stop the watch refresher; wait for refreshes still running (their results are then
-        discarded by nobody)."""
+        """Stop the watch refresher; wait for refreshes still running or waiting for their time
+        (rate limit)."""
         await self._refresher.wait_stopped()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while True:
+            queued = self._core.queued
+            if self._timer is not None and queued is not None:
+                await asyncio.shield(queued.signal)
+            elif self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            else:
+                break
+        if self._timer is not None:  # nothing left for it to start
+            self._timer.cancel()
+            self._timer = None
 
     # -- internals ---------------------------------------------------------------------------
     def _changed_event(self) -> asyncio.Event:
@@ -182,6 +198,18 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 "(it continues in the background)"
             ) from None
 
+    def _arm(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core whether the queued refresh may start."""
+        if delay is not None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        refresh, again = self._core.fire(self._clock())
+        self._arm(again)
+        if refresh is not None:
+            self._spawn(refresh)
+
     def _spawn(self, refresh: Refresh[asyncio.Future[None]]) -> None:
         task = asyncio.get_running_loop().create_task(self._run(refresh), name="podcache-refresh")
         self._tasks.add(task)
@@ -200,8 +228,10 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             pods = result if isinstance(result, PodList) else PodList(result)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
-        queued = self._core.complete(refresh, pods, error, self._clock())
+        now = self._clock()
+        queued = self._core.complete(refresh, pods, error, now)
         self._wake_watchers()
+        self._arm(self._core.arm(now))
         # The outcome lives on the Refresh; the future only wakes waiters (never an exception
         # on it, so an abandoned refresh logs no "exception was never retrieved").
         refresh.signal.set_result(None)

@@ -173,6 +173,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         history: int = HISTORY,
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
+        min_refresh_interval: float | timedelta | None = None,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -186,6 +187,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             history=history,
             max_lag=max_lag,
             first_revision=first_revision,
+            min_refresh_interval=min_refresh_interval,
         )
         self._changed = threading.Condition(self._lock)  # notified at every publish
         self._refresher = ThreadRefresher(self)
@@ -219,7 +221,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
         check_timeout(timeout)
         with self._lock:
-            _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+            now = self._clock()
+            _, refresh, start = self._core.plan(now, min_expected_cache_time)
+            delay = self._core.arm(now)
+        self._arm(delay)
         if refresh is not None:
             self._await(refresh, start, timeout)
             if refresh.error is not None:
@@ -274,6 +279,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             now = self._clock()
             pods, refresh, start = self._core.plan(now)
+            delay = self._core.arm(now)
+        self._arm(delay)
         if pods is not None:
             if refresh is not None:  # refresh-ahead: readers keep the current pods meanwhile
                 self._spawn(refresh)
@@ -308,6 +315,21 @@ class RuntimeCache(CoreReadings[threading.Event]):
             target=self._run, args=(refresh,), name="podcache-refresh", daemon=True
         ).start()
 
+    def _arm(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core whether the queued refresh may start."""
+        if delay is not None:
+            timer = threading.Timer(delay, self._fire)
+            timer.name = "podcache-refresh-timer"
+            timer.daemon = True
+            timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            refresh, again = self._core.fire(self._clock())
+        self._arm(again)
+        if refresh is not None:
+            self._run(refresh)
+
     def _run(self, refresh: Refresh[threading.Event]) -> None:
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
@@ -319,10 +341,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
         except BaseException as exc:  # every outcome must reach the waiters, even ^C
             error = exc
         with self._lock:
-            queued = self._core.complete(refresh, pods, error, self._clock())
+            now = self._clock()
+            queued = self._core.complete(refresh, pods, error, now)
+            delay = self._core.arm(now)
             self._publish(self._core.snapshot)
             self._changed.notify_all()
         refresh.signal.set()
+        self._arm(delay)
         if queued is not None:
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):

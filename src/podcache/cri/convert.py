@@ -413,6 +413,14 @@ class Listing:
         """How many items the answer lists."""
         return len(self._rows)
 
+    @classmethod
+    def joined(cls, parts: Sequence[Listing]) -> Listing:
+        """One listing of ``parts``, each read from consecutive whole items of one answer."""
+        rows: list[Any] = []
+        for part in parts:
+            rows.extend(part._rows)
+        return cls(rows, parts[0]._reader)
+
 
 def read_sandboxes(data: bytes) -> Listing:
     """Read a ListPodSandboxResponse's bytes (a MalformedListingError if they are not one)."""

@@ -14,6 +14,8 @@ startup, sockets and signals live in ``server``."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -53,12 +55,24 @@ from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.watch import RuntimeWatch
 from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
 
-__all__ = ["DEFAULT_WAIT", "App"]
+__all__ = [
+    "DEFAULT_MAX_STALE",
+    "DEFAULT_MIN_REFRESH_INTERVAL",
+    "DEFAULT_WAIT",
+    "App",
+]
 
 log = logging.getLogger("podcache.serve")
 
 DEFAULT_WAIT = 10.0
 """Seconds a request waits for the cache (a refresh in flight, then its own) before a 503."""
+
+DEFAULT_MIN_REFRESH_INTERVAL = 0.1
+"""Seconds between two refreshes forced by requests (``fresh``, ``newer_than``): see
+``podcache.cache.core`` for the rule."""
+DEFAULT_MAX_STALE = 30.0
+"""Seconds past its period the last good snapshot is served (marked stale) while the runtime
+fails; requests that ask for newer data get 503 meanwhile."""
 
 _FRESHNESS = frozenset({"newer_than", "fresh"})
 _WATCH_PARAMS = frozenset({"watch", "since"})
@@ -70,6 +84,7 @@ _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
+_STALE = ("x-podcache-stale", "true")
 
 _INTERNAL = "internal server error (logged by the server)"
 _PARAMS = {
@@ -80,6 +95,9 @@ _PARAMS = {
     "/pids/{pid}": _FRESHNESS,
 }
 """The query parameters each route accepts (none where not listed)."""
+_NOT_KEPT = frozenset({"/readyz"})
+"""Routes whose answers the memo never keeps: /readyz depends on whether the snapshot is
+stale for this request (``max_stale``), not on the snapshot alone."""
 _PID_MISSES = {
     "not_in_container": "is in no container (its cgroup names none)",
     "unknown": "is in a container or pod the runtime does not list",
@@ -144,6 +162,10 @@ class App:
     ``auth``: require ``Authorization: Bearer`` on every route but /healthz. ``wait``: how
     long a request waits for the cache. ``clock`` is the cache's (monotonic) clock and
     ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other per request.
+    ``min_refresh_interval``, ``max_stale`` and ``refresh_ahead`` are the cache's (seconds;
+    ``refresh_ahead`` None is a quarter of the period). A snapshot older than the period is
+    served only by ``max_stale`` (the runtime failed): such answers carry
+    ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
     ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
     """
 
@@ -156,6 +178,9 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        min_refresh_interval: float = DEFAULT_MIN_REFRESH_INTERVAL,
+        max_stale: float | None = DEFAULT_MAX_STALE,
+        refresh_ahead: float | None = None,
         proc_root: str = "/proc",
         bookmark_interval: float = BOOKMARK_INTERVAL,
         first_revision: int | None = None,
@@ -167,20 +192,31 @@ class App:
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
-        # Revisions start from the clock (ms): a since from before a restart is then always
-        # older than this process's first revision (410), never one it reuses.
+        period = (
+            cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
+        )
+        self.memo: SnapshotView | None = None
+        """The response memo: the newest snapshot's view and the answers given from it (the
+        only thing kept between requests; replaced with its snapshot)."""
+        self._stale_view: SnapshotView | None = None
+        """The view the request being answered was found to be older than the period with
+        (``max_stale`` standing in for a failed runtime), else None. Decided per request, by
+        ``_snapshot`` (``respond_now`` answers only fresh snapshots: None); every answer is
+        built right after, with no await in between, so the flag is still its own."""
         self.cache = AsyncRuntimeCache(
-            self.watch,
+            _Prepared(self.watch, self._prepare, self._offer),
             cache_period,
             clock=clock,
             stats=True,
+            min_refresh_interval=min_refresh_interval,
+            max_stale=max_stale,
+            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+            # Revisions start from the clock (ms): a since from before a restart is then
+            # always older than this process's first revision (410), never one it reuses.
             first_revision=int(wall() * 1000) if first_revision is None else first_revision,
         )
         self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
         self.metrics.watchers = self.streams.counters
-        self.memo: SnapshotView | None = None
-        """The response memo: the newest snapshot's view and the answers given from it (the
-        only thing kept between requests; replaced with its snapshot)."""
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
         self._openapi = openapi
         self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
@@ -204,7 +240,8 @@ class App:
         1. it is a GET or HEAD whose target (path, and ``?query`` as sent) is a key of the
            memo's answers: a request with that target was answered from this same snapshot
            after passing every check of the full path (``_finish`` keeps only those, and never
-           one whose target asks for freshness: ``fresh``, ``newer_than``);
+           one whose target asks for freshness, ``fresh`` or ``newer_than``, nor /readyz,
+           whose answer depends on the request's staleness, nor ``/pids/{pid}``);
         2. the cache hands out that very snapshot now, without waiting (so the answer is
            what the full path would compute, to the byte but for the age);
         3. it carries no header that could change the answer or make it an error on the full
@@ -226,6 +263,7 @@ class App:
                 looked = True
                 replayable, authorization = _replayable(header_items)
                 if pods is memo.pods and replayable and self._allowed(answer.route, authorization):
+                    self._stale_view = None  # get_pods_nowait hands out fresh snapshots only
                     response = self._from_answer(memo, answer, _NO_HEADERS)
                     self.metrics.count(answer.route, response.status)
                     return response
@@ -238,6 +276,7 @@ class App:
             pods = self.cache.get_pods_nowait()
         if pods is None:
             return None
+        self._stale_view = None
         return self._finish(lookup, self._view(pods))
 
     async def respond(
@@ -296,8 +335,8 @@ class App:
             if type(outcome) is _Deferred:
                 return outcome._replace(route=route, need=need)
             build = cast(Callable[[SnapshotView], Answer], outcome)
-            fresh = "fresh" in params or "newer_than" in params
-            target = None if fresh else f"{path}?{query}" if query else path
+            kept = not ("fresh" in params or "newer_than" in params or route in _NOT_KEPT)
+            target = (f"{path}?{query}" if query else path) if kept else None
             return _Lookup(route, target, need, headers, build)
         except HTTPError as error:
             return self._failed(route, error)
@@ -383,6 +422,7 @@ class App:
 
     async def _snapshot(self, need: float | None) -> SnapshotView:
         """The snapshot a request may be answered from, after any read-your-writes wait."""
+        arrival = self._clock()
         cache = self.cache
         try:
             if need is not None:
@@ -399,7 +439,28 @@ class App:
                 str(exc) or f"the container runtime did not answer within {self._wait:g} s",
                 headers=_RETRY,
             ) from exc
-        return self._view(pods)
+        view = self._view(pods)
+        # Older than the period when this request arrived: only max_stale serves that (the
+        # runtime failed).
+        self._stale_view = view if arrival - view.monotonic > cache.cache_period else None
+        return view
+
+    def _prepare(self, pods: PodList) -> SnapshotView:
+        """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
+        tables, so no request builds them on the event loop."""
+        monotonic, wall = self._stamp(pods)
+        view = SnapshotView(pods, monotonic, wall, previous=self.memo)
+        pods.by_uid("")
+        pods.by_full_name("")
+        with contextlib.suppress(LookupError, ValueError):
+            pods.by_container_id("0000")  # the ID table and the sorted IDs for prefixes
+        return view
+
+    def _offer(self, view: SnapshotView) -> None:
+        """Make ``view`` (built ahead of its first request) the memo, unless a newer one is."""
+        memo = self.memo
+        if memo is None or view.monotonic >= memo.monotonic:
+            self.memo = view
 
     def _view(self, pods: PodList) -> SnapshotView:
         """The view of ``pods``: the memo's when it is that snapshot's, else a new one, which
@@ -408,7 +469,7 @@ class App:
         if memo is not None and memo.pods is pods:
             return memo
         monotonic, wall = self._stamp(pods)
-        view = SnapshotView(pods, monotonic, wall)
+        view = SnapshotView(pods, monotonic, wall, previous=memo)
         if memo is None or monotonic >= memo.monotonic:
             self.memo = view
         return view
@@ -426,7 +487,9 @@ class App:
     def _from_answer(self, view: SnapshotView, answer: Answer, headers: dict[str, str]) -> Response:
         """``answer`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
-        revision = view.revision_text
+        # Read at answer time: the cache numbers a snapshot as it publishes it, after its view
+        # was prepared.
+        revision = str(view.pods.revision)
         if answer.status != 200 or not answer.etag:
             response_headers = [
                 ("content-type", JSON),
@@ -443,8 +506,16 @@ class App:
             ]
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
-                return Response(304, response_headers[1:])
-        return Response(answer.status, response_headers, answer.head, suffix=f"{age}}}".encode())
+                return Response(304, response_headers[1:] + self._stale(view))
+        if view is self._stale_view:
+            response_headers.append(_STALE)
+        # A list says its revision (a watch goes on from it: since=).
+        suffix = f'{age},"revision":{revision}}}' if answer.route == "/pods" else f"{age}}}"
+        return Response(answer.status, response_headers, answer.head, suffix=suffix.encode())
+
+    def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
+        """The stale header, when this request's snapshot was older than the period."""
+        return [_STALE] if view is self._stale_view else []
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time
@@ -582,7 +653,18 @@ class App:
         return response
 
     def _readyz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
-        return lambda view: Answer("", 200, view.ready_head(), etag=False)
+        def build(view: SnapshotView) -> Answer:
+            if view is self._stale_view:
+                error = self.watch.last_error
+                raise HTTPError(
+                    503,
+                    "not ready: serving a stale snapshot, the last runtime call failed"
+                    + ("" if error is None else f" ({error})"),
+                    headers=[*_RETRY, _STALE],
+                )
+            return Answer("", 200, view.ready_head(), etag=False)
+
+        return build
 
     def _metrics(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         headers_out = [("content-type", METRICS_CONTENT_TYPE)]
@@ -675,6 +757,26 @@ def _found(head: bytes) -> Answer:
 
 def _not_found(view: SnapshotView, message: str) -> Answer:
     return Answer("", 404, view.not_found_head(404, message), etag=False)
+
+
+class _Prepared:
+    """The getter the cache calls: ``watch``'s pods, with ``prepare(pods)`` run in a worker
+    thread before they are returned (the view it builds is offered to the app's memo)."""
+
+    def __init__(
+        self,
+        watch: RuntimeWatch,
+        prepare: Callable[[PodList], SnapshotView],
+        offer: Callable[[SnapshotView], None],
+    ) -> None:
+        self._watch = watch
+        self._prepare = prepare
+        self._offer = offer
+
+    async def get_pods(self, all: bool) -> PodList:
+        pods = await self._watch.get_pods(all)
+        self._offer(await asyncio.to_thread(self._prepare, pods))
+        return pods
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

@@ -3,7 +3,8 @@
 A ``SnapshotView`` belongs to one PodList object (the cache hands every caller of a snapshot
 the same object, so identity is the key). It holds the snapshot's wall-clock time, its ETag,
 the JSON of the whole list, and ``answers``: what each request target was answered from this
-snapshot, built on first use. It is serve's only memo: the application keeps the view of the
+snapshot, built on first use (and each pod's JSON, which the next snapshot's view takes over
+for the pods that did not change). It is serve's only memo: the application keeps the view of the
 current snapshot and drops it, answers and all, when the cache hands out another PodList, so
 nothing in it can outlive its snapshot. The age changes with every request, so a body is
 stored without it: ``head`` ends just before the age, and the server sends the age after it
@@ -53,25 +54,56 @@ class SnapshotView:
     """
 
     __slots__ = (
+        "_pod_json",
         "answers",
         "etag",
         "items_head",
         "monotonic",
         "pods",
-        "revision_text",
         "wall",
         "wall_text",
     )
 
-    def __init__(self, pods: PodList, monotonic: float, wall: float) -> None:
+    _pod_json: dict[int, tuple[Pod, bytes]]
+
+    def __init__(
+        self,
+        pods: PodList,
+        monotonic: float,
+        wall: float,
+        previous: SnapshotView | None = None,
+    ) -> None:
         self.pods = pods
         self.monotonic = monotonic
         self.wall = wall
         self.wall_text = b"%.6f" % wall
-        items = _encode([pod_to_json(pod) for pod in pods])
+        # Each pod's JSON by the Pod object: a refresh hands unchanged pods over as the same
+        # objects, so ``previous``'s bytes serve again (at 5,000 pods, 80 ms of encoding
+        # saved per refresh). One pod per encode call: the encoder holds the GIL while it
+        # runs, and one call for the whole list holds it ~30 ms (the view may be built in a
+        # worker thread while the event loop serves). The bytes equal the list's encoding.
+        known: dict[int, tuple[Pod, bytes]] = {} if previous is None else previous._pod_json
+        table: dict[int, tuple[Pod, bytes]] = {}
+        # The head is one join of these (each copy of megabytes holds the GIL for
+        # milliseconds); the ETag hashes the items inside it without a copy (blake2b lets the
+        # GIL go meanwhile).
+        opening = b'{"items":'
+        closing = b',"cache_time":' + self.wall_text + b',"age_seconds":'
+        parts = [opening, b"["]
+        for pod in pods:
+            entry = known.get(id(pod))
+            if entry is None or entry[0] is not pod:
+                entry = (pod, _encode(pod_to_json(pod)))
+            table[id(pod)] = entry
+            parts += (entry[1], b",")
+        if len(parts) > 2:
+            parts.pop()  # no comma after the last pod
+        parts += (b"]", closing)
+        self._pod_json = table
+        self.items_head = b"".join(parts)
+        items = memoryview(self.items_head)[len(opening) : len(self.items_head) - len(closing)]
         self.etag = f'W/"{hashlib.blake2b(items, digest_size=12).hexdigest()}"'
-        self.revision_text = str(pods.revision)
-        self.items_head = self._head(b'{"items":' + items + self._revision())
+        items.release()
         self.answers: dict[str, Answer] = {}
         """Answers by request target (path, and ``?query`` when there is one)."""
 
@@ -84,13 +116,9 @@ class SnapshotView:
     def _head(self, opening: bytes) -> bytes:
         return opening + b',"cache_time":' + self.wall_text + b',"age_seconds":'
 
-    def _revision(self) -> bytes:
-        return b',"revision":' + self.revision_text.encode()
-
     def pods_head(self, pods: list[Pod]) -> bytes:
-        """``{"items": [...], "revision": r`` for a filtered list of this snapshot's pods."""
-        items = _encode({"items": [pod_to_json(pod) for pod in pods]})[:-1]
-        return self._head(items + self._revision())
+        """``{"items": [...]`` for a filtered list of this snapshot's pods."""
+        return self._head(_encode({"items": [pod_to_json(pod) for pod in pods]})[:-1])
 
     def pod_head(self, pod: Pod) -> bytes:
         """``{"pod": {...}`` for one of this snapshot's pods."""
