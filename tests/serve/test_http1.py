@@ -624,6 +624,12 @@ def test_a_target_that_is_not_a_path_is_400(served: Served) -> None:
     assert "neither a path nor a URL" in refused(client, 400)["error"]
 
 
+def test_a_request_line_without_a_version_is_400_not_505(served: Served) -> None:
+    client = served.client()
+    client.send(b"GET /echo?a=\r\nHost: test\r\n\r\n")  # llhttp reads this as HTTP/0.9
+    assert refused(client, 400)["error"] == "request line has no HTTP version: speak HTTP/1.1"
+
+
 def test_http_2_is_505(served: Served) -> None:
     client = served.client()
     client.get("/echo", version="2.0")

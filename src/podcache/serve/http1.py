@@ -546,6 +546,8 @@ class HTTPConnection(asyncio.Protocol):
         http10 = False
         version = parser.get_http_version()
         if version != "1.1":
+            if version == "0.9":  # a request line without a version: malformed, not a version
+                self._stop(400, "request line has no HTTP version: speak HTTP/1.1")
             if version != "1.0":
                 self._stop(505, f"HTTP/{version} is not supported: speak HTTP/1.1")
             http10 = True
