@@ -4,11 +4,13 @@ from podcache.cache import AsyncPodGetter, AsyncRuntimeCache, CacheStats, PodGet
 from podcache.errors import (
     CRIError,
     EndpointNotFoundError,
+    EventsUnsupportedError,
     PodcacheError,
     RuntimeDeadlineError,
     RuntimeProtocolError,
     RuntimeUnavailableError,
 )
+from podcache.events import ContainerEvent, ContainerEventType
 from podcache.fake import AsyncFakeRuntime, FakeRuntime
 from podcache.model import (
     AmbiguousContainerIDError,
@@ -27,9 +29,12 @@ __all__ = [
     "CRIError",
     "CacheStats",
     "Container",
+    "ContainerEvent",
+    "ContainerEventType",
     "ContainerID",
     "ContainerState",
     "EndpointNotFoundError",
+    "EventsUnsupportedError",
     "FakeRuntime",
     "Pod",
     "PodGetter",

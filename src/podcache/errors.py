@@ -7,7 +7,8 @@
     └── CRIError                     a runtime at a known endpoint failed us (.endpoint, .reason)
         ├── RuntimeUnavailableError  not reachable: no socket, refused, denied, connection lost
         ├── RuntimeDeadlineError     no answer within the deadline (also a TimeoutError)
-        └── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
+        ├── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
+        └── EventsUnsupportedError   it has no GetContainerEvents (UNIMPLEMENTED: containerd 1.6)
 
 Every message names the endpoint. The gRPC error that caused one is its ``__cause__``; this
 module itself knows nothing of gRPC.
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 __all__ = [
     "CRIError",
     "EndpointNotFoundError",
+    "EventsUnsupportedError",
     "PodcacheError",
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
@@ -61,6 +63,12 @@ class RuntimeProtocolError(CRIError):
     """Something answers at the endpoint, but not as a CRI runtime.v1 runtime."""
 
     _template = "runtime at {endpoint} does not speak CRI runtime.v1: {reason}"
+
+
+class EventsUnsupportedError(CRIError):
+    """The runtime answers CRI but not GetContainerEvents (containerd before 1.7)."""
+
+    _template = "runtime at {endpoint} does not stream container events: {reason}"
 
 
 class EndpointNotFoundError(PodcacheError):

@@ -55,9 +55,15 @@ from podcache.cri.convert import (
     read_sandboxes,
 )
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
+from podcache.cri.eventstream import (
+    CONFIRM_SECONDS,
+    AsyncContainerEventStream,
+    ContainerEventStream,
+)
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import (
     CRIError,
+    EventsUnsupportedError,
     RuntimeDeadlineError,
     RuntimeProtocolError,
     RuntimeUnavailableError,
@@ -476,6 +482,29 @@ _METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
 }
 
 
+_EVENTS_METHOD = "GetContainerEvents"
+
+
+def _events_error(endpoint: Endpoint, line_retired: bool, error: grpc.RpcError) -> CRIError:
+    """The error for a GetContainerEvents stream that failed (UNIMPLEMENTED: no events)."""
+    code = error.code()
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return EventsUnsupportedError(
+            endpoint.url,
+            f"{_EVENTS_METHOD} is UNIMPLEMENTED (containerd before 1.7 has no container events)",
+        )
+    if code == grpc.StatusCode.CANCELLED and line_retired:
+        return RuntimeUnavailableError(
+            endpoint.url,
+            f"the connection of the {_EVENTS_METHOD} stream was closed (client closed, "
+            "or the runtime restarted and the channel was replaced)",
+        )
+    mapped = _rpc_error(endpoint, _EVENTS_METHOD, error)
+    if mapped is None:  # no deadline is set on a stream; a proxy or server may impose one
+        return RuntimeDeadlineError(endpoint.url, f"{_EVENTS_METHOD} reached a deadline")
+    return mapped
+
+
 def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
     """The sync channel's connectivity reader: ``read(False)`` is gRPC core's state number.
 
@@ -499,7 +528,7 @@ class _Line:
     ``retired``: replaced by a fresh channel, or closed.
     """
 
-    __slots__ = ("channel", "retired", "rpcs", "state", "version")
+    __slots__ = ("channel", "events", "retired", "rpcs", "state", "version")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -511,6 +540,11 @@ class _Line:
             )
             for method, (request, decode) in _METHODS.items()
         }
+        self.events = self.channel.unary_stream(
+            _SERVICE + _EVENTS_METHOD,
+            request_serializer=pb.GetEventsRequest.SerializeToString,
+            response_deserializer=pb.ContainerEventResponse.FromString,
+        )
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
         self.retired = False
@@ -524,7 +558,7 @@ class _Line:
 class _AsyncLine:
     """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
 
-    __slots__ = ("channel", "retired", "rpcs", "version")
+    __slots__ = ("channel", "events", "retired", "rpcs", "version")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -536,6 +570,11 @@ class _AsyncLine:
             )
             for method, (request, decode) in _METHODS.items()
         }
+        self.events = self.channel.unary_stream(
+            _SERVICE + _EVENTS_METHOD,
+            request_serializer=pb.GetEventsRequest.SerializeToString,
+            response_deserializer=pb.ContainerEventResponse.FromString,
+        )
         self.version: RuntimeVersion | None = None
         self.retired = False
 
@@ -698,6 +737,29 @@ class CRIRuntime(_Base):
         containers, _ = self._call("ListContainers", container_request, Listing)
         return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
 
+    def container_events(self) -> ContainerEventStream:
+        """The runtime's container events (GetContainerEvents), from now on, as an iterator.
+
+        ``for event in runtime.container_events()``. It subscribes on first use (or
+        ``open()``): an unreachable endpoint fails at once, a runtime without the RPC raises
+        ``EventsUnsupportedError``; stream failures are the errors of the other calls.
+        """
+        self._check_open()
+        holder: list[_Line] = []
+
+        def start() -> Any:
+            self._check_open()
+            line = self._line
+            if line.state(False) != _CORE_READY:
+                line = self._usable(line)
+            holder.append(line)
+            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
+
+        def error(e: grpc.RpcError) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
+
+        return ContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
+
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
         with self._swap_lock:
@@ -821,6 +883,27 @@ class AsyncCRIRuntime(_Base):
         sandboxes, _ = await self._call("ListPodSandbox", sandbox_request, Listing)
         containers, _ = await self._call("ListContainers", container_request, Listing)
         return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
+
+    def container_events(self) -> AsyncContainerEventStream:
+        """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
+
+        ``async for event in runtime.container_events()``; ``await stream.open()`` subscribes
+        without waiting for an event, ``await stream.aclose()`` ends it.
+        """
+        self._check_open()
+        holder: list[_AsyncLine] = []
+
+        async def start() -> Any:
+            line = self._current()
+            if line.channel.get_state() is not _READY:
+                line = await self._usable(line)
+            holder.append(line)
+            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
+
+        def error(e: grpc.RpcError) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
+
+        return AsyncContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
