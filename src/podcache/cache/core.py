@@ -121,6 +121,14 @@ class CacheStats:
     last_refresh_duration: float | None
     age: float | None
     in_flight: bool
+    events_state: str = "off"
+    """The event subscription: off, subscribed, reconnecting or unsupported."""
+    events_received: int = 0
+    """Container events received from the runtime."""
+    event_refreshes: int = 0
+    """Refreshes that events (and (re)subscriptions) started or queued."""
+    resubscriptions: int = 0
+    """Successful event subscriptions after the first (one per runtime restart)."""
 
 
 class FreshnessCore(Generic[S]):
@@ -258,6 +266,27 @@ class FreshnessCore(Generic[S]):
         """Timestamp of the current snapshot, None when never filled."""
         timestamp = self.snapshot[1]
         return None if timestamp == NEVER else timestamp
+
+    def hint(self, now: float) -> tuple[Refresh[S] | None, bool]:
+        """The runtime reported a change at ``now``: make sure a refresh starting after it runs.
+
+        Returns ``(refresh, scheduled)``: ``refresh`` is one the driver must start in the
+        background now (None: nothing to start); ``scheduled`` is True when this hint added a
+        refresh (started one, or queued one behind the refresh in flight). A refresh in flight
+        that started strictly after ``now`` already covers the change; a queued one will start
+        after it. An empty cache with nothing in flight needs nothing: its first reader fetches.
+        Readers' counters (misses, joins) are not touched.
+        """
+        inflight = self.inflight
+        if inflight is None:
+            if self.snapshot[0] is None or self.snapshot[1] > now:
+                return None, False
+            return self._begin(self._new_refresh(), now), True
+        assert inflight.started_at is not None
+        if inflight.started_at > now or self.queued is not None:
+            return None, False
+        self.queued = self._new_refresh()
+        return None, True
 
     # -- internals -----------------------------------------------------------------------
     def _new_refresh(self) -> Refresh[S]:

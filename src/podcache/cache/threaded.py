@@ -8,13 +8,18 @@ a daemon thread, so the caller can stop waiting while the refresh completes for 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Protocol
+from types import TracebackType
+from typing import Any, Protocol, Self
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
+from podcache.cache.events import UNSUPPORTED_RETRY, Signal, Step, Subscription
+from podcache.errors import EventsUnsupportedError
+from podcache.events import ContainerEvent
 from podcache.model import PodList
 
 __all__ = ["PodGetter", "RuntimeCache"]
@@ -24,6 +29,33 @@ class PodGetter(Protocol):
     """Anything that lists pods: a CRI runtime, a fake. ``all`` includes exited containers."""
 
     def get_pods(self, all: bool) -> PodList: ...
+
+
+class EventStream(Protocol):
+    """What ``container_events()`` returns: ``podcache.cri.ContainerEventStream``, a fake."""
+
+    def open(self) -> None: ...
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+    def close(self) -> None: ...
+
+
+def offers_events(getter: object) -> bool:
+    """Whether the getter has a ``container_events()`` the cache can subscribe to."""
+    return callable(getattr(getter, "container_events", None))
+
+
+def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:
+    """``stats`` with the subscription's state and counters (unchanged without one)."""
+    if subscription is None:
+        return stats
+    counters = subscription.counters()
+    return dataclasses.replace(
+        stats,
+        events_state=counters.state.value,
+        events_received=counters.received,
+        event_refreshes=counters.refreshes,
+        resubscriptions=counters.resubscriptions,
+    )
 
 
 def check_getter(getter: object, attribute: str = "get_pods") -> None:
@@ -94,6 +126,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
     greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
     from ``t`` on. One getter call at most is in flight; callers that need the same refresh
     share it and receive the same immutable ``PodList``.
+
+    ``events=True``: when the getter offers ``container_events()``, a background thread keeps
+    a subscription to the runtime's container events, and every event starts a background
+    refresh (coalesced; rules in ``podcache.cache.events``). End it with ``close()`` or a
+    ``with`` block; a cache without events needs neither.
     """
 
     def __init__(
@@ -105,6 +142,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        events: bool = False,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -118,6 +156,18 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self.get_pods, self._publish, self._fast_hits = make_hit_path(  # type: ignore[method-assign]
             clock, self._core.snapshot, self._get_slow, stats
         )
+        self._subscription: Subscription | None = None
+        self._stream: EventStream | None = None
+        self._closing = threading.Event()
+        self._wake = threading.Event()
+        self._subscriber: threading.Thread | None = None
+        if events and offers_events(getter):
+            endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
+            self._subscription = Subscription(endpoint, clock)
+            self._subscriber = threading.Thread(
+                target=self._subscribe_forever, name="podcache-events", daemon=True
+            )
+            self._subscriber.start()
 
     # -- public API --------------------------------------------------------------------------
     def get_pods(self, *, timeout: float | None = None) -> PodList:
@@ -146,7 +196,34 @@ class RuntimeCache(CoreReadings[threading.Event]):
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         with self._lock:
-            return self._core.stats(self._clock(), self._fast_hits())
+            return with_events(
+                self._core.stats(self._clock(), self._fast_hits()), self._subscription
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the event subscription (waiting at most ``timeout`` s for its thread). Idempotent;
+        the cache still serves readers afterwards, by its period."""
+        self._closing.set()
+        self._wake.set()
+        with self._lock:
+            stream = self._stream
+            if self._subscription is not None:
+                self._subscription.on(Signal.CLOSE)
+        if stream is not None:
+            stream.close()
+        if self._subscriber is not None and self._subscriber is not threading.current_thread():
+            self._subscriber.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     # -- internals ---------------------------------------------------------------------------
     def _get_slow(self, timeout: float | None) -> PodList:
@@ -201,8 +278,66 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             queued = self._core.complete(refresh, pods, error, self._clock())
             self._publish(self._core.snapshot)
+            if self._subscription is not None and self._subscription.refresh_done(error is None):
+                self._wake.set()  # the runtime is back: ask it for events again now
         refresh.signal.set()
         if queued is not None:
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):
             raise error
+
+    # -- the event subscription (thread) -------------------------------------------------------
+    def _signal(self, signal: Signal) -> Step:
+        """Tell the subscription what happened; start the refresh it asks for."""
+        assert self._subscription is not None
+        refresh = None
+        with self._lock:
+            step = self._subscription.on(signal)
+            if step is Step.REFRESH:
+                refresh, scheduled = self._core.hint(self._clock())
+                self._subscription.counted_refresh(scheduled)
+        if refresh is not None:
+            self._spawn(refresh)
+        return step
+
+    def _subscribe_forever(self) -> None:
+        """Open a stream, read it until it fails, wait as told, again; until ``close()``."""
+        assert self._subscription is not None
+        while not self._closing.is_set():
+            step = self._subscribe_once()
+            if step is Step.STOP or self._closing.is_set():
+                return
+            with self._lock:
+                delay = (
+                    self._subscription.retry_delay() if step is Step.RETRY else UNSUPPORTED_RETRY
+                )
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _subscribe_once(self) -> Step:
+        """One stream, from opening to its end: the step the subscription asks for then."""
+        stream: Any = None
+        try:
+            stream = self._getter.container_events()  # type: ignore[attr-defined]
+            with self._lock:
+                self._stream = stream
+            if self._closing.is_set():
+                return Step.STOP
+            stream.open()
+            step = self._signal(Signal.OPENED)
+            for _ in stream:
+                step = self._signal(Signal.EVENT)
+                if step is Step.STOP:
+                    return step
+            return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED)
+        except EventsUnsupportedError:
+            return self._signal(Signal.UNSUPPORTED)
+        except Exception:
+            if self._closing.is_set():
+                return Step.STOP
+            return self._signal(Signal.FAILED)
+        finally:
+            with self._lock:
+                self._stream = None
+            if stream is not None:
+                stream.close()

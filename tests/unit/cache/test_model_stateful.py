@@ -14,7 +14,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.unit.cache.drivers import AsyncDriver, Driver, FakeClock, SyncDriver, make_pod
+from tests.unit.cache.drivers import (
+    AsyncDriver,
+    AsyncEventsDriver,
+    Driver,
+    FakeClock,
+    SyncDriver,
+    SyncEventsDriver,
+    make_pod,
+)
 
 
 class RuntimeDown(Exception):
@@ -53,7 +61,7 @@ offsets = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 5, allow_na
 
 
 class CacheAgainstModel(RuleBasedStateMachine):
-    driver_type: type[SyncDriver] | type[AsyncDriver] = SyncDriver
+    driver_type: type[Driver] = SyncDriver
 
     def __init__(self) -> None:
         super().__init__()
@@ -149,3 +157,21 @@ TestRuntimeCacheAgainstGoModel = CacheAgainstModel.TestCase
 TestRuntimeCacheAgainstGoModel.settings = settings(max_examples=150, stateful_step_count=40)
 TestAsyncRuntimeCacheAgainstGoModel = AsyncCacheAgainstModel.TestCase
 TestAsyncRuntimeCacheAgainstGoModel.settings = settings(max_examples=100, stateful_step_count=40)
+
+
+class EventsCacheAgainstModel(CacheAgainstModel):
+    """The same model with a subscription open (no events: readers' behaviour is unchanged)."""
+
+    driver_type = SyncEventsDriver
+
+
+class AsyncEventsCacheAgainstModel(CacheAgainstModel):
+    driver_type = AsyncEventsDriver
+
+
+TestEventsRuntimeCacheAgainstGoModel = EventsCacheAgainstModel.TestCase
+TestEventsRuntimeCacheAgainstGoModel.settings = settings(max_examples=60, stateful_step_count=40)
+TestAsyncEventsRuntimeCacheAgainstGoModel = AsyncEventsCacheAgainstModel.TestCase
+TestAsyncEventsRuntimeCacheAgainstGoModel.settings = settings(
+    max_examples=60, stateful_step_count=40
+)
