@@ -61,7 +61,7 @@ offsets = st.sampled_from([0.0, 0.25, 0.5, 1.0, 3.0]) | st.floats(0, 5, allow_na
 
 
 class CacheAgainstModel(RuleBasedStateMachine):
-    driver_type: type[Driver] = SyncDriver
+    driver_type: type[SyncDriver] | type[AsyncDriver] = SyncDriver
 
     def __init__(self) -> None:
         super().__init__()
