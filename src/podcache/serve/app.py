@@ -22,6 +22,7 @@ import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache.threaded import offers_events
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
 from podcache.serve.auth import BearerAuth
@@ -102,6 +103,7 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        events: bool = False,
     ) -> None:
         self._clock = clock
         self._wall = wall
@@ -109,7 +111,14 @@ class App:
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
-        self.cache = AsyncRuntimeCache(self.watch, cache_period, clock=clock, stats=True)
+        # events: when the runtime getter has container_events (the watch passes them through)
+        self.cache = AsyncRuntimeCache(
+            self.watch,
+            cache_period,
+            clock=clock,
+            stats=True,
+            events=events and offers_events(getter),
+        )
         self._views = SnapshotViews()
         # path -> (view, route, body head, status, etag?): see _remember.
         self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
@@ -465,8 +474,8 @@ class App:
         return None
 
     async def aclose(self) -> None:
-        """Wait for refreshes still running."""
-        await self.cache.aclose()
+        """End the event subscription, wait for refreshes still running."""
+        await self.cache.close()
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

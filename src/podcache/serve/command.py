@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from podcache.cli.events import events_option, require_events
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
@@ -102,6 +103,7 @@ def _say(message: str) -> None:
     show_default=True,
     help="Deadline of each runtime call.",
 )
+@events_option
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -114,6 +116,7 @@ def serve_command(
     cache_period: float,
     token_file: str | None,
     timeout: float,
+    events: str,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -150,6 +153,7 @@ def serve_command(
         cache_period=cache_period,
         auth=auth,
         timeout=timeout,
+        events=events,
     )
 
 
@@ -163,6 +167,7 @@ def _run(
     cache_period: float,
     auth: object,
     timeout: float,
+    events: str = "auto",
 ) -> None:
     from podcache.cri import AsyncCRIRuntime
     from podcache.errors import PodcacheError
@@ -190,17 +195,19 @@ def _run(
             runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
         except PodcacheError as exc:
             raise click.ClickException(str(exc)) from exc
+        if events == "on":
+            require_events(runtime.endpoint, timeout)
         # A request may wait for a refresh in flight and then for its own.
         wait = 2 * timeout + 1.0
 
         def make_app() -> App:
-            return App(runtime, cache_period, auth=auth, wait=wait)
+            return App(runtime, cache_period, auth=auth, wait=wait, events=events != "off")
 
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"
             _say(
                 f"listening on {listen.url} (runtime {runtime.endpoint}, cache period "
-                f"{cache_period:g}s, {token})"
+                f"{cache_period:g}s, events {events}, {token})"
             )
 
         def warmed(error: BaseException | None) -> None:

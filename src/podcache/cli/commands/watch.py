@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from podcache.cli.events import events_option, require_events
 from podcache.cli.options import (
     DURATION,
     OutputOptions,
@@ -23,7 +24,7 @@ from podcache.cli.options import (
 
 if TYPE_CHECKING:
     from podcache.cli.source import Source
-    from podcache.cri import CRIRuntime
+    from podcache.cri import ContainerEventStream, CRIRuntime
     from podcache.model import PodList
 
 __all__ = ["watch_command"]
@@ -60,6 +61,7 @@ _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
 )
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
 @click.option("--no-trunc", is_flag=True, help="Show full IDs.")
+@events_option
 @runtime_options
 def watch_command(
     *,
@@ -69,6 +71,7 @@ def watch_command(
     sim_churn: float,
     where: PodFilter,
     no_trunc: bool,
+    events: str,
     runtime: RuntimeSettings,
 ) -> None:
     """Show the node's pods in a live table, redrawn every --interval from a RuntimeCache with
@@ -86,8 +89,11 @@ def watch_command(
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         with open_source(runtime, sim_churn=sim_churn) as source:
+            if events == "on":
+                require_events(source.endpoint, source.runtime.timeout)
             _run(
                 source,
+                events=events != "off",
                 all_=all_,
                 period=period,
                 interval=interval,
@@ -110,10 +116,14 @@ class _Listing:
     def get_pods(self, all: bool) -> PodList:
         return self._runtime.get_pods(self._all)
 
+    def container_events(self) -> ContainerEventStream:
+        return self._runtime.container_events()
+
 
 def _run(
     source: Source,
     *,
+    events: bool,
     all_: bool,
     period: float,
     interval: float,
@@ -131,7 +141,7 @@ def _run(
     from podcache.cli.terminal import KeyReader
     from podcache.errors import PodcacheError
 
-    cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True)
+    cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True, events=events)
     console = Console(highlight=False)
     kind = "simulated runtime" if source.simulated else "runtime"
     # The first read fails the command (exit 1, like every other command); later failures are
@@ -162,12 +172,14 @@ def _run(
         footer = Text(
             f"{total} pods · cache age {age} (period {period:g}s) · refresh latency {latency} · "
             f"refreshes {stats.refreshes} · hits {stats.hits} · errors {stats.errors} · "
+            f"events {stats.events_state} ({stats.events_received}) · "
             "q or Ctrl-C to quit",
             style="dim",
         )
         return Group(header, Text(""), body, Text(""), footer, Text(problem, style="red"))
 
     with (
+        cache,
         KeyReader() as keys,
         Live(
             screen(), console=console, screen=True, auto_refresh=False, redirect_stderr=False
