@@ -66,6 +66,7 @@ _EVENT_BACKLOG = 100_000
 """Events queued for one slow GetContainerEvents subscriber before it is cut off."""
 _MEMO_SIZE = 64
 _END = object()
+_CUT = object()
 _SANDBOX_STATES = {
     SimSandboxState.READY: pb.SANDBOX_READY,
     SimSandboxState.NOTREADY: pb.SANDBOX_NOTREADY,
@@ -568,11 +569,19 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def GetContainerEvents(  # noqa: N802
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ContainerEventResponse]:
-        """Every later population change, one response per event, until the client leaves."""
+        """Every later population change, one response per event, until the client leaves.
+
+        The event faults apply here, in this order per event: drop, reorder (hold it back
+        behind the next one), delay, duplicate; ``event_cut_after`` and ``cut()`` end the
+        stream with UNAVAILABLE.
+        """
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
             self._subscribers.add(inbox)
+        faults = self._faults
+        sent = 0
+        held: SimEvent | None = None
         try:
             while context.is_active():
                 if self._stopping.is_set():
@@ -581,6 +590,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                     item = inbox.get(timeout=0.5)
                 except queue.Empty:
                     continue
+                if item is _CUT:
+                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim: stream cut")
                 if item is _END:
                     continue  # the client left, or the server is stopping: the loop decides
                 if inbox.qsize() > _EVENT_BACKLOG:
@@ -590,10 +601,39 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                         f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
                     )
                 assert isinstance(item, SimEvent)
-                yield event_message(item)
+                if faults.roll_event("drop"):
+                    continue
+                if held is None and faults.roll_event("reorder"):
+                    held = item
+                    continue
+                batch = [item] if held is None else [item, held]
+                held = None
+                for event in batch:
+                    delay = faults.event_delay
+                    if delay > 0 and self._stopping.wait(delay):
+                        _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+                    copies = 2 if faults.roll_event("duplicate") else 1
+                    for _ in range(copies):
+                        cut_after = faults.event_cut_after
+                        if cut_after is not None and sent >= cut_after:
+                            _abort(
+                                context,
+                                grpc.StatusCode.UNAVAILABLE,
+                                f"podcache-sim: stream cut after {sent} events",
+                            )
+                        sent += 1
+                        yield event_message(event)
         finally:
             with self._subscribers_lock:
                 self._subscribers.discard(inbox)
+
+    def cut(self) -> int:
+        """End every open event stream with UNAVAILABLE (events queued before are sent);
+        returns how many were cut."""
+        with self._subscribers_lock:
+            for subscriber in self._subscribers:
+                subscriber.put(_CUT)
+            return len(self._subscribers)
 
 
 class SimServer:
