@@ -1,6 +1,6 @@
 """The benchmark runner behind ``benchmarks/run``: runs every benchmark, then writes the report.
 
-    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,serve]
+    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,serve,events]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -181,6 +181,14 @@ BENCHMARKS = (
         lambda quick: ["--quick"] if quick else [],
         parse_serve,
         (240, 1200),
+    ),
+    Benchmark(
+        "events",
+        "Container events (containerd 1.7)",
+        "bench_events.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (400, 900),
     ),
 )
 
