@@ -26,7 +26,7 @@ medians over repeats, max of all), and the burst check: every reader released at
 expired snapshot, which must cost exactly one runtime call. A burst counts as "one expiry"
 only when every reader called within (period - refresh-ahead margin) of the first: on a loaded
 machine 1,000 task steps can take longer than that, and a reader arriving after the period has
-rightly no use for a refresh that began before it (the cache's rule 5). Such bursts are
+rightly no use for a refresh that began before it (docs/architecture.md §3 rule 5). Such bursts are
 counted apart, not judged. It holds no targets beyond that one; ``benchmarks/run`` judges and
 draws.
 """
@@ -41,7 +41,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from bench_hit import LockedGoPortCache
@@ -379,12 +379,8 @@ class Result:
     one_expiry_one_call: bool
 
 
-def measure(quick: bool = False) -> Result:
-    """Every workload x getter latency x contender: warm-up, interleaved repeats, bursts."""
-    seconds, repeats, bursts = (1.0, 1, 5) if quick else (4.0, 3, 20)
-    for contenders, run, _, _ in WORKLOADS.values():  # warm-up, not counted
-        for contender in contenders:
-            run(contender, LATENCIES[0], 0.2)
+def _interleaved_runs(seconds: float, repeats: int) -> dict[tuple[str, float, str], list[Run]]:
+    """(workload, latency, contender) -> its runs, the repeats interleaved across contenders."""
     runs: dict[tuple[str, float, str], list[Run]] = {}
     for _ in range(repeats):
         for latency in LATENCIES:
@@ -392,6 +388,26 @@ def measure(quick: bool = False) -> Result:
                 for contender in contenders:
                     key = (workload, latency, contender.name)
                     runs.setdefault(key, []).append(run(contender, latency, seconds))
+    return runs
+
+
+def _add_bursts(row: Row, bursts: Iterable[Burst], contender: Contender) -> None:
+    """Judge the bursts whose readers all came within one expiry; count the others apart."""
+    window_ms = (PERIOD - contender.refresh_ahead) * 1e3
+    for one in bursts:
+        if one.spread_ms <= window_ms:
+            row.burst_calls.append(one.calls)
+        else:
+            row.bursts_spread.append(one)
+
+
+def measure(quick: bool = False) -> Result:
+    """Every workload x getter latency x contender: warm-up, interleaved repeats, bursts."""
+    seconds, repeats, bursts = (1.0, 1, 5) if quick else (4.0, 3, 20)
+    for contenders, run, _, _ in WORKLOADS.values():  # warm-up, not counted
+        for contender in contenders:
+            run(contender, LATENCIES[0], 0.2)
+    runs = _interleaved_runs(seconds, repeats)
     rows = []
     for latency in LATENCIES:
         for workload, (contenders, _, burst, readers) in WORKLOADS.items():
@@ -399,12 +415,7 @@ def measure(quick: bool = False) -> Result:
                 row = summarise(
                     workload, readers, latency, contender, runs[(workload, latency, contender.name)]
                 )
-                window_ms = (PERIOD - contender.refresh_ahead) * 1e3
-                for one in burst(contender, latency, bursts):
-                    if one.spread_ms <= window_ms:
-                        row.burst_calls.append(one.calls)
-                    else:
-                        row.bursts_spread.append(one)
+                _add_bursts(row, burst(contender, latency, bursts), contender)
                 rows.append(row)
     return Result(
         period_ms=PERIOD * 1e3,

@@ -43,10 +43,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from podcache import PodList, RuntimeCache  # noqa: E402
-from podcache.cri import CRIRuntime  # noqa: E402
-from tests.containerd.conftest import Containerd  # noqa: E402
-from tests.containerd.harness import CRIHarness, SandboxRecord  # noqa: E402
+from podcache import PodList, RuntimeCache  # noqa: E402 -- after sys.path names the repository
+from podcache.cri import CRIRuntime  # noqa: E402 -- after sys.path names the repository
+from tests.containerd.conftest import Containerd  # noqa: E402 -- after sys.path names the repository
+from tests.containerd.harness import CRIHarness, SandboxRecord  # noqa: E402 -- after sys.path names the repository
 
 PODS = 110
 LATENCY_PERIOD = 30.0

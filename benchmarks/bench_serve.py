@@ -37,7 +37,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,20 +273,58 @@ def median(results: list[WrkResult]) -> WrkResult:
     )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1 round of 3 s, a 10 s soak")
-    parser.add_argument("--rounds", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=None)
-    parser.add_argument("--soak-seconds", type=float, default=None)
-    parser.add_argument("--with-uvicorn", action="store_true", help="also the app under uvicorn")
-    options = parser.parse_args()
-    rounds = options.rounds or (1 if options.quick else 3)
-    seconds = options.seconds or (3.0 if options.quick else 10.0)
-    soak_seconds = options.soak_seconds or (10.0 if options.quick else 60.0)
-    ensure_tools()
-    ok = True
+@dataclass
+class Comparison:
+    """The rounds of podcache against nginx (and uvicorn): every wrk run, by endpoint and server."""
 
+    servers: list[str]
+    sizes: dict[str, int]
+    """Endpoint key ("pods", "container") -> body bytes."""
+    results: dict[tuple[str, str], list[WrkResult]]
+    """(endpoint key, server) -> one result per round."""
+
+
+@contextmanager
+def uvicorn_app(servers: dict[str, str]) -> Iterator[None]:
+    """The same app under uvicorn, added to ``servers`` while it runs."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _UVICORN_APP, str(port), str(PODS)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        servers["uvicorn"] = f"http://127.0.0.1:{port}"
+        wait_for(servers["uvicorn"] + "/healthz")
+        yield
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(15)
+
+
+def run_rounds(
+    servers: dict[str, str], paths: dict[str, tuple[str, str]], rounds: int, seconds: float
+) -> dict[tuple[str, str], list[WrkResult]]:
+    """A warm-up, then ``rounds`` rounds, each running every server back to back per path."""
+    for name, url in servers.items():  # warm-up, not counted
+        for path, static in paths.values():
+            wrk(url + (static if name == "nginx" else path), connections=50, seconds=2)
+    results: dict[tuple[str, str], list[WrkResult]] = {}
+    for round_ in range(rounds):
+        for key, (path, static) in paths.items():
+            for name, url in servers.items():
+                target = url + (static if name == "nginx" else path)
+                result = wrk(target, connections=50, seconds=seconds)
+                results.setdefault((key, name), []).append(result)
+                print(
+                    f"round {round_ + 1} {key:9} {name:8} {result.requests_per_second:9.0f} req/s",
+                    file=sys.stderr,
+                )
+    return results
+
+
+def compare(rounds: int, seconds: float, *, with_uvicorn: bool) -> Comparison:
+    """podcache serve (a simulated runtime, cache period 1 h) against nginx serving its bodies."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     serve_args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
@@ -303,49 +341,24 @@ def main() -> int:
         paths = {"pods": ("/pods", "/pods.json"), "container": (container_path, "/container.json")}
         with nginx({"pods.json": pods, "container.json": container}) as nginx_port:
             servers["nginx"] = f"http://127.0.0.1:{nginx_port}"
-            uvicorn_proc = None
-            if options.with_uvicorn:
-                uvicorn_port = free_port()
-                uvicorn_proc = subprocess.Popen(
-                    [sys.executable, "-c", _UVICORN_APP, str(uvicorn_port), str(PODS)],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-                servers["uvicorn"] = f"http://127.0.0.1:{uvicorn_port}"
-                wait_for(servers["uvicorn"] + "/healthz")
-            try:
-                results: dict[tuple[str, str], list[WrkResult]] = {}
-                for name, url in servers.items():  # warm-up, not counted
-                    for path, static in paths.values():
-                        target = url + (static if name == "nginx" else path)
-                        wrk(target, connections=50, seconds=2)
-                for round_ in range(rounds):
-                    for key, (path, static) in paths.items():
-                        for name, url in servers.items():
-                            target = url + (static if name == "nginx" else path)
-                            result = wrk(target, connections=50, seconds=seconds)
-                            results.setdefault((key, name), []).append(result)
-                            print(
-                                f"round {round_ + 1} {key:9} {name:8} "
-                                f"{result.requests_per_second:9.0f} req/s",
-                                file=sys.stderr,
-                            )
-            finally:
-                if uvicorn_proc is not None:
-                    uvicorn_proc.send_signal(signal.SIGTERM)
-                    uvicorn_proc.wait(15)
+            with uvicorn_app(servers) if with_uvicorn else nullcontext():
+                results = run_rounds(servers, paths, rounds, seconds)
+    return Comparison(list(servers), {"pods": len(pods), "container": len(container)}, results)
 
+
+def print_comparison(comparison: Comparison, rounds: int, seconds: float) -> bool:
+    """The comparison as a markdown table; True when podcache met its targets without errors."""
+    ok = True
     print(
         f"\n### podcache serve vs nginx (wrk -t1 -c50 -d{seconds:g}s, median of {rounds}, "
         f"{os.cpu_count()} CPUs)\n"
     )
     print("| endpoint | body | server | req/s | p50 ms | p99 ms | errors | ratio* | target |")
     print("|---|---:|---|---:|---:|---:|---:|---:|---|")
-    sizes = {"pods": len(pods), "container": len(container)}
-    for key in paths:
-        reference = results[(key, "nginx")]
-        for name in servers:
-            runs = results[(key, name)]
+    for key, size in comparison.sizes.items():
+        reference = comparison.results[(key, "nginx")]
+        for name in comparison.servers:
+            runs = comparison.results[(key, name)]
             result = median(runs)
             # Each round ran the servers back to back: compare within rounds, then take the
             # median, so load from other processes drifting between rounds cancels out.
@@ -361,16 +374,19 @@ def main() -> int:
             if result.errors:
                 ok = False
             label = "/pods" if key == "pods" else "/containers/{id}"
-            print(
-                f"| {label} | {sizes[key]} B | {name} | {fmt(result)} | {ratio:.2f}x | {target} |"
-            )
-
+            print(f"| {label} | {size} B | {name} | {fmt(result)} | {ratio:.2f}x | {target} |")
     print(
         "\n*ratio: median over rounds of podcache (or uvicorn) req/s / nginx req/s in the same "
         "round; req/s, p50 and p99 are medians over rounds, errors a sum."
     )
+    return ok
 
-    # -- the soak: churn, 200 connections, RSS ---------------------------------------------
+
+def soak(soak_seconds: float) -> bool:
+    """200 connections on /pods while the simulation churns, RSS sampled; prints a table.
+
+    True when there were no errors and memory stayed flat.
+    """
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     soak_args = podcache_serve(
@@ -379,7 +395,7 @@ def main() -> int:
     with process(soak_args, base + "/healthz") as proc:
         wrk(base + "/pods", connections=200, seconds=3)  # warm-up
         with RssSampler(proc.pid) as sampler:
-            soak = wrk(base + "/pods", connections=200, seconds=soak_seconds)
+            result = wrk(base + "/pods", connections=200, seconds=soak_seconds)
         metrics = fetch(base + "/metrics").decode()
     refreshes = re.search(r"^podcache_cache_refreshes_total (\S+)", metrics, re.M)
     rss = [kib for _, kib in sampler.samples]
@@ -389,7 +405,6 @@ def main() -> int:
     half = len(settled) // 2
     first, last = statistics.median(settled[:half]), statistics.median(settled[half:])
     growth = (last - first) / first
-    flat = growth < 0.10
     checkpoints = " ".join(
         f"{t:.0f}s:{kib / 1024:.0f}" for t, kib in sampler.samples[:: max(1, len(rss) // 6)]
     )
@@ -401,11 +416,29 @@ def main() -> int:
           "RSS max | growth |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     print(
-        f"| {fmt(soak)} | {refreshes[1] if refreshes else '?'} | {first / 1024:.1f} MiB | "
+        f"| {fmt(result)} | {refreshes[1] if refreshes else '?'} | {first / 1024:.1f} MiB | "
         f"{last / 1024:.1f} MiB | {max(rss) / 1024:.1f} MiB | {growth:+.1%} |"
     )
     print(f"\nRSS (MiB) over the run: {checkpoints}")
-    ok = ok and soak.errors == 0 and flat
+    return result.errors == 0 and growth < 0.10
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 round of 3 s, a 10 s soak")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--soak-seconds", type=float, default=None)
+    parser.add_argument("--with-uvicorn", action="store_true", help="also the app under uvicorn")
+    options = parser.parse_args()
+    rounds = options.rounds or (1 if options.quick else 3)
+    seconds = options.seconds or (3.0 if options.quick else 10.0)
+    soak_seconds = options.soak_seconds or (10.0 if options.quick else 60.0)
+    ensure_tools()
+    comparison = compare(rounds, seconds, with_uvicorn=options.with_uvicorn)
+    compared_ok = print_comparison(comparison, rounds, seconds)
+    soaked_ok = soak(soak_seconds)
+    ok = compared_ok and soaked_ok
     print(f"\n{'all targets met' if ok else 'SOME TARGETS MISSED'}")
     return 0 if ok else 1
 

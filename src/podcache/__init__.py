@@ -10,11 +10,12 @@ from podcache.errors import (
     RuntimeProtocolError,
     RuntimeUnavailableError,
 )
-from podcache.events import ContainerEvent, ContainerEventType
 from podcache.fake import AsyncFakeRuntime, FakeRuntime
 from podcache.model import (
     AmbiguousContainerIDError,
     Container,
+    ContainerEvent,
+    ContainerEventType,
     ContainerID,
     ContainerState,
     Pod,

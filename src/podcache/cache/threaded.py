@@ -14,15 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.events import UNSUPPORTED_RETRY, Signal, Step, Subscription
 from podcache.errors import EventsUnsupportedError
-from podcache.events import ContainerEvent
-from podcache.model import PodList
+from podcache.model import ContainerEvent, PodList
 
-__all__ = ["PodGetter", "RuntimeCache"]
+__all__ = ["GetPods", "PodGetter", "RuntimeCache"]
 
 
 class PodGetter(Protocol):
@@ -73,50 +72,101 @@ def check_timeout(timeout: float | None) -> None:
         raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
 
 
+class GetPods(Protocol):
+    """The signature of ``RuntimeCache.get_pods``: what callers may pass, what mypy checks."""
+
+    def __call__(self, *, timeout: float | None = None) -> PodList: ...
+
+
+F = TypeVar("F")
+
+
+class PerInstance(Generic[F]):
+    """A method whose body each instance sets in ``__init__``; the class holds its docs and type.
+
+    A non-data descriptor: attribute lookup finds the instance's own function first, so the
+    descriptor costs a call nothing. Read on the class it is itself (``help()`` shows the
+    docstring); read on an instance that never set it, it fails naming the attribute. mypy types
+    ``instance.name`` as ``F`` and checks what ``__init__`` assigns against ``F``.
+    """
+
+    def __init__(self, doc: str) -> None:
+        self.__doc__ = doc
+        self._name = "?"
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self._name = f"{owner.__name__}.{name}"
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any]) -> F: ...
+    def __get__(self, instance: object, owner: type[Any]) -> Self | F:
+        if instance is None:
+            return self
+        raise AttributeError(f"{self._name} is set by __init__, which did not run")
+
+
+class HitPath(NamedTuple):
+    """The lock-free ``get_pods`` of one cache, and the two functions that share its cells."""
+
+    get_pods: GetPods
+    publish: Callable[[Snapshot], None]
+    """Make a new snapshot the one hits serve (called under the cache's lock)."""
+    read_hits: Callable[[], int]
+    """Hits served so far (counted only when built with ``count_hits``)."""
+
+
+_UNFILLED = PodList()
+"""What the hit path's pods cell holds before the first fill: never served, since ``until`` is
+then ``-inf`` (the cell holds a ``PodList`` so the hit needs no cast or None check)."""
+
+
 def make_hit_path(
     clock: Callable[[], float],
     snapshot: Snapshot,
     slow: Callable[[float | None], PodList],
     count_hits: bool,
-) -> tuple[Callable[..., PodList], Callable[[Snapshot], None], Callable[[], int]]:
-    """The lock-free ``get_pods`` as a closure, with its ``publish`` and hit-count reader.
+) -> HitPath:
+    """The lock-free ``get_pods`` as a closure (docs/architecture.md §3 rule 7), with its
+    ``publish`` and hit-count reader.
 
     Measured choices (benchmarks/bench_hit.py): a closure reading cells beat a method reading
     attributes; comparing the clock with the precomputed ``fresh_until`` saves a subtraction;
     two cells (pods, then fresh_until) beat indexing a tuple; and a positional-or-keyword
     ``timeout`` default is about 20 ns cheaper than a keyword-only one (CPython fills those
-    from a dict), so the closure accepts ``timeout`` either way while the documented method
-    (the typed interface) keeps it keyword-only.
+    from a dict), so the closure accepts ``timeout`` either way while its declared type
+    (``GetPods``, what callers and mypy see) keeps it keyword-only.
 
     ``publish`` stores the pods before ``fresh_until`` and a hit reads ``fresh_until`` before
     the pods, so a reader racing a publish gets the old pods or newer ones, never older pods
     than the freshness it checked.
     """
-    pods = snapshot[0]
+    pods = _UNFILLED if snapshot[0] is None else snapshot[0]
     until = snapshot[2]
     hits = 0
 
     def get_pods(timeout: float | None = None) -> PodList:
         if clock() <= until:
-            return pods  # type: ignore[return-value]  # until is -inf until filled
+            return pods
         return slow(timeout)
 
     def get_pods_counted(timeout: float | None = None) -> PodList:
         nonlocal hits
         if clock() <= until:
             hits += 1  # exact under the GIL (no call between load and store)
-            return pods  # type: ignore[return-value]
+            return pods
         return slow(timeout)
 
     def publish(new: Snapshot) -> None:
         nonlocal pods, until
-        pods = new[0]
+        pods = _UNFILLED if new[0] is None else new[0]
         until = new[2]
 
     def read_hits() -> int:
         return hits
 
-    return (get_pods_counted if count_hits else get_pods), publish, read_hits
+    return HitPath(get_pods_counted if count_hits else get_pods, publish, read_hits)
 
 
 class RuntimeCache(CoreReadings[threading.Event]):
@@ -151,11 +201,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
             cache_period, threading.Event, refresh_ahead=refresh_ahead, max_stale=max_stale
         )
-        # The instance's get_pods is the closure (the method below documents it and is its
-        # twin); counting hits is opt-in so the default hit path stays one read, one clock call.
-        self.get_pods, self._publish, self._fast_hits = make_hit_path(  # type: ignore[method-assign]
-            clock, self._core.snapshot, self._get_slow, stats
-        )
+        # Counting hits is opt-in so the default hit path stays one read, one clock call.
+        hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
+        self.get_pods = hit_path.get_pods
+        self._publish = hit_path.publish
+        self._fast_hits = hit_path.read_hits
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -170,16 +220,16 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._subscriber.start()
 
     # -- public API --------------------------------------------------------------------------
-    def get_pods(self, *, timeout: float | None = None) -> PodList:
+    get_pods: PerInstance[GetPods] = PerInstance(
         """Pods fetched at most ``cache_period`` before this call; refreshes when older.
 
-        Raises the getter's exception unchanged when the refresh fails, and ``TimeoutError``
-        when ``timeout`` seconds pass first (the refresh then carries on for others).
+        ``get_pods(*, timeout=None) -> PodList``. Raises the getter's exception unchanged when
+        the refresh fails, and ``TimeoutError`` when ``timeout`` seconds pass first (the refresh
+        then carries on for others). Each instance's is the lock-free closure that
+        ``make_hit_path`` builds (a hit is one clock read and one comparison); on a miss it
+        calls ``_get_slow``.
         """
-        current = self._core.snapshot
-        if self._clock() <= current[2]:
-            return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
-        return self._get_slow(timeout)
+    )
 
     def force_update_if_older(
         self, min_expected_cache_time: float, *, timeout: float | None = None

@@ -50,20 +50,23 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
     except click.ClickException as e:
         e.show()
-        return e.exit_code
+        status = e.exit_code
     except click.exceptions.Exit as e:
-        return e.exit_code
+        status = e.exit_code
     except click.Abort as e:
         if isinstance(e.__cause__, KeyboardInterrupt):
-            return EXIT_INTERRUPTED
-        click.echo("Aborted!", err=True)
-        return EXIT_RUNTIME
+            status = EXIT_INTERRUPTED
+        else:
+            click.echo("Aborted!", err=True)
+            status = EXIT_RUNTIME
     except KeyboardInterrupt:
         click.echo(err=True)
-        return EXIT_INTERRUPTED
+        status = EXIT_INTERRUPTED
     except PodcacheError as e:
         show_error(str(e))
-        return EXIT_RUNTIME
+        status = EXIT_RUNTIME
     except BrokenPipeError:
-        return _closed_pipe()
-    return result if isinstance(result, int) else 0
+        status = _closed_pipe()
+    else:
+        status = result if isinstance(result, int) else 0
+    return status

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
+from podcache.defaults import DEFAULT_SIM_PODS
 from podcache.duration import Duration, parse_duration
 
 __all__ = [
@@ -41,8 +42,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TIMEOUT = 2.0
 """Seconds per runtime call when neither --timeout nor the crictl config sets one (crictl's)."""
-DEFAULT_SIM_PODS = 12
-"""Pods in the built-in simulated runtime (``--sim``)."""
 SIM_SEED = 0
 """The simulated runtime's seed: fixed, so IDs, names and images are the same on every run."""
 OUTPUT_FORMATS = ("table", "wide", "json", "yaml")

@@ -266,6 +266,25 @@ def _deadline_error(url: str, method: str, timeout: float, probe: _Probe) -> CRI
     )
 
 
+_UNAVAILABLE_REASONS = (
+    ("no such file", "socket does not exist"),
+    ("connection refused", "connection refused: nothing is listening (is the runtime running?)"),
+    ("permission denied", "permission denied on the socket (run as root?)"),
+)
+"""UNAVAILABLE details (lowercased substring) -> what to tell the user, first match wins."""
+
+
+def _unavailable_reason(endpoint: Endpoint, method: str, details: str) -> str:
+    """Why an UNAVAILABLE call failed: gRPC's details, else what the socket file says."""
+    lowered = details.lower()
+    for words, reason in _UNAVAILABLE_REASONS:
+        if words in lowered:
+            return reason
+    reason = f"the connection failed or was closed during {method} ({details})"
+    problem = _unix_problem(endpoint.path) if endpoint.path is not None else None
+    return reason if problem is None else f"{problem} ({reason})"
+
+
 def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIError | None:
     """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first).
 
@@ -284,20 +303,7 @@ def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIErro
             "or one older than CRI v1?)",
         )
     if code == grpc.StatusCode.UNAVAILABLE:
-        lowered = details.lower()
-        if "no such file" in lowered:
-            reason = "socket does not exist"
-        elif "connection refused" in lowered:
-            reason = "connection refused: nothing is listening (is the runtime running?)"
-        elif "permission denied" in lowered:
-            reason = "permission denied on the socket (run as root?)"
-        else:
-            reason = f"the connection failed or was closed during {method} ({details})"
-            if endpoint.path is not None:
-                problem = _unix_problem(endpoint.path)
-                if problem is not None:
-                    reason = f"{problem} ({reason})"
-        return RuntimeUnavailableError(url, reason)
+        return RuntimeUnavailableError(url, _unavailable_reason(endpoint, method, details))
     if code == grpc.StatusCode.INTERNAL and "deserializ" in details.lower():
         return RuntimeProtocolError(url, _not_cri_message(method))
     if code == grpc.StatusCode.CANCELLED:

@@ -1,10 +1,10 @@
 """CRI list responses -> PodList, as the kubelet's GetPods builds it; pure, no gRPC, no I/O.
 
 The grouping follows the kubelet (``pkg/kubelet/kuberuntime``, ``GetPods``) item by item, with
-the two deliberate improvements of DESIGN.md: a pod's ``created_at`` is the newest of its
-sandboxes', and every order is total (pods newest first, ties by pod ID ascending; containers
-and sandboxes inside a pod newest first by CRI ``created_at``, ties by ID ascending). Pods also
-get their newest sandbox's own labels (a podcache addition).
+the two deliberate improvements of docs/architecture.md §4: a pod's ``created_at`` is the
+newest of its sandboxes', and every order is total (pods newest first, ties by pod ID
+ascending; containers and sandboxes inside a pod newest first by CRI ``created_at``, ties by ID
+ascending). Pods also get their newest sandbox's own labels (a podcache addition).
 
 Trade-off: this runs on every cache refresh over every container of the node, so it prefers
 speed and a small snapshot over elegance. Reading a field of a upb message allocates, so each

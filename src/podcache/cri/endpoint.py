@@ -231,25 +231,35 @@ def resolve_endpoint(
     tried = [f"{ENDPOINT_ENV} (unset)"]
 
     path = _config_path(config_path, env)
-    try:
-        config = load_crictl_config(path)
-    except FileNotFoundError:
-        if config_path:
-            raise
-        tried.append(f"runtime-endpoint in {path} (no such file)")
-    else:
-        if config.runtime_endpoint:
-            try:
-                return ResolvedEndpoint(
-                    parse_endpoint(config.runtime_endpoint), f"runtime-endpoint in {path}"
-                )
-            except ValueError as e:
-                raise ValueError(f"crictl config {path}: {e}") from None
-        tried.append(f"runtime-endpoint in {path} (not set)")
-
+    found = _from_config(path, explicit=bool(config_path), tried=tried)
+    if found is not None:
+        return found
     for default in defaults:
         parsed = parse_endpoint(default)
         if parsed.path is not None and exists(parsed.path):
             return ResolvedEndpoint(parsed, "default")
         tried.append(f"{default} (no such socket)")
     raise EndpointNotFoundError(tried)
+
+
+def _from_config(path: str, *, explicit: bool, tried: list[str]) -> ResolvedEndpoint | None:
+    """The ``runtime-endpoint`` of the crictl config at ``path``, or None (noted in ``tried``).
+
+    A missing file is an error only when it was named ``explicit``ly (-c / --config).
+    """
+    try:
+        config = load_crictl_config(path)
+    except FileNotFoundError:
+        if explicit:
+            raise
+        tried.append(f"runtime-endpoint in {path} (no such file)")
+        return None
+    if not config.runtime_endpoint:
+        tried.append(f"runtime-endpoint in {path} (not set)")
+        return None
+    try:
+        return ResolvedEndpoint(
+            parse_endpoint(config.runtime_endpoint), f"runtime-endpoint in {path}"
+        )
+    except ValueError as e:
+        raise ValueError(f"crictl config {path}: {e}") from None

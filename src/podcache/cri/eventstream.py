@@ -33,7 +33,7 @@ import grpc.aio
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
-from podcache.events import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
+from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
 
 __all__ = [
     "CONFIRM_SECONDS",

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from podcache.cli.events import events_option, require_events
+from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
@@ -63,7 +63,7 @@ def _say(message: str) -> None:
 @click.option(
     "--sim-pods",
     type=click.IntRange(min=0),
-    default=100,
+    default=DEFAULT_SIM_PODS,
     show_default=True,
     metavar="N",
     help="Pods in the simulated runtime.",
@@ -103,7 +103,16 @@ def _say(message: str) -> None:
     show_default=True,
     help="Deadline of each runtime call.",
 )
-@events_option
+@click.option(
+    "--events",
+    type=click.Choice(EVENTS_MODES),
+    default="auto",
+    show_default=True,
+    help=(
+        "Subscribe to the runtime's container events so changes show at once (auto: when it "
+        "has them; on: require them; off: poll by the cache period only)."
+    ),
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -157,6 +166,40 @@ def serve_command(
     )
 
 
+def _simulation(sim_pods: int, sim_churn: float) -> Any:
+    """``--sim``: a simulated runtime started in this process (a ``SimRuntime``)."""
+    from podcache.sim import SimRuntime
+
+    simulation = SimRuntime(sim_pods, churn=sim_churn)
+    try:
+        simulation.start()
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    _say(
+        f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
+        f"at {simulation.endpoint}, not this node's"
+    )
+    return simulation
+
+
+def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
+    """The ``AsyncCRIRuntime`` to serve; with ``--events on``, one that has container events."""
+    from podcache.cri import AsyncCRIRuntime
+    from podcache.errors import PodcacheError
+
+    try:
+        runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
+    except PodcacheError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if events == "on":
+        from podcache.cri.support import events_unsupported
+
+        unsupported = events_unsupported(runtime.endpoint, timeout)
+        if unsupported is not None:
+            raise click.ClickException(f"--events on: {unsupported}")
+    return runtime
+
+
 def _run(
     *,
     endpoint: str | None,
@@ -169,34 +212,16 @@ def _run(
     timeout: float,
     events: str = "auto",
 ) -> None:
-    from podcache.cri import AsyncCRIRuntime
-    from podcache.errors import PodcacheError
     from podcache.serve.app import App
     from podcache.serve.auth import BearerAuth
     from podcache.serve.server import ServeError, run
 
     assert auth is None or isinstance(auth, BearerAuth)
-    simulation = None
-    if sim:
-        from podcache.sim import SimRuntime
-
-        simulation = SimRuntime(sim_pods, churn=sim_churn)
-        try:
-            simulation.start()
-        except OSError as exc:
-            raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    simulation = _simulation(sim_pods, sim_churn) if sim else None
+    if simulation is not None:
         endpoint = simulation.endpoint
-        _say(
-            f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
-            f"at {endpoint}, not this node's"
-        )
     try:
-        try:
-            runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
-        except PodcacheError as exc:
-            raise click.ClickException(str(exc)) from exc
-        if events == "on":
-            require_events(runtime.endpoint, timeout)
+        runtime = _runtime(endpoint, timeout, events)
         # A request may wait for a refresh in flight and then for its own.
         wait = 2 * timeout + 1.0
 

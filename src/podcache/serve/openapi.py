@@ -239,39 +239,37 @@ def _path(name: str, description: str, pattern: str = NAME_PATTERN) -> dict[str,
     }
 
 
-def document(*, auth: bool, version: str) -> dict[str, Any]:
-    """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
-    not_found = {"404": "Nothing with that identity in the snapshot."}
-    paths: dict[str, Any] = {
+_POD_FILTERS: list[dict[str, Any]] = [
+    {
+        "name": "namespace",
+        "in": "query",
+        "description": "Only pods in this namespace.",
+        "schema": {"type": "string", "maxLength": MAX_ID_LENGTH, "pattern": NAME_PATTERN},
+    },
+    {
+        "name": "label",
+        "in": "query",
+        "description": "Only pods with this label: KEY=VALUE, or KEY for any value. "
+        "Repeat for several (all must match).",
+        "schema": {
+            "type": "array",
+            "items": {"type": "string", "pattern": LABEL_SELECTOR_PATTERN},
+            "maxItems": MAX_LABELS,
+        },
+        "style": "form",
+        "explode": True,
+    },
+]
+_NOT_FOUND = {"404": "Nothing with that identity in the snapshot."}
+
+
+def _snapshot_paths(auth: bool) -> dict[str, Any]:
+    """The routes answered from a snapshot of the pods (ETag, 304, read-your-writes)."""
+    return {
         "/pods": _operation(
             "The node's running pods (newest first), optionally filtered.",
             _json("PodList", "The pods.", etag=True),
-            parameters=[
-                {
-                    "name": "namespace",
-                    "in": "query",
-                    "description": "Only pods in this namespace.",
-                    "schema": {
-                        "type": "string",
-                        "maxLength": MAX_ID_LENGTH,
-                        "pattern": NAME_PATTERN,
-                    },
-                },
-                {
-                    "name": "label",
-                    "in": "query",
-                    "description": "Only pods with this label: KEY=VALUE, or KEY for any value. "
-                    "Repeat for several (all must match).",
-                    "schema": {
-                        "type": "array",
-                        "items": {"type": "string", "pattern": LABEL_SELECTOR_PATTERN},
-                        "maxItems": MAX_LABELS,
-                    },
-                    "style": "form",
-                    "explode": True,
-                },
-                *_FRESHNESS,
-            ],
+            parameters=[*_POD_FILTERS, *_FRESHNESS],
             snapshot=True,
             auth=auth,
         ),
@@ -279,7 +277,7 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
             "One pod by UID.",
             _json("PodResponse", "The pod.", etag=True),
             parameters=[_path("uid", "The pod UID."), *_FRESHNESS],
-            extra=not_found,
+            extra=_NOT_FOUND,
             snapshot=True,
             auth=auth,
         ),
@@ -291,7 +289,7 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
                 _path("name", "The pod name (no '_').", POD_NAME_PATTERN),
                 *_FRESHNESS,
             ],
-            extra=not_found,
+            extra=_NOT_FOUND,
             snapshot=True,
             auth=auth,
         ),
@@ -308,12 +306,18 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
                 *_FRESHNESS,
             ],
             extra={
-                **not_found,
+                **_NOT_FOUND,
                 "409": "The prefix matches several containers (the message lists them).",
             },
             snapshot=True,
             auth=auth,
         ),
+    }
+
+
+def _service_paths(auth: bool) -> dict[str, Any]:
+    """The routes about the service itself: health, readiness, metrics, this document."""
+    return {
         "/healthz": _operation(
             "The process is up (never asks the runtime; needs no token).",
             {
@@ -345,6 +349,11 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
             auth=auth,
         ),
     }
+
+
+def document(*, auth: bool, version: str) -> dict[str, Any]:
+    """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
+    paths = {**_snapshot_paths(auth), **_service_paths(auth)}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {

@@ -58,11 +58,6 @@ class ListenAddress:
     path: str | None = None
 
     @property
-    def unix(self) -> bool:
-        """A unix socket."""
-        return self.path is not None
-
-    @property
     def loopback(self) -> bool:
         """Reachable only from this host: a unix socket or a loopback IP."""
         return self.path is not None or ipaddress.ip_address(self.host).is_loopback

@@ -105,10 +105,6 @@ class SnapshotView:
         """An error body answered from this snapshot: it says how old the snapshot is too."""
         return self._head(_encode({"error": message, "status": status})[:-1])
 
-    def count_containers(self) -> int:
-        """Containers (not sandboxes) in the snapshot."""
-        return sum(len(pod.containers) for pod in self.pods)
-
 
 class SnapshotViews:
     """The view of the current snapshot, replaced when the cache hands out another PodList."""

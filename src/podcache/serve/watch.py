@@ -1,10 +1,10 @@
 """RuntimeWatch: times and records the runtime calls the cache makes; no cache logic, no HTTP.
 
-It times every call (the refresh histogram), counts failures, and remembers, for the last few
-PodLists it returned, the clock reading taken just before the call began: the snapshot's time
-as the API reports it. That reading comes after the cache's own (the cache reads its clock,
-then starts the call), so it is never earlier than the data's true lower bound and never later
-than the runtime's answer. It holds no cache logic and no HTTP.
+It times every call and reports how it ended (the refresh histogram), and remembers, for the
+last few PodLists it returned, the clock reading taken just before the call began: the
+snapshot's time as the API reports it. That reading comes after the cache's own (the cache
+reads its clock, then starts the call), so it is never earlier than the data's true lower bound
+and never later than the runtime's answer. It holds no cache logic and no HTTP.
 """
 
 from __future__ import annotations
@@ -35,30 +35,18 @@ class RuntimeWatch:
         self._getter = getter
         self._clock = clock
         self.on_call = on_call
-        self.calls = 0
-        """Calls started."""
-        self.failures = 0
-        """Calls that raised."""
-        self.last_error: BaseException | None = None
-        """What the last failed call raised (kept after later successes)."""
-        self.last_success: float | None = None
-        """Clock reading when the last successful call answered."""
         self.latest: PodList | None = None
         """What the last successful call returned (the cache's snapshot: it keeps each)."""
         self._started: OrderedDict[int, tuple[PodList, float]] = OrderedDict()
 
     async def get_pods(self, all: bool) -> PodList:
         """The inner getter's answer, timed and remembered."""
-        self.calls += 1
         started = self._clock()
         try:
             pods = await self._getter.get_pods(all)
-        except BaseException as exc:
-            self.failures += 1
-            self.last_error = exc
+        except BaseException:
             self._report(started, ok=False)
             raise
-        self.last_success = self._clock()
         if isinstance(pods, PodList):
             self.latest = pods
             # Keep a reference with the time: an id() is unique only while its object lives.

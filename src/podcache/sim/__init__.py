@@ -1,7 +1,7 @@
 """A simulated CRI runtime (real gRPC over a churning pod population); no client, cache or CLI.
 
 It shares only the generated protobuf with ``podcache.cri``; it never imports the client, the
-cache or the conversion code, so it can check them independently.
+cache or the conversion code, so it can check them independently (docs/architecture.md §2).
 """
 
 from podcache.sim.churn import ChurnPause

@@ -57,8 +57,6 @@ class ChurnDriver:
         self._pauses = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.steps = 0
-        """Steps taken by the thread so far."""
 
     @property
     def rate(self) -> float:
@@ -130,4 +128,3 @@ class ChurnDriver:
                     if self._stop.is_set():
                         return
                     self._population.step()
-                    self.steps += 1

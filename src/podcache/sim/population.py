@@ -278,6 +278,164 @@ class _Pod:
     container_ids: list[str]
 
 
+class _ImageFlavour(enum.Enum):
+    """How a runtime reports a container's image (drawn per pod; shares as in the wild)."""
+
+    CONTAINERD = "containerd"  # image_ref is the config digest, image_id too
+    CRIO = "cri-o"  # image_ref is the repository digest, image_id the config digest
+    OLD_CRI = "old"  # a runtime older than CRI of Kubernetes 1.30: no image_id
+
+    def ref_and_id(self, config_id: str, manifest_ref: str) -> tuple[str, str]:
+        """``(image_ref, image_id)`` as this runtime reports them."""
+        if self is _ImageFlavour.CRIO:
+            return manifest_ref, config_id
+        if self is _ImageFlavour.OLD_CRI:
+            return config_id, ""
+        return config_id, config_id
+
+
+def _image_flavour(draw: float) -> _ImageFlavour:
+    """70% containerd, 20% CRI-O, 10% an old runtime, from a uniform draw in [0, 1)."""
+    if draw < 0.7:
+        return _ImageFlavour.CONTAINERD
+    return _ImageFlavour.CRIO if draw < 0.9 else _ImageFlavour.OLD_CRI
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a new pod is, before its history is laid out: names, labels, containers."""
+
+    namespace: str
+    name: str
+    uid: str
+    labels: dict[str, str]
+    """The pod's own labels (its newest sandbox's; older sandboxes lack ``tier``)."""
+    grace: str
+    version: str
+    image_flavour: _ImageFlavour
+    mains: tuple[str, ...]
+    inits: tuple[str, ...]
+    hashes: dict[str, int]
+    """Container name -> the kubelet's hash of its spec."""
+
+    def kubelet_labels(self) -> dict[str, str]:
+        """The labels the kubelet puts on every sandbox and container of the pod."""
+        return {
+            POD_NAME_LABEL: self.name,
+            POD_NAMESPACE_LABEL: self.namespace,
+            POD_UID_LABEL: self.uid,
+        }
+
+
+class _Timeline:
+    """A pod's history being laid out: ``t`` ns after its first sandbox, moved by random steps."""
+
+    __slots__ = ("rng", "t")
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.t = 0
+
+    def advance(self, low: int, high: int) -> int:
+        """Move forward by a random ``[low, high)`` ns; returns the new time."""
+        self.t += self.rng.randrange(low, high)
+        return self.t
+
+
+_STARTED_AFTER = 50_000
+"""ns between a container's creation and its start."""
+
+
+def _plan_history(
+    rng: random.Random, shape: PodShape, inits: tuple[str, ...], mains: tuple[str, ...]
+) -> tuple[list[tuple[int, SimSandboxState]], list[_Planned]]:
+    """A pod's sandboxes ``(created, state)`` (index = attempt) and containers, relative times.
+
+    One attempt per sandbox (two for RESTARTED_SANDBOX); each runs its init containers one after
+    the other, then its main containers; only the last attempt of a pod not STOPPED is alive.
+    """
+    sandboxes: list[tuple[int, SimSandboxState]] = []
+    planned: list[_Planned] = []
+    timeline = _Timeline(rng)
+    attempts = 2 if shape is PodShape.RESTARTED_SANDBOX else 1
+    tie_mains = rng.random() < 0.25  # main containers created in the same nanosecond
+    for attempt in range(attempts):
+        last = attempt == attempts - 1
+        alive = last and shape is not PodShape.STOPPED
+        sandboxes.append((timeline.t, SimSandboxState.READY if alive else SimSandboxState.NOTREADY))
+        timeline.advance(1, 3 * _SECOND)
+        for init_name in inits:
+            planned.append(_plan_init(timeline, init_name, attempt))
+        base = timeline.t
+        for position, main in enumerate(mains):
+            state = _main_state(
+                shape, alive, first=position == 0, newest=position == len(mains) - 1
+            )
+            created = base if tie_mains else timeline.t
+            item = _Planned(main, attempt, attempt, state, created)
+            crashes = shape is PodShape.RESTARTED_CONTAINER and position == 0
+            planned += _plan_main(timeline, item, crashes=crashes, completed=last)
+        timeline.advance(_SECOND, 600 * _SECOND)
+    return sandboxes, planned
+
+
+def _plan_init(timeline: _Timeline, name: str, attempt: int) -> _Planned:
+    """An init container that ran to completion."""
+    created = timeline.t
+    finished = timeline.advance(_SECOND, 20 * _SECOND)
+    timeline.advance(1, _SECOND)
+    return _Planned(
+        name,
+        attempt,
+        attempt,
+        SimContainerState.EXITED,
+        created,
+        started=created + _STARTED_AFTER,
+        finished=finished,
+        reason="Completed",
+        init=True,
+    )
+
+
+def _main_state(shape: PodShape, alive: bool, *, first: bool, newest: bool) -> SimContainerState:
+    """A main container's state: the sandbox's fate first, then the shape's one odd container."""
+    if not alive:
+        return SimContainerState.EXITED
+    if shape is PodShape.STARTING and newest:
+        return SimContainerState.CREATED
+    if shape is PodShape.UNKNOWN_CONTAINER and first:
+        return SimContainerState.UNKNOWN
+    return SimContainerState.RUNNING
+
+
+def _plan_main(
+    timeline: _Timeline, item: _Planned, *, crashes: bool, completed: bool
+) -> list[_Planned]:
+    """A main container's times (and, when it ``crashes`` first, the remains of that crash).
+
+    An exited container of the pod's last attempt ``completed`` (exit 0); one of an earlier,
+    dead sandbox was killed (137).
+    """
+    timeline.advance(1, _SECOND)
+    if item.state is not SimContainerState.CREATED:
+        item.started = item.created + _STARTED_AFTER
+    remains: list[_Planned] = []
+    if crashes:
+        # Attempt 0 crashed; attempt 1 (restartCount 1) runs beside its remains.
+        crashed_at = timeline.advance(_SECOND, 30 * _SECOND)
+        crashed = dataclasses.replace(
+            item, state=SimContainerState.EXITED, finished=crashed_at, exit_code=1
+        )
+        crashed.reason = "Error"
+        remains.append(crashed)
+        restarted = timeline.advance(1, _SECOND)
+        item.attempt, item.created, item.started = 1, restarted, restarted + _STARTED_AFTER
+    if item.state is SimContainerState.EXITED:
+        item.finished = timeline.advance(_SECOND, 60 * _SECOND)
+        item.exit_code, item.reason = (0, "Completed") if completed else (137, "Error")
+    return [*remains, item]
+
+
 class Population:
     """A deterministic, churnable set of pods, safe to read and change from any thread.
 
@@ -535,8 +693,29 @@ class Population:
 
         Timestamps are laid out forward from 0 and then shifted so the newest equals ``end``;
         with ``tie_with``, shifted instead so the pod's ``created_at`` (its newest sandbox)
-        equals it, when that keeps every record at or before ``end``.
+        equals it, when that keeps every record at or before ``end``. The random draws happen
+        in a fixed order (identity, then history), so a seed always gives the same pods.
         """
+        identity = self._draw_identity(shape)
+        sandboxes, planned = _plan_history(self._rng, shape, identity.inits, identity.mains)
+        newest_sandbox = max(created for created, _ in sandboxes)
+        newest = max(newest_sandbox, *(max(p.created, p.started, p.finished) for p in planned))
+        shift = end - newest
+        if tie_with:  # only when the tie keeps every record at or before ``end``
+            shift = min(shift, tie_with - newest_sandbox)
+        sandbox_ids = [
+            self._add_sandbox(
+                identity, attempt, created + shift, state, newest=attempt == len(sandboxes) - 1
+            )
+            for attempt, (created, state) in enumerate(sandboxes)
+        ]
+        container_ids = [self._add_container(identity, p, sandbox_ids, shift) for p in planned]
+        pod = _Pod(identity.uid, identity.name, identity.namespace, sandbox_ids, container_ids)
+        self._pods[identity.uid] = pod
+        return pod
+
+    def _draw_identity(self, shape: PodShape) -> _Identity:
+        """A new pod's names, labels and containers, its name unique in its namespace."""
         rng = self._rng
         namespace = rng.choice(self._namespaces)
         app = rng.choice(_APPS)
@@ -547,155 +726,86 @@ class Population:
                 break
         self._names.add((namespace, name))
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
-        pod_labels = {"app": app, "pod-template-hash": template_hash, "tier": rng.choice(_TIERS)}
+        labels = {"app": app, "pod-template-hash": template_hash, "tier": rng.choice(_TIERS)}
         grace = rng.choice(("30", "30", "60", "10"))
         version = f"1.{rng.randrange(10)}"
-        flavour = rng.random()  # how this pod's runtime reports images
-        mains = [app, *rng.sample(_SIDECARS, rng.randint(0, 3))]
+        flavour = rng.random()
+        mains = (app, *rng.sample(_SIDECARS, rng.randint(0, 3)))
         inits = _INITS[: rng.randint(1, 2)] if shape is PodShape.WITH_INIT else ()
         hashes = {c: rng.getrandbits(32) for c in (*inits, *mains)}
+        return _Identity(
+            namespace,
+            name,
+            uid,
+            labels,
+            grace,
+            version,
+            _image_flavour(flavour),
+            mains,
+            inits,
+            hashes,
+        )
 
-        # The pod's history on a relative timeline (ns after its first sandbox).
-        sandboxes: list[tuple[int, SimSandboxState]] = []  # index = attempt
-        planned: list[_Planned] = []
-        t = 0
-        attempts = 2 if shape is PodShape.RESTARTED_SANDBOX else 1
-        tie_mains = rng.random() < 0.25
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            alive = last and shape is not PodShape.STOPPED
-            sandboxes.append((t, SimSandboxState.READY if alive else SimSandboxState.NOTREADY))
-            t += rng.randrange(1, 3 * _SECOND)
-            for init_name in inits:
-                created = t
-                t += rng.randrange(_SECOND, 20 * _SECOND)
-                planned.append(
-                    _Planned(
-                        init_name,
-                        attempt,
-                        attempt,
-                        SimContainerState.EXITED,
-                        created,
-                        started=created + 50_000,
-                        finished=t,
-                        reason="Completed",
-                        init=True,
-                    )
-                )
-                t += rng.randrange(1, _SECOND)
-            base = t
-            for position, main in enumerate(mains):
-                created = base if tie_mains else t
-                t += rng.randrange(1, _SECOND)
-                if not alive:
-                    state = SimContainerState.EXITED
-                elif shape is PodShape.STARTING and position == len(mains) - 1:
-                    state = SimContainerState.CREATED
-                elif shape is PodShape.UNKNOWN_CONTAINER and position == 0:
-                    state = SimContainerState.UNKNOWN
-                else:
-                    state = SimContainerState.RUNNING
-                item = _Planned(main, attempt, attempt, state, created)
-                if state is not SimContainerState.CREATED:
-                    item.started = created + 50_000
-                if shape is PodShape.RESTARTED_CONTAINER and position == 0:
-                    # Attempt 0 crashed; attempt 1 (restartCount 1) runs beside its remains.
-                    t += rng.randrange(_SECOND, 30 * _SECOND)
-                    crashed = dataclasses.replace(
-                        item, state=SimContainerState.EXITED, finished=t, exit_code=1
-                    )
-                    crashed.reason = "Error"
-                    planned.append(crashed)
-                    t += rng.randrange(1, _SECOND)
-                    item.attempt, item.created, item.started = 1, t, t + 50_000
-                if state is SimContainerState.EXITED:
-                    t += rng.randrange(_SECOND, 60 * _SECOND)
-                    # A pod that completed exits 0; containers of a dead sandbox were killed.
-                    item.finished = t
-                    item.exit_code, item.reason = (0, "Completed") if last else (137, "Error")
-                planned.append(item)
-            t += rng.randrange(_SECOND, 600 * _SECOND)
+    def _add_sandbox(
+        self, pod: _Identity, attempt: int, created: int, state: SimSandboxState, *, newest: bool
+    ) -> str:
+        """Store one sandbox of ``pod``; returns its ID."""
+        sid = self._new_id()
+        self._ip_counter += 1
+        seen = datetime.fromtimestamp(created / _SECOND, UTC)
+        # A label added to the pod later (its tier) shows on re-created sandboxes only.
+        labels = pod.labels if newest else {k: v for k, v in pod.labels.items() if k != "tier"}
+        self._sandboxes[sid] = SimSandbox(
+            id=sid,
+            name=pod.name,
+            uid=pod.uid,
+            namespace=pod.namespace,
+            attempt=attempt,
+            state=state,
+            created_at=created,
+            labels=_frozen(labels | pod.kubelet_labels()),
+            annotations=_frozen(
+                {
+                    "kubernetes.io/config.seen": seen.isoformat(timespec="microseconds"),
+                    "kubernetes.io/config.source": "api",
+                }
+            ),
+            ip=f"10.244.{(self._ip_counter >> 8) & 255}.{self._ip_counter & 255}",
+        )
+        return sid
 
-        newest_sandbox = max(created for created, _ in sandboxes)
-        newest = max(newest_sandbox, *(max(p.created, p.started, p.finished) for p in planned))
-        shift = end - newest
-        if tie_with:  # only when the tie keeps every record at or before ``end``
-            shift = min(shift, tie_with - newest_sandbox)
-
-        old_labels = {k: v for k, v in pod_labels.items() if k != "tier"}
-        sandbox_ids: list[str] = []
-        for attempt, (created, sandbox_state) in enumerate(sandboxes):
-            sid = self._new_id()
-            self._ip_counter += 1
-            seen = datetime.fromtimestamp((created + shift) / _SECOND, UTC)
-            self._sandboxes[sid] = SimSandbox(
-                id=sid,
-                name=name,
-                uid=uid,
-                namespace=namespace,
-                attempt=attempt,
-                state=sandbox_state,
-                created_at=created + shift,
-                labels=_frozen(
-                    # A label added to the pod later shows on re-created sandboxes only.
-                    (pod_labels if attempt == len(sandboxes) - 1 else old_labels)
-                    | {POD_NAME_LABEL: name, POD_NAMESPACE_LABEL: namespace, POD_UID_LABEL: uid}
-                ),
-                annotations=_frozen(
-                    {
-                        "kubernetes.io/config.seen": seen.isoformat(timespec="microseconds"),
-                        "kubernetes.io/config.source": "api",
-                    }
-                ),
-                ip=f"10.244.{(self._ip_counter >> 8) & 255}.{self._ip_counter & 255}",
-            )
-            sandbox_ids.append(sid)
-
-        container_ids: list[str] = []
-        for p in planned:
-            image, config_id, manifest_ref = self._image(p.name, version)
-            if flavour < 0.7:  # containerd: image_ref is the config digest, image_id too
-                image_ref, image_id = config_id, config_id
-            elif flavour < 0.9:  # CRI-O: image_ref is the repository digest
-                image_ref, image_id = manifest_ref, config_id
-            else:  # a runtime older than CRI of Kubernetes 1.30: no image_id
-                image_ref, image_id = config_id, ""
-            cid = self._new_id()
-            self._containers[cid] = SimContainer(
-                id=cid,
-                pod_sandbox_id=sandbox_ids[p.sandbox],
-                name=p.name,
-                attempt=p.attempt,
-                state=p.state,
-                created_at=p.created + shift,
-                started_at=p.started + shift if p.started else 0,
-                finished_at=p.finished + shift if p.finished else 0,
-                exit_code=p.exit_code,
-                reason=p.reason,
-                image=image,
-                image_ref=image_ref,
-                image_id=image_id,
-                labels=_frozen(
-                    {
-                        CONTAINER_NAME_LABEL: p.name,
-                        POD_NAME_LABEL: name,
-                        POD_NAMESPACE_LABEL: namespace,
-                        POD_UID_LABEL: uid,
-                    }
-                ),
-                annotations=_frozen(
-                    {
-                        CONTAINER_HASH_ANNOTATION: f"{hashes[p.name]:x}",
-                        RESTART_COUNT_ANNOTATION: str(p.attempt),
-                        TERMINATION_MESSAGE_PATH_ANNOTATION: "/dev/termination-log",
-                        TERMINATION_MESSAGE_POLICY_ANNOTATION: "File",
-                        GRACE_PERIOD_ANNOTATION: grace,
-                    }
-                ),
-                log_path=f"/var/log/pods/{namespace}_{name}_{uid}/{p.name}/{p.attempt}.log",
-                init=p.init,
-            )
-            container_ids.append(cid)
-
-        pod = self._pods[uid] = _Pod(uid, name, namespace, sandbox_ids, container_ids)
-        return pod
+    def _add_container(
+        self, pod: _Identity, p: _Planned, sandbox_ids: list[str], shift: int
+    ) -> str:
+        """Store one planned container of ``pod``, its times moved by ``shift``; returns its ID."""
+        image, config_id, manifest_ref = self._image(p.name, pod.version)
+        image_ref, image_id = pod.image_flavour.ref_and_id(config_id, manifest_ref)
+        cid = self._new_id()
+        self._containers[cid] = SimContainer(
+            id=cid,
+            pod_sandbox_id=sandbox_ids[p.sandbox],
+            name=p.name,
+            attempt=p.attempt,
+            state=p.state,
+            created_at=p.created + shift,
+            started_at=p.started + shift if p.started else 0,
+            finished_at=p.finished + shift if p.finished else 0,
+            exit_code=p.exit_code,
+            reason=p.reason,
+            image=image,
+            image_ref=image_ref,
+            image_id=image_id,
+            labels=_frozen({CONTAINER_NAME_LABEL: p.name, **pod.kubelet_labels()}),
+            annotations=_frozen(
+                {
+                    CONTAINER_HASH_ANNOTATION: f"{pod.hashes[p.name]:x}",
+                    RESTART_COUNT_ANNOTATION: str(p.attempt),
+                    TERMINATION_MESSAGE_PATH_ANNOTATION: "/dev/termination-log",
+                    TERMINATION_MESSAGE_POLICY_ANNOTATION: "File",
+                    GRACE_PERIOD_ANNOTATION: pod.grace,
+                }
+            ),
+            log_path=f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{p.name}/{p.attempt}.log",
+            init=p.init,
+        )
+        return cid

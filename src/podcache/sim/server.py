@@ -334,6 +334,48 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -
     raise AssertionError("unreachable: ServicerContext.abort raises")  # pragma: no cover
 
 
+class _FaultyStream:
+    """One event stream's faults, applied per event in this order: drop, reorder (hold it back
+    behind the next one), delay, duplicate; ``event_cut_after`` ends it with UNAVAILABLE."""
+
+    def __init__(
+        self, faults: Faults, stopping: threading.Event, context: grpc.ServicerContext
+    ) -> None:
+        self._faults = faults
+        self._stopping = stopping
+        self._context = context
+        self._sent = 0
+        self._held: SimEvent | None = None
+
+    def send(self, event: SimEvent) -> Iterator[pb.ContainerEventResponse]:
+        """The responses this event causes (none, one, two, or it and the one held back)."""
+        faults = self._faults
+        if faults.roll_event("drop"):
+            return
+        if self._held is None and faults.roll_event("reorder"):
+            self._held = event
+            return
+        batch = [event] if self._held is None else [event, self._held]
+        self._held = None
+        for item in batch:
+            delay = faults.event_delay
+            if delay > 0 and self._stopping.wait(delay):
+                _abort(self._context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+            for _ in range(2 if faults.roll_event("duplicate") else 1):
+                yield self._counted(item)
+
+    def _counted(self, event: SimEvent) -> pb.ContainerEventResponse:
+        cut_after = self._faults.event_cut_after
+        if cut_after is not None and self._sent >= cut_after:
+            _abort(
+                self._context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"podcache-sim: stream cut after {self._sent} events",
+            )
+        self._sent += 1
+        return event_message(event)
+
+
 class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     """RuntimeService over a population, with faults applied to every unary call.
 
@@ -489,7 +531,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         return handle
 
     # -- RPCs ---------------------------------------------------------------------------------
-    def Version(  # noqa: N802 - the RPC's name
+    def Version(  # noqa: N802 -- the CRI RPC's name, as gRPC dispatches it
         self, request: pb.VersionRequest, context: grpc.ServicerContext
     ) -> pb.VersionResponse:
         """The runtime's name and versions (runtime_name is what ContainerIDs carry)."""
@@ -500,7 +542,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             runtime_api_version=RUNTIME_API_VERSION,
         )
 
-    def Status(  # noqa: N802
+    def Status(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.StatusRequest, context: grpc.ServicerContext
     ) -> pb.StatusResponse:
         """RuntimeReady and NetworkReady, both true."""
@@ -513,21 +555,21 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             )
         )
 
-    def ListPodSandbox(  # noqa: N802
+    def ListPodSandbox(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
         view = self.view()
         return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
 
-    def ListContainers(  # noqa: N802
+    def ListContainers(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
         view = self.view()
         return _memoized(view, "ListContainers", request.filter, view.list_containers)
 
-    def PodSandboxStatus(  # noqa: N802
+    def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
     ) -> pb.PodSandboxStatusResponse:
         """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND."""
@@ -549,7 +591,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             timestamp=time.time_ns(),
         )
 
-    def ContainerStatus(  # noqa: N802
+    def ContainerStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ContainerStatusRequest, context: grpc.ServicerContext
     ) -> pb.ContainerStatusResponse:
         """The container named by an ID or unique prefix; else NOT_FOUND."""
@@ -566,66 +608,49 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             status=container_status_message(view.container_by_id[found])
         )
 
-    def GetContainerEvents(  # noqa: N802
+    def GetContainerEvents(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ContainerEventResponse]:
         """Every later population change, one response per event, until the client leaves.
 
-        The event faults apply here, in this order per event: drop, reorder (hold it back
-        behind the next one), delay, duplicate; ``event_cut_after`` and ``cut()`` end the
-        stream with UNAVAILABLE.
+        The event faults apply on the way out (``_FaultyStream``); ``cut()`` ends the stream
+        with UNAVAILABLE.
         """
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
             self._subscribers.add(inbox)
-        faults = self._faults
-        sent = 0
-        held: SimEvent | None = None
         try:
-            while context.is_active():
-                if self._stopping.is_set():
-                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
-                try:
-                    item = inbox.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                if item is _CUT:
-                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim: stream cut")
-                if item is _END:
-                    continue  # the client left, or the server is stopping: the loop decides
-                if inbox.qsize() > _EVENT_BACKLOG:
-                    _abort(
-                        context,
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
-                    )
-                assert isinstance(item, SimEvent)
-                if faults.roll_event("drop"):
-                    continue
-                if held is None and faults.roll_event("reorder"):
-                    held = item
-                    continue
-                batch = [item] if held is None else [item, held]
-                held = None
-                for event in batch:
-                    delay = faults.event_delay
-                    if delay > 0 and self._stopping.wait(delay):
-                        _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
-                    copies = 2 if faults.roll_event("duplicate") else 1
-                    for _ in range(copies):
-                        cut_after = faults.event_cut_after
-                        if cut_after is not None and sent >= cut_after:
-                            _abort(
-                                context,
-                                grpc.StatusCode.UNAVAILABLE,
-                                f"podcache-sim: stream cut after {sent} events",
-                            )
-                        sent += 1
-                        yield event_message(event)
+            stream = _FaultyStream(self._faults, self._stopping, context)
+            for event in self._received(inbox, context):
+                yield from stream.send(event)
         finally:
             with self._subscribers_lock:
                 self._subscribers.discard(inbox)
+
+    def _received(
+        self, inbox: queue.SimpleQueue[object], context: grpc.ServicerContext
+    ) -> Iterator[SimEvent]:
+        """The events queued for one subscriber, until it leaves, is cut or falls behind."""
+        while context.is_active():
+            if self._stopping.is_set():
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+            try:
+                item = inbox.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is _CUT:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim: stream cut")
+            if item is _END:
+                continue  # the client left, or the server is stopping: the loop decides
+            if inbox.qsize() > _EVENT_BACKLOG:
+                _abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
+                )
+            assert isinstance(item, SimEvent)
+            yield item
 
     def cut(self) -> int:
         """End every open event stream with UNAVAILABLE (events queued before are sent);

@@ -1,4 +1,7 @@
-"""Cache semantics 5 and 8 with real asyncio tasks: sharing, joining, timeouts, cancellation."""
+"""docs/architecture.md §3 rules 5 and 8 with real asyncio tasks.
+
+Sharing, joining, timeouts, cancellation.
+"""
 
 from __future__ import annotations
 

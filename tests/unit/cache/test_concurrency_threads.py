@@ -1,4 +1,7 @@
-"""Cache semantics 5, 7 and 8 with real threads: sharing, joining, lock-free hits, timeouts."""
+"""docs/architecture.md §3 rules 5, 7 and 8 with real threads.
+
+Sharing, joining, lock-free hits, timeouts.
+"""
 
 from __future__ import annotations
 

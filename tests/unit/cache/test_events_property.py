@@ -160,9 +160,10 @@ def fast_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+@pytest.mark.usefixtures("fast_backoff")
 @given(script=steps)
 def test_random_events_through_random_faults_never_leave_the_cache_stale(
-    fast_backoff: None, script: list[tuple[str, object]]
+    script: list[tuple[str, object]],
 ) -> None:
     h = Harness()
     try:

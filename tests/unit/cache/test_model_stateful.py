@@ -1,9 +1,9 @@
 """Hypothesis stateful test: both caches against a small reference model of the Go original.
 
-The model is the kubelet's runtime_cache.go, sequential and mutex-held, plus DESIGN.md's
-explicit rule that a period of 0 always refreshes. Random sequences of get, force, clock
-advances, runtime changes, failures and fetch durations must give the same answers, the same
-errors, the same cache_time and the same number of runtime calls.
+The model is the kubelet's runtime_cache.go, sequential and mutex-held, plus the explicit rule
+that a period of 0 always refreshes (docs/architecture.md §3 rule 1). Random sequences of get,
+force, clock advances, runtime changes, failures and fetch durations must give the same
+answers, the same errors, the same cache_time and the same number of runtime calls.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Cache semantics 1-4, 6 and 9 of DESIGN.md, one behaviour per test, for both drivers.
+"""docs/architecture.md §3 rules 1-4, 6 and 9, one behaviour per test, for both drivers.
 
-Time is a fake clock here; concurrency (points 5, 7, 8) lives in test_concurrency*.py.
+Time is a fake clock here; concurrency (rules 5, 7, 8) lives in test_concurrency*.py.
 """
 
 from __future__ import annotations
@@ -304,3 +304,13 @@ def test_negative_timeout_is_rejected_when_a_wait_would_start(
     with pytest.raises(ValueError, match="timeout"):
         d.force(1e9, timeout=timeout)
     assert d.fake.calls == 0
+
+
+# -- the documented get_pods is the one that runs ---------------------------------------------
+def test_get_pods_is_documented_on_the_class_and_built_per_instance() -> None:
+    assert "refreshes when older" in (RuntimeCache.get_pods.__doc__ or "")
+    cache = RuntimeCache(FakeRuntime(), 1.0)
+    assert cache.get_pods is cache.__dict__["get_pods"]  # the lock-free closure, no wrapper
+    unbuilt = RuntimeCache.__new__(RuntimeCache)
+    with pytest.raises(AttributeError, match=r"RuntimeCache\.get_pods is set by __init__"):
+        unbuilt.get_pods()

@@ -67,19 +67,19 @@ class CannedRuntime(api_pb2_grpc.RuntimeServiceServicer):
             self.released.wait(30)
         return self.version
 
-    def Status(  # noqa: N802
+    def Status(  # noqa: N802 (gRPC's method names)
         self, request: pb.StatusRequest, context: grpc.ServicerContext
     ) -> pb.StatusResponse:
         self._got("Status", request)
         return self.status
 
-    def ListPodSandbox(  # noqa: N802
+    def ListPodSandbox(  # noqa: N802 (gRPC's method names)
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> pb.ListPodSandboxResponse:
         self._got("ListPodSandbox", request)
         return self.sandboxes
 
-    def ListContainers(  # noqa: N802
+    def ListContainers(  # noqa: N802 (gRPC's method names)
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> pb.ListContainersResponse:
         self._got("ListContainers", request)
@@ -92,7 +92,7 @@ class CannedRuntime(api_pb2_grpc.RuntimeServiceServicer):
 class SandboxesOnly(api_pb2_grpc.RuntimeServiceServicer):
     """A gRPC server that implements ListPodSandbox only: Version is UNIMPLEMENTED."""
 
-    def ListPodSandbox(  # noqa: N802
+    def ListPodSandbox(  # noqa: N802 (gRPC's method names)
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> pb.ListPodSandboxResponse:
         return pb.ListPodSandboxResponse()

@@ -10,7 +10,7 @@ from podcache import ContainerEvent, ContainerEventType
 from podcache.cri.eventstream import event_from
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import RuntimeProtocolError
-from podcache.events import MAX_ID_LENGTH
+from podcache.model import MAX_ID_LENGTH
 
 URL = "unix:///run/x.sock"
 CID = "a" * 64

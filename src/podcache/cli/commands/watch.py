@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
 
-from podcache.cli.events import events_option, require_events
 from podcache.cli.options import (
     DURATION,
     OutputOptions,
@@ -21,11 +21,17 @@ from podcache.cli.options import (
     filter_options,
     runtime_options,
 )
+from podcache.defaults import EVENTS_MODES
 
 if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from podcache.cache import RuntimeCache
     from podcache.cli.source import Source
     from podcache.cri import ContainerEventStream, CRIRuntime
-    from podcache.model import PodList
+    from podcache.model import Pod, PodList
 
 __all__ = ["watch_command"]
 
@@ -61,7 +67,16 @@ _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
 )
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
 @click.option("--no-trunc", is_flag=True, help="Show full IDs.")
-@events_option
+@click.option(
+    "--events",
+    type=click.Choice(EVENTS_MODES),
+    default="auto",
+    show_default=True,
+    help=(
+        "Subscribe to the runtime's container events so changes show at once (auto: when it "
+        "has them; on: require them; off: poll by the cache period only)."
+    ),
+)
 @runtime_options
 def watch_command(
     *,
@@ -90,7 +105,7 @@ def watch_command(
     try:
         with open_source(runtime, sim_churn=sim_churn) as source:
             if events == "on":
-                require_events(source.endpoint, source.runtime.timeout)
+                _require_events(source)
             _run(
                 source,
                 events=events != "off",
@@ -104,6 +119,15 @@ def watch_command(
         pass
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _require_events(source: Source) -> None:
+    """``--events on``: a runtime without container events is an error (exit status 1)."""
+    from podcache.cri.support import events_unsupported
+
+    unsupported = events_unsupported(source.endpoint, source.runtime.timeout)
+    if unsupported is not None:
+        raise click.ClickException(f"--events on: {unsupported}")
 
 
 class _Listing:
@@ -130,70 +154,119 @@ def _run(
     where: PodFilter,
     out: OutputOptions,
 ) -> None:
-    from rich.console import Console, Group
     from rich.live import Live
-    from rich.table import Table
-    from rich.text import Text
 
     from podcache.cache import RuntimeCache
-    from podcache.cli.query import select
-    from podcache.cli.render import pods_table, rich_table
     from podcache.cli.terminal import KeyReader
-    from podcache.errors import PodcacheError
 
     cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True, events=events)
-    console = Console(highlight=False)
-    kind = "simulated runtime" if source.simulated else "runtime"
+    screen = _Screen(cache, source, period=period, where=where, out=out)
     # The first read fails the command (exit 1, like every other command); later failures are
     # shown in the footer and retried, over the last pods read.
     pods = cache.get_pods()
-    problem = ""
+    with (
+        cache,
+        KeyReader() as keys,
+        Live(
+            screen.draw(pods, ""),
+            console=screen.console,
+            screen=True,
+            auto_refresh=False,
+            redirect_stderr=False,
+        ) as live,
+    ):
+        while True:
+            read, problem = _read(cache, interval)
+            pods = read if read is not None else pods
+            live.update(screen.draw(pods, problem), refresh=True)
+            typed = keys.wait(interval)
+            if typed and _QUIT_KEYS.intersection(typed):
+                return
 
-    def screen() -> Group:
-        stats = cache.stats()
+
+def _read(cache: RuntimeCache, interval: float) -> tuple[PodList | None, str]:
+    """The cache's pods, waiting at most ``interval``; else None and what to say in red."""
+    from podcache.errors import PodcacheError
+
+    try:
+        return cache.get_pods(timeout=interval), ""
+    except PodcacheError as e:  # before TimeoutError: a runtime deadline is both
+        return None, f"error: {e} (retrying)"
+    except TimeoutError:
+        return None, "refreshing… (the runtime has not answered yet)"
+
+
+class _Screen:
+    """What ``watch`` draws: a header, the pods that fit the terminal, the cache's figures."""
+
+    def __init__(
+        self,
+        cache: RuntimeCache,
+        source: Source,
+        *,
+        period: float,
+        where: PodFilter,
+        out: OutputOptions,
+    ) -> None:
+        from rich.console import Console
+
+        self.console = Console(highlight=False)
+        self._cache = cache
+        kind = "simulated runtime" if source.simulated else "runtime"
+        self._origin = f"{kind} at {source.endpoint}"
+        self._period = period
+        self._where = where
+        self._out = out
+
+    def draw(self, pods: PodList, problem: str) -> Group:
+        """The whole screen for ``pods``, with ``problem`` (if any) on its last line."""
+        from rich.console import Group
+        from rich.text import Text
+
+        from podcache.cli.query import select
+
         header = Text.assemble(
-            ("podcache watch", "bold"),
-            f" · {kind} at {source.endpoint} · {time.strftime('%H:%M:%S')}",
+            ("podcache watch", "bold"), f" · {self._origin} · {time.strftime('%H:%M:%S')}"
         )
-        chosen = select(pods, where)
-        total = len(chosen)
-        room = max(1, console.size.height - _CHROME_LINES)
-        body: Table | Group = rich_table(
-            pods_table(chosen[:room], out, time.time_ns()), console.size.width
+        chosen = select(pods, self._where)
+        return Group(
+            header,
+            Text(""),
+            self._table(chosen),
+            Text(""),
+            self._footer(len(chosen)),
+            Text(problem, style="red"),
         )
-        if total > room:
-            body = Group(body, Text(f"… and {total - room} more", style="dim"))
+
+    def _table(self, chosen: Sequence[Pod]) -> Table | Group:
+        """The table of as many pods as the terminal has room for, and how many did not fit."""
+        from rich.console import Group
+        from rich.text import Text
+
+        from podcache.cli.render import pods_table, rich_table
+
+        room = max(1, self.console.size.height - _CHROME_LINES)
+        table = rich_table(
+            pods_table(chosen[:room], self._out, time.time_ns()), self.console.size.width
+        )
+        if len(chosen) <= room:
+            return table
+        return Group(table, Text(f"… and {len(chosen) - room} more", style="dim"))
+
+    def _footer(self, total: int) -> Text:
+        from rich.text import Text
+
+        stats = self._cache.stats()
         age = "-" if stats.age is None else f"{stats.age:.1f}s"
         latency = (
             "-"
             if stats.last_refresh_duration is None
             else f"{stats.last_refresh_duration * 1e3:.1f} ms"
         )
-        footer = Text(
-            f"{total} pods · cache age {age} (period {period:g}s) · refresh latency {latency} · "
-            f"refreshes {stats.refreshes} · hits {stats.hits} · errors {stats.errors} · "
-            f"events {stats.events_state} ({stats.events_received}) · "
+        return Text(
+            f"{total} pods · cache age {age} (period {self._period:g}s) · refresh latency "
+            f"{latency} · refreshes {stats.refreshes} · hits {stats.hits} · errors "
+            f"{stats.errors} · events {stats.events_state} ({stats.events_received}) · "
             "q or Ctrl-C to quit",
             style="dim",
         )
-        return Group(header, Text(""), body, Text(""), footer, Text(problem, style="red"))
-
-    with (
-        cache,
-        KeyReader() as keys,
-        Live(
-            screen(), console=console, screen=True, auto_refresh=False, redirect_stderr=False
-        ) as live,
-    ):
-        while True:
-            try:
-                pods = cache.get_pods(timeout=interval)
-                problem = ""
-            except PodcacheError as e:  # before TimeoutError: a runtime deadline is both
-                problem = f"error: {e} (retrying)"
-            except TimeoutError:
-                problem = "refreshing… (the runtime has not answered yet)"
-            live.update(screen(), refresh=True)
-            typed = keys.wait(interval)
-            if typed and _QUIT_KEYS.intersection(typed):
-                return
