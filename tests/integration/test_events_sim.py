@@ -60,6 +60,7 @@ def sim() -> Iterator[SimRuntime]:
 def test_stream_carries_the_population_events_exactly(sim: SimRuntime) -> None:
     with CRIRuntime(sim.endpoint) as runtime, runtime.container_events() as stream:
         stream.open()
+        assert stream.connected
         sim.wait_for_event_subscribers(1)
         made = sim.churn_step(2)
         got = [next(stream) for _ in made]
@@ -106,8 +107,10 @@ def test_an_endpoint_with_nothing_there_fails_to_open_at_once(tmp_path: object) 
     endpoint = f"unix://{tmp_path}/none.sock"
     with CRIRuntime(endpoint) as runtime:
         started = time.monotonic()
+        stream = runtime.container_events()
         with pytest.raises(RuntimeUnavailableError) as caught:
-            runtime.container_events().open()
+            stream.open()
+        assert stream.connected is False  # never reached: the cache knocks, not backs off
     assert time.monotonic() - started < 1.0
     assert "none.sock" in str(caught.value)
 
@@ -284,3 +287,33 @@ def test_async_cache_over_the_simulated_runtime_follows_events(sim: SimRuntime) 
                 await asyncio.sleep(0.005)
 
     asyncio.run(run())
+
+
+def test_a_restarted_runtime_is_found_again_at_once_and_counted_once(tmp_path: object) -> None:
+    """The runtime goes away for 3 s (a backoff would have grown to its 2 s cap) and comes
+    back on the same socket: the cache subscribes again within a knock or two (50 ms each)."""
+    path = f"{tmp_path}/rt.sock"
+    clock = FakeClock()
+    first = SimRuntime(5, seed=1, socket=path).start()
+    try:
+        with (
+            CRIRuntime(first.endpoint) as runtime,
+            RuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+        ):
+            cache.get_pods()
+            eventually(lambda: cache.stats().events_state == "subscribed")
+            first.stop()
+            eventually(lambda: cache.stats().events_state == "reconnecting")
+            time.sleep(3.0)
+            with SimRuntime(7, seed=2, socket=path) as second:
+                back = time.monotonic()
+                eventually(lambda: cache.stats().resubscriptions == 1)
+                took = time.monotonic() - back
+                eventually(lambda: not cache.stats().in_flight)
+                with CRIRuntime(second.endpoint) as direct:
+                    assert cache.get_pods() == direct.get_pods()  # the new runtime's pods
+                assert took < 0.5, f"subscribed again {took:.2f} s after the runtime's return"
+                time.sleep(0.2)
+                assert cache.stats().resubscriptions == 1
+    finally:
+        first.stop()

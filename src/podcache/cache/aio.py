@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
-from podcache.cache.events import UNSUPPORTED_RETRY, Signal, Step, Subscription
+from podcache.cache.events import Signal, Step, Subscription, failure
 from podcache.cache.threaded import (
     PodGetter,
     check_getter,
@@ -234,7 +234,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             step = await self._subscribe_once()
             if step is Step.STOP or self._closed:
                 return
-            delay = self._subscription.retry_delay() if step is Step.RETRY else UNSUPPORTED_RETRY
+            delay = self._subscription.delay(step)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
             self._wake.clear()
@@ -262,7 +262,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         except EventsUnsupportedError:
             return self._signal(Signal.UNSUPPORTED)
         except Exception:
-            return Step.STOP if self._closed else self._signal(Signal.FAILED)
+            return Step.STOP if self._closed else self._signal(failure(stream))
         finally:
             self._stream = None
             await self._close_stream(stream)

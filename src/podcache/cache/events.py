@@ -15,7 +15,10 @@ Rules
    ``BACKOFF_FIRST`` doubling up to ``BACKOFF_CAP``, each wait drawn uniformly from its upper
    half. The backoff starts over only after a stream stayed open ``BACKOFF_CAP`` seconds, so a
    runtime that accepts and drops streams at once costs one refresh per backoff step, not a
-   storm. The subscription never gives up.
+   storm. A runtime that is not there at all (nothing listening: the stream reports it was
+   never ``connected``) is knocked on every ``BACKOFF_FIRST`` (jittered) without growing the
+   backoff: a refused connect costs it nothing, and a restarted runtime is found again within
+   about 50 ms of its return. The subscription never gives up.
 3. A runtime without the RPC (UNIMPLEMENTED) leaves the cache polling by its period, as without
    events; that is logged once per cache, and the runtime is asked again after
    ``UNSUPPORTED_RETRY`` seconds, or sooner when a refresh succeeds after one failed (the
@@ -41,6 +44,7 @@ __all__ = [
     "Signal",
     "Step",
     "Subscription",
+    "failure",
 ]
 
 BACKOFF_FIRST = 0.05
@@ -72,7 +76,9 @@ class Signal(enum.Enum):
     OPENED = "opened"
     EVENT = "event"
     FAILED = "failed"
-    """The stream could not be opened, failed, or ended (all the same to the cache)."""
+    """The runtime was reached, but the stream could not be opened, failed, or ended."""
+    UNREACHABLE = "unreachable"
+    """The runtime was not reached at all (no socket, nothing listening)."""
     UNSUPPORTED = "unsupported"
     CLOSE = "close"
 
@@ -83,7 +89,9 @@ class Step(enum.Enum):
     REFRESH = "refresh"
     """Ask for a background refresh, then go on reading the stream."""
     RETRY = "retry"
-    """Wait ``Subscription.retry_delay()`` seconds, then open a new stream."""
+    """Wait ``Subscription.retry_delay()`` seconds (the backoff), then open a new stream."""
+    KNOCK = "knock"
+    """Wait about ``BACKOFF_FIRST`` seconds (the backoff unchanged), then try again."""
     WAIT_SUPPORT = "wait-support"
     """Wait ``UNSUPPORTED_RETRY`` seconds (or until woken), then open a new stream."""
     STOP = "stop"
@@ -93,12 +101,14 @@ class Step(enum.Enum):
 TRANSITIONS: dict[tuple[EventState, Signal], tuple[EventState, Step]] = {
     (EventState.RECONNECTING, Signal.OPENED): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.RECONNECTING, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
+    (EventState.RECONNECTING, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.KNOCK),
     (EventState.RECONNECTING, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
     (EventState.SUBSCRIBED, Signal.EVENT): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.SUBSCRIBED, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
     (EventState.SUBSCRIBED, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
     (EventState.UNSUPPORTED, Signal.OPENED): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.UNSUPPORTED, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
+    (EventState.UNSUPPORTED, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.KNOCK),
     (EventState.UNSUPPORTED, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
 }
 """(state, signal) -> (next state, step). Any state with CLOSE, and OFF with anything, stops."""
@@ -112,6 +122,12 @@ class EventCounters:
     received: int
     refreshes: int
     resubscriptions: int
+
+
+def failure(stream: object) -> Signal:
+    """How a stream failed: UNREACHABLE when it says it never reached the runtime (its
+    ``connected`` is False), else FAILED (also for streams that do not say)."""
+    return Signal.UNREACHABLE if getattr(stream, "connected", True) is False else Signal.FAILED
 
 
 class Subscription:
@@ -153,7 +169,7 @@ class Subscription:
             self._opened()
         elif signal is Signal.EVENT:
             self.received += 1
-        elif signal is Signal.FAILED:
+        elif signal in (Signal.FAILED, Signal.UNREACHABLE):
             self._failed(before)
         elif signal is Signal.UNSUPPORTED:
             self._unsupported()
@@ -192,6 +208,14 @@ class Subscription:
         ceiling = self._backoff
         self._backoff = min(self._backoff * 2, BACKOFF_CAP)
         return self._rng.uniform(ceiling / 2, ceiling)
+
+    def delay(self, step: Step) -> float:
+        """Seconds to wait before the next attempt, for a RETRY, KNOCK or WAIT_SUPPORT step."""
+        if step is Step.RETRY:
+            return self.retry_delay()
+        if step is Step.KNOCK:
+            return self._rng.uniform(BACKOFF_FIRST / 2, BACKOFF_FIRST)
+        return UNSUPPORTED_RETRY
 
     def counted_refresh(self, scheduled: bool) -> None:
         """A refresh asked for by the subscription: count it when it added one."""

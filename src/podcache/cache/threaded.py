@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
-from podcache.cache.events import UNSUPPORTED_RETRY, Signal, Step, Subscription
+from podcache.cache.events import Signal, Step, Subscription, failure
 from podcache.errors import EventsUnsupportedError
 from podcache.model import ContainerEvent, PodList
 
@@ -358,9 +358,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             if step is Step.STOP or self._closing.is_set():
                 return
             with self._lock:
-                delay = (
-                    self._subscription.retry_delay() if step is Step.RETRY else UNSUPPORTED_RETRY
-                )
+                delay = self._subscription.delay(step)
             self._wake.wait(delay)
             self._wake.clear()
 
@@ -385,7 +383,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         except Exception:
             if self._closing.is_set():
                 return Step.STOP
-            return self._signal(Signal.FAILED)
+            return self._signal(failure(stream))
         finally:
             with self._lock:
                 self._stream = None

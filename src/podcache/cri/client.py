@@ -489,6 +489,7 @@ _METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
 
 
 _EVENTS_METHOD = "GetContainerEvents"
+_NOT_CONNECTED = "no connection for GetContainerEvents within {:g} s"
 
 
 def _events_error(endpoint: Endpoint, line_retired: bool, error: grpc.RpcError) -> CRIError:
@@ -757,7 +758,7 @@ class CRIRuntime(_Base):
             self._check_open()
             line = self._line
             if line.state(False) != _CORE_READY:
-                line = self._usable(line)
+                line = self._connected(self._usable(line))
             holder.append(line)
             return line.events(pb.GetEventsRequest(), wait_for_ready=False)
 
@@ -765,6 +766,17 @@ class CRIRuntime(_Base):
             return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
 
         return ContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
+
+    def _connected(self, line: _Line) -> _Line:
+        """``line`` once READY (a stream must not be taken for open while it is connecting);
+        ``RuntimeUnavailableError`` when it fails to connect or takes longer than the timeout."""
+        deadline = time.monotonic() + self._timeout
+        while (state := line.state(True)) != _CORE_READY:
+            if state == _CORE_BACKING_OFF or time.monotonic() > deadline:
+                problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
+                raise self._unreachable_error(problem or _NOT_CONNECTED.format(self._timeout))
+            time.sleep(0.002)
+        return line
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
@@ -902,7 +914,7 @@ class AsyncCRIRuntime(_Base):
         async def start() -> Any:
             line = self._current()
             if line.channel.get_state() is not _READY:
-                line = await self._usable(line)
+                line = await self._connected(await self._usable(line))
             holder.append(line)
             return line.events(pb.GetEventsRequest(), wait_for_ready=False)
 
@@ -910,6 +922,17 @@ class AsyncCRIRuntime(_Base):
             return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
 
         return AsyncContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
+
+    async def _connected(self, line: _AsyncLine) -> _AsyncLine:
+        """``CRIRuntime._connected`` for the event loop."""
+        deadline = time.monotonic() + self._timeout
+        while (state := line.channel.get_state(try_to_connect=True)) is not _READY:
+            if state is _BACKING_OFF or time.monotonic() > deadline:
+                problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
+                raise self._unreachable_error(problem or _NOT_CONNECTED.format(self._timeout))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(line.channel.wait_for_state_change(state), 0.05)
+        return line
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""

@@ -6,10 +6,12 @@ means, this module turns the call into checked ``ContainerEvent`` values.
 
 Rules:
 
-- A stream is *open* once its call has stayed alive for ``CONFIRM_SECONDS`` (or sent an event):
-  gRPC acknowledges nothing, and containerd sends nothing until the first change, so this is
-  the only sign that the runtime took the subscription. A call that fails within that time
-  fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at once).
+- A stream is *open* once its call, made on a connected (READY) channel, has stayed alive for
+  ``CONFIRM_SECONDS``: gRPC acknowledges nothing, and containerd sends nothing until the first
+  change, so this is the only sign that the runtime took the subscription. A call that fails
+  within that time fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at
+  once). ``connected`` tells a failure to reach the runtime at all (False: nothing listening,
+  no connection) from a failure of a runtime that was reached (True).
 - Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
   iteration; one that fails raises the runtime's error class naming the endpoint; one that
   was ``close()``d stops the iteration.
@@ -124,6 +126,8 @@ class ContainerEventStream:
         self._call: Any = None
         self._lock = threading.Lock()
         self._closed = False
+        self.connected = False
+        """Whether the call was made on a connected channel (the runtime was reached)."""
 
     @property
     def endpoint(self) -> str:
@@ -135,6 +139,7 @@ class ContainerEventStream:
         if self._call is not None:
             return
         call = self._start()
+        self.connected = True
         with self._lock:
             if self._closed:
                 call.cancel()
@@ -199,6 +204,8 @@ class AsyncContainerEventStream:
         self._confirm = confirm
         self._call: Any = None
         self._closed = False
+        self.connected = False
+        """Whether the call was made on a connected channel (the runtime was reached)."""
 
     @property
     def endpoint(self) -> str:
@@ -210,6 +217,7 @@ class AsyncContainerEventStream:
         if self._call is not None:
             return
         call = await self._start()
+        self.connected = True
         if self._closed:
             call.cancel()
             return

@@ -33,6 +33,7 @@ from podcache.cache.events import (
     Signal,
     Step,
     Subscription,
+    failure,
 )
 from podcache.errors import RuntimeUnavailableError
 from tests.unit.cache.drivers import FakeClock, make_pod
@@ -66,10 +67,12 @@ def subscribed_cache(fake: FakeRuntime, period: float = 60.0, **kw: object) -> R
 def test_table_covers_every_live_state_and_signal() -> None:
     live = [s for s in EventState if s is not EventState.OFF]
     signals = [s for s in Signal if s is not Signal.CLOSE]
-    impossible = {  # events come only on an open stream; a stream opens only when none is
+    impossible = {  # events come only on an open stream; a stream opens only when none is;
+        # an open stream had reached the runtime
         (EventState.RECONNECTING, Signal.EVENT),
         (EventState.UNSUPPORTED, Signal.EVENT),
         (EventState.SUBSCRIBED, Signal.OPENED),
+        (EventState.SUBSCRIBED, Signal.UNREACHABLE),
     }
     every = {(state, signal) for state in live for signal in signals}
     assert set(TRANSITIONS) == every - impossible
@@ -111,6 +114,30 @@ def test_backoff_starts_over_only_after_a_healthy_stream() -> None:
     clock.advance(BACKOFF_CAP)
     sub.on(Signal.FAILED)
     assert sub.retry_delay() <= BACKOFF_FIRST
+
+
+def test_an_unreachable_runtime_is_knocked_on_at_the_floor_without_growing_the_backoff() -> None:
+    sub = Subscription("x", FakeClock(), rng=random.Random(3))
+    sub.on(Signal.OPENED)
+    sub.on(Signal.FAILED)
+    assert sub.delay(Step.RETRY) <= BACKOFF_FIRST  # 25..50 ms, and the backoff grows
+    for _ in range(50):  # a long outage: nothing listening
+        step = sub.on(Signal.UNREACHABLE)
+        assert step is Step.KNOCK and sub.state is EventState.RECONNECTING
+        assert BACKOFF_FIRST / 2 <= sub.delay(step) <= BACKOFF_FIRST
+    assert BACKOFF_FIRST <= sub.delay(Step.RETRY) <= 2 * BACKOFF_FIRST  # not grown by knocks
+    assert sub.delay(Step.WAIT_SUPPORT) == 300.0
+
+
+def test_failure_says_unreachable_only_for_a_stream_that_never_connected() -> None:
+    class Stream:
+        def __init__(self, connected: bool) -> None:
+            self.connected = connected
+
+    assert failure(Stream(False)) is Signal.UNREACHABLE
+    assert failure(Stream(True)) is Signal.FAILED
+    assert failure(object()) is Signal.FAILED  # streams that do not say
+    assert failure(None) is Signal.FAILED
 
 
 def test_resubscriptions_count_successes_after_the_first_not_attempts() -> None:
