@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
-from podcache.cache.events import Signal, Step, Subscription, failure
+from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.threaded import (
     PodGetter,
     check_getter,
@@ -261,8 +261,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             return Step.STOP if self._closed else self._signal(Signal.FAILED)
         except EventsUnsupportedError:
             return self._signal(Signal.UNSUPPORTED)
-        except Exception:
-            return Step.STOP if self._closed else self._signal(failure(stream))
+        except Exception as exc:
+            if self._closed:
+                return Step.STOP
+            log.debug("container event stream failed: %s", exc)
+            return self._signal(failure(stream))
         finally:
             self._stream = None
             await self._close_stream(stream)

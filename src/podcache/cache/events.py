@@ -24,7 +24,10 @@ Rules
    ``UNSUPPORTED_RETRY`` seconds, or sooner when a refresh succeeds after one failed (the
    runtime was restarted, perhaps upgraded).
 4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
-   is one resubscription, however many attempts the outage took.
+   is one resubscription, however many attempts the outage took. A stream lost within
+   ``BACKOFF_CAP`` seconds of a resubscription belongs to the same outage (containerd may end
+   the first stream it takes while it is still recovering), so the subscription after it is
+   not counted again.
 """
 
 from __future__ import annotations
@@ -154,6 +157,8 @@ class Subscription:
         self._rng = rng if rng is not None else random.Random()
         self._backoff = BACKOFF_FIRST
         self._opened_at: float | None = None
+        self._resubscribed = False  # the open stream is a resubscription
+        self._same_outage = False  # the next subscription ends the outage already counted
         self._logged_unsupported = False
         self._refresh_failed = False
 
@@ -176,18 +181,25 @@ class Subscription:
         return step
 
     def _opened(self) -> None:
-        if self.subscriptions:
+        counted = self.subscriptions > 0 and not self._same_outage
+        if counted:
             self.resubscriptions += 1
+        self._resubscribed = self.subscriptions > 0
+        self._same_outage = False
         self.subscriptions += 1
         self._opened_at = self._clock()
         if self._logged_unsupported:
+            self._logged_unsupported = False
             log.info("runtime at %s now streams container events", self.endpoint)
 
     def _failed(self, before: EventState) -> None:
         opened_at, self._opened_at = self._opened_at, None
-        healthy = opened_at is not None and self._clock() - opened_at >= BACKOFF_CAP
-        if before is EventState.SUBSCRIBED and healthy:
+        if before is not EventState.SUBSCRIBED or opened_at is None:
+            return
+        healthy = self._clock() - opened_at >= BACKOFF_CAP
+        if healthy:
             self._backoff = BACKOFF_FIRST  # it was a healthy stream: start over
+        self._same_outage = self._resubscribed and not healthy
 
     def _unsupported(self) -> None:
         self._opened_at = None

@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
-from podcache.cache.events import Signal, Step, Subscription, failure
+from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.errors import EventsUnsupportedError
 from podcache.model import ContainerEvent, PodList
 
@@ -377,12 +377,14 @@ class RuntimeCache(CoreReadings[threading.Event]):
                 step = self._signal(Signal.EVENT)
                 if step is Step.STOP:
                     return step
+            log.debug("container event stream ended")
             return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED)
         except EventsUnsupportedError:
             return self._signal(Signal.UNSUPPORTED)
-        except Exception:
+        except Exception as exc:
             if self._closing.is_set():
                 return Step.STOP
+            log.debug("container event stream failed: %s", exc)
             return self._signal(failure(stream))
         finally:
             with self._lock:

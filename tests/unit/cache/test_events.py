@@ -149,6 +149,24 @@ def test_resubscriptions_count_successes_after_the_first_not_attempts() -> None:
     assert (sub.subscriptions, sub.resubscriptions) == (2, 1)
 
 
+def test_a_young_resubscription_lost_again_is_the_same_outage() -> None:
+    clock = FakeClock()
+    sub = Subscription("x", clock)
+    sub.on(Signal.OPENED)  # the first subscription
+    sub.on(Signal.FAILED)  # lost (young or not: the first one's loss is an outage)
+    sub.on(Signal.OPENED)
+    assert sub.resubscriptions == 1
+    clock.advance(BACKOFF_CAP - 0.5)
+    sub.on(Signal.FAILED)  # the runtime drops the stream it just took (still recovering)
+    sub.on(Signal.UNREACHABLE)
+    sub.on(Signal.OPENED)
+    assert sub.resubscriptions == 1  # one restart, counted once
+    clock.advance(BACKOFF_CAP)
+    sub.on(Signal.FAILED)  # a healthy stream lost: a new outage
+    sub.on(Signal.OPENED)
+    assert (sub.resubscriptions, sub.subscriptions) == (2, 4)
+
+
 def test_unsupported_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     sub = Subscription("unix:///x.sock", FakeClock())
     with caplog.at_level(logging.INFO, "podcache.cache"):
