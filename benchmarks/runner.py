@@ -1,6 +1,6 @@
 """The benchmark runner behind ``benchmarks/run``: runs every benchmark, then writes the report.
 
-    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,serve,events]
+    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,pids,serve,events]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -170,6 +170,14 @@ BENCHMARKS = (
         "calls_saved",
         "CRI calls saved",
         "bench_calls_saved.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (90, 300),
+    ),
+    Benchmark(
+        "pids",
+        "PID to pod",
+        "bench_pids.py",
         lambda quick: ["--json", *(["--quick"] if quick else [])],
         _json,
         (90, 300),

@@ -234,3 +234,9 @@ def test_citations_are_read_as_written(text: str, section: int, rules: set[int])
     assert match is not None
     assert int(match[1]) == section
     assert (rule_numbers(match[2]) if match[2] else set()) == rules
+
+
+def test_the_readme_links_the_document() -> None:
+    readme = (ROOT / "README.md").read_text()
+    development = readme[readme.index("## Development") :]
+    assert "](docs/architecture.md)" in development

@@ -21,6 +21,7 @@ from podcache.model import (
     Pod,
     PodList,
 )
+from podcache.procs import PodProcess, container_of_pid
 
 __all__ = [
     "AmbiguousContainerIDError",
@@ -40,11 +41,13 @@ __all__ = [
     "Pod",
     "PodGetter",
     "PodList",
+    "PodProcess",
     "PodcacheError",
     "RuntimeCache",
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
     "RuntimeUnavailableError",
+    "container_of_pid",
 ]
 
 __version__ = "0.1.0"

@@ -17,7 +17,7 @@ from podcache.cri import CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import Runner, newest_sandbox_id, parse
 
-COMMANDS = ["pods", "ps", "inspect", "watch", "version", "completion", "sim", "serve"]
+COMMANDS = ["pods", "ps", "inspect", "watch", "which", "version", "completion", "sim", "serve"]
 
 
 def test_help_lists_every_command(run: Runner) -> None:

@@ -63,8 +63,9 @@ class Terminal:
             f"{exports}"
             f"{shlex.join(command)}\n"
             f'echo "exit=$?" > {self.workdir}/rc.tmp\n'
-            f"mv {self.workdir}/rc.tmp {self.workdir}/rc\n"
+            # The terminal settings are recorded before rc appears: a test reads both once it does.
             f"stty -a > {self.workdir}/stty.txt\n"
+            f"mv {self.workdir}/rc.tmp {self.workdir}/rc\n"
             'echo "the command has ended"\n'
             "sleep 60\n"
         )

@@ -294,6 +294,25 @@ def test_cri_o_socket_is_the_commented_alternative() -> None:
     assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_ON_HOST)}\s*$", text, re.MULTILINE)
 
 
+# -- the host's /proc (/pids/{pid}) -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_the_hosts_proc_is_mounted_read_only_and_passed_with_proc_root(name: str) -> None:
+    assert volume(name, "host-proc")["hostPath"] == {"path": "/proc", "type": "Directory"}
+    mount = mount_of(container(name), "host-proc")
+    assert mount["readOnly"] is True
+    assert mount.get("mountPropagation", "None") == "None"
+    assert mount["mountPath"] not in ("/proc", "/")  # never over the container's own /proc
+    assert flags(container(name))["--proc-root"] == mount["mountPath"]
+    # Seeing the node's processes costs neither the host PID namespace nor a capability.
+    assert not pod_spec(name).get("hostPID")
+    assert container(name)["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for other in all_containers(name):
+        if other is not container(name):
+            assert "host-proc" not in [m["name"] for m in other.get("volumeMounts", [])]
+
+
 # -- the unix socket (base) ----------------------------------------------------------------
 
 

@@ -339,6 +339,7 @@ def test_healthz_readyz_metrics_openapi(served: ServedFixture) -> None:
         "/pods/{uid}",
         "/namespaces/{namespace}/pods/{name}",
         "/containers/{id}",
+        "/pids/{pid}",
         "/healthz",
         "/readyz",
         "/metrics",

@@ -27,6 +27,7 @@ from podcache.cache.threaded import (
 )
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
+from podcache.procs import PodProcess, alookup_pod
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 
@@ -132,6 +133,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         await self._wait(refresh, timeout)
         if refresh.error is not None:
             raise refresh.error
+
+    async def pod_of_pid(
+        self, pid: int, *, proc_root: str = "/proc", timeout: float | None = None
+    ) -> PodProcess | None:
+        """The twin of ``RuntimeCache.pod_of_pid``."""
+        found = await alookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout)
+        return found.process
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""

@@ -20,6 +20,7 @@ from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.errors import EventsUnsupportedError
 from podcache.model import ContainerEvent, PodList
+from podcache.procs import PodProcess, lookup_pod
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
 
@@ -242,6 +243,20 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._await(refresh, start, timeout)
             if refresh.error is not None:
                 raise refresh.error
+
+    def pod_of_pid(
+        self, pid: int, *, proc_root: str = "/proc", timeout: float | None = None
+    ) -> PodProcess | None:
+        """The pod and container of process ``pid`` (``podcache.procs``), None when it is in no
+        container the runtime lists; ProcessLookupError when there is no such process.
+
+        When the container is not in the snapshot and the snapshot predates the process, the
+        cache refreshes (at most once) and looks again. The process's start goes onto the
+        cache's clock as ``clock() - age``, the age measured since boot (``/proc/<pid>/stat``
+        against ``<proc_root>/uptime``, CLOCK_BOOTTIME): exact for the default
+        ``time.monotonic`` (but for suspend); a custom clock is taken to count real seconds.
+        """
+        return lookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout).process
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""

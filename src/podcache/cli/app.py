@@ -17,6 +17,7 @@ from podcache.cli.commands.pods import pods_command
 from podcache.cli.commands.ps import ps_command
 from podcache.cli.commands.version import version_command
 from podcache.cli.commands.watch import watch_command
+from podcache.cli.commands.which import which_command
 from podcache.cli.exits import CLIError
 from podcache.cli.options import RuntimeSettings, group_runtime_options
 
@@ -124,6 +125,7 @@ for _command in (
     ps_command,
     inspect_command,
     watch_command,
+    which_command,
     version_command,
     completion_command,
 ):

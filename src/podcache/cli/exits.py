@@ -7,7 +7,8 @@
       silently, output to a pipe whose reader has gone, as click does)
 2     usage error: a bad option, value or argument on the command line (click's), including an
       ID prefix shorter than 4 characters and an ambiguous ID prefix (the candidates are listed)
-3     not found: ``inspect`` (or ``ps --pod``) names nothing the runtime has
+3     not found: ``inspect`` (or ``ps --pod``) names nothing the runtime has; ``which``: a PID
+      in no container or pod the runtime lists
 130   interrupted by Ctrl-C (outside ``watch``)
 ====  ===========================================================================================
 """

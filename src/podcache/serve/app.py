@@ -25,6 +25,7 @@ from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.cache.threaded import offers_events
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
+from podcache.procs import LookupResult, ProcFormatError, alookup_pod
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -42,6 +43,7 @@ from podcache.serve.query import (
     etag_matches,
     parse_bool,
     parse_newer_than,
+    parse_pid,
     parse_query,
 )
 from podcache.serve.response import JSON, HTTPError, Response
@@ -64,6 +66,11 @@ _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
+
+_PID_MISSES = {
+    "not_in_container": "is in no container (its cgroup names none)",
+    "unknown": "is in a container or pod the runtime does not list",
+}
 
 Handler = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[Response]]
 
@@ -92,6 +99,7 @@ class App:
     ``auth``: require ``Authorization: Bearer`` on every route but /healthz. ``wait``: how
     long a request waits for the cache. ``clock`` is the cache's (monotonic) clock and
     ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other per request.
+    ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
     """
 
     def __init__(
@@ -103,8 +111,10 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        proc_root: str = "/proc",
         events: bool = False,
     ) -> None:
+        self._proc_root = proc_root
         self._clock = clock
         self._wall = wall
         self._auth = auth
@@ -210,6 +220,8 @@ class App:
             ident = path[12:]
             if ident:
                 return "/containers/{id}", self._container, (ident,)
+        elif path.startswith("/pids/"):
+            return "/pids/{pid}", self._pid, (path[6:],)
         elif path.startswith("/namespaces/"):
             parts = path[12:].split("/")
             if len(parts) == 3 and parts[1] == "pods" and parts[0] and parts[2]:
@@ -384,6 +396,48 @@ class App:
             view.memo(("container", ident), lambda: view.container_head(pod, container)),
             headers,
         )
+
+    async def _pid(
+        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
+    ) -> Response:
+        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+        pid = parse_pid(args[0])
+        await self._snapshot(query, headers)  # read-your-writes first, as on every route
+        result = await self._lookup_pid(pid)
+        pods = result.pods
+        if pods is None:  # the process's cgroup names nothing: the runtime was not asked
+            raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}")
+        view = self._views.get(pods, lambda: self._stamp(pods))
+        found = result.process
+        if found is None:
+            response = self._not_found(
+                view, headers, f"process {pid} {_PID_MISSES[result.outcome]}"
+            )
+        else:
+            head = view.process_head(pid, found.pod, found.container)
+            response = self._snapshot_response(view, head, headers, etag=False)
+        response.replay = None  # the same PID names another process later: never replayed
+        return response
+
+    async def _lookup_pid(self, pid: int) -> LookupResult:
+        """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
+        try:
+            result = await alookup_pod(
+                self.cache, self._clock, pid, proc_root=self._proc_root, timeout=self._wait
+            )
+        except ProcessLookupError:
+            self.metrics.count_pid_lookup("no_process", False)
+            raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+        except (PodcacheError, TimeoutError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(
+                503, str(exc) or "the container runtime did not answer", headers=_RETRY
+            ) from exc
+        except (ProcFormatError, OSError) as exc:
+            self.metrics.count_pid_lookup("error", False)
+            raise HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY) from exc
+        self.metrics.count_pid_lookup(result.outcome, result.refreshed)
+        return result
 
     def _not_found(self, view: SnapshotView, headers: dict[str, str], message: str) -> Response:
         return self._snapshot_response(view, view.not_found_head(404, message), headers, 404)

@@ -47,9 +47,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /healthz, /readyz, /metrics, "
-        "/openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) unless "
-        "--token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
+        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
+        "unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -113,6 +113,14 @@ def _say(message: str) -> None:
         "has them; on: require them; off: poll by the cache period only)."
     ),
 )
+@click.option(
+    "--proc-root",
+    type=click.Path(file_okay=False),
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -126,6 +134,7 @@ def serve_command(
     token_file: str | None,
     timeout: float,
     events: str,
+    proc_root: str,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -163,6 +172,7 @@ def serve_command(
         auth=auth,
         timeout=timeout,
         events=events,
+        proc_root=proc_root,
     )
 
 
@@ -211,6 +221,7 @@ def _run(
     auth: object,
     timeout: float,
     events: str = "auto",
+    proc_root: str = "/proc",
 ) -> None:
     from podcache.serve.app import App
     from podcache.serve.auth import BearerAuth
@@ -226,7 +237,14 @@ def _run(
         wait = 2 * timeout + 1.0
 
         def make_app() -> App:
-            return App(runtime, cache_period, auth=auth, wait=wait, events=events != "off")
+            return App(
+                runtime,
+                cache_period,
+                auth=auth,
+                wait=wait,
+                proc_root=proc_root,
+                events=events != "off",
+            )
 
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"

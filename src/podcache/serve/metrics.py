@@ -36,6 +36,12 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests: dict[tuple[str, int], int] = {}
         """Requests answered, by (route, status code); the application increments it."""
+        self.pid_lookups: dict[str, int] = {}
+        """``/pids/{pid}`` lookups by outcome (``podcache.procs.PodLookup.OUTCOMES``, and
+        ``error`` when the runtime failed)."""
+        self.pid_lookup_refreshes = 0
+        """Lookups that needed a snapshot newer than their process (each waited for a refresh;
+        lookups at the same moment share one)."""
         self._refresh_duration = Histogram(
             "podcache_refresh_duration_seconds",
             "Duration of runtime calls made to refresh the cache (successful or not).",
@@ -53,6 +59,12 @@ class Metrics:
         key = (route, status)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
+
+    def count_pid_lookup(self, outcome: str, refreshed: bool) -> None:
+        """Record one ``/pids/{pid}`` lookup."""
+        self.pid_lookups[outcome] = self.pid_lookups.get(outcome, 0) + 1
+        if refreshed:
+            self.pid_lookup_refreshes += 1
 
     def render(self) -> bytes:
         """The text exposition of every metric."""
@@ -131,3 +143,18 @@ class _Collector(Collector):
         for (route, status), count in sorted(self._metrics.requests.items()):
             requests.add_metric([route, str(status)], count)
         yield requests
+        lookups = CounterMetricFamily(
+            "podcache_pid_lookups",
+            "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "
+            "no_process, error.",
+            labels=["outcome"],
+        )
+        for outcome, count in sorted(self._metrics.pid_lookups.items()):
+            lookups.add_metric([outcome], count)
+        yield lookups
+        yield CounterMetricFamily(
+            "podcache_pid_lookup_refreshes",
+            "PID lookups that waited for a refresh because their process was newer than the "
+            "snapshot (lookups at the same moment share one refresh).",
+            value=self._metrics.pid_lookup_refreshes,
+        )

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from podcache.model import ContainerState
+from podcache.procs import PID_MAX
 from podcache.serve.query import (
     BOOLEANS,
     CONTAINER_ID_PATTERN,
@@ -103,6 +104,15 @@ def _schemas() -> dict[str, Any]:
         ),
         "PodResponse": _envelope(pod=_ref("Pod")),
         "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
+        "ProcessResponse": _envelope(
+            pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
+            pod=_ref("Pod"),
+            container={
+                "oneOf": [_ref("Container"), {"type": "null"}],
+                "description": "The container or sandbox the process runs in; null when its "
+                "cgroup names the pod but no container (e.g. CRI-O's conmon).",
+            },
+        ),
         "Ready": _envelope(status={"type": "string", "enum": ["ready"]}),
         "Health": {
             "type": "object",
@@ -351,9 +361,37 @@ def _service_paths(auth: bool) -> dict[str, Any]:
     }
 
 
+def _process_paths(auth: bool) -> dict[str, Any]:
+    """The route that maps a node process to its pod (reads /proc, then the snapshot)."""
+    return {
+        "/pids/{pid}": _operation(
+            "The pod and container of a process on this node, by PID (read from the host's "
+            "/proc: the process's cgroup names its container; PID reuse is detected).",
+            _json("ProcessResponse", "The process's pod and container."),
+            parameters=[
+                {
+                    "name": "pid",
+                    "in": "path",
+                    "required": True,
+                    "description": "A process ID as the node (the host PID namespace) sees it, "
+                    "in decimal without a sign or leading zeros.",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": PID_MAX},
+                },
+                *_FRESHNESS[:3],
+            ],
+            extra={
+                "404": "No such process, a process in no container, or one in a container or "
+                "pod the runtime does not list (after one refresh if the process is newer than "
+                "the snapshot).",
+            },
+            auth=auth,
+        ),
+    }
+
+
 def document(*, auth: bool, version: str) -> dict[str, Any]:
     """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
-    paths = {**_snapshot_paths(auth), **_service_paths(auth)}
+    paths = {**_snapshot_paths(auth), **_process_paths(auth), **_service_paths(auth)}
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {

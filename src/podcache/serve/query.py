@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus
 
+from podcache.procs import PID_MAX
 from podcache.serve.response import HTTPError
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_PATH",
     "MAX_QUERY",
     "NAME_PATTERN",
+    "PID_PATTERN",
     "POD_NAME_PATTERN",
     "LabelSelector",
     "Query",
@@ -35,6 +37,7 @@ __all__ = [
     "etag_matches",
     "parse_bool",
     "parse_newer_than",
+    "parse_pid",
     "parse_query",
 ]
 
@@ -73,6 +76,9 @@ both parts non-empty. (An exact ID shorter than 4 characters is found too.)"""
 POD_NAME_PATTERN = r"^[^_/\x00-\x1f\x7f\ufffd]+$"
 """Pod names and namespaces in paths: also no ``_`` (it would make ``name_namespace``
 ambiguous) and no ``/``."""
+
+PID_PATTERN = r"^[1-9][0-9]{0,6}$"
+"""``/pids/{pid}``: a process ID in decimal, no sign, no leading zero (at most ``PID_MAX``)."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ufffd]")
 _LABEL_SELECTOR = re.compile(LABEL_SELECTOR_PATTERN)
@@ -157,6 +163,16 @@ def parse_newer_than(text: str, where: str) -> float:
             400, f"{where} must be unix seconds from 0 to {MAX_NEWER_THAN:.0e}, got {text[:64]!r}"
         )
     return value
+
+
+_PID = re.compile(PID_PATTERN)
+
+
+def parse_pid(text: str) -> int:
+    """A process ID from a path: decimal digits, 1 to ``PID_MAX``; 400 otherwise."""
+    if not _PID.fullmatch(text) or int(text) > PID_MAX:
+        raise HTTPError(400, f"a PID is a number from 1 to {PID_MAX}, got {text[:24]!r}")
+    return int(text)
 
 
 BOOLEANS = {"1": True, "true": True, "0": False, "false": False}

@@ -101,6 +101,16 @@ class SnapshotView:
         }
         return self._head(_encode(document)[:-1])
 
+    def process_head(self, pid: int, pod: Pod, container: Container | None) -> bytes:
+        """``{"pid": N, "pod": {...}, "container": {...} or null`` for a process in this
+        snapshot's pod (``container`` None: the process is in the pod but in no container)."""
+        document: dict[str, Any] = {
+            "pid": pid,
+            "pod": pod_to_json(pod),
+            "container": None if container is None else container_to_json(container),
+        }
+        return self._head(_encode(document)[:-1])
+
     def not_found_head(self, status: int, message: str) -> bytes:
         """An error body answered from this snapshot: it says how old the snapshot is too."""
         return self._head(_encode({"error": message, "status": status})[:-1])

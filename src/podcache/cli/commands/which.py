@@ -1,0 +1,122 @@
+"""``podcache which PID...``: the container and pod of each process, read from ``/proc`` and
+matched against the runtime's pods through a ``RuntimeCache`` (``pod_of_pid``); the command
+and its table only (the rules are in ``podcache.procs``)."""
+
+# ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from podcache.cli.options import OutputOptions, RuntimeSettings, output_options, runtime_options
+
+__all__ = ["ONE_SHOT_PERIOD", "which_command"]
+
+PID_MAX = 4_194_304  # podcache.procs.PID_MAX, repeated so that --help imports nothing more
+ONE_SHOT_PERIOD = 3600.0
+"""The command's cache period: one listing serves every PID (a PID newer than it refreshes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    """One PID's answer: the process found (``podcache.procs.PodProcess``) or why not."""
+
+    pid: int
+    process: Any
+    problem: str | None
+
+
+@click.command("which", short_help="Show the container and pod of processes, by PID.")
+@click.argument("pids", metavar="PID...", nargs=-1, required=True, type=click.IntRange(1, PID_MAX))
+@click.option(
+    "--proc-root",
+    default="/proc",
+    show_default=True,
+    metavar="PATH",
+    help="Where to read processes (the host's /proc when run in a container).",
+)
+@output_options(quiet=False, formats=("table", "json"))
+@runtime_options
+def which_command(
+    *, pids: tuple[int, ...], proc_root: str, out: OutputOptions, runtime: RuntimeSettings
+) -> None:
+    """Show, for each PID, the container (or sandbox) it runs in and that container's pod.
+
+    A process's container is read from /proc/PID/cgroup and looked up among the runtime's
+    running containers and ready sandboxes; a process newer than that listing makes it list
+    again once. Table columns: PID, CONTAINER, POD, NAMESPACE, STATE (the container's); a
+    process in a pod's cgroup but in none of its containers (CRI-O's conmon) shows the pod and
+    "-" for the container. -o json prints {"items": [{"pid", "pod", "container"}]} (the shapes
+    of `podcache inspect` and the HTTP API; null where nothing was found).
+
+    Exit status 3 when any PID is not in a container or pod the runtime lists (each one is
+    named on stderr), 1 when the runtime or /proc cannot be read.
+    """
+    from podcache.cache import RuntimeCache
+    from podcache.cli.exits import EXIT_NOT_FOUND, CLIError, show_error
+    from podcache.cli.source import open_source
+    from podcache.procs import ProcFormatError
+
+    rows: list[_Row] = []
+    with open_source(runtime) as source:
+        cache = RuntimeCache(source.runtime, ONE_SHOT_PERIOD)  # on time.monotonic
+        for pid in pids:
+            try:
+                rows.append(_find(cache, pid, proc_root))
+            except (ProcFormatError, OSError) as e:
+                raise CLIError(f"cannot read process {pid} in {proc_root}: {e}") from None
+    _print(rows, out)
+    missing = [row for row in rows if row.problem is not None]
+    for row in missing:
+        show_error(f"process {row.pid} {row.problem}")
+    if missing:
+        click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+def _find(cache: Any, pid: int, proc_root: str) -> _Row:
+    from podcache.procs import lookup_pod
+
+    try:
+        result = lookup_pod(cache, time.monotonic, pid, proc_root=proc_root)
+    except ProcessLookupError:
+        return _Row(pid, None, f"does not exist (in {proc_root})")
+    if result.process is not None:
+        return _Row(pid, result.process, None)
+    if result.outcome == "not_in_container":
+        return _Row(pid, None, "is in no container (its cgroup names none)")
+    return _Row(pid, None, "is in a container or pod the runtime does not list")
+
+
+def _print(rows: list[_Row], out: OutputOptions) -> None:
+    from podcache.cli.render import TableData, print_document, print_tables, short_id
+    from podcache.jsonview import container_to_json, pod_to_json
+
+    if out.format == "json":
+        items = [
+            {
+                "pid": row.pid,
+                "pod": None if row.process is None else pod_to_json(row.process.pod),
+                "container": None
+                if row.process is None or row.process.container is None
+                else container_to_json(row.process.container),
+            }
+            for row in rows
+        ]
+        print_document({"items": items}, "json")
+        return
+    table = TableData(["PID", "CONTAINER", "POD", "NAMESPACE", "STATE"])
+    for row in rows:
+        found = row.process
+        container = None if found is None else found.container
+        table.add(
+            str(row.pid),
+            "-" if container is None else short_id(container.id.id, out.no_trunc),
+            "-" if found is None else found.pod.name or "-",
+            "-" if found is None else found.pod.namespace or "-",
+            "-" if container is None else container.state.value.capitalize(),
+        )
+    print_tables([table])

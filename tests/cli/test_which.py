@@ -1,0 +1,122 @@
+"""``podcache which PID...``: processes in a fixture ``/proc`` whose cgroups name containers of
+the simulated runtime; the table and JSON are compared with the runtime's own pods."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from podcache.cri import CRIRuntime
+from podcache.model import Pod
+from podcache.sim import SimRuntime
+from tests.cli.conftest import Runner, container_json, parse, paused, pod_json, table
+from tests.unit.procs.tree import ProcTree, cid, hybrid
+
+UPTIME = 5000.0
+LONG_AGO = int((UPTIME - 60) * 100)
+
+
+def pick(pods: list[Pod]) -> Pod:
+    return next(p for p in pods if p.containers and p.sandboxes)
+
+
+def tree_for(root: Path, p: Pod) -> ProcTree:
+    """100: p's first container; 101: its sandbox; 102: a host process; 103: a container the
+    runtime does not know; no 104."""
+    tree = ProcTree(root, uptime=UPTIME)
+    tree.add(
+        100, hybrid(f"/kubepods/burstable/pod{p.id}/{p.containers[0].id.id}"), start_ticks=LONG_AGO
+    )
+    tree.add(
+        101, hybrid(f"/kubepods/burstable/pod{p.id}/{p.sandboxes[0].id.id}"), start_ticks=LONG_AGO
+    )
+    tree.add(102, hybrid("/system.slice/containerd.service"), start_ticks=LONG_AGO)
+    tree.add(103, hybrid(f"/kubepods/pod{p.id}/{cid(12345)}"), start_ticks=LONG_AGO)
+    return tree
+
+
+def test_table_rows_for_found_processes(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, tmp_path: Path
+) -> None:
+    with paused(sim, runtime, False) as pods:
+        p = pick(list(pods))
+        tree = tree_for(tmp_path, p)
+        result = run("which", "100", "101", "-r", sim.endpoint, "--proc-root", tree.path)
+    assert result.returncode == 0, result
+    header, rows = table(result)
+    assert header == ["PID", "CONTAINER", "POD", "NAMESPACE", "STATE"]
+    c, s = p.containers[0], p.sandboxes[0]
+    assert rows == [
+        ["100", c.id.id[:13], p.name, p.namespace, c.state.value.capitalize()],
+        ["101", s.id.id[:13], p.name, p.namespace, s.state.value.capitalize()],
+    ]
+
+
+def test_json_has_the_api_shapes(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, tmp_path: Path
+) -> None:
+    with paused(sim, runtime, False) as pods:
+        p = pick(list(pods))
+        tree = tree_for(tmp_path, p)
+        result = run(
+            "which", "100", "-o", "json", "--no-trunc", "-r", sim.endpoint, "--proc-root", tree.path
+        )
+    assert result.returncode == 0, result
+    assert parse("json", result.stdout) == {
+        "items": [{"pid": 100, "pod": pod_json(p), "container": container_json(p.containers[0])}]
+    }
+
+
+@pytest.mark.parametrize(
+    ("pid", "words"),
+    [
+        ("102", "is in no container"),
+        ("103", "the runtime does not list"),
+        ("104", "does not exist"),
+    ],
+)
+def test_any_pid_not_found_is_exit_3(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, tmp_path: Path, *, pid: str, words: str
+) -> None:
+    with paused(sim, runtime, False) as pods:
+        tree = tree_for(tmp_path, pick(list(pods)))
+        result = run(
+            "which", "100", pid, "-r", sim.endpoint, "--proc-root", tree.path, "-o", "json"
+        )
+    assert result.returncode == 3, result
+    assert f"process {pid} " in result.stderr and words in result.stderr
+    items = parse("json", result.stdout)["items"]
+    assert [i["pid"] for i in items] == [100, int(pid)]
+    assert items[0]["pod"] is not None and items[1] == {
+        "pid": int(pid),
+        "pod": None,
+        "container": None,
+    }
+
+
+def test_a_real_host_process_is_exit_3(run: Runner, sim: SimRuntime) -> None:
+    result = run("which", str(os.getpid()), "-r", sim.endpoint)
+    assert result.returncode == 3, result
+    assert "is in no container" in result.stderr
+
+
+def test_runtime_errors_are_exit_1(run: Runner, scratch: str, tmp_path: Path) -> None:
+    tree = ProcTree(tmp_path)
+    tree.add(100, hybrid(f"/kubepods/pod{cid(1)[:32]}/{cid(1)}"))
+    result = run(
+        "which", "100", "-r", f"unix://{scratch}/nothing-listens.sock", "--proc-root", tree.path
+    )
+    assert result.returncode == 1, result
+    assert "nothing-listens.sock" in result.stderr
+
+
+@pytest.mark.parametrize("arg", ["0", "abc", "-5", "4194305"])
+def test_a_bad_pid_is_a_usage_error(run: Runner, sim: SimRuntime, arg: str) -> None:
+    result = run("which", "-r", sim.endpoint, "--", arg)
+    assert result.returncode == 2, result
+
+
+def test_at_least_one_pid(run: Runner, sim: SimRuntime) -> None:
+    assert run("which", "-r", sim.endpoint).returncode == 2
