@@ -809,7 +809,7 @@ def events_section(data: Json) -> Section:
             [
                 [
                     i + 1,
-                    f"{r['stream_back_s']:.2f}",
+                    "-" if r["stream_back_s"] is None else f"{r['stream_back_s']:.2f}",
                     f"{r['change_visible_s']:.2f}",
                     r["resubscriptions_added"],
                 ]

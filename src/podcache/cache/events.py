@@ -25,9 +25,10 @@ Rules
    runtime was restarted, perhaps upgraded).
 4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
    is one resubscription, however many attempts the outage took. A stream lost within
-   ``BACKOFF_CAP`` seconds of a resubscription belongs to the same outage (containerd may end
-   the first stream it takes while it is still recovering), so the subscription after it is
-   not counted again.
+   ``BACKOFF_CAP`` seconds of a resubscription that ended an outage (the runtime was
+   unreachable in between: it restarted) belongs to that outage (containerd may end the first
+   stream it takes while it is still recovering), so the subscription after it is not counted
+   again.
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class Subscription:
         self._rng = rng if rng is not None else random.Random()
         self._backoff = BACKOFF_FIRST
         self._opened_at: float | None = None
-        self._resubscribed = False  # the open stream is a resubscription
+        self._unreached = False  # the runtime was unreachable since the last subscription
+        self._recovered = False  # the open stream ended an outage with the runtime unreachable
         self._same_outage = False  # the next subscription ends the outage already counted
         self._logged_unsupported = False
         self._refresh_failed = False
@@ -175,17 +177,17 @@ class Subscription:
         elif signal is Signal.EVENT:
             self.received += 1
         elif signal in (Signal.FAILED, Signal.UNREACHABLE):
+            self._unreached = self._unreached or signal is Signal.UNREACHABLE
             self._failed(before)
         elif signal is Signal.UNSUPPORTED:
             self._unsupported()
         return step
 
     def _opened(self) -> None:
-        counted = self.subscriptions > 0 and not self._same_outage
-        if counted:
+        if self.subscriptions > 0 and not self._same_outage:
             self.resubscriptions += 1
-        self._resubscribed = self.subscriptions > 0
-        self._same_outage = False
+        self._recovered = self.subscriptions > 0 and self._unreached
+        self._unreached = self._same_outage = False
         self.subscriptions += 1
         self._opened_at = self._clock()
         if self._logged_unsupported:
@@ -199,7 +201,7 @@ class Subscription:
         healthy = self._clock() - opened_at >= BACKOFF_CAP
         if healthy:
             self._backoff = BACKOFF_FIRST  # it was a healthy stream: start over
-        self._same_outage = self._resubscribed and not healthy
+        self._same_outage = self._recovered and not healthy
 
     def _unsupported(self) -> None:
         self._opened_at = None

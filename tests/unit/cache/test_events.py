@@ -153,18 +153,25 @@ def test_a_young_resubscription_lost_again_is_the_same_outage() -> None:
     clock = FakeClock()
     sub = Subscription("x", clock)
     sub.on(Signal.OPENED)  # the first subscription
-    sub.on(Signal.FAILED)  # lost (young or not: the first one's loss is an outage)
+    sub.on(Signal.FAILED)  # lost young, the runtime still there: a stream dropped
     sub.on(Signal.OPENED)
     assert sub.resubscriptions == 1
+    sub.on(Signal.FAILED)  # lost young again: not part of a restart, counted again
+    sub.on(Signal.OPENED)
+    assert sub.resubscriptions == 2
+    sub.on(Signal.FAILED)  # a restart: the stream fails, nothing listens for a while
+    for _ in range(5):
+        sub.on(Signal.UNREACHABLE)
+    sub.on(Signal.OPENED)
+    assert sub.resubscriptions == 3
     clock.advance(BACKOFF_CAP - 0.5)
     sub.on(Signal.FAILED)  # the runtime drops the stream it just took (still recovering)
-    sub.on(Signal.UNREACHABLE)
     sub.on(Signal.OPENED)
-    assert sub.resubscriptions == 1  # one restart, counted once
+    assert sub.resubscriptions == 3  # one restart, counted once
     clock.advance(BACKOFF_CAP)
     sub.on(Signal.FAILED)  # a healthy stream lost: a new outage
     sub.on(Signal.OPENED)
-    assert (sub.resubscriptions, sub.subscriptions) == (2, 4)
+    assert (sub.resubscriptions, sub.subscriptions) == (4, 6)
 
 
 def test_unsupported_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
