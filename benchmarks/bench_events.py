@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -220,6 +221,19 @@ def resubscribed(cache: RuntimeCache, before: int) -> Callable[[], bool]:
 
 
 # -- 3. restart --------------------------------------------------------------------------------
+class Recorder(logging.Handler):
+    """Keeps podcache.cache's log lines (the subscription's failures) with their time."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+        self.started = time.perf_counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "not reachable" not in record.getMessage():  # the knocks while nothing listens
+            self.lines.append(f"{time.perf_counter() - self.started:.3f} {record.getMessage()}")
+
+
 def measure_restart(
     h: CRIHarness, ctrd: Containerd, pods: list[SandboxRecord], restarts: int
 ) -> Any:
@@ -229,6 +243,10 @@ def measure_restart(
         with subscribed_cache(getter, LATENCY_PERIOD) as cache:
             for index in range(restarts):
                 before = cache.stats().resubscriptions
+                recorder = Recorder()
+                logger = logging.getLogger("podcache.cache")
+                logger.setLevel(logging.DEBUG)
+                logger.addHandler(recorder)
                 ctrd.kill()
                 wait_until(lambda: cache.stats().events_state == "reconnecting", 10, 0.001)
                 time.sleep(1.0)  # an outage of several failed attempts
@@ -245,8 +263,10 @@ def measure_restart(
                         "stream_back_s": stream_back(),
                         "change_visible_s": visible,
                         "resubscriptions_added": cache.stats().resubscriptions - before,
+                        "log": recorder.lines[:20],
                     }
                 )
+                logger.removeHandler(recorder)
                 h.remove_container(container)
     return {"restarts": rows}
 
