@@ -12,7 +12,12 @@ message reader (what runs where the C extension is not built). Reports the ratio
 most 1,800 bytes), beside the heap the decoded protobuf messages hold (upb keeps them in arenas
 from C malloc, which tracemalloc does not see: measured as the growth of glibc's ``mallinfo2``).
 
-    python benchmarks/bench_refresh.py [--quick] [--sizes 10,50,100] [--json]
+A second shape, label-heavy (``--labels``, default 100 sandboxes of 4,000 distinct labels each,
+the kind one tenant can create), times the cold refresh through the C reader against the one
+through protobuf's decoder and the message reader: the C path must never be the slower one, on
+this shape or on any size above.
+
+    python benchmarks/bench_refresh.py [--quick] [--sizes 10,50,100] [--labels 100x4000] [--json]
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ RUNTIME = "containerd"
 SIZES = (100, 1_000, 5_000)
 CONTAINERS_PER_POD = 3
 RATIO_TARGET = 10.0
+C_VS_PROTOBUF_TARGET = 1.0
+LABEL_HEAVY = (100, 4_000)
 BYTES_TARGET = 1_800
 CHURN = 0.01
 
@@ -123,6 +130,20 @@ def make_responses(
                     "io.kubernetes.pod.terminationGracePeriod": "30",
                 }
             )
+    return sandboxes, containers
+
+
+def make_label_heavy(
+    n_sandboxes: int, n_labels: int, seed: int = 3
+) -> tuple[pb.ListPodSandboxResponse, pb.ListContainersResponse]:
+    """``n_sandboxes`` ready pods, each carrying ``n_labels`` distinct labels of its own (keys of
+    11 bytes, values of 8 to 19), one container each: the shape one tenant's pods can take."""
+    sandboxes, containers = make_responses(n_sandboxes, per_pod=1, seed=seed)
+    rng = random.Random(seed)
+    for sandbox in sandboxes.items:
+        sandbox.labels.update(
+            {f"label-{i:05d}": _hex(rng, rng.randrange(8, 20)) for i in range(n_labels)}
+        )
     return sandboxes, containers
 
 
@@ -304,6 +325,36 @@ def measure(n_pods: int, rounds: int) -> dict[str, float]:
     }
 
 
+def measure_label_heavy(n_sandboxes: int, n_labels: int, rounds: int) -> dict[str, float]:
+    """Cold refresh of the label-heavy shape: the C reader's path against protobuf's path."""
+    sandboxes, containers = make_label_heavy(n_sandboxes, n_labels)
+    wire = (sandboxes.SerializeToString(), containers.SerializeToString())
+    del sandboxes, containers
+    assert _refresh(wire) == _refresh_from_messages(wire)
+    times: dict[str, tuple[list[float], list[float]]] = {
+        k: ([], []) for k in ("decode", "cold", "messages")
+    }
+    for _ in range(rounds):
+        _timed(lambda: _decode(wire), *times["decode"])
+        _timed(lambda: _refresh(wire), *times["cold"])
+        _timed(lambda: _refresh_from_messages(wire), *times["messages"])
+    best = {k: min(c) for k, (_, c) in times.items()}
+    return {
+        "sandboxes": n_sandboxes,
+        "labels_per_sandbox": n_labels,
+        "wire_kib": (len(wire[0]) + len(wire[1])) / 1024,
+        "decode_ms": best["decode"] * 1e3,
+        "cold_ms": best["cold"] * 1e3,
+        "messages_ms": best["messages"] * 1e3,
+        "c_vs_protobuf": best["cold"] / best["messages"],
+    }
+
+
+def _shape(text: str) -> tuple[int, int]:
+    sandboxes, _, labels = text.partition("x")
+    return int(sandboxes), int(labels)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print a markdown table; exit 1 when a target is missed."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
@@ -314,10 +365,17 @@ def main(argv: list[str] | None = None) -> int:
         default=SIZES,
         help="comma-separated pod counts (default: %(default)s; targets judged at the last)",
     )
+    parser.add_argument(
+        "--labels",
+        type=_shape,
+        default=LABEL_HEAVY,
+        help="the label-heavy shape, SANDBOXESxLABELS (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else 15
     sizes: tuple[int, ...] = args.sizes
+    heavy_shape: tuple[int, int] = args.labels
     backend = api_implementation.Type()
     if args.json:
         print(
@@ -330,6 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                     "containers_per_pod": CONTAINERS_PER_POD,
                     "churn": CHURN,
                     "sizes": [measure(n, rounds) for n in sizes],
+                    "label_heavy": measure_label_heavy(*heavy_shape, rounds),
                 },
                 indent=2,
             )
@@ -361,13 +420,25 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['messages_ms']:.1f} | {r['messages_ratio']:.1f}x "
             f"| {r['bytes_per_container']:,.0f} | {r['memo_per_container']:,.0f} |"
         )
+    heavy = measure_label_heavy(*heavy_shape, rounds)
+    print(
+        "\nlabel-heavy: | sandboxes | labels each | wire KiB | decode ms | C path ms "
+        "| protobuf path ms | C / protobuf |"
+    )
+    print(
+        f"| {heavy['sandboxes']:,} | {heavy['labels_per_sandbox']:,} | {heavy['wire_kib']:,.0f} "
+        f"| {heavy['decode_ms']:.1f} | {heavy['cold_ms']:.1f} | {heavy['messages_ms']:.1f} "
+        f"| {heavy['c_vs_protobuf']:.2f}x |"
+    )
     last = results[-1]
+    c_ratios = [r["cold_ms"] / r["messages_ms"] for r in results] + [heavy["c_vs_protobuf"]]
     verdicts = {
         "backend is upb": backend == "upb",
         "list reader is the C extension": WIRE_READER == "c",
         f"steady refresh <= {RATIO_TARGET:g}x decode": last["steady_ratio"] <= RATIO_TARGET,
         f"cold refresh <= {RATIO_TARGET:g}x decode": last["cold_ratio"] <= RATIO_TARGET,
         f"snapshot <= {BYTES_TARGET:,} B/container": last["bytes_per_container"] <= BYTES_TARGET,
+        "C path <= protobuf path on every shape": max(c_ratios) <= C_VS_PROTOBUF_TARGET,
     }
     print(f"\ntargets at {sizes[-1]:,} pods:")
     for name, ok in verdicts.items():

@@ -1,6 +1,7 @@
 """The benchmark runner behind ``benchmarks/run``: runs every benchmark, then writes the report.
 
-    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,pids,serve,events]
+    benchmarks/run [--quick]
+                   [--only hit,contention,refresh,calls_saved,pids,serve,loop_stall,events]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -189,6 +190,14 @@ BENCHMARKS = (
         lambda quick: ["--quick"] if quick else [],
         parse_serve,
         (240, 1200),
+    ),
+    Benchmark(
+        "loop_stall",
+        "Event-loop stalls at 5,000 pods",
+        "bench_loop_stall.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (150, 600),
     ),
     Benchmark(
         "events",

@@ -38,7 +38,7 @@ _BELOW_SERVE = {
     "sim",
 }
 LAYERS: dict[str, set[str]] = {
-    "model": set(),
+    "model": {"errors"},
     "errors": set(),
     "duration": set(),
     "defaults": set(),

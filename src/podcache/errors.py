@@ -4,13 +4,28 @@
 
     PodcacheError
     ├── EndpointNotFoundError        no endpoint configured and no default socket exists
-    └── CRIError                     a runtime at a known endpoint failed us (.endpoint, .reason)
-        ├── RuntimeUnavailableError  not reachable: no socket, refused, denied, connection lost
-        ├── RuntimeDeadlineError     no answer within the deadline (also a TimeoutError)
-        ├── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
-        └── EventsUnsupportedError   it has no GetContainerEvents (UNIMPLEMENTED: containerd 1.6)
+    ├── CRIError                     a runtime at a known endpoint failed us (.endpoint, .reason)
+    │   ├── RuntimeUnavailableError  not reachable: no socket, refused, denied, connection lost
+    │   ├── RuntimeDeadlineError     no answer within the deadline (also a TimeoutError)
+    │   ├── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
+    │   └── EventsUnsupportedError   it has no GetContainerEvents (UNIMPLEMENTED: containerd 1.6)
+    ├── MalformedListingError        list answer bytes that are not a CRI message (a ValueError)
+    ├── AmbiguousContainerIDError    an ID prefix matching several IDs (a LookupError)
+    ├── TokenFileError               serve's token file cannot be used (a ValueError)
+    ├── ServeError                   serve cannot start: address in use, bad socket path...
+    ├── ProcFormatError              a /proc file too large or not in the kernel's format (procs)
+    ├── HTTPError                    a 4xx/5xx the HTTP API answers on purpose (serve.response)
+    └── CLIError                     what the CLI reports with an exit status (cli.exits)
+        ├── NotFoundError            nothing matches (exit 3)
+        └── AmbiguousIDError         an ID prefix matches several (exit 2)
 
-Every message names the endpoint. The gRPC error that caused one is its ``__cause__``; this
+Every error podcache raises on purpose is in this tree; each keeps the built-in base a caller
+would catch without knowing podcache (``ValueError``, ``LookupError``, ``TimeoutError``). The
+ones here are importable from here and from where they are used (``podcache.model``,
+``podcache.cri.convert``, ``podcache.serve.auth``, ``podcache.serve.server``); ``HTTPError``
+and the ``CLIError`` family need their layer's imports (http headers, click) and live there,
+``ProcFormatError`` lives with the /proc parser it describes (also a ValueError).
+CRIError messages name the endpoint; the gRPC error that caused one is its ``__cause__``; this
 module itself knows nothing of gRPC.
 """
 
@@ -19,13 +34,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "AmbiguousContainerIDError",
     "CRIError",
     "EndpointNotFoundError",
     "EventsUnsupportedError",
+    "MalformedListingError",
     "PodcacheError",
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
     "RuntimeUnavailableError",
+    "ServeError",
+    "TokenFileError",
 ]
 
 
@@ -90,3 +109,32 @@ class EndpointNotFoundError(PodcacheError):
 
     def __reduce__(self) -> tuple[type[EndpointNotFoundError], tuple[tuple[str, ...]]]:
         return type(self), (self.tried,)
+
+
+class MalformedListingError(PodcacheError, ValueError):
+    """The bytes of a list answer are not a valid message of the CRI API; the message names
+    the message type and, from the C reader, the byte."""
+
+
+class AmbiguousContainerIDError(PodcacheError, LookupError):
+    """A container-ID prefix matched more than one container or sandbox."""
+
+    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
+        self.prefix = prefix
+        self.matches = tuple(matches)
+        shown = ", ".join(self.matches[:5]) + (", ..." if len(self.matches) > 5 else "")
+        super().__init__(
+            f"container ID prefix {prefix!r} is ambiguous: it matches {len(self.matches)} "
+            f"IDs ({shown})"
+        )
+
+    def __reduce__(self) -> tuple[type[AmbiguousContainerIDError], tuple[str, tuple[str, ...]]]:
+        return type(self), (self.prefix, self.matches)
+
+
+class TokenFileError(PodcacheError, ValueError):
+    """The token file cannot be used; the message says why and names the file."""
+
+
+class ServeError(PodcacheError):
+    """The server cannot start (address in use, bad socket path...); the message says why."""

@@ -18,6 +18,8 @@ from typing import cast, overload
 
 import msgspec
 
+from podcache.errors import AmbiguousContainerIDError
+
 __all__ = [
     "MAX_ID_LENGTH",
     "AmbiguousContainerIDError",
@@ -175,19 +177,6 @@ def with_sorted_labels(pod: Pod, labels: tuple[tuple[str, str], ...]) -> Pod:
     if labels:
         msgspec.structs.force_setattr(pod, "labels", labels)
     return pod
-
-
-class AmbiguousContainerIDError(LookupError):
-    """A container-ID prefix matched more than one container or sandbox."""
-
-    def __init__(self, prefix: str, matches: Sequence[str]) -> None:
-        self.prefix = prefix
-        self.matches = tuple(matches)
-        shown = ", ".join(self.matches[:5]) + (", ..." if len(self.matches) > 5 else "")
-        super().__init__(
-            f"container ID prefix {prefix!r} is ambiguous: it matches {len(self.matches)} "
-            f"IDs ({shown})"
-        )
 
 
 class _Index:

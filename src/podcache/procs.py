@@ -64,6 +64,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from podcache.errors import PodcacheError
 from podcache.model import Container, Pod, PodList
 
 __all__ = [
@@ -116,7 +117,7 @@ _POD_SLICE = re.compile(rb"(?:[^/]*-)?pod(" + _UUID_SYSTEMD + rb")\.slice")
 _DELETED = b" (deleted)"
 
 
-class ProcFormatError(ValueError):
+class ProcFormatError(PodcacheError, ValueError):
     """A ``/proc`` file that is too large or not in the kernel's format; names the file."""
 
 

@@ -30,6 +30,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from podcache.serve.command import serve_command
+
 Manifest = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -348,6 +350,24 @@ def test_base_probes_ask_healthz_and_readyz_over_the_socket() -> None:
     check_unix_probe({"/healthz": liveness, "/readyz": readiness}, LISTEN_SOCKET)
 
 
+FRESHNESS_FLAGS = {
+    "--refresh-ahead": "500ms",
+    "--min-refresh-interval": "100ms",
+    "--max-stale": "30s",
+}
+
+
+def test_base_sets_the_freshness_flags_and_serve_accepts_them() -> None:
+    c = container("base")
+    for flag, value in FRESHNESS_FLAGS.items():
+        assert flags(c)[flag] == value
+    # podcache serve parses and converts exactly these arguments (without running).
+    context = serve_command.make_context("serve", list(c["args"]))
+    assert context.params["max_stale"] == 30.0
+    assert context.params["min_refresh_interval"] == 0.1
+    assert context.params["refresh_ahead"] == 0.5
+
+
 # -- the hostPort overlay ---------------------------------------------------------------
 
 
@@ -357,6 +377,8 @@ def test_hostport_listens_on_all_pod_addresses_with_a_token_file() -> None:
     assert args["--token-file"].startswith(mount_of(container("hostport"), "token")["mountPath"])
     assert args["-r"] == flags(container("base"))["-r"]
     assert args["--cache-period"] == flags(container("base"))["--cache-period"]
+    for flag in FRESHNESS_FLAGS:
+        assert args[flag] == flags(container("base"))[flag]
 
 
 def test_hostport_publishes_the_listen_port_on_the_node() -> None:

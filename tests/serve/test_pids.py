@@ -107,6 +107,13 @@ async def test_a_bad_pid_is_400(app: App, runtime: AsyncFakeRuntime, pid: str) -
     assert "PID" in error(await call(app, f"/pids/{pid}"), 400)
 
 
+async def test_an_unparsable_proc_file_is_503_naming_the_process(app: App, tree: ProcTree) -> None:
+    """A ProcFormatError (a PodcacheError too) is about the process, not the runtime."""
+    tree.write_raw(105, "stat", b"105 (sleep")
+    tree.write_raw(105, "cgroup", f"0::/kubepods/pod{A.id}/{cid(1)}\n".encode())
+    assert "cannot read process 105" in error(await call(app, "/pids/105"), 503)
+
+
 async def test_the_largest_pid_is_a_pid(app: App) -> None:
     assert "no process" in error(await call(app, f"/pids/{procs.PID_MAX}"), 404)
 

@@ -368,7 +368,7 @@ def test_a_runtime_that_goes_away_turns_answers_into_503(tmp_socket_dir: Path) -
     runtime = SimRuntime(5, socket=str(tmp_socket_dir / "sim.sock")).start()
     try:
         args = ["-r", runtime.endpoint, "--listen", f"127.0.0.1:{port}", "--timeout", "0.5"]
-        with ServeProcess([*args, "--cache-period", "200ms"]):
+        with ServeProcess([*args, "--cache-period", "200ms", "--max-stale", "0"]):
             client = Client(port=port)
             assert client.get("/pods?fresh=1").status == 200
             assert client.get("/readyz").status == 200

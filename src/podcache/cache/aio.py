@@ -64,6 +64,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
     ) -> None:
         check_getter(getter)
@@ -71,8 +72,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
-            cache_period, _new_future, refresh_ahead=refresh_ahead, max_stale=max_stale
+            cache_period,
+            _new_future,
+            refresh_ahead=refresh_ahead,
+            max_stale=max_stale,
+            min_refresh_interval=min_refresh_interval,
         )
+        self._timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
@@ -103,7 +109,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         check_timeout(timeout)
         if self._subscription is not None and self._subscriber is None:
             self._start_subscriber()
-        pods, refresh, start = self._core.plan(self._clock())
+        now = self._clock()
+        pods, refresh, start = self._core.plan(now)
+        self._arm(self._core.arm(now))
         if refresh is not None and start:
             self._spawn(refresh)
         if pods is not None:
@@ -125,7 +133,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         check_timeout(timeout)
         if self._subscription is not None and self._subscriber is None:
             self._start_subscriber()
-        _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+        now = self._clock()
+        _, refresh, start = self._core.plan(now, min_expected_cache_time)
+        self._arm(self._core.arm(now))
         if refresh is None:
             return
         if start:
@@ -146,8 +156,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         return with_events(self._core.stats(self._clock(), self._fast_hits), self._subscription)
 
     async def close(self) -> None:
-        """End the event subscription and wait for it, then for refreshes still running.
-        Idempotent; the cache still serves readers afterwards, by its period."""
+        """End the event subscription and wait for it, then for refreshes still running or
+        waiting for their time (rate limit). Idempotent; the cache still serves readers
+        afterwards, by its period."""
         self._closed = True
         if self._subscription is not None:
             self._subscription.on(Signal.CLOSE)
@@ -158,11 +169,20 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if subscriber is not None and subscriber is not asyncio.current_task():
             subscriber.cancel()
             await asyncio.gather(subscriber, return_exceptions=True)
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while True:
+            queued = self._core.queued
+            if self._timer is not None and queued is not None:
+                await asyncio.shield(queued.signal)
+            elif self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            else:
+                break
+        if self._timer is not None:  # nothing left for it to start
+            self._timer.cancel()
+            self._timer = None
 
     async def aclose(self) -> None:
-        """``close()``: end the subscription, wait for refreshes still running."""
+        """``close()``: end the subscription, wait for refreshes still running or waiting."""
         await self.close()
 
     async def __aenter__(self) -> Self:
@@ -187,6 +207,18 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 "(it continues in the background)"
             ) from None
 
+    def _arm(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core whether the queued refresh may start."""
+        if delay is not None:
+            self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        refresh, again = self._core.fire(self._clock())
+        self._arm(again)
+        if refresh is not None:
+            self._spawn(refresh)
+
     def _spawn(self, refresh: Refresh[asyncio.Future[None]]) -> None:
         task = asyncio.get_running_loop().create_task(self._run(refresh), name="podcache-refresh")
         self._tasks.add(task)
@@ -205,7 +237,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             pods = result if isinstance(result, PodList) else PodList(result)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
-        queued = self._core.complete(refresh, pods, error, self._clock())
+        now = self._clock()
+        queued = self._core.complete(refresh, pods, error, now)
+        self._arm(self._core.arm(now))
         subscription = self._subscription
         if subscription is not None and subscription.refresh_done(error is None) and self._wake:
             self._wake.set()  # the runtime is back: ask it for events again now

@@ -20,13 +20,25 @@ no existing snapshot or in-flight refresh can satisfy (even when the clock has n
                                               in that position; it starts as soon as the
                                               in-flight one ends (whatever its outcome)
 
+Forced refreshes are rate-limited (``min_refresh_interval``, off when 0). A refresh is *forced*
+when a ``force_update_if_older`` caller needs it (started for one, or queued with one waiting).
+No refresh that only forced callers wait for begins sooner than ``min_refresh_interval`` after
+the last forced refresh began: it stays queued (its callers wait for it, as above) until that
+time, when the driver's timer asks the core to start it (``fire``), or until the in-flight one
+ends at or after it. A ``get_pods`` caller that needs it (or a routine start while it waits)
+starts it at once: routine refreshes are bounded by the period, not by this rule. Either way it
+begins after every waiting caller arrived, so each still gets data fetched after its need.
+
 Invariants
 ----------
-1. At most one refresh is in flight; at most one more is queued behind it.
+1. At most one refresh is in flight; at most one more is queued (behind it, or until its time).
 2. The snapshot's timestamp never moves backward (an equal timestamp replaces).
 3. A failed refresh changes no state but the stats; every caller that joined it gets the error.
 4. Every caller of one refresh gets the same ``PodList`` object.
 5. A refresh runs to completion even if all its callers stopped waiting (timeout, cancel).
+6. A refresh only forced callers need begins at least ``min_refresh_interval`` after the last
+   forced refresh began (clock readings); a queued refresh always has a way to start (a
+   refresh in flight, or the driver's armed timer).
 """
 
 from __future__ import annotations
@@ -99,13 +111,28 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "pods", "signal", "started_at")
+    __slots__ = ("error", "forced", "pods", "routine", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.pods: PodList | None = None
         self.error: BaseException | None = None
+        # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine).
+        self.forced = False
+        self.routine = False
+
+    def need(self, forced: bool) -> None:
+        """One more caller needs this refresh."""
+        if forced:
+            self.forced = True
+        else:
+            self.routine = True
+
+    @property
+    def deferrable(self) -> bool:
+        """Only forced callers need it: the rate limit applies."""
+        return self.forced and not self.routine
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +171,7 @@ class FreshnessCore(Generic[S]):
         *,
         refresh_ahead: float | timedelta | None = None,
         max_stale: float | timedelta | None = None,
+        min_refresh_interval: float | timedelta | None = None,
     ) -> None:
         """Validate the durations (clear ValueError / TypeError naming the argument)."""
         period = period_seconds(cache_period, "cache_period")
@@ -152,6 +180,14 @@ class FreshnessCore(Generic[S]):
             raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
         self.period = period
         self.max_stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
+        self.min_refresh_interval = (
+            0.0
+            if min_refresh_interval is None
+            else period_seconds(min_refresh_interval, "min_refresh_interval")
+        )
+        self.last_forced_start = NEVER
+        # A driver timer is pending for the queued refresh (see ``arm`` and ``fire``).
+        self.timer_armed = False
         # Snapshots younger than this are served without looking at anything else.
         self.refresh_ahead = ahead
         self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
@@ -190,18 +226,24 @@ class FreshnessCore(Generic[S]):
         * ``(pods, refresh, True)``: a hit, and (a ``get_pods`` caller with refresh-ahead on and
           the snapshot past ``fresh_for``) start ``refresh`` in the background.
         * ``(None, refresh, True)``: start ``refresh`` (its ``started_at`` is ``now``), wait.
-        * ``(None, refresh, False)``: wait for ``refresh`` (in flight, or queued behind it).
+        * ``(None, refresh, False)``: wait for ``refresh`` (in flight, or queued behind it or,
+          rate-limited, until its time: the driver then arms a timer, see ``arm``).
         """
         pods, timestamp, until = self.snapshot
         if pods is not None and self.accepts(timestamp, now, min_time):
             self.hits += 1
             if min_time is None and self.refresh_ahead and self.inflight is None and now > until:
-                return pods, self._begin(self._new_refresh(), now), True
+                # A deferred forced refresh, if one waits, is the one started: its callers ride.
+                refresh = self.queued or self._new_refresh()
+                self.queued = None
+                refresh.need(forced=False)
+                return pods, self._begin(refresh, now), True
             return pods, None, False
         self.misses += 1
+        forced = min_time is not None
         inflight = self.inflight
         if inflight is None:
-            return None, self._begin(self._new_refresh(), now), True
+            return self._start_or_defer(now, forced)
         assert inflight.started_at is not None
         if self.accepts(inflight.started_at, now, min_time):
             self.joins += 1
@@ -209,8 +251,7 @@ class FreshnessCore(Generic[S]):
         queued = self.queued
         if queued is None:
             queued = self.queued = self._new_refresh()
-        self.joins += 1
-        return None, queued, False
+        return None, self._join(queued, forced), False
 
     def complete(
         self, refresh: Refresh[S], pods: PodList | None, error: BaseException | None, now: float
@@ -229,10 +270,31 @@ class FreshnessCore(Generic[S]):
             refresh.error = error
             self.errors += 1
         self.inflight = None
-        queued, self.queued = self.queued, None
-        if queued is None:
+        return self._start_queued(now)
+
+    def arm(self, now: float) -> float | None:
+        """Seconds after which the driver must call ``fire``, when a queued refresh waits for
+        its time with nothing in flight and no timer armed yet; else None (arm nothing)."""
+        if self.queued is None or self.inflight is not None or self.timer_armed:
             return None
-        return self._begin(queued, now)
+        self.timer_armed = True
+        return max(self.forced_due() - now, 0.0)
+
+    def fire(self, now: float) -> tuple[Refresh[S] | None, float | None]:
+        """The driver's timer ended at ``now``: ``(refresh to start now, seconds to arm again)``.
+
+        A timer may end early on a clock other than the one it was armed with (a test's fake
+        clock): it is then armed again for the rest.
+        """
+        self.timer_armed = False
+        if self.inflight is not None:
+            return None, None  # ``complete`` starts the queued refresh when it is due
+        started = self._start_queued(now)
+        return started, self.arm(now)
+
+    def forced_due(self) -> float:
+        """The earliest clock reading at which a forced refresh may begin."""
+        return self.last_forced_start + self.min_refresh_interval
 
     def stale_fallback(self, now: float) -> PodList | None:
         """With ``max_stale``, the last good pods if at most ``period + max_stale`` old."""
@@ -272,26 +334,68 @@ class FreshnessCore(Generic[S]):
         background now (None: nothing to start); ``scheduled`` is True when this hint added a
         refresh (started one, or queued one behind the refresh in flight). A refresh in flight
         that started strictly after ``now`` already covers the change; a queued one will start
-        after it. An empty cache with nothing in flight needs nothing: its first reader fetches.
-        Readers' counters (misses, joins) are not touched.
+        after it. An empty cache with nothing in flight or queued needs nothing: its first
+        reader fetches. The refresh is a routine one (the period's, not rate-limited): a queued
+        forced refresh it joins starts as soon as it may, its callers riding along. Readers'
+        counters (misses, joins) are not touched.
         """
-        inflight = self.inflight
+        inflight, queued = self.inflight, self.queued
         if inflight is None:
-            if self.snapshot[0] is None or self.snapshot[1] > now:
+            if queued is None and (self.snapshot[0] is None or self.snapshot[1] > now):
                 return None, False
-            return self._begin(self._new_refresh(), now), True
+            refresh = queued or self._new_refresh()
+            self.queued = None
+            refresh.need(forced=False)
+            return self._begin(refresh, now), queued is None
         assert inflight.started_at is not None
-        if inflight.started_at > now or self.queued is not None:
+        if inflight.started_at > now:
+            return None, False
+        if queued is not None:
+            queued.need(forced=False)  # no longer deferrable: it starts when the flight ends
             return None, False
         self.queued = self._new_refresh()
+        self.queued.need(forced=False)
         return None, True
 
     # -- internals -----------------------------------------------------------------------
     def _new_refresh(self) -> Refresh[S]:
         return Refresh(self._new_signal())
 
+    def _join(self, refresh: Refresh[S], forced: bool) -> Refresh[S]:
+        refresh.need(forced)
+        self.joins += 1
+        return refresh
+
+    def _start_or_defer(
+        self, now: float, forced: bool
+    ) -> tuple[PodList | None, Refresh[S] | None, bool]:
+        """Nothing in flight: start a refresh now, unless the rate limit defers a forced one."""
+        queued = self.queued
+        if queued is None:
+            if not (forced and now < self.forced_due()):
+                refresh = self._new_refresh()
+                refresh.need(forced)
+                return None, self._begin(refresh, now), True
+            queued = self.queued = self._new_refresh()
+        self._join(queued, forced)
+        if queued.deferrable and now < self.forced_due():
+            return None, queued, False
+        # Its time has come, or a routine caller starts it: the waiting callers ride along.
+        self.queued = None
+        return None, self._begin(queued, now), True
+
+    def _start_queued(self, now: float) -> Refresh[S] | None:
+        """Begin the queued refresh, unless it is forced only and its time has not come."""
+        queued = self.queued
+        if queued is None or (queued.deferrable and now < self.forced_due()):
+            return None
+        self.queued = None
+        return self._begin(queued, now)
+
     def _begin(self, refresh: Refresh[S], now: float) -> Refresh[S]:
         refresh.started_at = now
+        if refresh.forced:
+            self.last_forced_start = now
         self.inflight = refresh
         return refresh
 

@@ -193,6 +193,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
     ) -> None:
         check_getter(getter)
@@ -200,7 +201,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
-            cache_period, threading.Event, refresh_ahead=refresh_ahead, max_stale=max_stale
+            cache_period,
+            threading.Event,
+            refresh_ahead=refresh_ahead,
+            max_stale=max_stale,
+            min_refresh_interval=min_refresh_interval,
         )
         # Counting hits is opt-in so the default hit path stays one read, one clock call.
         hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
@@ -238,7 +243,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
         check_timeout(timeout)
         with self._lock:
-            _, refresh, start = self._core.plan(self._clock(), min_expected_cache_time)
+            now = self._clock()
+            _, refresh, start = self._core.plan(now, min_expected_cache_time)
+            delay = self._core.arm(now)
+        self._arm(delay)
         if refresh is not None:
             self._await(refresh, start, timeout)
             if refresh.error is not None:
@@ -296,6 +304,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             now = self._clock()
             pods, refresh, start = self._core.plan(now)
+            delay = self._core.arm(now)
+        self._arm(delay)
         if pods is not None:
             if refresh is not None:  # refresh-ahead: readers keep the current pods meanwhile
                 self._spawn(refresh)
@@ -330,6 +340,21 @@ class RuntimeCache(CoreReadings[threading.Event]):
             target=self._run, args=(refresh,), name="podcache-refresh", daemon=True
         ).start()
 
+    def _arm(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core whether the queued refresh may start."""
+        if delay is not None:
+            timer = threading.Timer(delay, self._fire)
+            timer.name = "podcache-refresh-timer"
+            timer.daemon = True
+            timer.start()
+
+    def _fire(self) -> None:
+        with self._lock:
+            refresh, again = self._core.fire(self._clock())
+        self._arm(again)
+        if refresh is not None:
+            self._run(refresh)
+
     def _run(self, refresh: Refresh[threading.Event]) -> None:
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
@@ -341,11 +366,14 @@ class RuntimeCache(CoreReadings[threading.Event]):
         except BaseException as exc:  # every outcome must reach the waiters, even ^C
             error = exc
         with self._lock:
-            queued = self._core.complete(refresh, pods, error, self._clock())
+            now = self._clock()
+            queued = self._core.complete(refresh, pods, error, now)
+            delay = self._core.arm(now)
             self._publish(self._core.snapshot)
             if self._subscription is not None and self._subscription.refresh_done(error is None):
                 self._wake.set()  # the runtime is back: ask it for events again now
         refresh.signal.set()
+        self._arm(delay)
         if queued is not None:
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):

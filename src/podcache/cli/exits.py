@@ -20,6 +20,8 @@ from typing import IO, Any
 
 import click
 
+from podcache.errors import PodcacheError
+
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
@@ -44,7 +46,7 @@ def show_error(message: str, file: IO[Any] | None = None) -> None:
     click.echo(f"podcache: error: {message}", file=file, err=file is None)
 
 
-class CLIError(click.ClickException):
+class CLIError(click.ClickException, PodcacheError):
     """An error the CLI reports in one message and an exit status, never with a traceback.
 
     ``hints`` are printed after the message, one per line, as ``podcache: hint: ...``.

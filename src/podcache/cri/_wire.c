@@ -2,27 +2,50 @@
  *
  * Why: a refresh at node scale spends most of its time reading fields out of decoded upb
  * messages (every read allocates a wrapper or a string). This reads only the fields the
- * kubelet's GetPods uses, in one pass over the bytes, and hands Python one flat tuple per item.
- * The kubelet's rules themselves stay in Python (convert.py); this file knows the wire format
- * and podcache's api.proto subset, nothing else.
+ * kubelet's GetPods uses, in one pass over the bytes, and hands Python one row per item: a
+ * SandboxRow or a ContainerRow, objects with named, read-only fields (declared once, in the
+ * *_ROW_FIELDS tables below; _wire.pyi repeats them for the type checker and a test holds the
+ * two to each other). The kubelet's rules themselves stay in Python (convert.py); this file
+ * knows the wire format and podcache's api.proto subset, nothing else.
  *
- * It accepts and rejects what upb does with the same .proto: wire types as declared or else
- * the field is unknown and skipped; unknown fields skipped (groups too); a submessage listed
- * twice is merged (the last value of each field wins); map entries with a missing key or
- * value mean ""; a repeated map key keeps the last value; every string field that api.proto
- * declares must be valid UTF-8, read or not; truncated or overlong data is an error.
+ * It accepts and rejects exactly what upb (protobuf's decoder) does with the same .proto:
+ * - wire types as declared, or else the field is unknown and skipped; unknown fields are
+ *   skipped, groups too, and inside an unknown group any field number (0 too) is allowed;
+ * - a tag is a varint of at most 5 bytes and at most 2^32-1, field number 0 is an error
+ *   outside unknown groups; a length is a varint of at most 5 bytes; any other varint is at
+ *   most 10 bytes, the bits past the 64th dropped;
+ * - messages and groups nest at most MAX_DEPTH deep, the list answer itself at depth 0;
+ * - a submessage listed twice is merged (the last value of each field wins);
+ * - a map entry with a missing key or value means ""; an entry holding any other field (or
+ *   its key or value with another wire type) is not a map entry but an unknown field of the
+ *   enclosing message, so it is left out of the map; of entries with the same key the last
+ *   one wins;
+ * - every string field that api.proto declares must be valid UTF-8, read or not, map entries
+ *   left out included; truncated or overlong data is an error.
+ * Bounds: none on any count (items, labels, string lengths): every cost is linear in the
+ * bytes but the sort of each sandbox's labels, O(n log n) in its labels.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#ifndef Py_T_OBJECT_EX /* Python < 3.12 */
+#include <structmember.h>
+#define Py_T_OBJECT_EX T_OBJECT_EX
+#define Py_READONLY READONLY
+#endif
 
+/* upb's default nesting limit, which protobuf's Python module keeps. */
 #define MAX_DEPTH 100
+#define MAX_TAG_BYTES 5
+#define MAX_LENGTH_BYTES 5
+#define MAX_VARINT_BYTES 10
 
 typedef struct {
     const uint8_t *p;
     size_t n;
-    int set;
 } span;
 
 typedef struct {
@@ -38,75 +61,93 @@ static int fail(const ctx *c, const uint8_t *at, const char *problem) {
     return -1;
 }
 
-static int read_long_varint(const ctx *c, const uint8_t **pp, const uint8_t *end,
-                            uint64_t *out);
+/* ---- varints, tags, lengths ---- */
 
-/* Most varints (tags, lengths, states) are one byte: that case inline, the rest out of line. */
-static inline int read_varint(const ctx *c, const uint8_t **pp, const uint8_t *end,
-                              uint64_t *out) {
-    const uint8_t *p = *pp;
-    if (p < end && *p < 0x80) {
-        *out = *p;
-        *pp = p + 1;
-        return 0;
-    }
-    return read_long_varint(c, pp, end, out);
-}
-
+/* A varint of at most `max_bytes` bytes; the value keeps its low 64 bits (as upb does with
+ * the 10th byte's high bits). */
 static int read_long_varint(const ctx *c, const uint8_t **pp, const uint8_t *end,
-                            uint64_t *out) {
+                            int max_bytes, uint64_t *out) {
     const uint8_t *p = *pp;
     uint64_t v = 0;
-    for (int i = 0; i < 10; i++) {
+    for (int i = 0; i < max_bytes; i++) {
         if (p >= end) return fail(c, p, "truncated varint");
         uint8_t b = *p++;
-        if (i == 9 && b > 1) return fail(c, p - 1, "varint overflows 64 bits");
-        v |= (uint64_t)(b & 0x7f) << (7 * i);
+        v |= (uint64_t)(b & 0x7f) << (7 * i); /* i = 9: only the lowest bit stays */
         if (!(b & 0x80)) {
             *pp = p;
             *out = v;
             return 0;
         }
     }
-    return fail(c, p, "varint longer than 10 bytes");
+    return fail(c, *pp, max_bytes == MAX_VARINT_BYTES ? "varint longer than 10 bytes"
+                                                      : "tag or length longer than 5 bytes");
+}
+
+/* Most varints (tags, lengths, states) are one byte: that case inline, the rest out of line. */
+static inline int read_varint_of(const ctx *c, const uint8_t **pp, const uint8_t *end,
+                                 int max_bytes, uint64_t *out) {
+    const uint8_t *p = *pp;
+    if (p < end && *p < 0x80) {
+        *out = *p;
+        *pp = p + 1;
+        return 0;
+    }
+    return read_long_varint(c, pp, end, max_bytes, out);
+}
+
+static inline int read_varint(const ctx *c, const uint8_t **pp, const uint8_t *end,
+                              uint64_t *out) {
+    return read_varint_of(c, pp, end, MAX_VARINT_BYTES, out);
+}
+
+/* A tag: field number and wire type (any field number, 0 too: callers decide). */
+static inline int read_tag(const ctx *c, const uint8_t **pp, const uint8_t *end,
+                           uint32_t *field, int *wt) {
+    uint64_t tag;
+    const uint8_t *at = *pp;
+    if (read_varint_of(c, pp, end, MAX_TAG_BYTES, &tag) < 0) return -1;
+    if (tag > UINT32_MAX) return fail(c, at, "tag above 2^32-1");
+    *field = (uint32_t)(tag >> 3);
+    *wt = (int)(tag & 7);
+    return 0;
 }
 
 /* A length-delimited payload: *pp moves past it. */
 static int read_bytes(const ctx *c, const uint8_t **pp, const uint8_t *end, span *out) {
     uint64_t len;
     const uint8_t *at = *pp;
-    if (read_varint(c, pp, end, &len) < 0) return -1;
+    if (read_varint_of(c, pp, end, MAX_LENGTH_BYTES, &len) < 0) return -1;
     if (len > (uint64_t)(end - *pp)) return fail(c, at, "length runs past the end");
     out->p = *pp;
     out->n = (size_t)len;
-    out->set = 1;
     *pp += len;
     return 0;
 }
 
+/* ---- unknown fields ---- */
+
 static int skip_field(const ctx *c, uint32_t field, int wt, const uint8_t **pp,
                       const uint8_t *end, int depth);
 
-/* Skip a group's fields up to its end tag (same field number). */
+/* Skip a group's fields up to its end tag (same field number); `depth`: the group's own. */
 static int skip_group(const ctx *c, uint32_t field, const uint8_t **pp, const uint8_t *end,
                       int depth) {
     if (depth > MAX_DEPTH) return fail(c, *pp, "nested too deeply");
     while (*pp < end) {
-        uint64_t tag;
+        uint32_t f;
+        int wt;
         const uint8_t *at = *pp;
-        if (read_varint(c, pp, end, &tag) < 0) return -1;
-        uint32_t f = (uint32_t)(tag >> 3);
-        int wt = (int)(tag & 7);
-        if (tag >> 32 || f == 0) return fail(c, at, "bad field number");
+        if (read_tag(c, pp, end, &f, &wt) < 0) return -1;
         if (wt == 4) {
             if (f != field) return fail(c, at, "mismatched end of group");
             return 0;
         }
-        if (skip_field(c, f, wt, pp, end, depth + 1) < 0) return -1;
+        if (skip_field(c, f, wt, pp, end, depth) < 0) return -1;
     }
     return fail(c, *pp, "group without an end");
 }
 
+/* Skip one unknown field of a message (or group) at `depth`. */
 static int skip_field(const ctx *c, uint32_t field, int wt, const uint8_t **pp,
                       const uint8_t *end, int depth) {
     uint64_t ignored;
@@ -121,7 +162,7 @@ static int skip_field(const ctx *c, uint32_t field, int wt, const uint8_t **pp,
     case 2:
         return read_bytes(c, pp, end, &s);
     case 3:
-        return skip_group(c, field, pp, end, depth);
+        return skip_group(c, field, pp, end, depth + 1);
     case 5:
         if (end - *pp < 4) return fail(c, *pp, "truncated fixed32");
         *pp += 4;
@@ -132,6 +173,18 @@ static int skip_field(const ctx *c, uint32_t field, int wt, const uint8_t **pp,
         return fail(c, *pp, "invalid wire type");
     }
 }
+
+/* The next tag of a message; 1 when one was read, 0 at the end. */
+static int next_tag(const ctx *c, const uint8_t **pp, const uint8_t *end, uint32_t *field,
+                    int *wt) {
+    if (*pp >= end) return 0;
+    const uint8_t *at = *pp;
+    if (read_tag(c, pp, end, field, wt) < 0) return -1;
+    if (*field == 0) return fail(c, at, "field number 0");
+    return 1;
+}
+
+/* ---- strings ---- */
 
 /* Strict UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF), as protobuf requires. */
 static int utf8_ok(const uint8_t *p, size_t n) {
@@ -184,25 +237,13 @@ static int read_string(const ctx *c, const uint8_t **pp, const uint8_t *end, spa
     return 0;
 }
 
-/* The next tag; 1 when one was read, 0 at the end. */
-static int next_tag(const ctx *c, const uint8_t **pp, const uint8_t *end, uint32_t *field,
-                    int *wt) {
-    if (*pp >= end) return 0;
-    uint64_t tag;
-    const uint8_t *at = *pp;
-    if (read_varint(c, pp, end, &tag) < 0) return -1;
-    if (tag >> 32 || (tag >> 3) == 0) return fail(c, at, "bad field number");
-    *field = (uint32_t)(tag >> 3);
-    *wt = (int)(tag & 7);
-    return 1;
-}
-
-/* One map<string, string> entry: key 1, value 2 (both "" when missing). */
-static int read_entry(const ctx *c, span entry, span *key, span *value) {
+/* One map<string, string> entry (a message at `depth`): key 1, value 2, both "" when missing.
+ * 1: a map entry; 0: it holds another field, so it is an unknown field of the enclosing
+ * message (validated all the same) and not in the map. */
+static int read_entry(const ctx *c, span entry, int depth, span *key, span *value) {
     const uint8_t *p = entry.p, *end = entry.p + entry.n;
     uint32_t f;
-    int wt, r;
-    key->set = value->set = 0;
+    int wt, r, plain = 1;
     key->n = value->n = 0;
     key->p = value->p = entry.p;
     while ((r = next_tag(c, &p, end, &f, &wt)) > 0) {
@@ -210,16 +251,20 @@ static int read_entry(const ctx *c, span entry, span *key, span *value) {
             if (read_string(c, &p, end, key) < 0) return -1;
         } else if (f == 2 && wt == 2) {
             if (read_string(c, &p, end, value) < 0) return -1;
-        } else if (skip_field(c, f, wt, &p, end, 0) < 0) {
-            return -1;
+        } else {
+            plain = 0;
+            if (skip_field(c, f, wt, &p, end, depth) < 0) return -1;
         }
     }
-    return r;
+    return r < 0 ? -1 : plain;
 }
 
-static int span_less(span a, span b) {
-    int order = memcmp(a.p, b.p, a.n < b.n ? a.n : b.n);
-    return order < 0 || (order == 0 && a.n < b.n);
+/* A map field's next entry (at `depth`): as read_entry. */
+static int read_map_field(const ctx *c, const uint8_t **pp, const uint8_t *end, int depth,
+                          span *key, span *value) {
+    span entry;
+    if (read_bytes(c, pp, end, &entry) < 0) return -1;
+    return read_entry(c, entry, depth, key, value);
 }
 
 static int span_is(span s, const char *text, size_t n) {
@@ -228,7 +273,8 @@ static int span_is(span s, const char *text, size_t n) {
 
 /* Strings repeat across a node's items (images, names, namespaces, label keys): each distinct
  * byte string becomes one str object. An open-addressing table keyed by the raw bytes, one per
- * list answer, answers repeats without building or hashing a str. */
+ * list answer, answers repeats without building or hashing a str. Its hash is seeded per
+ * process (from Python's own hash secret), so nobody can choose strings that collide. */
 typedef struct {
     uint64_t hash;
     const uint8_t *p;
@@ -255,8 +301,10 @@ typedef struct {
     intern_slot last[LAST_SITES]; /* borrowed: the table holds the references */
 } interner;
 
+static uint64_t hash_seed;
+
 static uint64_t hash_bytes(const uint8_t *p, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ULL ^ n;
+    uint64_t h = (0xcbf29ce484222325ULL ^ hash_seed ^ n) * 0x100000001b3ULL;
     while (n >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
@@ -343,8 +391,8 @@ static PyObject *own_str(span s) {
 }
 
 /* A tuple of n new references (NULL items allowed: then the tuple is dropped and NULL
- * returned). Its items are strs, ints, bools and such tuples only, which the cycle collector
- * never needs to see: it is untracked, like CPython untracks such tuples itself. */
+ * returned). Its items are strs and such tuples only, which the cycle collector never needs
+ * to see: it is untracked, like CPython untracks such tuples itself. */
 static PyObject *flat_tuple(Py_ssize_t n, PyObject **items) {
     PyObject *tuple = NULL;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -366,6 +414,120 @@ static PyObject *new_bool(int value) {
     return b;
 }
 
+/* ---- rows: objects with named read-only fields, one type per kind of item ----
+ * A row holds strs, ints, bools and untracked tuples of strs only: it cannot be part of a
+ * cycle, so its type is not a GC type. Its fields are an array behind the header; the
+ * *_ROW_FIELDS tables give each its name (the index, the member and the pyi entry) once. */
+
+typedef struct {
+    PyObject_HEAD PyObject *fields[1]; /* really as many as the type has members */
+} row_object;
+
+#define ROW_SIZE(n) (offsetof(row_object, fields) + (n) * sizeof(PyObject *))
+#define ROW_INDEX(kind, name, doc) kind##_##name,
+#define ROW_MEMBER(kind, name, doc)                                                            \
+    {#name, Py_T_OBJECT_EX, (Py_ssize_t)ROW_SIZE(kind##_##name), Py_READONLY, doc},
+
+static Py_ssize_t row_length(PyTypeObject *type) {
+    return (Py_ssize_t)((type->tp_basicsize - offsetof(row_object, fields)) / sizeof(PyObject *));
+}
+
+static void row_dealloc(PyObject *self) {
+    row_object *row = (row_object *)self;
+    for (Py_ssize_t i = 0, n = row_length(Py_TYPE(self)); i < n; i++) Py_XDECREF(row->fields[i]);
+    PyObject_Free(self);
+}
+
+/* TypeName(field=value, ...) from the type's members. */
+static PyObject *row_repr(PyObject *self) {
+    PyTypeObject *type = Py_TYPE(self);
+    row_object *row = (row_object *)self;
+    PyObject *parts = PyList_New(0);
+    if (parts == NULL) return NULL;
+    for (Py_ssize_t i = 0; type->tp_members[i].name != NULL; i++) {
+        PyObject *part =
+            PyUnicode_FromFormat("%s=%R", type->tp_members[i].name, row->fields[i]);
+        if (part == NULL || PyList_Append(parts, part) < 0) {
+            Py_XDECREF(part);
+            Py_DECREF(parts);
+            return NULL;
+        }
+        Py_DECREF(part);
+    }
+    PyObject *sep = PyUnicode_FromString(", ");
+    PyObject *inside = sep == NULL ? NULL : PyUnicode_Join(sep, parts);
+    Py_XDECREF(sep);
+    Py_DECREF(parts);
+    if (inside == NULL) return NULL;
+    const char *name = strrchr(type->tp_name, '.');
+    PyObject *text = PyUnicode_FromFormat("%s(%U)", name ? name + 1 : type->tp_name, inside);
+    Py_DECREF(inside);
+    return text;
+}
+
+/* A row of `type` taking over n new references (NULL items allowed: then they are dropped
+ * and NULL returned). */
+static PyObject *new_row(PyTypeObject *type, Py_ssize_t n, PyObject **values) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (values[i] == NULL) goto error;
+    }
+    row_object *row = PyObject_New(row_object, type);
+    if (row == NULL) goto error;
+    memcpy(row->fields, values, (size_t)n * sizeof(PyObject *));
+    return (PyObject *)row;
+error:
+    for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(values[i]);
+    return NULL;
+}
+
+#define ROW_TYPE(kind, type_name, doc)                                                         \
+    static PyMemberDef kind##_members[] = {kind##_ROW_FIELDS(ROW_MEMBER){NULL}};               \
+    static PyTypeObject kind##_type = {                                                        \
+        PyVarObject_HEAD_INIT(NULL, 0).tp_name = "podcache.cri._wire." type_name,              \
+        .tp_basicsize = (Py_ssize_t)ROW_SIZE(kind##_FIELD_COUNT),                              \
+        .tp_dealloc = row_dealloc,                                                             \
+        .tp_repr = row_repr,                                                                   \
+        .tp_flags = Py_TPFLAGS_DEFAULT,                                                        \
+        .tp_doc = doc,                                                                         \
+        .tp_members = kind##_members,                                                          \
+    };
+
+/* PodSandbox: the fields convert.py reads, absent strings "". */
+#define SANDBOX_ROW_FIELDS(X)                                                                  \
+    X(SANDBOX, id, "PodSandbox.id (str)")                                                      \
+    X(SANDBOX, created_at, "PodSandbox.created_at (int, ns)")                                  \
+    X(SANDBOX, state, "PodSandbox.state (int)")                                                \
+    X(SANDBOX, has_metadata, "whether PodSandbox.metadata was listed (bool)")                  \
+    X(SANDBOX, name, "PodSandboxMetadata.name (str)")                                          \
+    X(SANDBOX, uid, "PodSandboxMetadata.uid (str)")                                            \
+    X(SANDBOX, namespace, "PodSandboxMetadata.namespace (str)")                                \
+    X(SANDBOX, labels,                                                                         \
+      "the pod's own labels: (key, value) pairs sorted by key, each key with its last value, " \
+      "no io.kubernetes.pod.* keys")
+
+enum { SANDBOX_ROW_FIELDS(ROW_INDEX) SANDBOX_FIELD_COUNT };
+ROW_TYPE(SANDBOX, "SandboxRow", "One PodSandbox of a ListPodSandboxResponse, as read.")
+
+/* Container: the fields convert.py reads, absent strings "". */
+#define CONTAINER_ROW_FIELDS(X)                                                                \
+    X(CONTAINER, id, "Container.id (str)")                                                     \
+    X(CONTAINER, created_at, "Container.created_at (int, ns)")                                 \
+    X(CONTAINER, state, "Container.state (int)")                                               \
+    X(CONTAINER, has_metadata, "whether Container.metadata was listed (bool)")                 \
+    X(CONTAINER, name, "ContainerMetadata.name (str)")                                         \
+    X(CONTAINER, has_image, "whether Container.image was listed (bool)")                       \
+    X(CONTAINER, image, "ImageSpec.image (str)")                                               \
+    X(CONTAINER, runtime_handler, "ImageSpec.runtime_handler (str)")                           \
+    X(CONTAINER, image_ref, "Container.image_ref (str)")                                       \
+    X(CONTAINER, image_id, "Container.image_id (str)")                                         \
+    X(CONTAINER, pod_uid, "the label io.kubernetes.pod.uid (str)")                             \
+    X(CONTAINER, pod_name, "the label io.kubernetes.pod.name (str)")                           \
+    X(CONTAINER, pod_namespace, "the label io.kubernetes.pod.namespace (str)")                 \
+    X(CONTAINER, hash, "the annotation io.kubernetes.container.hash (str)")
+
+enum { CONTAINER_ROW_FIELDS(ROW_INDEX) CONTAINER_FIELD_COUNT };
+ROW_TYPE(CONTAINER, "ContainerRow", "One Container of a ListContainersResponse, as read.")
+
 /* ---- Container (api.proto: id 1, pod_sandbox_id 2, metadata 3, image 4, image_ref 5,
  *      state 6, created_at 7, labels 8, annotations 9, image_id 10) ---- */
 
@@ -376,6 +538,9 @@ static PyObject *new_bool(int value) {
 #define POD_LABELS "io.kubernetes.pod."
 #define LIT(s) s, sizeof(s) - 1
 #define TAG(field, wire_type) (((field) << 3) | (wire_type))
+
+/* Depths: the list answer 0, its items 1, their submessages and map entries 2, and so on. */
+#define ITEM_DEPTH 1
 
 typedef struct {
     span id, name, image, handler, image_ref, image_id, uid, pod_name, pod_namespace, hash;
@@ -390,7 +555,7 @@ static int read_container_metadata(const ctx *c, span m, container_fields *out) 
     while ((r = next_tag(c, &p, end, &f, &wt)) > 0) {
         if (f == 1 && wt == 2) {
             if (read_string(c, &p, end, &out->name) < 0) return -1;
-        } else if (skip_field(c, f, wt, &p, end, 0) < 0) {
+        } else if (skip_field(c, f, wt, &p, end, ITEM_DEPTH + 1) < 0) {
             return -1;
         }
     }
@@ -412,12 +577,27 @@ static int read_image_spec(const ctx *c, span m, container_fields *out) {
         } else if ((f == 18 || f == 20) && wt == 2) {
             if (read_string(c, &p, end, &s) < 0) return -1;
         } else if (f == 2 && wt == 2) {
-            if (read_bytes(c, &p, end, &s) < 0 || read_entry(c, s, &key, &value) < 0) return -1;
-        } else if (skip_field(c, f, wt, &p, end, 0) < 0) {
+            if (read_map_field(c, &p, end, ITEM_DEPTH + 2, &key, &value) < 0) return -1;
+        } else if (skip_field(c, f, wt, &p, end, ITEM_DEPTH + 1) < 0) {
             return -1;
         }
     }
     return r;
+}
+
+/* Container.labels: the three pod labels are kept. */
+static int read_container_label(const ctx *c, const uint8_t **pp, const uint8_t *end,
+                                container_fields *out) {
+    span key, value;
+    int r = read_map_field(c, pp, end, ITEM_DEPTH + 1, &key, &value);
+    if (r <= 0) return r;
+    if (span_is(key, LIT(UID_LABEL)))
+        out->uid = value;
+    else if (span_is(key, LIT(NAME_LABEL)))
+        out->pod_name = value;
+    else if (span_is(key, LIT(NAMESPACE_LABEL)))
+        out->pod_namespace = value;
+    return 0;
 }
 
 static int read_container(const ctx *c, span m, container_fields *out) {
@@ -448,17 +628,12 @@ static int read_container(const ctx *c, span m, container_fields *out) {
             if (read_string(c, &p, end, &out->image_ref) < 0) return -1;
             continue;
         case TAG(8, 2):
-            if (read_bytes(c, &p, end, &s) < 0 || read_entry(c, s, &key, &value) < 0) return -1;
-            if (span_is(key, LIT(UID_LABEL)))
-                out->uid = value;
-            else if (span_is(key, LIT(NAME_LABEL)))
-                out->pod_name = value;
-            else if (span_is(key, LIT(NAMESPACE_LABEL)))
-                out->pod_namespace = value;
+            if (read_container_label(c, &p, end, out) < 0) return -1;
             continue;
         case TAG(9, 2):
-            if (read_bytes(c, &p, end, &s) < 0 || read_entry(c, s, &key, &value) < 0) return -1;
-            if (span_is(key, LIT(HASH_ANNOTATION))) out->hash = value;
+            r = read_map_field(c, &p, end, ITEM_DEPTH + 1, &key, &value);
+            if (r < 0) return -1;
+            if (r > 0 && span_is(key, LIT(HASH_ANNOTATION))) out->hash = value;
             continue;
         case TAG(10, 2):
             if (read_string(c, &p, end, &out->image_id) < 0) return -1;
@@ -470,33 +645,105 @@ static int read_container(const ctx *c, span m, container_fields *out) {
             if (read_varint(c, &p, end, &out->created_at) < 0) return -1;
             continue;
         default:
-            if (skip_field(c, f, wt, &p, end, 0) < 0) return -1;
+            if (skip_field(c, f, wt, &p, end, ITEM_DEPTH) < 0) return -1;
         }
     }
     return r;
 }
 
-/* The item as convert.py reads it: (id, created_at, state, has_metadata, name, has_image,
- * image, runtime_handler, image_ref, image_id, pod uid label, pod name label, pod namespace
- * label, hash annotation); absent strings are "". */
 static PyObject *container_row(const container_fields *f, interner *t) {
-    PyObject *items[14] = {
-        own_str(f->id),
-        PyLong_FromLongLong((long long)(int64_t)f->created_at),
-        PyLong_FromLong((long)(int32_t)(uint32_t)f->state),
-        new_bool(f->has_metadata),
-        repeated_str(t, LAST_NAME, f->name),
-        new_bool(f->has_image),
-        repeated_str(t, LAST_IMAGE, f->image),
-        shared_str(t, f->handler),
-        repeated_str(t, LAST_REF, f->image_ref),
-        repeated_str(t, LAST_IMAGE_ID, f->image_id),
-        repeated_str(t, LAST_UID, f->uid),
-        repeated_str(t, LAST_POD, f->pod_name),
-        repeated_str(t, LAST_NAMESPACE, f->pod_namespace),
-        own_str(f->hash),
+    PyObject *values[CONTAINER_FIELD_COUNT] = {
+        [CONTAINER_id] = own_str(f->id),
+        [CONTAINER_created_at] = PyLong_FromLongLong((long long)(int64_t)f->created_at),
+        [CONTAINER_state] = PyLong_FromLong((long)(int32_t)(uint32_t)f->state),
+        [CONTAINER_has_metadata] = new_bool(f->has_metadata),
+        [CONTAINER_name] = repeated_str(t, LAST_NAME, f->name),
+        [CONTAINER_has_image] = new_bool(f->has_image),
+        [CONTAINER_image] = repeated_str(t, LAST_IMAGE, f->image),
+        [CONTAINER_runtime_handler] = shared_str(t, f->handler),
+        [CONTAINER_image_ref] = repeated_str(t, LAST_REF, f->image_ref),
+        [CONTAINER_image_id] = repeated_str(t, LAST_IMAGE_ID, f->image_id),
+        [CONTAINER_pod_uid] = repeated_str(t, LAST_UID, f->uid),
+        [CONTAINER_pod_name] = repeated_str(t, LAST_POD, f->pod_name),
+        [CONTAINER_pod_namespace] = repeated_str(t, LAST_NAMESPACE, f->pod_namespace),
+        [CONTAINER_hash] = own_str(f->hash),
     };
-    return flat_tuple(14, items);
+    return new_row(&CONTAINER_type, CONTAINER_FIELD_COUNT, values);
+}
+
+/* ---- labels: a sandbox's map, as Python's sorted(dict) of it ---- */
+
+typedef struct {
+    span key, value;
+    size_t order; /* position in the listing: of equal keys the last one wins */
+} label;
+
+/* The labels of one sandbox; its buffer is reused from sandbox to sandbox of a listing. */
+typedef struct {
+    label *items;
+    size_t n, cap;
+} label_list;
+
+static int label_list_add(label_list *labels, span key, span value) {
+    if (labels->n == labels->cap) {
+        size_t cap = labels->cap ? labels->cap * 2 : 64;
+        if (cap > PY_SSIZE_T_MAX / sizeof(label)) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        label *more = PyMem_Realloc(labels->items, cap * sizeof(label));
+        if (more == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        labels->items = more;
+        labels->cap = cap;
+    }
+    labels->items[labels->n] = (label){key, value, labels->n};
+    labels->n++;
+    return 0;
+}
+
+/* By key (UTF-8 bytes compare as their code points do, i.e. as Python's str), then by
+ * position: a total order, so any sort gives the same result. */
+static int label_order(const void *a, const void *b) {
+    const label *x = a, *y = b;
+    size_t n = x->key.n < y->key.n ? x->key.n : y->key.n;
+    int order = memcmp(x->key.p, y->key.p, n);
+    if (order != 0) return order;
+    if (x->key.n != y->key.n) return x->key.n < y->key.n ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Sorted by key, each key once with its last value: O(n log n). */
+static void sort_labels(label_list *labels) {
+    if (labels->n < 2) return;
+    qsort(labels->items, labels->n, sizeof(label), label_order);
+    size_t kept = 0;
+    for (size_t i = 0; i < labels->n; i++) {
+        label *l = &labels->items[i];
+        if (kept > 0 && span_is(labels->items[kept - 1].key, (const char *)l->key.p, l->key.n))
+            kept--; /* a later entry of the same key replaces the earlier one */
+        labels->items[kept++] = *l;
+    }
+    labels->n = kept;
+}
+
+static PyObject *labels_tuple(const label_list *labels, interner *t) {
+    PyObject *pairs = PyTuple_New((Py_ssize_t)labels->n);
+    if (pairs == NULL) return NULL;
+    for (size_t i = 0; i < labels->n; i++) {
+        PyObject *pair[2] = {shared_str(t, labels->items[i].key),
+                             shared_str(t, labels->items[i].value)};
+        PyObject *item = flat_tuple(2, pair);
+        if (item == NULL) {
+            Py_DECREF(pairs);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pairs, (Py_ssize_t)i, item);
+    }
+    PyObject_GC_UnTrack(pairs);
+    return pairs;
 }
 
 /* ---- PodSandbox (id 1, metadata 2, state 3, created_at 4, labels 5, annotations 6,
@@ -519,158 +766,111 @@ static int read_sandbox_metadata(const ctx *c, span m, sandbox_fields *out) {
         if (wt == 2 && f == 3) target = &out->namespace_;
         if (target != NULL) {
             if (read_string(c, &p, end, target) < 0) return -1;
-        } else if (skip_field(c, f, wt, &p, end, 0) < 0) {
+        } else if (skip_field(c, f, wt, &p, end, ITEM_DEPTH + 1) < 0) {
             return -1;
         }
     }
     return r;
 }
 
-#define MAX_LABELS 4096
+/* PodSandbox.labels: the pod's own ones are kept, the kubelet's io.kubernetes.pod.* keys
+ * left out. */
+static int read_sandbox_label(const ctx *c, const uint8_t **pp, const uint8_t *end,
+                              label_list *labels) {
+    span key, value;
+    int r = read_map_field(c, pp, end, ITEM_DEPTH + 1, &key, &value);
+    if (r <= 0) return r;
+    if (key.n >= sizeof(POD_LABELS) - 1 && memcmp(key.p, LIT(POD_LABELS)) == 0) return 0;
+    return label_list_add(labels, key, value);
+}
 
-/* (id, created_at, state, has_metadata, name, uid, namespace, labels): labels are the pod's
- * own (key, value) pairs, sorted by key, each key with its last value as a map keeps them. */
-static PyObject *read_sandbox_row(const ctx *c, span m, interner *t) {
+static int read_sandbox(const ctx *c, span m, sandbox_fields *out, label_list *labels) {
     const uint8_t *p = m.p, *end = m.p + m.n;
     uint32_t f;
     int wt, r;
     span s, key, value;
-    sandbox_fields out;
-    span keys[64], values[64];
-    span *label_keys = keys, *label_values = values;
-    size_t n_labels = 0, cap_labels = 64;
-    PyObject *row = NULL;
-    memset(&out, 0, sizeof(out));
+    memset(out, 0, sizeof(*out));
+    labels->n = 0;
     while ((r = next_tag(c, &p, end, &f, &wt)) > 0) {
-        if (wt == 2 && f == 1) {
-            if (read_string(c, &p, end, &out.id) < 0) goto done;
-        } else if (wt == 2 && f == 2) {
-            if (read_bytes(c, &p, end, &s) < 0) goto done;
-            out.has_metadata = 1;
-            if (read_sandbox_metadata(c, s, &out) < 0) goto done;
-        } else if (wt == 0 && f == 3) {
-            if (read_varint(c, &p, end, &out.state) < 0) goto done;
-        } else if (wt == 0 && f == 4) {
-            if (read_varint(c, &p, end, &out.created_at) < 0) goto done;
-        } else if (wt == 2 && f == 5) {
-            if (read_bytes(c, &p, end, &s) < 0 || read_entry(c, s, &key, &value) < 0) goto done;
-            size_t i = 0;
-            while (i < n_labels && !(label_keys[i].n == key.n &&
-                                     memcmp(label_keys[i].p, key.p, key.n) == 0))
-                i++;
-            if (i == n_labels) {
-                if (n_labels == MAX_LABELS) {
-                    fail(c, s.p, "more than 4096 labels on one sandbox");
-                    goto done;
-                }
-                if (n_labels == cap_labels) {
-                    size_t cap = cap_labels * 4;
-                    span *more_keys = PyMem_Malloc(cap * sizeof(span));
-                    span *more_values = PyMem_Malloc(cap * sizeof(span));
-                    if (more_keys == NULL || more_values == NULL) {
-                        PyMem_Free(more_keys);
-                        PyMem_Free(more_values);
-                        PyErr_NoMemory();
-                        goto done;
-                    }
-                    memcpy(more_keys, label_keys, n_labels * sizeof(span));
-                    memcpy(more_values, label_values, n_labels * sizeof(span));
-                    if (label_keys != keys) {
-                        PyMem_Free(label_keys);
-                        PyMem_Free(label_values);
-                    }
-                    label_keys = more_keys;
-                    label_values = more_values;
-                    cap_labels = cap;
-                }
-                label_keys[n_labels++] = key;
-            }
-            label_values[i] = value;
-        } else if (wt == 2 && f == 6) {
-            if (read_bytes(c, &p, end, &s) < 0 || read_entry(c, s, &key, &value) < 0) goto done;
-        } else if (wt == 2 && f == 7) {
-            if (read_string(c, &p, end, &s) < 0) goto done;
-        } else if (skip_field(c, f, wt, &p, end, 0) < 0) {
-            goto done;
+        switch (f > 15 ? 0 : (f << 3) | (uint32_t)wt) { /* the tag: field and wire type */
+        case TAG(1, 2):
+            if (read_string(c, &p, end, &out->id) < 0) return -1;
+            continue;
+        case TAG(2, 2):
+            if (read_bytes(c, &p, end, &s) < 0) return -1;
+            out->has_metadata = 1;
+            if (read_sandbox_metadata(c, s, out) < 0) return -1;
+            continue;
+        case TAG(3, 0):
+            if (read_varint(c, &p, end, &out->state) < 0) return -1;
+            continue;
+        case TAG(4, 0):
+            if (read_varint(c, &p, end, &out->created_at) < 0) return -1;
+            continue;
+        case TAG(5, 2):
+            if (read_sandbox_label(c, &p, end, labels) < 0) return -1;
+            continue;
+        case TAG(6, 2):
+            if (read_map_field(c, &p, end, ITEM_DEPTH + 1, &key, &value) < 0) return -1;
+            continue;
+        case TAG(7, 2):
+            if (read_string(c, &p, end, &s) < 0) return -1;
+            continue;
+        default:
+            if (skip_field(c, f, wt, &p, end, ITEM_DEPTH) < 0) return -1;
         }
     }
-    if (r < 0) goto done;
-    /* Sorted by key: UTF-8 bytes compare as their code points do, i.e. as Python's str. */
-    for (size_t i = 1; i < n_labels; i++) {
-        span k = label_keys[i], v = label_values[i];
-        size_t j = i;
-        while (j > 0 && span_less(k, label_keys[j - 1])) {
-            label_keys[j] = label_keys[j - 1];
-            label_values[j] = label_values[j - 1];
-            j--;
-        }
-        label_keys[j] = k;
-        label_values[j] = v;
-    }
-    /* The pod's own labels: the kubelet's io.kubernetes.pod.* keys (contiguous once sorted)
-     * are left out. */
-    size_t kept = 0;
-    for (size_t i = 0; i < n_labels; i++) {
-        span k = label_keys[i];
-        if (k.n >= sizeof(POD_LABELS) - 1 && memcmp(k.p, LIT(POD_LABELS)) == 0) continue;
-        label_keys[kept] = k;
-        label_values[kept++] = label_values[i];
-    }
-    PyObject *labels = PyTuple_New((Py_ssize_t)kept);
-    if (labels == NULL) goto done;
-    for (size_t i = 0; i < kept; i++) {
-        PyObject *pair[2] = {shared_str(t, label_keys[i]), shared_str(t, label_values[i])};
-        PyObject *item = flat_tuple(2, pair);
-        if (item == NULL) {
-            Py_DECREF(labels);
-            goto done;
-        }
-        PyTuple_SET_ITEM(labels, (Py_ssize_t)i, item);
-    }
-    PyObject_GC_UnTrack(labels);
-    PyObject *items[8] = {
-        own_str(out.id),
-        PyLong_FromLongLong((long long)(int64_t)out.created_at),
-        PyLong_FromLong((long)(int32_t)(uint32_t)out.state),
-        new_bool(out.has_metadata),
-        shared_str(t, out.name),
-        own_str(out.uid),
-        shared_str(t, out.namespace_),
-        labels,
+    return r;
+}
+
+static PyObject *sandbox_row(const sandbox_fields *f, label_list *labels, interner *t) {
+    sort_labels(labels);
+    PyObject *values[SANDBOX_FIELD_COUNT] = {
+        [SANDBOX_id] = own_str(f->id),
+        [SANDBOX_created_at] = PyLong_FromLongLong((long long)(int64_t)f->created_at),
+        [SANDBOX_state] = PyLong_FromLong((long)(int32_t)(uint32_t)f->state),
+        [SANDBOX_has_metadata] = new_bool(f->has_metadata),
+        [SANDBOX_name] = shared_str(t, f->name),
+        [SANDBOX_uid] = own_str(f->uid),
+        [SANDBOX_namespace] = shared_str(t, f->namespace_),
+        [SANDBOX_labels] = labels_tuple(labels, t),
     };
-    row = flat_tuple(8, items);
-done:
-    if (label_keys != keys) {
-        PyMem_Free(label_keys);
-        PyMem_Free(label_values);
-    }
-    return row;
+    return new_row(&SANDBOX_type, SANDBOX_FIELD_COUNT, values);
 }
 
 /* ---- the two responses: repeated items in field 1 ---- */
 
+/* What one list answer's read needs besides the bytes. */
+typedef struct {
+    ctx c;
+    interner strings;
+    label_list labels;
+    int containers; /* which answer: ListContainersResponse or ListPodSandboxResponse */
+} listing;
+
+static PyObject *read_item(listing *l, span item) {
+    if (l->containers) {
+        container_fields fields;
+        if (read_container(&l->c, item, &fields) < 0) return NULL;
+        return container_row(&fields, &l->strings);
+    }
+    sandbox_fields fields;
+    if (read_sandbox(&l->c, item, &fields, &l->labels) < 0) return NULL;
+    return sandbox_row(&fields, &l->labels, &l->strings);
+}
+
 /* One response's items (field 1 of either list response) appended to `rows`. */
-static int scan(const char *what, const uint8_t *p, size_t n, interner *table, int containers,
-                PyObject *rows) {
-    const uint8_t *end = p + n;
-    ctx c = {p, what};
+static int scan(listing *l, const uint8_t *p, const uint8_t *end, PyObject *rows) {
     uint32_t f;
     int wt, r;
     span item;
-    container_fields fields;
-    while ((r = next_tag(&c, &p, end, &f, &wt)) > 0) {
+    while ((r = next_tag(&l->c, &p, end, &f, &wt)) > 0) {
         if (f != 1 || wt != 2) {
-            if (skip_field(&c, f, wt, &p, end, 0) < 0) return -1;
+            if (skip_field(&l->c, f, wt, &p, end, 0) < 0) return -1;
             continue;
         }
-        if (read_bytes(&c, &p, end, &item) < 0) return -1;
-        PyObject *row;
-        if (containers) {
-            if (read_container(&c, item, &fields) < 0) return -1;
-            row = container_row(&fields, table);
-        } else {
-            row = read_sandbox_row(&c, item, table);
-        }
+        if (read_bytes(&l->c, &p, end, &item) < 0) return -1;
+        PyObject *row = read_item(l, item);
         if (row == NULL) return -1;
         int failed = PyList_Append(rows, row) < 0;
         Py_DECREF(row);
@@ -681,17 +881,21 @@ static int scan(const char *what, const uint8_t *p, size_t n, interner *table, i
 
 static PyObject *read_list(PyObject *args, const char *what, int containers) {
     Py_buffer data;
-    interner table;
-    memset(&table, 0, sizeof(table));
     if (!PyArg_ParseTuple(args, "y*", &data)) return NULL;
+    listing l;
+    memset(&l, 0, sizeof(l));
+    l.c.start = data.buf;
+    l.c.what = what;
+    l.containers = containers;
     /* Everything built here is acyclic and the GIL is held throughout: no collection is
      * needed while the rows pile up (each one would walk them all again). */
     int collecting = PyGC_Disable();
     PyObject *rows = PyList_New(0);
-    if (rows != NULL && scan(what, data.buf, (size_t)data.len, &table, containers, rows) < 0)
-        Py_CLEAR(rows);
+    const uint8_t *start = data.buf;
+    if (rows != NULL && scan(&l, start, start + data.len, rows) < 0) Py_CLEAR(rows);
     if (collecting) PyGC_Enable();
-    interner_free(&table);
+    interner_free(&l.strings);
+    PyMem_Free(l.labels.items);
     PyBuffer_Release(&data);
     return rows;
 }
@@ -706,9 +910,9 @@ static PyObject *containers(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"sandboxes", sandboxes, METH_VARARGS,
-     "sandboxes(data) -> the items of a ListPodSandboxResponse (wire bytes) as flat tuples."},
+     "sandboxes(data) -> the items of a ListPodSandboxResponse (wire bytes) as SandboxRows."},
     {"containers", containers, METH_VARARGS,
-     "containers(data) -> the items of a ListContainersResponse (wire bytes) as flat tuples."},
+     "containers(data) -> the items of a ListContainersResponse (wire bytes) as ContainerRows."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -718,13 +922,32 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* The interner's seed: Python's hash of a constant, which its per-process secret keys. */
+static int seed_hash(void) {
+    PyObject *text = PyBytes_FromString("podcache.cri._wire");
+    if (text == NULL) return -1;
+    Py_hash_t h = PyObject_Hash(text);
+    Py_DECREF(text);
+    if (h == -1) return -1;
+    hash_seed = (uint64_t)h;
+    return 0;
+}
+
+static int add_type(PyObject *m, PyTypeObject *type, const char *name) {
+    if (PyType_Ready(type) < 0) return -1;
+    return PyModule_AddObjectRef(m, name, (PyObject *)type);
+}
+
 PyMODINIT_FUNC PyInit__wire(void) {
+    if (seed_hash() < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m == NULL) return NULL;
     MalformedError = PyErr_NewExceptionWithDoc(
         "podcache.cri._wire.MalformedError",
         "The bytes are not a valid message of podcache's api.proto.", PyExc_ValueError, NULL);
-    if (MalformedError == NULL || PyModule_AddObjectRef(m, "MalformedError", MalformedError) < 0) {
+    if (MalformedError == NULL || PyModule_AddObjectRef(m, "MalformedError", MalformedError) < 0 ||
+        add_type(m, &SANDBOX_type, "SandboxRow") < 0 ||
+        add_type(m, &CONTAINER_type, "ContainerRow") < 0) {
         Py_DECREF(m);
         return NULL;
     }

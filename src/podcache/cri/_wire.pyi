@@ -1,12 +1,79 @@
-"""Types of the C extension ``podcache.cri._wire``: the CRI list answers read from wire bytes."""
+"""Types of the C extension ``podcache.cri._wire``: the CRI list answers read from wire bytes.
 
-from typing import Any
+The rows' fields are the ``*_ROW_FIELDS`` tables of ``_wire.c``, in the same order (a test
+holds the two to each other). Absent strings are ``""``.
+"""
+
+from typing import final
 
 class MalformedError(ValueError):
     """The bytes are not a valid message of podcache's api.proto."""
 
-def sandboxes(data: bytes, /) -> list[tuple[Any, ...]]:
-    """The items of a ListPodSandboxResponse as flat tuples."""
+@final
+class SandboxRow:
+    """One PodSandbox of a ListPodSandboxResponse, as read."""
 
-def containers(data: bytes, /) -> list[tuple[Any, ...]]:
-    """The items of a ListContainersResponse as flat tuples."""
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> int: ...
+    @property
+    def state(self) -> int: ...
+    @property
+    def has_metadata(self) -> bool:
+        """Whether PodSandbox.metadata was listed."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def uid(self) -> str: ...
+    @property
+    def namespace(self) -> str: ...
+    @property
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        """The pod's own labels: sorted by key, each key once with its last value, no
+        ``io.kubernetes.pod.*`` keys."""
+
+@final
+class ContainerRow:
+    """One Container of a ListContainersResponse, as read."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> int: ...
+    @property
+    def state(self) -> int: ...
+    @property
+    def has_metadata(self) -> bool:
+        """Whether Container.metadata was listed."""
+    @property
+    def name(self) -> str: ...
+    @property
+    def has_image(self) -> bool:
+        """Whether Container.image was listed."""
+    @property
+    def image(self) -> str: ...
+    @property
+    def runtime_handler(self) -> str: ...
+    @property
+    def image_ref(self) -> str: ...
+    @property
+    def image_id(self) -> str: ...
+    @property
+    def pod_uid(self) -> str:
+        """The label ``io.kubernetes.pod.uid``."""
+    @property
+    def pod_name(self) -> str:
+        """The label ``io.kubernetes.pod.name``."""
+    @property
+    def pod_namespace(self) -> str:
+        """The label ``io.kubernetes.pod.namespace``."""
+    @property
+    def hash(self) -> str:
+        """The annotation ``io.kubernetes.container.hash``."""
+
+def sandboxes(data: bytes, /) -> list[SandboxRow]:
+    """The items of a ListPodSandboxResponse as rows."""
+
+def containers(data: bytes, /) -> list[ContainerRow]:
+    """The items of a ListContainersResponse as rows."""

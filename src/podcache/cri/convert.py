@@ -17,20 +17,25 @@ same id, ``created_at`` and state costs three field reads instead of a dozen.
 
 Two readers feed the same assembly: protobuf messages (``build_pods``), and the raw bytes of
 the two list answers (``read_sandboxes``/``read_containers``, then ``pods_from_listings``),
-which the C extension ``podcache.cri._wire`` reads in one pass into flat tuples, several times
-faster than upb's decode plus field reads; where the extension is not built, protobuf decodes
-the bytes and the message reader reads them.
+which the C extension ``podcache.cri._wire`` reads in one pass into rows with named fields
+(``SandboxRow``, ``ContainerRow``), several times faster than upb's decode plus field reads;
+where the extension is not built, protobuf decodes the bytes and the message reader reads them.
+Either way each item becomes its facts (``_KeptSandbox`` ... ``_SkippedContainer``: what it
+contributes to the pods, and the unit a ``Memo`` keeps), and the assembly groups facts into pods
+in small steps: facts, groups, placement in each group, pods, their order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from operator import attrgetter, itemgetter
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
+import msgspec
 from google.protobuf.message import DecodeError
 
 from podcache.cri.proto import api_pb2 as pb
+from podcache.errors import MalformedListingError
 from podcache.model import (
     Container,
     ContainerID,
@@ -39,6 +44,9 @@ from podcache.model import (
     PodList,
     with_sorted_labels,
 )
+
+if TYPE_CHECKING:
+    from podcache.cri._wire import ContainerRow, SandboxRow
 
 __all__ = [
     "CONTAINER_HASH_ANNOTATION",
@@ -60,15 +68,21 @@ __all__ = [
     "sandbox_state",
 ]
 
-_WireRead = Callable[[bytes], list[tuple[Any, ...]]]
+
+class _CReader(NamedTuple):
+    """The C extension's entry points."""
+
+    sandboxes: Callable[[bytes], list[SandboxRow]]
+    containers: Callable[[bytes], list[ContainerRow]]
+    error: type[ValueError]
 
 
-def _load_wire() -> tuple[_WireRead, _WireRead, type[ValueError]] | None:
+def _load_wire() -> _CReader | None:
     try:
         from podcache.cri import _wire  # noqa: PLC0415 -- optional: built only with a C compiler
     except ImportError:  # not compiled here: protobuf reads the bytes
         return None
-    return _wire.sandboxes, _wire.containers, _wire.MalformedError
+    return _CReader(_wire.sandboxes, _wire.containers, _wire.MalformedError)
 
 
 _WIRE = _load_wire()
@@ -100,22 +114,6 @@ _Labels = tuple[tuple[str, str], ...]
 _NO_LABELS: _Labels = ()
 _Share = Callable[[str, str], str]
 
-# What one listed item contributes to the pods, once read: the unit a Memo keeps.
-#   container: (created_at, state, id, pod uid | None, converted | None)
-#   sandbox:   (created_at, state, id, pod uid | None, converted | None, name, namespace, labels)
-# A None uid: no metadata, skipped before grouping. A None conversion: skipped after grouping.
-_ContainerFacts = tuple[int, int, str, str | None, Container | None]
-_SandboxFacts = tuple[int, int, str, str | None, Container | None, str, str, _Labels]
-# A listed item as a reader hands it over: (id, created_at, state, ...), the rest the reader's.
-_Row = TypeVar("_Row", bound=tuple[Any, ...])
-_Entry = TypeVar("_Entry", _SandboxFacts, _ContainerFacts)
-
-# Sort keys over facts and over finished pods.
-_BY_CREATED = itemgetter(0)
-_FACT_ID = itemgetter(2)
-_POD_BY_CREATED = attrgetter("created_at")
-_POD_BY_ID = attrgetter("id")
-
 
 def parse_hash(value: str | None) -> int:
     """The ``io.kubernetes.container.hash`` annotation as the kubelet reads it.
@@ -139,6 +137,82 @@ def sandbox_state(state: int) -> ContainerState:
     return _SANDBOX_STATES.get(state, _UNKNOWN)
 
 
+class _Listed(Protocol):
+    """Any listed item, row or message: the three fields a memo checks."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def created_at(self) -> int: ...
+    @property
+    def state(self) -> int: ...
+
+
+# -- facts: what one listed item contributes to the pods, once read ----------------------------
+# Every kind carries the item's id, created_at and state (what a Memo checks before it reuses
+# them). A uid of None: the item had no metadata and is skipped before grouping; a Skipped
+# item with a uid makes or joins its pod but is not part of it (no ID, no image).
+
+
+class _KeptSandbox(msgspec.Struct, frozen=True, gc=False):
+    """A sandbox that is part of its pod (``item``), with the pod's facts it carries."""
+
+    created_at: int
+    state: int
+    id: str
+    uid: str
+    item: Container
+    name: str
+    namespace: str
+    labels: _Labels
+
+
+class _SkippedSandbox(msgspec.Struct, frozen=True, gc=False):
+    """A sandbox that is not part of any pod; with a uid it still makes its pod."""
+
+    created_at: int
+    state: int
+    id: str
+    uid: str | None
+    name: str
+    namespace: str
+
+
+class _KeptContainer(msgspec.Struct, frozen=True, gc=False):
+    """A container that is part of its pod (``item``)."""
+
+    created_at: int
+    state: int
+    id: str
+    uid: str
+    item: Container
+
+
+class _SkippedContainer(msgspec.Struct, frozen=True, gc=False):
+    """A container that is not part of any pod; with a uid it still makes its pod."""
+
+    created_at: int
+    state: int
+    id: str
+    uid: str | None
+
+
+_SandboxFacts = _KeptSandbox | _SkippedSandbox
+_ContainerFacts = _KeptContainer | _SkippedContainer
+
+
+class _Remembered(NamedTuple):
+    """One listing's conversions, by item ID and pod UID, for the next one to reuse."""
+
+    runtime: str
+    sandboxes: Mapping[str, _SandboxFacts]
+    containers: Mapping[str, _ContainerFacts]
+    pods: Mapping[str, Pod]
+
+
+_NOTHING_REMEMBERED = _Remembered("", {}, {}, {})
+
+
 class Memo:
     """The conversions of one listing, for the next ``build_pods`` to reuse; opaque.
 
@@ -151,15 +225,11 @@ class Memo:
     __slots__ = ("_last",)
 
     def __init__(self) -> None:
-        # (runtime name, sandbox facts by id, container facts by id, pods by uid)
-        self._last: tuple[
-            str, dict[str, _SandboxFacts], dict[str, _ContainerFacts], dict[str, Pod]
-        ] = ("", {}, {}, {})
+        self._last = _NOTHING_REMEMBERED
 
     def __len__(self) -> int:
         """How many items (sandboxes and containers) the memo holds."""
-        _, sandboxes, containers, _ = self._last
-        return len(sandboxes) + len(containers)
+        return len(self._last.sandboxes) + len(self._last.containers)
 
 
 class _Group:
@@ -176,31 +246,22 @@ class _Group:
         self.sandboxes: list[Container] = []
 
 
-class MalformedListingError(ValueError):
-    """The bytes of a list answer are not a valid message of the CRI API."""
+# -- reader 1: protobuf messages ---------------------------------------------------------------
+# The messages are the rows. Reading a field of a upb message allocates: each is read once.
 
 
-# -- reader 1: protobuf messages -------------------------------------------------------------
-# A row is (id, created_at, state, message): the three fields a memo checks, read first.
-_MessageRow = tuple[str, int, int, Any]
-
-
-def _message_rows(items: Iterable[Any]) -> Iterable[_MessageRow]:
-    return ((item.id, item.created_at, item.state, item) for item in items)
-
-
-def _sandbox_facts(row: _MessageRow, runtime: str, share: _Share) -> _SandboxFacts:
+def _sandbox_facts(sandbox: pb.PodSandbox, runtime: str, share: _Share) -> _SandboxFacts:
     """The kubelet's rules for one sandbox message."""
-    sandbox_id, created_at, state, sandbox = row
+    sandbox_id, created_at, state = sandbox.id, sandbox.created_at, sandbox.state
     metadata = sandbox.metadata
     uid = metadata.uid
     # A non-empty field proves the submessage is present: HasField only when in doubt.
     if not uid and not sandbox.HasField("metadata"):
-        return (created_at, state, sandbox_id, None, None, "", "", _NO_LABELS)
-    name = metadata.name
-    namespace = metadata.namespace
+        return _SkippedSandbox(created_at, state, sandbox_id, None, "", "")
+    name, namespace = metadata.name, metadata.namespace
+    name, namespace = share(name, name), share(namespace, namespace)
     if not sandbox_id:
-        return (created_at, state, sandbox_id, uid, None, name, namespace, _NO_LABELS)
+        return _SkippedSandbox(created_at, state, sandbox_id, uid, name, namespace)
     # Not labels.items(): on a upb map that is the slow pure-Python Mapping mixin.
     labels = sandbox.labels
     pairs = tuple(
@@ -211,37 +272,25 @@ def _sandbox_facts(row: _MessageRow, runtime: str, share: _Share) -> _SandboxFac
             for value in (labels[key],)
         ]
     )
-    converted = Container(
-        id=ContainerID(runtime, sandbox_id),
-        state=_SANDBOX_STATES.get(state, _UNKNOWN),
-    )
-    return (
-        created_at,
-        state,
-        sandbox_id,
-        uid,
-        converted,
-        share(name, name),
-        share(namespace, namespace),
-        pairs,
-    )
+    item = Container(id=ContainerID(runtime, sandbox_id), state=sandbox_state(state))
+    return _KeptSandbox(created_at, state, sandbox_id, uid, item, name, namespace, pairs)
 
 
-def _container_facts(row: _MessageRow, runtime: str, share: _Share) -> _ContainerFacts:
+def _container_facts(container: pb.Container, runtime: str, share: _Share) -> _ContainerFacts:
     """The kubelet's rules for one container message."""
-    container_id, created_at, state, container = row
+    container_id, created_at, state = container.id, container.created_at, container.state
     name = container.metadata.name
     if not name and not container.HasField("metadata"):
-        return (created_at, state, container_id, None, None)
+        return _SkippedContainer(created_at, state, container_id, None)
     uid = container.labels.get(POD_UID_LABEL, "")
     image = container.image
     image_name = image.image
     if not container_id or (not image_name and not container.HasField("image")):
-        return (created_at, state, container_id, uid, None)
+        return _SkippedContainer(created_at, state, container_id, uid)
     handler = image.runtime_handler
     image_ref = container.image_ref
     image_id = container.image_id or image_ref
-    converted = Container(
+    item = Container(
         id=ContainerID(runtime, container_id),
         name=share(name, name),
         image=share(image_name, image_name),
@@ -249,103 +298,83 @@ def _container_facts(row: _MessageRow, runtime: str, share: _Share) -> _Containe
         image_ref=share(image_ref, image_ref),
         image_runtime_handler=share(handler, handler) if handler else "",
         hash=parse_hash(container.annotations.get(CONTAINER_HASH_ANNOTATION, "")),
-        state=_CONTAINER_STATES.get(state, _UNKNOWN),
+        state=container_state(state),
     )
-    return (created_at, state, container_id, uid, converted)
+    return _KeptContainer(created_at, state, container_id, uid, item)
 
 
-def _pod_names(row: _MessageRow) -> tuple[str, str]:
+def _pod_names(container: pb.Container) -> tuple[str, str]:
     """A synthesised pod's name and namespace, from its first container's labels."""
-    labels = row[3].labels
+    labels = container.labels
     return labels.get(POD_NAME_LABEL, ""), labels.get(POD_NAMESPACE_LABEL, "")
 
 
-# -- reader 2: the flat tuples of podcache.cri._wire -----------------------------------------
-# sandbox:   (id, created_at, state, has_metadata, name, uid, namespace, pod labels), the
-#            pod labels as _sandbox_facts makes them: sorted pairs, no io.kubernetes.pod.* keys
-# container: (id, created_at, state, has_metadata, name, has_image, image, runtime_handler,
-#             image_ref, image_id, pod uid label, pod name label, pod namespace label, hash)
-# Strings arrive shared (one object per distinct value in the listing); absent ones are "".
-_WireRow = tuple[Any, ...]
+# -- reader 2: the rows of podcache.cri._wire --------------------------------------------------
+# Strings arrive shared (one object per distinct value in the listing); absent ones are "";
+# a sandbox row's labels are already the pod's own, sorted, as _sandbox_facts makes them.
 
 
-def _wire_sandbox_facts(row: _WireRow, runtime: str, share: _Share) -> _SandboxFacts:
+def _wire_sandbox_facts(row: SandboxRow, runtime: str, share: _Share) -> _SandboxFacts:
     """The kubelet's rules for one sandbox row (the same rules as ``_sandbox_facts``)."""
-    sandbox_id, created_at, state, has_metadata, name, uid, namespace, labels = row
-    if not has_metadata:
-        return (created_at, state, sandbox_id, None, None, "", "", _NO_LABELS)
+    if not row.has_metadata:
+        return _SkippedSandbox(row.created_at, row.state, row.id, None, "", "")
+    sandbox_id = row.id
     if not sandbox_id:
-        return (created_at, state, sandbox_id, uid, None, name, namespace, _NO_LABELS)
-    converted = Container(
-        id=ContainerID(runtime, sandbox_id),
-        state=_SANDBOX_STATES.get(state, _UNKNOWN),
+        return _SkippedSandbox(row.created_at, row.state, "", row.uid, row.name, row.namespace)
+    state = row.state
+    item = Container(id=ContainerID(runtime, sandbox_id), state=sandbox_state(state))
+    return _KeptSandbox(
+        row.created_at, state, sandbox_id, row.uid, item, row.name, row.namespace, row.labels
     )
-    return (created_at, state, sandbox_id, uid, converted, name, namespace, labels)
 
 
-def _wire_container_facts(row: _WireRow, runtime: str, share: _Share) -> _ContainerFacts:
+def _wire_container_facts(row: ContainerRow, runtime: str, share: _Share) -> _ContainerFacts:
     """The kubelet's rules for one container row (the same rules as ``_container_facts``)."""
-    (
-        container_id,
-        created_at,
-        state,
-        has_metadata,
-        name,
-        has_image,
-        image,
-        handler,
-        image_ref,
-        image_id,
-        uid,
-        _,
-        _,
-        hash_text,
-    ) = row
-    if not has_metadata:
-        return (created_at, state, container_id, None, None)
-    if not container_id or not has_image:
-        return (created_at, state, container_id, uid, None)
-    converted = Container(
+    if not row.has_metadata:
+        return _SkippedContainer(row.created_at, row.state, row.id, None)
+    container_id = row.id
+    if not container_id or not row.has_image:
+        return _SkippedContainer(row.created_at, row.state, container_id, row.pod_uid)
+    state = row.state
+    image_ref = row.image_ref
+    item = Container(
         id=ContainerID(runtime, container_id),
-        name=name,
-        image=image,
-        image_id=image_id or image_ref,
+        name=row.name,
+        image=row.image,
+        image_id=row.image_id or image_ref,
         image_ref=image_ref,
-        image_runtime_handler=handler,
-        hash=parse_hash(hash_text),
-        state=_CONTAINER_STATES.get(state, _UNKNOWN),
+        image_runtime_handler=row.runtime_handler,
+        hash=parse_hash(row.hash),
+        state=container_state(state),
     )
-    return (created_at, state, container_id, uid, converted)
+    return _KeptContainer(row.created_at, state, container_id, row.pod_uid, item)
 
 
-def _wire_pod_names(row: _WireRow) -> tuple[str, str]:
-    return row[11], row[12]
+def _wire_pod_names(row: ContainerRow) -> tuple[str, str]:
+    """A synthesised pod's name and namespace, from its first container's labels."""
+    return row.pod_name, row.pod_namespace
 
 
-# -- assembly --------------------------------------------------------------------------------
-def _newest_first(entries: list[_Entry]) -> None:
-    """Sort facts (``(created_at, state, id, ...)``) newest first, ties by ID, in place.
-
-    Sorting by the int alone settles it unless two entries were created in the same
-    nanosecond; only then are the IDs (long strings, slower to compare) sorted too.
-    """
-    entries.sort(key=_BY_CREATED, reverse=True)  # reverse=True keeps the sort stable
-    if len(set(map(_BY_CREATED, entries))) < len(entries):
-        entries.sort(key=_FACT_ID)
-        entries.sort(key=_BY_CREATED, reverse=True)
+# -- one reader's rules, and the API over them -------------------------------------------------
+_SandboxRow = TypeVar("_SandboxRow", bound=_Listed)
+_ContainerRow = TypeVar("_ContainerRow", bound=_Listed)
 
 
-class _Reader(NamedTuple, Generic[_Row]):
+class _Reader(NamedTuple, Generic[_SandboxRow, _ContainerRow]):
     """How one kind of row is read: the kubelet's rules for a sandbox and for a container,
     and a synthesised pod's name and namespace from its first container."""
 
-    sandbox_facts: Callable[[_Row, str, _Share], _SandboxFacts]
-    container_facts: Callable[[_Row, str, _Share], _ContainerFacts]
-    pod_names: Callable[[_Row], tuple[str, str]]
+    sandbox_facts: Callable[[_SandboxRow, str, _Share], _SandboxFacts]
+    container_facts: Callable[[_ContainerRow, str, _Share], _ContainerFacts]
+    pod_names: Callable[[_ContainerRow], tuple[str, str]]
 
 
-_MESSAGES = _Reader(_sandbox_facts, _container_facts, _pod_names)
-_WIRE_ROWS = _Reader(_wire_sandbox_facts, _wire_container_facts, _wire_pod_names)
+_MESSAGES: _Reader[pb.PodSandbox, pb.Container] = _Reader(
+    _sandbox_facts, _container_facts, _pod_names
+)
+_WIRE_ROWS: _Reader[SandboxRow, ContainerRow] = _Reader(
+    _wire_sandbox_facts, _wire_container_facts, _wire_pod_names
+)
 
 
 def build_pods(
@@ -368,13 +397,7 @@ def build_pods(
     ``memo`` (optional) carries conversions from the previous call to the next; the result is
     the same with or without it.
     """
-    return _assemble(
-        runtime_name,
-        _message_rows(sandboxes),
-        _message_rows(containers),
-        memo,
-        _MESSAGES,
-    )
+    return _assemble(runtime_name, sandboxes, list(containers), memo, _MESSAGES)
 
 
 class Listing:
@@ -382,7 +405,7 @@ class Listing:
 
     __slots__ = ("_reader", "_rows")
 
-    def __init__(self, rows: list[Any], reader: _Reader[Any]) -> None:
+    def __init__(self, rows: Sequence[Any], reader: _Reader[Any, Any]) -> None:
         self._rows = rows
         self._reader = reader
 
@@ -390,31 +413,34 @@ class Listing:
         """How many items the answer lists."""
         return len(self._rows)
 
+    @classmethod
+    def joined(cls, parts: Sequence[Listing]) -> Listing:
+        """One listing of ``parts``, each read from consecutive whole items of one answer."""
+        rows: list[Any] = []
+        for part in parts:
+            rows.extend(part._rows)
+        return cls(rows, parts[0]._reader)
+
 
 def read_sandboxes(data: bytes) -> Listing:
     """Read a ListPodSandboxResponse's bytes (a MalformedListingError if they are not one)."""
     if _WIRE is None:
-        return _messages(_parse(pb.ListPodSandboxResponse, data).items)
-    return _read(_WIRE[0], data)
+        return Listing(_parse(pb.ListPodSandboxResponse, data).items, _MESSAGES)
+    return _read(_WIRE.sandboxes, _WIRE.error, data)
 
 
 def read_containers(data: bytes) -> Listing:
     """Read a ListContainersResponse's bytes (a MalformedListingError if they are not one)."""
     if _WIRE is None:
-        return _messages(_parse(pb.ListContainersResponse, data).containers)
-    return _read(_WIRE[1], data)
+        return Listing(_parse(pb.ListContainersResponse, data).containers, _MESSAGES)
+    return _read(_WIRE.containers, _WIRE.error, data)
 
 
-def _read(read: _WireRead, data: bytes) -> Listing:
-    assert _WIRE is not None
+def _read(read: Callable[[bytes], Sequence[Any]], error: type[ValueError], data: bytes) -> Listing:
     try:
         return Listing(read(data), _WIRE_ROWS)
-    except _WIRE[2] as exc:
+    except error as exc:
         raise MalformedListingError(str(exc)) from None
-
-
-def _messages(items: Iterable[Any]) -> Listing:
-    return Listing(list(_message_rows(items)), _MESSAGES)
 
 
 def _parse(message: Any, data: bytes) -> Any:
@@ -447,117 +473,6 @@ def pods_from_wire(
     )
 
 
-def _assemble(
-    runtime_name: str,
-    sandbox_rows: Iterable[_Row],
-    container_rows: Iterable[_Row],
-    memo: Memo | None,
-    reader: _Reader[_Row],
-) -> PodList:
-    """Group rows into pods (see ``build_pods``); the reader turns a row into facts."""
-    sandbox_facts, container_facts, pod_names = reader
-    shared: dict[str, str] = {}
-    share = shared.setdefault
-    runtime = share(runtime_name, runtime_name)
-    known_sandboxes: dict[str, _SandboxFacts] = {}
-    known_containers: dict[str, _ContainerFacts] = {}
-    known_pods: dict[str, Pod] = {}
-    remember = memo is not None
-    if memo is not None and memo._last[0] == runtime_name:
-        _, known_sandboxes, known_containers, known_pods = memo._last
-    seen_sandboxes: dict[str, _SandboxFacts] = {}
-    seen_containers: dict[str, _ContainerFacts] = {}
-    groups: dict[str, _Group] = {}
-    # The facts of the items that made it into a pod, to order before they go to their pods.
-    kept_sandboxes: list[_SandboxFacts] = []
-    kept_containers: list[_ContainerFacts] = []
-
-    for row in sandbox_rows:
-        sandbox_id: str = row[0]
-        created_at: int = row[1]
-        facts = known_sandboxes.get(sandbox_id)
-        if facts is None or facts[0] != created_at or facts[1] != row[2]:
-            facts = sandbox_facts(row, runtime, share)
-        if sandbox_id and remember:
-            seen_sandboxes[sandbox_id] = facts
-        uid = facts[3]
-        if uid is None:
-            continue
-        if uid not in groups:
-            groups[uid] = group = _Group(facts[5], facts[6])
-        else:
-            group = groups[uid]
-        if facts[4] is not None:
-            group.created_at = max(group.created_at, created_at)
-            kept_sandboxes.append(facts)
-
-    for row in container_rows:
-        container_id: str = row[0]
-        created_at = row[1]
-        facts_c = known_containers.get(container_id)
-        if facts_c is None or facts_c[0] != created_at or facts_c[1] != row[2]:
-            facts_c = container_facts(row, runtime, share)
-        if container_id and remember:
-            seen_containers[container_id] = facts_c
-        uid = facts_c[3]
-        if uid is None:
-            continue
-        if uid not in groups:
-            name, namespace = pod_names(row)
-            groups[uid] = _Group(share(name, name), share(namespace, namespace))
-        if facts_c[4] is not None:
-            kept_containers.append(facts_c)
-
-    # One total order for all items, then each item goes to its pod in that order: cheaper
-    # than sorting pod by pod.
-    _newest_first(kept_sandboxes)
-    for facts in kept_sandboxes:
-        group = groups[facts[3]]  # type: ignore[index]  # kept: it has a uid
-        if not group.sandboxes:
-            group.labels = facts[7]  # the newest sandbox's
-        group.sandboxes.append(facts[4])  # type: ignore[arg-type]  # kept: converted
-    _newest_first(kept_containers)
-    for facts_c in kept_containers:
-        groups[facts_c[3]].containers.append(facts_c[4])  # type: ignore[index, arg-type]
-
-    pods: list[Pod] = []
-    seen_pods: dict[str, Pod] = {}
-    for uid, group in groups.items():
-        pod_sandboxes = tuple(group.sandboxes)
-        pod_containers = tuple(group.containers)
-        pod_labels = group.labels
-        pod = known_pods.get(uid)
-        if not (  # the same pod as last time (items reused from the memo compare by identity)
-            pod is not None
-            and pod.created_at == group.created_at
-            and pod.containers == pod_containers
-            and pod.sandboxes == pod_sandboxes
-            and pod.name == group.name
-            and pod.namespace == group.namespace
-            and pod.labels == pod_labels
-        ):
-            # Labels are sorted pairs by construction: hand them over without the re-check.
-            pod = with_sorted_labels(
-                Pod(
-                    id=uid,
-                    name=group.name,
-                    namespace=group.namespace,
-                    created_at=group.created_at,
-                    containers=pod_containers,
-                    sandboxes=pod_sandboxes,
-                ),
-                pod_labels,
-            )
-        pods.append(pod)
-        if remember:
-            seen_pods[uid] = pod
-    if memo is not None:
-        memo._last = (runtime_name, seen_sandboxes, seen_containers, seen_pods)
-    pods.sort(key=_POD_BY_ID)
-    pods.sort(key=_POD_BY_CREATED, reverse=True)
-    return PodList(tuple(pods))
-
-
 def pods_from_responses(
     runtime_name: str,
     sandboxes: pb.ListPodSandboxResponse,
@@ -566,3 +481,189 @@ def pods_from_responses(
 ) -> PodList:
     """``build_pods`` over the items of one ListPodSandbox and one ListContainers response."""
     return build_pods(runtime_name, sandboxes.items, containers.containers, memo)
+
+
+# -- assembly: rows -> facts -> groups -> pods -------------------------------------------------
+
+
+_Row = TypeVar("_Row", bound=_Listed)
+_Facts = TypeVar("_Facts", bound=_Listed)
+_Kept = TypeVar("_Kept", _KeptSandbox, _KeptContainer)
+
+# Sort keys over kept facts and over finished pods.
+_BY_CREATED = attrgetter("created_at")
+_BY_ID = attrgetter("id")
+
+
+def _assemble(
+    runtime_name: str,
+    sandbox_rows: Iterable[_SandboxRow],
+    container_rows: Sequence[_ContainerRow],
+    memo: Memo | None,
+    reader: _Reader[_SandboxRow, _ContainerRow],
+) -> PodList:
+    """Group rows into pods (see ``build_pods``); the reader turns a row into facts."""
+    last = memo._last if memo is not None else _NOTHING_REMEMBERED
+    if last.runtime != runtime_name:
+        last = _NOTHING_REMEMBERED
+    shared: dict[str, str] = {}
+    share = shared.setdefault
+    runtime = share(runtime_name, runtime_name)
+    sandboxes = _facts(sandbox_rows, reader.sandbox_facts, last.sandboxes, runtime, share)
+    containers = _facts(container_rows, reader.container_facts, last.containers, runtime, share)
+    groups: dict[str, _Group] = {}
+    kept_sandboxes = _group_sandboxes(sandboxes, groups)
+    kept_containers = _group_containers(container_rows, containers, groups, reader.pod_names, share)
+    _place_sandboxes(kept_sandboxes, groups)
+    _place_containers(kept_containers, groups)
+    pods = _pods(groups, last.pods)
+    if memo is not None:
+        memo._last = _Remembered(
+            runtime_name, _by_id(sandboxes), _by_id(containers), {pod.id: pod for pod in pods}
+        )
+    return PodList(_newest_pods_first(pods))
+
+
+def _facts(
+    rows: Iterable[_Row],
+    read: Callable[[_Row, str, _Share], _Facts],
+    known: Mapping[str, _Facts],
+    runtime: str,
+    share: _Share,
+) -> list[_Facts]:
+    """Each row's facts: the memo's where the item is listed again unchanged (same id,
+    created_at and state), else read from the row."""
+    facts: list[_Facts] = []
+    append = facts.append
+    remembered = known.get
+    for row in rows:
+        item = remembered(row.id)
+        if item is None or item.created_at != row.created_at or item.state != row.state:
+            item = read(row, runtime, share)
+        append(item)
+    return facts
+
+
+def _by_id(facts: list[_Facts]) -> dict[str, _Facts]:
+    """Facts by item ID, for the memo (no ID, nothing to find them by; the last one wins)."""
+    return {item.id: item for item in facts if item.id}
+
+
+def _group_sandboxes(
+    sandboxes: list[_SandboxFacts], groups: dict[str, _Group]
+) -> list[_KeptSandbox]:
+    """Each sandbox with metadata makes or joins its pod's group (the first one of a pod names
+    it; a pod is as new as its newest kept sandbox); the kept ones, returned."""
+    kept: list[_KeptSandbox] = []
+    for item in sandboxes:
+        uid = item.uid
+        if uid is None:
+            continue
+        group = groups.get(uid)
+        if group is None:
+            group = groups[uid] = _Group(item.name, item.namespace)
+        if isinstance(item, _KeptSandbox):
+            group.created_at = max(group.created_at, item.created_at)
+            kept.append(item)
+    return kept
+
+
+def _group_containers(
+    rows: Sequence[_ContainerRow],
+    containers: list[_ContainerFacts],
+    groups: dict[str, _Group],
+    pod_names: Callable[[_ContainerRow], tuple[str, str]],
+    share: _Share,
+) -> list[_KeptContainer]:
+    """Each container with metadata joins its pod's group, or makes one named by its pod
+    labels when no sandbox did; the kept ones, returned."""
+    kept: list[_KeptContainer] = []
+    for row, item in zip(rows, containers, strict=True):
+        uid = item.uid
+        if uid is None:
+            continue
+        if uid not in groups:
+            name, namespace = pod_names(row)
+            groups[uid] = _Group(share(name, name), share(namespace, namespace))
+        if isinstance(item, _KeptContainer):
+            kept.append(item)
+    return kept
+
+
+def _newest_first(kept: list[_Kept]) -> None:
+    """Sort kept facts newest first, ties by ID, in place.
+
+    Sorting by the int alone settles it unless two entries were created in the same
+    nanosecond; only then are the IDs (long strings, slower to compare) sorted too.
+    """
+    kept.sort(key=_BY_CREATED, reverse=True)  # reverse=True keeps the sort stable
+    if len(set(map(_BY_CREATED, kept))) < len(kept):
+        kept.sort(key=_BY_ID)
+        kept.sort(key=_BY_CREATED, reverse=True)
+
+
+def _place_sandboxes(kept: list[_KeptSandbox], groups: dict[str, _Group]) -> None:
+    """Each kept sandbox into its pod, in one total order (cheaper than sorting pod by pod);
+    a pod's labels are its newest sandbox's."""
+    _newest_first(kept)
+    for item in kept:
+        group = groups[item.uid]
+        if not group.sandboxes:
+            group.labels = item.labels
+        group.sandboxes.append(item.item)
+
+
+def _place_containers(kept: list[_KeptContainer], groups: dict[str, _Group]) -> None:
+    """Each kept container into its pod, in one total order."""
+    _newest_first(kept)
+    for item in kept:
+        groups[item.uid].containers.append(item.item)
+
+
+def _pods(groups: dict[str, _Group], known: Mapping[str, Pod]) -> list[Pod]:
+    """One Pod per group: the previous listing's Pod object where nothing in it changed
+    (items reused from the memo compare by identity, so that check is cheap)."""
+    pods: list[Pod] = []
+    for uid, group in groups.items():
+        sandboxes = tuple(group.sandboxes)
+        containers = tuple(group.containers)
+        pod = known.get(uid)
+        if pod is None or not _unchanged(pod, group, sandboxes, containers):
+            # Labels are sorted pairs by construction: hand them over without the re-check.
+            pod = with_sorted_labels(
+                Pod(
+                    id=uid,
+                    name=group.name,
+                    namespace=group.namespace,
+                    created_at=group.created_at,
+                    containers=containers,
+                    sandboxes=sandboxes,
+                ),
+                group.labels,
+            )
+        pods.append(pod)
+    return pods
+
+
+def _unchanged(
+    pod: Pod,
+    group: _Group,
+    sandboxes: tuple[Container, ...],
+    containers: tuple[Container, ...],
+) -> bool:
+    """Whether ``pod`` is what ``group`` would make."""
+    return (
+        pod.created_at == group.created_at
+        and pod.containers == containers
+        and pod.sandboxes == sandboxes
+        and pod.name == group.name
+        and pod.namespace == group.namespace
+        and pod.labels == group.labels
+    )
+
+
+def _newest_pods_first(pods: list[Pod]) -> tuple[Pod, ...]:
+    """Pods newest first, ties by pod ID ascending."""
+    pods.sort(key=_BY_ID)
+    pods.sort(key=_BY_CREATED, reverse=True)
+    return tuple(pods)

@@ -11,6 +11,8 @@ cache. Server startup, sockets and signals live in ``server``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import logging
 import time
@@ -50,12 +52,24 @@ from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import SnapshotView, SnapshotViews
 from podcache.serve.watch import RuntimeWatch
 
-__all__ = ["DEFAULT_WAIT", "App"]
+__all__ = [
+    "DEFAULT_MAX_STALE",
+    "DEFAULT_MIN_REFRESH_INTERVAL",
+    "DEFAULT_WAIT",
+    "App",
+]
 
 log = logging.getLogger("podcache.serve")
 
 DEFAULT_WAIT = 10.0
 """Seconds a request waits for the cache (a refresh in flight, then its own) before a 503."""
+
+DEFAULT_MIN_REFRESH_INTERVAL = 0.1
+"""Seconds between two refreshes forced by requests (``fresh``, ``newer_than``): see
+``podcache.cache.core`` for the rule."""
+DEFAULT_MAX_STALE = 30.0
+"""Seconds past its period the last good snapshot is served (marked stale) while the runtime
+fails; requests that ask for newer data get 503 meanwhile."""
 
 _FRESHNESS = frozenset({"newer_than", "fresh"})
 _POD_LIST_PARAMS = _FRESHNESS | {"namespace", "label"}
@@ -66,6 +80,7 @@ _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
 _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
+_STALE = ("x-podcache-stale", "true")
 
 _PID_MISSES = {
     "not_in_container": "is in no container (its cgroup names none)",
@@ -99,6 +114,10 @@ class App:
     ``auth``: require ``Authorization: Bearer`` on every route but /healthz. ``wait``: how
     long a request waits for the cache. ``clock`` is the cache's (monotonic) clock and
     ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other per request.
+    ``min_refresh_interval``, ``max_stale`` and ``refresh_ahead`` are the cache's (seconds;
+    ``refresh_ahead`` None is a quarter of the period). A snapshot older than the period is
+    served only by ``max_stale`` (the runtime failed): such answers carry
+    ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
     ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
     """
 
@@ -111,6 +130,9 @@ class App:
         wait: float = DEFAULT_WAIT,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        min_refresh_interval: float = DEFAULT_MIN_REFRESH_INTERVAL,
+        max_stale: float | None = DEFAULT_MAX_STALE,
+        refresh_ahead: float | None = None,
         proc_root: str = "/proc",
         events: bool = False,
     ) -> None:
@@ -121,15 +143,22 @@ class App:
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
         self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
-        # events: when the runtime getter has container_events (the watch passes them through)
+        period = (
+            cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
+        )
+        self._views = SnapshotViews()
+        self._stale_view: SnapshotView | None = None
         self.cache = AsyncRuntimeCache(
-            self.watch,
+            _Prepared(self.watch, self._prepare, self._views),
             cache_period,
             clock=clock,
             stats=True,
+            min_refresh_interval=min_refresh_interval,
+            max_stale=max_stale,
+            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+            # when the runtime getter has container_events (watch and _Prepared pass them on)
             events=events and offers_events(getter),
         )
-        self._views = SnapshotViews()
         # path -> (view, route, body head, status, etag?): see _remember.
         self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
         self._replay_view: SnapshotView | None = None
@@ -239,6 +268,7 @@ class App:
     # -- snapshots -----------------------------------------------------------------------------
     async def _snapshot(self, query: Query, headers: dict[str, str]) -> SnapshotView:
         """The snapshot this request may be answered from, after any read-your-writes wait."""
+        arrival = self._clock()
         need: float | None = None
         values = query.get("newer_than")
         if values:
@@ -267,10 +297,26 @@ class App:
                 str(exc) or f"the container runtime did not answer within {self._wait:g} s",
                 headers=_RETRY,
             ) from exc
-        current = self._views.current
-        if current is not None and current.pods is pods:
-            return current
-        return self._views.get(pods, lambda: self._stamp(pods))
+        view = self._views.current
+        if view is None or view.pods is not pods:
+            view = self._views.get(pods, lambda: self._stamp(pods))
+        # Older than the period when this request arrived: only max_stale serves that (the
+        # runtime failed). Decided per request: every caller builds its answer right after
+        # this returns, with no await in between, so the flag is still its own.
+        stale = arrival - view.monotonic > cache.cache_period
+        self._stale_view = view if stale else None
+        return view
+
+    def _prepare(self, pods: PodList) -> SnapshotView:
+        """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
+        tables, so no request builds them on the event loop."""
+        monotonic, wall = self._stamp(pods)
+        view = SnapshotView(pods, monotonic, wall, previous=self._views.current)
+        pods.by_uid("")
+        pods.by_full_name("")
+        with contextlib.suppress(LookupError, ValueError):
+            pods.by_container_id("0000")  # the ID table and the sorted IDs for prefixes
+        return view
 
     def _stamp(self, pods: PodList) -> tuple[float, float]:
         """The snapshot's time on the cache's clock and as unix time."""
@@ -304,10 +350,15 @@ class App:
             ]
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
-                return Response(304, response_headers[1:])
+                return Response(304, response_headers[1:] + self._stale(view))
+        response_headers += self._stale(view)
         response = Response(status, response_headers, view.body(head, age))
         response.replay = (view, head, etag)
         return response
+
+    def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
+        """The stale header, when this request's snapshot was older than the period."""
+        return [_STALE] if view is self._stale_view else []
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time
@@ -428,16 +479,22 @@ class App:
         except ProcessLookupError:
             self.metrics.count_pid_lookup("no_process", False)
             raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+        except ProcFormatError as exc:  # before PodcacheError, which it also is
+            raise self._unreadable(pid, exc) from exc
         except (PodcacheError, TimeoutError) as exc:
             self.metrics.count_pid_lookup("error", False)
             raise HTTPError(
                 503, str(exc) or "the container runtime did not answer", headers=_RETRY
             ) from exc
-        except (ProcFormatError, OSError) as exc:
-            self.metrics.count_pid_lookup("error", False)
-            raise HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY) from exc
+        except OSError as exc:
+            raise self._unreadable(pid, exc) from exc
         self.metrics.count_pid_lookup(result.outcome, result.refreshed)
         return result
+
+    def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
+        """A process whose /proc files cannot be read or parsed: counted, and a 503."""
+        self.metrics.count_pid_lookup("error", False)
+        return HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY)
 
     def _not_found(self, view: SnapshotView, headers: dict[str, str], message: str) -> Response:
         return self._snapshot_response(view, view.not_found_head(404, message), headers, 404)
@@ -459,8 +516,18 @@ class App:
         if query_text:
             parse_query(query_text, _NONE, _NONE)
         view = await self._snapshot({}, headers)
+        if view is self._stale_view:
+            error = self.watch.last_error
+            raise HTTPError(
+                503,
+                "not ready: serving a stale snapshot, the last runtime call failed"
+                + ("" if error is None else f" ({error})"),
+                headers=[*_RETRY, _STALE],
+            )
         head = b'{"status":"ready","cache_time":' + view.wall_text + b',"age_seconds":'
-        return self._snapshot_response(view, head, headers, etag=False)
+        response = self._snapshot_response(view, head, headers, etag=False)
+        response.replay = None  # never replayed: readiness is decided again on every request
+        return response
 
     async def _metrics(
         self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
@@ -530,6 +597,30 @@ class App:
     async def aclose(self) -> None:
         """End the event subscription, wait for refreshes still running."""
         await self.cache.close()
+
+
+class _Prepared:
+    """The getter the cache calls: ``watch``'s pods, with ``prepare(pods)`` run in a worker
+    thread before they are returned (the view it builds is offered to the app's views)."""
+
+    def __init__(
+        self,
+        watch: RuntimeWatch,
+        prepare: Callable[[PodList], SnapshotView],
+        views: SnapshotViews,
+    ) -> None:
+        self._watch = watch
+        self._prepare = prepare
+        self._views = views
+
+    async def get_pods(self, all: bool) -> PodList:
+        pods = await self._watch.get_pods(all)
+        self._views.offer(await asyncio.to_thread(self._prepare, pods))
+        return pods
+
+    def container_events(self) -> Any:
+        """The runtime's event stream, through the watch."""
+        return self._watch.container_events()
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

@@ -10,14 +10,12 @@ import hmac
 import os
 import stat
 
+from podcache.errors import TokenFileError
+
 __all__ = ["MIN_TOKEN_LENGTH", "BearerAuth", "TokenFileError", "read_token_file"]
 
 MIN_TOKEN_LENGTH = 16
 """Shortest token accepted: anything shorter is guessable."""
-
-
-class TokenFileError(ValueError):
-    """The token file cannot be used; the message says why and names the file."""
 
 
 def read_token_file(path: str) -> tuple[bytes, str | None]:

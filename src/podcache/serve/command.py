@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -21,7 +21,10 @@ from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
 
-__all__ = ["Duration", "parse_duration", "serve_command"]
+__all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "serve_command"]
+
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread holding the GIL keeps it while the event loop waits for it (see _run)."""
 
 
 class _Listen(click.ParamType[ListenAddress, Any]):
@@ -36,6 +39,14 @@ class _Listen(click.ParamType[ListenAddress, Any]):
             return parse_listen(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class _Freshness(NamedTuple):
+    """The cache options of ``podcache serve`` (seconds; refresh_ahead None: period / 4)."""
+
+    min_refresh_interval: float
+    max_stale: float
+    refresh_ahead: float | None
 
 
 def _say(message: str) -> None:
@@ -91,6 +102,36 @@ def _say(message: str) -> None:
     help="How stale a snapshot may be (2s, 500ms, 1m, 1.5); 0 asks the runtime every time.",
 )
 @click.option(
+    "--min-refresh-interval",
+    type=Duration(),
+    default="100ms",
+    show_default=True,
+    help=(
+        "Least time between two refreshes forced by requests (?fresh=1, newer_than): a "
+        "request arriving sooner waits for the next one (still data fetched after it arrived)."
+    ),
+)
+@click.option(
+    "--max-stale",
+    type=Duration(),
+    default="30s",
+    show_default=True,
+    help=(
+        "While the runtime fails, serve the last good snapshot this long past its period, "
+        "marked 'X-Podcache-Stale: true' (/readyz answers 503 meanwhile; 0 turns it off)."
+    ),
+)
+@click.option(
+    "--refresh-ahead",
+    type=Duration(),
+    default=None,
+    metavar="DURATION",
+    help=(
+        "Refresh this long before the snapshot expires, so readers do not wait for routine "
+        "refreshes (at most the cache period).  [default: a quarter of the cache period]"
+    ),
+)
+@click.option(
     "--token-file",
     type=click.Path(dir_okay=False),
     metavar="FILE",
@@ -131,6 +172,9 @@ def serve_command(
     sim_churn: float,
     listen: ListenAddress,
     cache_period: float,
+    min_refresh_interval: float,
+    max_stale: float,
+    refresh_ahead: float | None,
     token_file: str | None,
     timeout: float,
     events: str,
@@ -151,6 +195,11 @@ def serve_command(
         if warning:
             _say(f"warning: {warning}")
         auth = BearerAuth(token)
+    if refresh_ahead is not None and refresh_ahead > cache_period:
+        raise click.BadParameter(
+            f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",
+            param_hint="--refresh-ahead",
+        )
     if not listen.loopback and auth is None:
         raise click.UsageError(
             f"refusing to listen on {listen} without a token: it is reachable from other "
@@ -169,6 +218,7 @@ def serve_command(
         sim_churn=sim_churn,
         listen=listen,
         cache_period=cache_period,
+        freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
         auth=auth,
         timeout=timeout,
         events=events,
@@ -218,6 +268,7 @@ def _run(
     sim_churn: float,
     listen: ListenAddress,
     cache_period: float,
+    freshness: _Freshness,
     auth: object,
     timeout: float,
     events: str = "auto",
@@ -228,6 +279,9 @@ def _run(
     from podcache.serve.server import ServeError, run
 
     assert auth is None or isinstance(auth, BearerAuth)
+    # Refreshes run in worker threads that hold the GIL while they convert; the event loop
+    # gets it back after at most this long (CPython's default is 5 ms per hand-over).
+    sys.setswitchinterval(SWITCH_INTERVAL)
     simulation = _simulation(sim_pods, sim_churn) if sim else None
     if simulation is not None:
         endpoint = simulation.endpoint
@@ -243,6 +297,9 @@ def _run(
                 auth=auth,
                 wait=wait,
                 proc_root=proc_root,
+                min_refresh_interval=freshness.min_refresh_interval,
+                max_stale=freshness.max_stale,
+                refresh_ahead=freshness.refresh_ahead,
                 events=events != "off",
             )
 

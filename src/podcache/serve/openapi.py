@@ -142,6 +142,12 @@ _AGE_HEADER = {
     "description": "Age of the snapshot in seconds (absent before the first refresh).",
     "schema": {"type": "string"},
 }
+_STALE_HEADER = {
+    "description": "true when the snapshot is older than the cache period: the runtime is "
+    "failing and the last good snapshot is served, at most --max-stale past its period "
+    "(absent otherwise; X-Podcache-Age says how old it is).",
+    "schema": {"type": "string", "enum": ["true"]},
+}
 _ETAG_HEADER = {
     "description": "Weak ETag of the snapshot's content.",
     "schema": {"type": "string"},
@@ -154,12 +160,13 @@ _ERRORS = {
     "431": "Too many or too large request header fields.",
     "500": "An unexpected failure (logged by the server; no details are returned).",
     "503": "The container runtime is not reachable or did not answer in time (the message "
-    "names it).",
+    "names it), and no snapshot within --max-stale of its period can stand in; a request "
+    "asking for newer data (fresh, newer_than) always gets 503 then.",
 }
 
 
 def _json(schema: str, description: str, *, etag: bool = False) -> dict[str, Any]:
-    headers: dict[str, Any] = {"X-Podcache-Age": _AGE_HEADER}
+    headers: dict[str, Any] = {"X-Podcache-Age": _AGE_HEADER, "X-Podcache-Stale": _STALE_HEADER}
     if etag:
         headers["ETag"] = _ETAG_HEADER
     return {
@@ -190,7 +197,11 @@ def _operation(
     if snapshot:
         responses["304"] = {
             "description": "The If-None-Match ETag still names the snapshot's content.",
-            "headers": {"X-Podcache-Age": _AGE_HEADER, "ETag": _ETAG_HEADER},
+            "headers": {
+                "X-Podcache-Age": _AGE_HEADER,
+                "X-Podcache-Stale": _STALE_HEADER,
+                "ETag": _ETAG_HEADER,
+            },
         }
     errors = dict(_ERRORS)
     if extra:
@@ -214,14 +225,15 @@ _FRESHNESS: list[dict[str, Any]] = [
         "in": "query",
         "description": "Read-your-writes: answer from a snapshot read from the runtime at or "
         "after this unix time (seconds); the cache refreshes if it holds an older one. Times "
-        "in the future count as now.",
+        "in the future count as now. Refreshes asked for this way start at most once per "
+        "--min-refresh-interval: a request arriving sooner waits for the next one.",
         "schema": _NEWER_THAN,
     },
     {
         "name": "fresh",
         "in": "query",
         "description": "1 (or true): answer from a snapshot read after this request arrived "
-        "(newer_than now).",
+        "(newer_than now; rate-limited the same way).",
         "schema": {"type": "string", "enum": list(BOOLEANS)},
     },
     {
@@ -340,6 +352,11 @@ def _service_paths(auth: bool) -> dict[str, Any]:
         "/readyz": _operation(
             "The runtime answered within the last cache period (refreshes if it must).",
             _json("Ready", "Ready."),
+            extra={
+                "503": "Not ready: the runtime is not reachable or did not answer in time; "
+                "while a stale snapshot is served in its place, the answer carries "
+                "X-Podcache-Stale: true.",
+            },
             auth=auth,
         ),
         "/metrics": _operation(

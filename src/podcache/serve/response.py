@@ -13,6 +13,8 @@ from typing import Any
 
 import msgspec
 
+from podcache.errors import PodcacheError
+
 __all__ = [
     "JSON",
     "HTTPError",
@@ -48,7 +50,7 @@ class Response:
         return f"<Response {self.status} {len(self.body)} bytes>"
 
 
-class HTTPError(Exception):
+class HTTPError(PodcacheError):
     """A 4xx/5xx the API answers on purpose; ``message`` is safe to show to the client.
 
     ``headers`` are added to the response (``Allow`` for 405, ``WWW-Authenticate`` for 401,

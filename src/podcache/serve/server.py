@@ -27,6 +27,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from podcache.errors import ServeError
 from podcache.serve.app import App
 from podcache.unixsocket import claim_socket_path
 
@@ -43,10 +44,6 @@ it fits in the DaemonSet's 10 s termination grace period with room to spare."""
 
 _SOCKET_MODE = 0o600
 _BACKLOG = 1024
-
-
-class ServeError(Exception):
-    """The server cannot start (address in use, bad socket path...); the message says why."""
 
 
 @dataclass(frozen=True)

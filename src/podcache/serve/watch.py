@@ -37,6 +37,8 @@ class RuntimeWatch:
         self.on_call = on_call
         self.latest: PodList | None = None
         """What the last successful call returned (the cache's snapshot: it keeps each)."""
+        self.last_error: BaseException | None = None
+        """What the last failed call raised (/readyz names it while the snapshot is stale)."""
         self._started: OrderedDict[int, tuple[PodList, float]] = OrderedDict()
 
     async def get_pods(self, all: bool) -> PodList:
@@ -44,7 +46,8 @@ class RuntimeWatch:
         started = self._clock()
         try:
             pods = await self._getter.get_pods(all)
-        except BaseException:
+        except BaseException as exc:
+            self.last_error = exc
             self._report(started, ok=False)
             raise
         if isinstance(pods, PodList):

@@ -1,0 +1,99 @@
+"""Each snapshot's view is built off the event loop, before the cache publishes the snapshot,
+and reuses the JSON of pods a refresh handed over unchanged (issue 12 section 7)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import msgspec
+import pytest
+
+from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, PodList
+from podcache.jsonview import pod_to_json
+from podcache.serve import App
+from podcache.serve import snapshot as snapshot_module
+from podcache.serve.snapshot import SnapshotView
+
+
+def make_pod(n: int) -> Pod:
+    return Pod(
+        id=f"uid-{n}",
+        name=f"pod-{n}",
+        namespace="default",
+        created_at=n,
+        containers=[
+            Container(
+                id=ContainerID("containerd", f"{n:08x}" * 8),
+                name="app",
+                state=ContainerState.RUNNING,
+            )
+        ],
+    )
+
+
+def counting_pod_to_json(monkeypatch: pytest.MonkeyPatch) -> list[Pod]:
+    encoded: list[Pod] = []
+
+    def counted(pod: Pod) -> dict[str, Any]:
+        encoded.append(pod)
+        return pod_to_json(pod)
+
+    monkeypatch.setattr(snapshot_module, "pod_to_json", counted)
+    return encoded
+
+
+def test_view_items_are_the_lists_encoding_and_unchanged_pods_are_not_encoded_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    encoded = counting_pod_to_json(monkeypatch)
+    kept = [make_pod(n) for n in range(5)]
+    first = SnapshotView(PodList(kept), 1.0, 1.0)
+    assert len(encoded) == 5
+    changed = make_pod(9)
+    pods = PodList([kept[0], changed, kept[2], make_pod(3), kept[4]])  # 3 kept objects
+    encoded.clear()
+    second = SnapshotView(pods, 2.0, 2.0, previous=first)
+    assert encoded == [changed, pods[3]]  # a new object is encoded, even with equal content
+    items = msgspec.json.encode({"items": [pod_to_json(pod) for pod in pods]})[:-1]
+    assert second.items_head.startswith(items + b',"cache_time":')
+    same = SnapshotView(pods, 2.0, 2.0)
+    assert same.etag == second.etag
+
+
+@pytest.mark.parametrize("count", [0, 1, 2])
+def test_items_of_small_lists_are_valid_json(count: int) -> None:
+    pods = PodList([make_pod(n) for n in range(count)])
+    view = SnapshotView(pods, 1.0, 1.0)
+    document = msgspec.json.decode(view.body(view.items_head, "0.000"))
+    assert document["items"] == [pod_to_json(pod) for pod in pods]
+    assert document["age_seconds"] == 0.0
+
+
+def test_a_pod_listed_twice_is_in_the_items_twice() -> None:
+    pod = make_pod(1)
+    view = SnapshotView(PodList([pod, pod]), 1.0, 1.0)
+    document = msgspec.json.decode(view.body(view.items_head, "0.000"))
+    assert [item["id"] for item in document["items"]] == ["uid-1", "uid-1"]
+
+
+async def test_the_app_builds_views_in_a_worker_thread_before_publishing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built_in: list[threading.Thread] = []
+    original = SnapshotView.__init__
+
+    def recording(self: SnapshotView, *args: Any, **kwargs: Any) -> None:
+        built_in.append(threading.current_thread())
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(SnapshotView, "__init__", recording)
+    runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])
+    app = App(runtime, 60.0)
+    for path in ("/pods", "/pods/uid-1", "/containers/00000001", "/readyz", "/pods?fresh=1"):
+        response = await app.respond("GET", path.split("?")[0], path.partition("?")[2], [])
+        assert response.status == 200, response.body
+    await app.aclose()
+    assert runtime.calls == 2
+    assert len(built_in) == 2  # one view per snapshot, none built by a request
+    assert all(thread is not threading.current_thread() for thread in built_in)
