@@ -290,14 +290,19 @@ def _unavailable_reason(endpoint: Endpoint, method: str, details: str) -> str:
 
 
 def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIError | None:
-    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first).
+    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first)."""
+    return _status_error(endpoint, method, error.code(), error.details() or "")
+
+
+def _status_error(
+    endpoint: Endpoint, method: str, code: grpc.StatusCode | None, details: str
+) -> CRIError | None:
+    """``_rpc_error`` from a call's status code and details.
 
     For UNAVAILABLE (the connection failed or dropped mid-call) it looks at the socket file:
     "socket does not exist" says more than gRPC's "Broken pipe".
     """
     url = endpoint.url
-    code = error.code()
-    details = error.details() or ""
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return None
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -597,9 +602,10 @@ _EVENTS_METHOD = "GetContainerEvents"
 _NOT_CONNECTED = "no connection for GetContainerEvents within {:g} s"
 
 
-def _events_error(endpoint: Endpoint, line_retired: bool, error: grpc.RpcError) -> CRIError:
+def _events_error(
+    endpoint: Endpoint, line_retired: bool, code: grpc.StatusCode | None, details: str
+) -> CRIError:
     """The error for a GetContainerEvents stream that failed (UNIMPLEMENTED: no events)."""
-    code = error.code()
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return EventsUnsupportedError(
             endpoint.url,
@@ -611,7 +617,7 @@ def _events_error(endpoint: Endpoint, line_retired: bool, error: grpc.RpcError) 
             f"the connection of the {_EVENTS_METHOD} stream was closed (client closed, "
             "or the runtime restarted and the channel was replaced)",
         )
-    mapped = _rpc_error(endpoint, _EVENTS_METHOD, error)
+    mapped = _status_error(endpoint, _EVENTS_METHOD, code, details)
     if mapped is None:  # no deadline is set on a stream; a proxy or server may impose one
         return RuntimeDeadlineError(endpoint.url, f"{_EVENTS_METHOD} reached a deadline")
     return mapped
@@ -867,8 +873,8 @@ class CRIRuntime(_Base):
             holder.append(line)
             return line.events(pb.GetEventsRequest(), wait_for_ready=False)
 
-        def error(e: grpc.RpcError) -> CRIError:
-            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
+        def error(code: grpc.StatusCode | None, details: str) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
 
         return ContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
 
@@ -1038,8 +1044,8 @@ class AsyncCRIRuntime(_Base):
             holder.append(line)
             return line.events(pb.GetEventsRequest(), wait_for_ready=False)
 
-        def error(e: grpc.RpcError) -> CRIError:
-            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, e)
+        def error(code: grpc.StatusCode | None, details: str) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
 
         return AsyncContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
 

@@ -57,8 +57,9 @@ _ID = re.compile(r"[A-Za-z0-9_.+-]+", re.ASCII)
 _METHOD = "GetContainerEvents"
 _EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # the stubs lack it; grpc has it
 
-ErrorMapper = Callable[[grpc.RpcError], CRIError]
-"""The runtime's reading of a failed stream call: the podcache error to raise."""
+ErrorMapper = Callable[[grpc.StatusCode | None, str], CRIError]
+"""The runtime's reading of a failed stream call (its status code and details): the podcache
+error to raise."""
 
 
 def _bad(url: str, what: str) -> RuntimeProtocolError:
@@ -94,19 +95,9 @@ def event_from(url: str, response: pb.ContainerEventResponse) -> ContainerEvent:
     )
 
 
-class _Status(grpc.RpcError):
-    """A finished call's status in the shape of a ``grpc.RpcError`` (for the error mapper)."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(f"{code}: {details}")
-        self._code = code
-        self._details = details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
+def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
+    """A failed call's status code and details."""
+    return error.code(), error.details() or ""
 
 
 class ContainerEventStream:
@@ -150,7 +141,7 @@ class ContainerEventStream:
         if ended.wait(self._confirm) and not self._closed:
             code = call.code()
             if code is not grpc.StatusCode.OK:
-                raise self._error(_Status(code, call.details() or "")) from None
+                raise self._error(code, call.details() or "") from None
 
     def __iter__(self) -> Self:
         return self
@@ -165,7 +156,7 @@ class ContainerEventStream:
         except grpc.RpcError as e:
             if self._closed:
                 raise StopIteration from None
-            raise self._error(e) from e
+            raise self._error(*_failure(e)) from e
         return event_from(self._url, response)
 
     def close(self) -> None:
@@ -230,7 +221,7 @@ class AsyncContainerEventStream:
             return
         code = await call.code()
         if code is not grpc.StatusCode.OK and not self._closed:
-            raise self._error(_Status(code, await call.details() or "")) from None
+            raise self._error(code, await call.details() or "") from None
 
     def __aiter__(self) -> Self:
         return self
@@ -250,11 +241,11 @@ class AsyncContainerEventStream:
                 raise StopAsyncIteration from None
             # grpc.aio cancels the reads of a channel being closed (the runtime was closed,
             # or its channel replaced): a failure of the stream, not of the task.
-            raise self._error(_Status(grpc.StatusCode.CANCELLED, "channel closed")) from None
+            raise self._error(grpc.StatusCode.CANCELLED, "channel closed") from None
         except grpc.RpcError as e:
             if self._closed:
                 raise StopAsyncIteration from None
-            raise self._error(e) from e
+            raise self._error(*_failure(e)) from e
         if response is _EOF:
             raise StopAsyncIteration
         if not isinstance(response, pb.ContainerEventResponse):
