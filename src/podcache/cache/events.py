@@ -184,9 +184,11 @@ class Subscription:
         return step
 
     def _opened(self) -> None:
-        if self.subscriptions > 0 and not self._same_outage:
+        in_outage = self._same_outage
+        if self.subscriptions > 0 and not in_outage:
             self.resubscriptions += 1
-        self._recovered = self.subscriptions > 0 and self._unreached
+        # An outage with the runtime unreachable lasts until a stream lives BACKOFF_CAP.
+        self._recovered = (self.subscriptions > 0 and self._unreached) or in_outage
         self._unreached = self._same_outage = False
         self.subscriptions += 1
         self._opened_at = self._clock()
