@@ -30,7 +30,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from podcache.serve.command import serve_command
+from podcache.serve.command import parse_duration, parse_size, serve_command
 
 Manifest = dict[str, Any]
 
@@ -348,6 +348,19 @@ def test_base_probes_ask_healthz_and_readyz_over_the_socket() -> None:
     readiness = c["readinessProbe"]["exec"]["command"]
     assert liveness[-1] == "/healthz" and readiness[-1] == "/readyz"
     check_unix_probe({"/healthz": liveness, "/readyz": readiness}, LISTEN_SOCKET)
+
+
+@pytest.mark.parametrize("overlay", ["base", "hostport"])
+def test_the_http_bounds_are_set_and_fit_in_the_memory_limit(overlay: str) -> None:
+    c = container(overlay)
+    args = flags(c)
+    assert parse_duration(args["--idle-timeout"]) == 75.0
+    assert 1 <= int(args["--max-connections"]) <= 1024
+    budget = parse_size(args["--max-buffered"])
+    assert budget <= parse_size(c["resources"]["limits"]["memory"]) // 2
+    if overlay != "base":
+        for flag in ("--idle-timeout", "--max-connections", "--max-buffered"):
+            assert args[flag] == flags(container("base"))[flag]
 
 
 FRESHNESS_FLAGS = {

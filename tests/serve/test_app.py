@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod
 from podcache.errors import RuntimeUnavailableError
@@ -67,7 +69,55 @@ class Reply:
         return json.loads(self.body)
 
 
+ENTRY = {"point": "server"}
+
+
+@pytest.fixture(autouse=True, params=["server", "asgi"])
+def entry_point(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test runs through both ways in: as podcache's server calls the app
+    (``respond_now``, then ``respond`` when that returns None) and through ASGI."""
+    ENTRY["point"] = request.param
+    yield
+    ENTRY["point"] = "server"
+
+
 async def call(
+    app: App,
+    path: str,
+    query: str = "",
+    *,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+) -> Reply:
+    """One request through the entry point of this run (``entry_point``)."""
+    if ENTRY["point"] == "server":
+        return await call_server(app, path, query, method=method, headers=headers)
+    return await call_asgi(app, path, query, method=method, headers=headers)
+
+
+async def call_server(
+    app: App,
+    path: str,
+    query: str = "",
+    *,
+    method: str = "GET",
+    headers: Sequence[tuple[str, str]] = (),
+) -> Reply:
+    """One request as ``http1`` makes it: ``respond_now``, else ``respond``."""
+    items = [(k.lower(), v) for k, v in headers]
+    response = app.respond_now(method, path, query, items)
+    if response is None:
+        response = await app.respond(method, path, query, items)
+    assert response.stream is None
+    response_headers = dict(response.headers)
+    assert len(response_headers) == len(response.headers)
+    if response.status != 304:
+        response_headers["content-length"] = str(len(response.body) + len(response.suffix))
+    body = b"" if method == "HEAD" else response.body + response.suffix
+    return Reply(response.status, response_headers, body)
+
+
+async def call_asgi(
     app: App,
     path: str,
     query: str = "",
@@ -146,16 +196,16 @@ async def test_each_snapshot_is_serialised_once(
 ) -> None:
     app = make()
     await call(app, "/pods")
-    view = app._views.current
+    view = app.memo
     assert view is not None
     head = view.items_head
     for _ in range(3):
         await call(app, "/pods")
-    assert app._views.current is view and view.items_head is head
+    assert app.memo is view and view.items_head is head
     clocks.now += 11
     runtime.set_pods(PODS[:1])
     reply = await call(app, "/pods")
-    assert app._views.current is not view
+    assert app.memo is not view
     assert [item["id"] for item in reply.json()["items"]] == ["uid-web"]
 
 
@@ -424,6 +474,21 @@ async def test_readyz_reports_the_snapshot_and_refreshes_when_it_is_old(
     error(await call(app, "/readyz"), 503)
 
 
+async def test_readyz_is_not_ready_on_a_stale_snapshot_even_after_a_ready_answer(
+    make: Make, runtime: AsyncFakeRuntime, clocks: Clocks
+) -> None:
+    app = make(2.0)
+    assert (await call(app, "/readyz")).status == 200
+    assert (await call(app, "/readyz")).status == 200  # the same snapshot, still fresh
+    clocks.now += 3
+    runtime.error = RuntimeUnavailableError("unix:///x", "gone")
+    reply = await call(app, "/readyz")
+    assert "stale" in error(reply, 503)
+    assert reply.headers["x-podcache-stale"] == "true"
+    stale = await call(app, "/pods")  # the pods are still served, marked stale
+    assert stale.status == 200 and stale.headers["x-podcache-stale"] == "true"
+
+
 async def test_metrics_count_requests_by_route_and_code(
     make: Make, runtime: AsyncFakeRuntime
 ) -> None:
@@ -447,7 +512,7 @@ async def test_metrics_count_requests_by_route_and_code(
     assert "podcache_snapshot_age_seconds 0.0" in text
 
 
-# -- answers repeated from the same snapshot (App._remember) -----------------------------------
+# -- the response memo and the replay rule (App.respond_now) ---------------------------------
 REPEATED = ["/pods", "/containers/aaaa1111", "/containers/bbbb", "/pods/uid-db", "/pods/nope"]
 
 
@@ -458,7 +523,7 @@ async def test_a_repeated_request_gets_the_same_answer_with_a_fresh_age(
     app, fresh = make(), make()
     assert await fresh.warm() is None  # both caches filled at the same instant
     first = await call(app, path)
-    assert path in app._replays
+    assert app.memo is not None and path in app.memo.answers
     clocks.now += 0.25
     again = await call(app, path)
     reference = await call(fresh, path)  # answered the long way, at the same instant
@@ -470,11 +535,36 @@ async def test_a_repeated_request_gets_the_same_answer_with_a_fresh_age(
     assert again.headers["x-podcache-age"] == "0.250" != first.headers["x-podcache-age"]
 
 
+async def test_a_replay_skips_routing_and_parsing(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app = make()
+    assert (await call_server(app, "/pods", "namespace=data")).status == 200
+
+    def no_routing(path: str) -> Any:
+        raise AssertionError("routed")
+
+    monkeypatch.setattr(app, "_route", no_routing)
+    response = app.respond_now("GET", "/pods", "namespace=data", [("host", "x")])
+    assert response is not None and response.status == 200
+    # If-None-Match is not replayed: the full path routes it (and fails here, as a 500).
+    assert (
+        await call_server(app, "/pods", "namespace=data", headers=[("if-none-match", "*")])
+    ).status == 500
+
+
 async def test_errors_that_are_not_snapshot_answers_are_not_remembered(make: Make) -> None:
     app = make()
     for path in ("/containers/aaaa", "/containers/abc", "/nowhere", "/healthz", "/metrics"):
         await call(app, path)
-    assert app._replays == {}
+    assert app.memo is not None and app.memo.answers == {}
+
+
+async def test_answers_to_freshness_requests_are_not_remembered(make: Make) -> None:
+    app = make()
+    await call(app, "/pods", "fresh=1")
+    await call(app, "/pods/uid-db", f"newer_than={WALL_OFFSET}")
+    assert app.memo is not None and app.memo.answers == {}
 
 
 async def test_a_new_snapshot_is_not_answered_from_the_old_one(
@@ -518,22 +608,101 @@ async def test_newer_than_still_refreshes_a_repeated_request(
     assert runtime.calls == 3
 
 
-async def test_with_a_token_nothing_is_answered_without_its_check(make: Make) -> None:
+@pytest.mark.parametrize(
+    ("authorization", "status"),
+    [
+        ([("Authorization", "Bearer " + TOKEN.decode())], 200),
+        ([], 401),
+        ([("Authorization", "Bearer wrong-token-0123456789")], 401),
+        ([("Authorization", "Bearer " + TOKEN.decode())] * 2, 400),
+    ],
+    ids=["the token", "none", "a wrong one", "repeated"],
+)
+async def test_with_a_token_a_remembered_answer_is_still_checked(
+    make: Make, authorization: list[tuple[str, str]], status: int
+) -> None:
     app = make(auth=BearerAuth(TOKEN))
     good = [("Authorization", "Bearer " + TOKEN.decode())]
-    assert (await call(app, "/pods", headers=good)).status == 200
-    assert (await call(app, "/pods")).status == 401
-    assert app._replays == {}
+    assert (await call(app, "/pods/uid-db", headers=good)).status == 200
+    assert app.memo is not None and "/pods/uid-db" in app.memo.answers
+    assert (await call(app, "/pods/uid-db", headers=authorization)).status == status
 
 
 async def test_remembered_answers_are_bounded(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("podcache.serve.app._MAX_REPLAYS", 3)
+    monkeypatch.setattr("podcache.serve.snapshot.MEMO_LIMIT", 3)
     app = make()
     for i in range(7):
         await call(app, f"/pods/missing-{i}")
-        assert 1 <= len(app._replays) <= 3
+        assert app.memo is not None and 1 <= len(app.memo.answers) <= 3
     text = (await call(app, "/metrics")).body.decode()
     assert 'podcache_http_requests_total{code="404",route="/pods/{uid}"} 7.0' in text
+
+
+TARGETS = [
+    ("/pods", ""),
+    ("/pods", "namespace=default"),
+    ("/pods", "label=app=web"),
+    ("/pods", "fresh=1"),
+    ("/pods", "bogus=1"),
+    ("/pods/uid-db", ""),
+    ("/pods/nope", ""),
+    ("/containers/aaaa", ""),
+    ("/containers/bbbb", ""),
+    ("/namespaces/data/pods/db-0", ""),
+    ("/readyz", ""),
+    ("/healthz", ""),
+    ("/nowhere", ""),
+]
+HEADER_SETS = [
+    [],
+    [("Authorization", "Bearer " + TOKEN.decode())],
+    [("Authorization", "Bearer nope-nope-nope-nope")],
+    [("If-None-Match", "*")],
+    [("X-A", "1")] * 65,
+]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    requests=st.lists(
+        st.tuples(
+            st.sampled_from(TARGETS),
+            st.sampled_from(HEADER_SETS),
+            st.sampled_from(["GET", "HEAD", "POST"]),
+            st.sampled_from([0.0, 0.0, 4.0, 12.0]),
+            st.sampled_from([None, None, "fail", "heal"]),
+        ),
+        max_size=12,
+    ),
+    token=st.booleans(),
+)
+async def test_replays_answer_exactly_as_the_full_path(
+    requests: list[tuple[tuple[str, str], list[tuple[str, str]], str, float, str | None]],
+    token: bool,
+) -> None:
+    """Model: the same App with its memo emptied before every request (so every answer is
+    built the long way). Both see the same runtime and clocks, and the runtime fails and
+    recovers (stale answers); the memo may change nothing but speed."""
+    clocks = Clocks()
+    runtime = AsyncFakeRuntime(PODS)
+    auth = BearerAuth(TOKEN) if token else None
+    app = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
+    model = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
+    for (path, query), headers, method, advance, runtime_change in requests:
+        clocks.now += advance
+        if runtime_change is not None:  # failing: stale answers within max_stale, then 503
+            failing = RuntimeUnavailableError("unix:///x", "gone")
+            runtime.error = failing if runtime_change == "fail" else None
+        got = await call_server(app, path, query, method=method, headers=headers)
+        if model.memo is not None:
+            model.memo.answers.clear()
+        expected = await call_server(model, path, query, method=method, headers=headers)
+        assert (got.status, got.body) == (expected.status, expected.body)
+        got.headers.pop("x-podcache-age", None)
+        expected.headers.pop("x-podcache-age", None)
+        assert got.headers == expected.headers
 
 
 async def test_repeated_requests_are_counted_under_their_route(make: Make) -> None:

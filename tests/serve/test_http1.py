@@ -16,7 +16,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,8 +26,8 @@ import uvloop
 
 from podcache import AsyncFakeRuntime, Pod
 from podcache.serve import App, http1
-from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder
-from podcache.serve.response import Response
+from podcache.serve.http1 import MAX_PIPELINE, HTTPServer, Responder, State
+from podcache.serve.response import STREAM_MAX_UNSENT, Response
 
 T = TypeVar("T")
 
@@ -68,19 +68,32 @@ class Served:
     http: HTTPServer
     loop: LoopThread
 
-    def client(self) -> RawClient:
-        return RawClient(self.port)
+    def client(self, **options: Any) -> RawClient:
+        return RawClient(self.port, **options)
+
+    def open_connections(self) -> int:
+        return self.loop.call(lambda: len(self.http))
 
 
 @contextmanager
-def serving(respond: Responder, **timeouts: float) -> Iterator[Served]:
-    """An HTTPServer for ``respond`` on a free loopback port."""
+def serving(respond: Responder, **options: Any) -> Iterator[Served]:
+    """An HTTPServer for ``respond`` on a free loopback port (a ``Recorder`` brings its
+    ``respond_now`` when it has one)."""
     loop = LoopThread()
+    if isinstance(respond, Recorder) and respond.sync:
+        options.setdefault("respond_now", respond.respond_now)
+
+    if "sndbuf" in options:
+        options["send_buffer"] = options.pop("sndbuf")
 
     async def start() -> tuple[HTTPServer, asyncio.Server]:
-        http = HTTPServer(respond, **timeouts)
+        http = HTTPServer(respond, **options)
         http.start()
-        server = await asyncio.get_running_loop().create_server(http.connection, "127.0.0.1", 0)
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4096)
+        listener.setblocking(False)
+        server = await asyncio.get_running_loop().create_server(http.connection, sock=listener)
         return http, server
 
     http, server = loop.run(start())
@@ -110,8 +123,12 @@ class Answer:
 class RawClient:
     """A socket that writes raw bytes and reads HTTP/1.1 answers (Content-Length only)."""
 
-    def __init__(self, port: int, timeout: float = 5.0) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 5.0, *, rcvbuf: int | None = None) -> None:
+        self.sock = socket.socket()
+        if rcvbuf is not None:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        self.sock.settimeout(timeout)
+        self.sock.connect(("127.0.0.1", port))
         self.buffer = b""
 
     def send(self, data: bytes) -> None:
@@ -147,6 +164,25 @@ class RawClient:
         body, self.buffer = self.buffer[:length], self.buffer[length:]
         return Answer(status, headers, body, head)
 
+    def chunks(self) -> list[bytes]:
+        """A chunked body, chunk by chunk, up to and without the last (empty) chunk."""
+        found: list[bytes] = []
+        while True:
+            while b"\r\n" not in self.buffer:
+                if not self._fill():
+                    raise ConnectionError(f"closed inside a chunked body after {len(found)}")
+            size_line, _, self.buffer = self.buffer.partition(b"\r\n")
+            size = int(size_line, 16)
+            while len(self.buffer) < size + 2:
+                if not self._fill():
+                    raise ConnectionError("closed inside a chunk")
+            chunk, self.buffer = self.buffer[:size], self.buffer[size:]
+            assert self.buffer.startswith(b"\r\n")
+            self.buffer = self.buffer[2:]
+            if size == 0:
+                return found
+            found.append(chunk)
+
     def closed_by_server(self) -> bool:
         """True when the server closes (EOF or reset) with nothing more sent."""
         try:
@@ -166,11 +202,38 @@ class RawClient:
 class Recorder:
     """The fake responder. ``/echo...`` answers the request as JSON; ``/slow?S`` first sleeps
     S seconds; ``/block`` waits for ``release()``; ``/big`` answers 1 MiB; ``/not-modified``
-    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded."""
+    304; ``/boom`` raises, ``/boom-later`` raises after a sleep. Every request is recorded.
 
-    def __init__(self) -> None:
+    ``sync``: it also answers through ``respond_now`` what needs no waiting (all but
+    ``/slow``, ``/block`` and ``/boom-later``), as App does on a cache hit."""
+
+    WAITS = frozenset({"/slow", "/block", "/boom-later"})
+
+    def __init__(self, *, sync: bool = True) -> None:
+        self.sync = sync
         self.requests: list[tuple[str, str, str, list[tuple[str, str]]]] = []
         self.gate: asyncio.Event | None = None
+        self.streams_closed = 0
+        """Streams whose generator was closed (ended, cut off, or stopped)."""
+
+    async def _chunks(self, count: int, interval: float, size: int) -> AsyncIterator[bytes]:
+        """``count`` chunks (0: without end) of ``size`` bytes, ``interval`` s apart."""
+        try:
+            sent = 0
+            while count == 0 or sent < count:
+                await asyncio.sleep(interval)
+                yield b"%d\n" % sent + b"x" * max(size - 8, 0)
+                sent += 1
+        finally:
+            self.streams_closed += 1
+
+    def respond_now(
+        self, method: str, path: str, query: str, headers: list[tuple[str, str]]
+    ) -> Response | None:
+        if path in self.WAITS:
+            return None
+        self.requests.append((method, path, query, list(headers)))
+        return self._answer(method, path, query, list(headers))
 
     async def __call__(
         self, method: str, path: str, query: str, headers: Iterable[tuple[str, str]]
@@ -183,14 +246,26 @@ class Recorder:
             if self.gate is None:
                 self.gate = asyncio.Event()
             await self.gate.wait()
-        elif path == "/big":
-            return Response(200, [("content-type", "application/octet-stream")], BIG)
-        elif path == "/not-modified":
-            return Response(304, [("etag", '"x"')])
-        elif path == "/boom":
-            raise RuntimeError("boom")
         elif path == "/boom-later":
             await asyncio.sleep(0.01)
+            raise RuntimeError("boom")
+        return self._answer(method, path, query, items)
+
+    def _answer(self, method: str, path: str, query: str, items: list[tuple[str, str]]) -> Response:
+        if path == "/big":
+            return Response(200, [("content-type", "application/octet-stream")], BIG)
+        if path == "/stream":  # ?count,interval,size[,max_unsent]
+            count, interval, size, *bound = query.split(",")
+            chunks = self._chunks(int(count), float(interval), int(size))
+            limit = int(bound[0]) if bound else STREAM_MAX_UNSENT
+            return Response(
+                200, [("content-type", "application/x-ndjson")], stream=chunks, max_unsent=limit
+            )
+        if path == "/bytes":
+            return Response(200, [("content-type", "application/octet-stream")], b"b" * int(query))
+        if path == "/not-modified":
+            return Response(304, [("etag", '"x"')])
+        if path in ("/boom", "/boom-later"):
             raise RuntimeError("boom")
         document = {"method": method, "path": path, "query": query, "headers": items}
         return Response(200, [("content-type", "application/json")], json.dumps(document).encode())
@@ -200,17 +275,11 @@ class Recorder:
             self.gate.set()
 
 
-@pytest.fixture(autouse=True, params=["first-step-inline", "first-step-in-task"])
-def first_step(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test runs both ways the server starts a responder: its first step inline (the
-    Python 3.11 path) and in a task (the 3.12+ path; on 3.11 that task does not start eagerly,
-    so there every answer takes the path of a responder that suspends)."""
-    monkeypatch.setattr(http1, "_EAGER_TASKS", request.param == "first-step-in-task")
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()
+@pytest.fixture(params=["respond-now", "task-only"])
+def recorder(request: pytest.FixtureRequest) -> Recorder:
+    """Every test runs both ways the server answers: at once through ``respond_now`` where
+    the responder can, and with every answer in a task."""
+    return Recorder(sync=request.param == "respond-now")
 
 
 @pytest.fixture
@@ -278,7 +347,10 @@ def test_http10_keep_alive_keeps_the_connection(served: Served) -> None:
 
 def test_connection_close_closes_after_the_answer(served: Served, recorder: Recorder) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nConnection: close\r\n\r\nGET /echo?never HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"
+        b"GET /echo?never HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     answer = client.answer()
     assert answer.status == 200
     assert answer.headers["connection"] == "close"
@@ -288,16 +360,60 @@ def test_connection_close_closes_after_the_answer(served: Served, recorder: Reco
 
 def test_a_client_that_half_closes_still_gets_its_answers(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /slow?0.1 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /slow?0.1 HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     client.sock.shutdown(socket.SHUT_WR)
     assert [client.answer().status, client.answer().status] == [200, 200]
     assert client.closed_by_server()
 
 
+def test_the_module_tables_name_every_state_and_nothing_else() -> None:
+    doc = http1.__doc__ or ""
+    states_table = doc.split("state  ", 1)[1].split("\n\n", 1)[0]
+    named = set(re.findall(r"^``([A-Z]+)``", states_table, re.MULTILINE))
+    assert named == {state.name for state in State}
+    mentioned = set(re.findall(r"``([A-Z]{4,})``", doc))
+    assert mentioned <= {state.name for state in State} | {"MAX_PIPELINE"}
+
+
+def test_the_connection_moves_through_the_states_of_the_table(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        wait_until(lambda: served.open_connections() == 1)
+        (connection,) = served.loop.call(lambda: list(served.http.connections))
+
+        def reaches(state: State) -> None:
+            wait_until(lambda: served.loop.call(lambda: connection.state) is state)
+
+        reaches(State.IDLE)
+        client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n")
+        reaches(State.HEAD)
+        client.send(b"\r\n")
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.get("/block")
+        reaches(State.ANSWERING)
+        served.loop.call(recorder.release)
+        assert client.answer().status == 200
+        reaches(State.IDLE)
+        client.send(b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n" * 40)  # 40 MiB, unread
+        reaches(State.BLOCKED)
+        for _ in range(40):
+            assert len(client.answer().body) == len(BIG)
+        reaches(State.IDLE)
+        client.get("/echo", "Connection: close")
+        assert client.answer().headers["connection"] == "close"
+        reaches(State.ENDING)
+        client.close()
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: connection.state) is State.CLOSED
+
+
 # -- HEAD and 304 ------------------------------------------------------------------------------
 def test_head_has_the_get_content_length_and_no_body(served: Served) -> None:
     client = served.client()
-    client.send(b"HEAD /big HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(b"HEAD /big HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n")
     head = client.answer(head_only=True)
     assert head.status == 200
     assert head.headers["content-length"] == str(len(BIG))
@@ -308,7 +424,9 @@ def test_head_has_the_get_content_length_and_no_body(served: Served) -> None:
 
 def test_304_has_no_body_and_no_content_length(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /not-modified HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n")
+    client.send(
+        b"GET /not-modified HTTP/1.1\r\nHost: test\r\n\r\nGET /echo HTTP/1.1\r\nHost: test\r\n\r\n"
+    )
     answer = client.answer(head_only=True)
     assert answer.status == 304
     assert "content-length" not in answer.headers
@@ -381,9 +499,15 @@ def test_header_names_are_lower_case_and_values_trimmed_and_latin_1(
     served: Served, recorder: Recorder
 ) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nX-Value:  a b \t\r\nX-Bytes: caf\xc3\xa9\r\n\r\n")
+    client.send(
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Value:  a b \t\r\nX-Bytes: caf\xc3\xa9\r\n\r\n"
+    )
     assert client.answer().status == 200
-    assert recorder.requests[-1][3] == [("x-value", "a b"), ("x-bytes", "caf\xc3\xa9")]
+    assert recorder.requests[-1][3] == [
+        ("host", "test"),
+        ("x-value", "a b"),
+        ("x-bytes", "caf\xc3\xa9"),
+    ]
 
 
 # -- the server's own answers: JSON, then the connection ends -------------------------------
@@ -402,9 +526,10 @@ def refused(client: RawClient, status: int) -> dict[str, Any]:
 @pytest.mark.parametrize(
     "request_bytes",
     [
-        b"GET /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
-        b"GET /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-        b"HEAD /echo HTTP/1.1\r\nContent-Length: 1\r\n\r\nx",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 5\r\n\r\nhello",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n0\r\n\r\n",
+        b"HEAD /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1\r\n\r\nx",
     ],
 )
 def test_a_get_with_a_body_is_413_and_the_body_is_not_read(
@@ -424,7 +549,9 @@ def test_another_method_with_a_body_goes_to_the_responder_then_the_connection_en
     served: Served, recorder: Recorder
 ) -> None:
     client = served.client()
-    client.send(b"POST /echo HTTP/1.1\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000)
+    client.send(
+        b"POST /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 100000\r\n\r\n" + b"x" * 1000
+    )
     answer = client.answer()  # the fake answers 200; App answers 405
     assert answer.headers["connection"] == "close"
     assert recorder.requests[-1][0] == "POST"
@@ -436,7 +563,7 @@ def test_after_its_own_answer_the_server_half_closes_and_discards_input_until_th
     served: Served,
 ) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nContent-Length: 300000\r\n\r\n" + b"x" * 1000)
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 300000\r\n\r\n" + b"x" * 1000)
     refused(client, 413)  # the answer, then EOF: a half-close
     client.send(b"x" * 200_000)  # the rest of the body still arrives: read and dropped
     assert served.loop.call(lambda: len(served.http)) == 1
@@ -466,12 +593,12 @@ def test_a_connection_zero_length_body_is_no_body(served: Served) -> None:
     [
         b"NOT HTTP\r\n\r\n",
         b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",  # a TLS client hello
-        b"GET /echo HTTP/1.1\r\nBad Header: x\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nBad Header: x\r\n\r\n",
         b"GET /echo HTTP/1.1\nHost: test\n\n",
-        b"GET /echo\x00 HTTP/1.1\r\n\r\n",
+        b"GET /echo\x00 HTTP/1.1\r\nHost: test\r\n\r\n",
         b"get /echo HTTP/1.1\r\n\r\n",
         b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
-        b"GET /echo HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+        b"GET /echo HTTP/1.1\r\nHost: test\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
     ],
 )
 def test_malformed_requests_are_400_json(served: Served, garbage: bytes) -> None:
@@ -483,15 +610,24 @@ def test_malformed_requests_are_400_json(served: Served, garbage: bytes) -> None
 
 def test_pipelined_requests_before_a_malformed_one_are_answered_first(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /slow?0.1 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\nBAD\r\n\r\n")
+    client.send(
+        b"GET /slow?0.1 HTTP/1.1\r\nHost: test\r\n\r\n"
+        b"GET /echo HTTP/1.1\r\nHost: test\r\n\r\nBAD\r\n\r\n"
+    )
     assert [client.answer().status, client.answer().status] == [200, 200]
     refused(client, 400)
 
 
 def test_a_target_that_is_not_a_path_is_400(served: Served) -> None:
     client = served.client()
-    client.send(b"CONNECT example.org:443 HTTP/1.1\r\n\r\n")
+    client.send(b"CONNECT example.org:443 HTTP/1.1\r\nHost: test\r\n\r\n")
     assert "neither a path nor a URL" in refused(client, 400)["error"]
+
+
+def test_a_request_line_without_a_version_is_400_not_505(served: Served) -> None:
+    client = served.client()
+    client.send(b"GET /echo?a=\r\nHost: test\r\n\r\n")  # llhttp reads this as HTTP/0.9
+    assert refused(client, 400)["error"] == "request line has no HTTP version: speak HTTP/1.1"
 
 
 def test_http_2_is_505(served: Served) -> None:
@@ -511,20 +647,20 @@ def test_an_upgrade_is_answered_as_plain_http_and_the_connection_ends(served: Se
 
 def test_a_head_over_64_kib_is_431(served: Served, recorder: Recorder) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\nX-Big: " + b"v" * 70_000 + b"\r\n\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Big: " + b"v" * 70_000 + b"\r\n\r\n")
     assert refused(client, 431)["error"] == "request head is larger than 65536 bytes"
     assert recorder.requests == []
 
 
 def test_many_small_headers_over_64_kib_are_431(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n" + b"X-A: b\r\n" * 10_000 + b"\r\n")
     assert refused(client, 431)["status"] == 431
 
 
 def test_more_than_256_header_fields_is_431(served: Served) -> None:
     client = served.client()
-    client.send(b"GET /echo HTTP/1.1\r\n" + b"X-A: b\r\n" * 257 + b"\r\n")
+    client.send(b"GET /echo HTTP/1.1\r\nHost: test\r\n" + b"X-A: b\r\n" * 257 + b"\r\n")
     assert refused(client, 431)["error"] == "more than 256 request header fields"
 
 
@@ -566,7 +702,7 @@ def test_a_head_sent_a_byte_at_a_time_is_cut_off_too(recorder: Recorder) -> None
     with serving(recorder, head_timeout=0.5) as served:
         client = served.client()
         started = time.monotonic()
-        for byte in b"GET /echo HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+        for byte in b"GET /echo HTTP/1.1\r\nHost: test\r\nX-Slow: " + b"a" * 100:
             client.send(bytes([byte]))
             if select.select([client.sock], [], [], 0.05)[0]:
                 break  # the server answered
@@ -587,6 +723,33 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
         assert 0.35 <= time.monotonic() - started < 1.5
 
 
+@pytest.mark.parametrize(("size", "idle"), [(30_000, 2.0), (4 * 1024 * 1024, 1.0)])
+def test_a_client_that_never_reads_is_gone_within_idle_and_linger_timeouts(
+    recorder: Recorder, size: int, idle: float
+) -> None:
+    """Issue 12 §3, with small socket buffers so the answer stays unsent: 30,000 bytes stay
+    below the transport's high-water mark (the connection looks idle), 4 MiB above it."""
+    with serving(recorder, idle_timeout=idle, linger_timeout=1.0, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get(f"/bytes?{size}")
+        started = time.monotonic()
+        wait_until(lambda: served.open_connections() == 0, timeout=idle + 1.0 + 3.0)
+        elapsed = time.monotonic() - started
+        assert idle - 0.1 <= elapsed <= idle + 1.0 + 1.0, elapsed
+        client.close()
+
+
+def test_a_slow_reader_is_not_cut_off_while_it_reads(recorder: Recorder) -> None:
+    with serving(recorder, idle_timeout=0.6, linger_timeout=0.6, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get("/bytes?400000", "Connection: close")
+        received = 0
+        while chunk := client.sock.recv(4096):  # about 1.5 s at 256 KiB/s: over both timeouts
+            received += len(chunk)
+            time.sleep(0.01)
+        assert received > 400_000
+
+
 def test_a_connection_busy_answering_is_not_idle(recorder: Recorder) -> None:
     with serving(recorder, idle_timeout=0.3) as served:
         client = served.client()
@@ -598,7 +761,10 @@ def test_a_connection_busy_answering_is_not_idle(recorder: Recorder) -> None:
 def test_a_client_that_disconnects_mid_request_breaks_nothing(
     served: Served, recorder: Recorder
 ) -> None:
-    for partial in (b"GET /echo HTTP/1.1\r\nHost: te", b"GET /slow?0.2 HTTP/1.1\r\n\r\n"):
+    for partial in (
+        b"GET /echo HTTP/1.1\r\nHost: te",
+        b"GET /slow?0.2 HTTP/1.1\r\nHost: test\r\n\r\n",
+    ):
         client = served.client()
         client.send(partial)
         time.sleep(0.05)
@@ -614,7 +780,7 @@ def test_a_disconnect_during_a_cache_refresh_does_not_cancel_the_refresh() -> No
     runtime = AsyncFakeRuntime([Pod(id="uid-1", name="web", namespace="default")])
     runtime.block()
     app = App(runtime, 60.0)
-    with serving(app.respond) as served:
+    with serving(app.respond, respond_now=app.respond_now) as served:
         client = served.client()
         client.get("/pods")
         wait_until(lambda: runtime.calls == 1)
@@ -636,7 +802,7 @@ def test_a_client_that_does_not_read_stops_getting_answers_built(
 ) -> None:
     client = served.client()
     count = 300  # 300 MiB of answers if nothing pushed back
-    client.send(b"GET /big HTTP/1.1\r\n\r\n" * count)
+    client.send(b"GET /big HTTP/1.1\r\nHost: test\r\n\r\n" * count)
     time.sleep(0.5)
     built = len(recorder.requests)
     assert built < 60, built  # socket buffers, the transport's high-water mark, the queue
@@ -694,3 +860,209 @@ def test_shutdown_resets_what_is_still_busy_after_the_grace(recorder: Recorder) 
         served.loop.run(served.http.shutdown(0.3))
         assert time.monotonic() - started < 1.0
         assert busy.closed_by_server()
+
+
+# -- the connection cap --------------------------------------------------------------------
+def test_connections_past_the_cap_get_a_503_and_are_closed(recorder: Recorder) -> None:
+    with serving(recorder, max_connections=3) as served:
+        clients = [served.client() for _ in range(3)]  # at the cap: all served
+        for client in clients:
+            client.get("/echo")
+            assert client.answer().status == 200
+        over = served.client()
+        body = refused(over, 503)
+        assert body["error"] == "the server has 3 connections: try again"
+        clients.pop().close()
+        wait_until(lambda: served.open_connections() == 2)
+        again = served.client()  # under the cap again
+        again.get("/echo")
+        assert again.answer().status == 200
+
+
+def test_refusals_themselves_are_bounded(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("podcache.serve.http1._REFUSING", 1)
+    with serving(recorder, max_connections=1) as served:
+        first = served.client()
+        first.get("/echo")
+        assert first.answer().status == 200
+        second = served.client()  # refused with a 503, and kept until it closes
+        assert second.answer().status == 503
+        third = served.client()  # past both bounds: reset at once, no answer
+        assert third.closed_by_server()
+        assert served.open_connections() == 2
+
+
+def test_a_stream_holds_a_connection_of_the_cap(recorder: Recorder) -> None:
+    with serving(recorder, max_connections=1) as served:
+        streaming = served.client()
+        streaming.get("/stream?0,0.05,16")
+        assert streaming.answer(head_only=True).status == 200
+        refused(served.client(), 503)
+
+
+# -- the byte budget -------------------------------------------------------------------------
+def unsent(served: Served) -> int:
+    return served.loop.call(lambda: served.http.buffered)
+
+
+def test_past_the_byte_budget_the_connection_holding_most_is_dropped_first(
+    recorder: Recorder,
+) -> None:
+    budget = 2 * 1024 * 1024
+    with serving(recorder, max_buffered=budget, sndbuf=4096) as served:
+        big, small = served.client(rcvbuf=4096), served.client(rcvbuf=4096)
+        big.get("/bytes?1500000")
+        wait_until(lambda: unsent(served) > 1_400_000)
+        small.get("/bytes?400000")
+        wait_until(lambda: unsent(served) > 1_800_000)  # under the budget: both kept
+        assert served.open_connections() == 2
+        third = served.client(rcvbuf=4096)
+        third.get("/bytes?500000")  # past it: the 1.5 MB one goes
+        wait_until(lambda: served.open_connections() == 2)
+        assert unsent(served) <= budget
+        with pytest.raises(ConnectionError):
+            big.answer()
+        assert len(small.answer().body) == 400_000
+        assert len(third.answer().body) == 500_000
+        other = served.client()
+        other.get("/echo")
+        assert other.answer().status == 200
+
+
+def test_many_clients_that_never_read_stay_within_the_budget_and_leave_nothing(
+    recorder: Recorder,
+) -> None:
+    budget = 8 * 1024 * 1024
+    with serving(recorder, max_buffered=budget, sndbuf=4096) as served:
+        flood = [served.client(rcvbuf=4096) for _ in range(200)]
+        for client in flood:
+            client.send(b"GET /bytes?200000 HTTP/1.1\r\nHost: test\r\n\r\n" * 4)
+        peak = 0
+        for _ in range(20):
+            peak = max(peak, unsent(served))
+            other = served.client()
+            other.get("/echo")
+            assert other.answer().status == 200  # others are still answered
+            other.close()
+            time.sleep(0.02)
+        assert 0 < peak <= budget
+        assert served.open_connections() < 200  # some were dropped
+        for client in flood:
+            client.close()
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: (served.http.buffered, served.http.unsent)) == (0, {})
+
+
+def test_a_stream_counts_against_the_byte_budget(recorder: Recorder) -> None:
+    with serving(recorder, max_buffered=512 * 1024, sndbuf=4096) as served:
+        streaming = served.client(rcvbuf=4096)
+        streaming.get("/stream?0,0,65536")
+        assert streaming.answer(head_only=True).status == 200
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+# -- streaming answers -------------------------------------------------------------------------
+def test_a_stream_is_sent_chunk_by_chunk_and_the_connection_kept(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?5,0.02,16")
+        client.get("/echo?after")
+        answer = client.answer(head_only=True)
+        assert answer.headers["transfer-encoding"] == "chunked"
+        assert "content-length" not in answer.headers
+        chunks = client.chunks()
+        assert [chunk.split(b"\n")[0] for chunk in chunks] == [b"0", b"1", b"2", b"3", b"4"]
+        assert client.answer().json()["query"] == "after"  # pipelined behind the stream
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+def test_a_stream_to_http10_is_ended_by_closing(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?3,0.01,16", version="1.0")
+        answer = client.answer(head_only=True)
+        assert answer.headers["connection"] == "close"
+        assert "transfer-encoding" not in answer.headers
+        while client._fill():  # the body runs to the server's close
+            pass
+        assert client.buffer == b"".join(b"%d\n" % n + b"x" * 8 for n in range(3))
+
+
+def test_a_stream_whose_client_falls_behind_is_cut_off(recorder: Recorder) -> None:
+    with serving(recorder, sndbuf=4096) as served:
+        client = served.client(rcvbuf=4096)
+        client.get("/stream?0,0,32768,100000")  # max_unsent 100,000 bytes
+        wait_until(lambda: served.open_connections() == 0)
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+def test_shutdown_ends_a_stream_cleanly(recorder: Recorder) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?0,0.02,16")
+        assert client.answer(head_only=True).status == 200
+        wait_until(lambda: b"\n" in client.buffer or client._fill())
+        stopping = asyncio.run_coroutine_threadsafe(served.http.shutdown(5.0), served.loop.loop)
+        chunks = client.chunks()  # ends with the last chunk: a complete body
+        assert chunks and all(chunk.endswith(b"x" * 8) for chunk in chunks)
+        assert client.closed_by_server()
+        client.close()
+        started = time.monotonic()
+        stopping.result(5)
+        assert time.monotonic() - started < 1.0  # done once the client closed, not at the grace
+        assert served.loop.call(lambda: recorder.streams_closed) == 1
+
+
+# -- the Host header -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("head", "error"),
+    [
+        (b"GET /echo HTTP/1.1\r\n\r\n", "no Host header"),
+        (b"GET /echo HTTP/1.0\r\n\r\n", "no Host header"),
+        (b"GET /echo HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", "more than one Host header"),
+        (b"GET /echo HTTP/1.1\r\nHost: a\r\nhost: b\r\n\r\n", "more than one Host header"),
+    ],
+)
+def test_a_missing_or_repeated_host_is_400(
+    served: Served, recorder: Recorder, head: bytes, error: str
+) -> None:
+    client = served.client()
+    client.send(head)
+    assert refused(client, 400)["error"] == error
+    assert recorder.requests == []
+
+
+ALLOWED = frozenset({"localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:8080"})
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST:8080", "127.0.0.1", "127.0.0.1:8080"])
+def test_a_host_the_server_names_is_served(recorder: Recorder, host: str) -> None:
+    with serving(recorder, allowed_hosts=ALLOWED) as served:
+        client = served.client()
+        client.send(f"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        assert client.answer().status == 200
+
+
+@pytest.mark.parametrize("host", ["evil.example", "localhost:80", "localhost.", "127.0.0.2", ""])
+def test_any_other_host_is_421(recorder: Recorder, host: str) -> None:
+    with serving(recorder, allowed_hosts=ALLOWED) as served:
+        client = served.client()
+        client.send(f"GET /echo HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+        body = refused(client, 421)
+        assert "does not name this server" in body["error"]
+        assert recorder.requests == []
+
+
+def test_head_of_a_stream_sends_the_head_only_and_keeps_the_connection(
+    recorder: Recorder,
+) -> None:
+    with serving(recorder) as served:
+        client = served.client()
+        client.get("/stream?3,0.01,16", method="HEAD")
+        client.get("/echo?after")
+        head = client.answer(head_only=True)
+        assert head.status == 200 and head.headers["transfer-encoding"] == "chunked"
+        assert client.answer().json()["query"] == "after"  # no chunk came in between

@@ -13,10 +13,10 @@ from podcache.jsonview import pod_to_json
 from podcache.model import Container, ContainerID, Pod
 from podcache.serve import openapi
 from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
-from podcache.serve.command import parse_duration, serve_command
+from podcache.serve.command import parse_duration, parse_size, serve_command
 from podcache.serve.query import LabelSelector, etag_matches
 from podcache.serve.response import HTTPError
-from podcache.serve.server import ListenAddress, parse_listen
+from podcache.serve.server import ListenAddress, allowed_hosts, parse_listen
 from tests.cli.conftest import DEFAULT_SIM_PODS as CLI_DEFAULT_SIM_PODS
 
 
@@ -151,11 +151,40 @@ def test_bearer_auth_rejects_an_empty_token() -> None:
 
 
 @pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("1", 1),
+        ("4096", 4096),
+        ("256MiB", 256 * 1024**2),
+        ("64Mi", 64 * 1024**2),
+        ("1GiB", 1024**3),
+        ("2KiB", 2048),
+        ("100MB", 100_000_000),
+        ("5 KB", 5000),
+    ],
+)
+def test_sizes(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "MiB", "-1", "1.5MiB", "1 TiB", "10mb", "0x10"])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a size"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
     ("args", "words"),
     [
         (["--cache-period", "soon"], "'soon'"),
         (["--cache-period", "-2s"], "'-2s'"),
         (["--timeout", "0"], "'0'"),
+        (["--idle-timeout", "0"], "'0'"),
+        (["--idle-timeout", "forever"], "'forever'"),
+        (["--max-connections", "0"], "0"),
+        (["--max-buffered", "0"], "'0'"),
+        (["--max-buffered", "lots"], "'lots'"),
+        (["--max-buffered", "1.5GiB"], "'1.5GiB'"),
         (["--listen", "example.com:80"], "example.com:80"),
         (["--listen", "0.0.0.0:10260"], "--token-file"),
         (["--listen", "[::]:10260"], "--token-file"),
@@ -180,6 +209,41 @@ def test_the_openapi_pod_schemas_match_the_json_shape() -> None:
     )
     assert set(schemas["Pod"]["properties"]) == set(sample)
     assert set(schemas["Container"]["properties"]) == set(sample["containers"][0])
+
+
+@pytest.mark.parametrize(
+    ("listen", "names", "token", "expected"),
+    [
+        ("unix:/run/p.sock", [], False, None),
+        ("127.0.0.1:8080", [], True, None),
+        (
+            "127.0.0.1:8080",
+            [],
+            False,
+            {"localhost", "127.0.0.1", "[::1]"}
+            | {"localhost:8080", "127.0.0.1:8080", "[::1]:8080"},
+        ),
+        (
+            "[::1]:9",
+            ["Pod.Local", " "],
+            False,
+            {"localhost", "127.0.0.1", "[::1]", "pod.local"}
+            | {"localhost:9", "127.0.0.1:9", "[::1]:9", "pod.local:9"},
+        ),
+        (
+            "127.0.0.2:80",
+            [],
+            False,
+            {"localhost", "127.0.0.1", "[::1]", "127.0.0.2"}
+            | {"localhost:80", "127.0.0.1:80", "[::1]:80", "127.0.0.2:80"},
+        ),
+    ],
+)
+def test_allowed_hosts(
+    listen: str, names: list[str], token: bool, expected: set[str] | None
+) -> None:
+    hosts = allowed_hosts(parse_listen(listen), names, token=token)
+    assert hosts == (None if expected is None else frozenset(expected))
 
 
 def test_serve_starts_as_many_simulated_pods_as_the_other_commands() -> None:

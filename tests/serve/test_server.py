@@ -295,12 +295,14 @@ def test_requests_beyond_the_servers_own_limits_get_a_4xx_and_the_server_lives_o
     served: ServedFixture,
 ) -> None:
     _, client = served
-    answer = client.raw(b"GET /pods?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+    answer = client.raw(b"GET /pods?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 4"), answer[:100]
-    answer = client.raw(b"GET /pods HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * 100_000 + b"\r\n\r\n")
+    answer = client.raw(
+        b"GET /pods HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"v" * 100_000 + b"\r\n\r\n"
+    )
     assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer[:100]
     many = b"".join(b"X-H%d: v\r\n" % i for i in range(200))
-    assert client.raw(b"GET /pods HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")[:10] in (
+    assert client.raw(b"GET /pods HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n")[:10] in (
         b"",
         b"HTTP/1.1 4",
     )
@@ -414,7 +416,7 @@ def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: Si
     port = free_port()
     server = ServeProcess(["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]).start()
     with socket.create_connection(("127.0.0.1", port), timeout=5) as idle:
-        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         answer = idle.recv(65536)
         assert answer.startswith(b"HTTP/1.1 200 OK\r\n"), answer
         assert b"\r\nconnection: close\r\n" not in answer.lower()  # kept alive
@@ -423,6 +425,35 @@ def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: Si
         assert time.monotonic() - started < 3.0
         assert idle.recv(65536) == b""  # closed by the server, not left hanging
     assert "Traceback" not in server.stderr
+
+
+def test_idle_timeout_closes_an_idle_keep_alive_connection(sim: SimRuntime) -> None:
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--idle-timeout", "1s"]
+    with (
+        ServeProcess(args),
+        socket.create_connection(("127.0.0.1", port), timeout=10) as idle,
+    ):
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert idle.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        started = time.monotonic()
+        assert idle.recv(65536) == b""  # closed by the server
+        assert 0.9 <= time.monotonic() - started < 3.0
+
+
+def test_max_connections_answers_one_more_with_a_503(sim: SimRuntime) -> None:
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--max-connections", "1"]
+    with (
+        ServeProcess(args),
+        socket.create_connection(("127.0.0.1", port), timeout=10) as held,
+    ):
+        held.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert held.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
+        reply = Client(port=port).get("/healthz")
+        body = check_error(reply, 503)
+        assert body["error"] == "the server has 1 connections: try again"
+        assert reply.headers["connection"] == "close"
 
 
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(
@@ -487,3 +518,62 @@ def test_with_a_token_every_route_but_healthz_needs_it(sim: SimRuntime, tmp_path
         assert client.get("/healthz").status == 200
         document = client.get("/openapi.json", authorization=f"Bearer {token}").json()
         assert document["security"] == [{"bearer": []}]
+
+
+# -- the Host header ------------------------------------------------------------------------------
+def status_for_host(client: Client, *hosts: str) -> int:
+    """The status of ``GET /healthz`` sent with these Host lines (none, one or several)."""
+    lines = "".join(f"Host: {host}\r\n" for host in hosts)
+    answer = client.raw(f"GET /healthz HTTP/1.1\r\n{lines}\r\n".encode())
+    return int(answer.split(b" ", 2)[1])
+
+
+def test_a_missing_or_repeated_host_is_400(served: ServedFixture) -> None:
+    _, client = served
+    assert status_for_host(client) == 400
+    assert status_for_host(client, "localhost", "localhost") == 400
+    assert status_for_host(client, "localhost") == 200
+
+
+def test_without_a_token_only_hosts_naming_the_listener_are_served(
+    served: ServedFixture,
+) -> None:
+    _, client = served
+    port = client.port
+    for host in ("localhost", "127.0.0.1", "[::1]", "LocalHost"):
+        assert status_for_host(client, host) == 200, host
+        assert status_for_host(client, f"{host}:{port}") == 200, host
+    for host in ("evil.example", f"evil.example:{port}", "localhost:1", "127.0.0.1.nip.io", ""):
+        assert status_for_host(client, host) == 421, host
+    answer = client.raw(b"GET /pods HTTP/1.1\r\nHost: evil.example\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"\r\ncontent-type: application/json\r\n" in head
+    assert b"does not name this server" in body and b'"status":421' in body
+
+
+def test_allow_host_adds_names(sim: SimRuntime) -> None:
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]
+    with ServeProcess([*args, "--allow-host", "podcache.local", "--allow-host", "Node-1"]):
+        client = Client(port=port)
+        for host in ("podcache.local", f"podcache.local:{port}", "node-1", "127.0.0.1"):
+            assert status_for_host(client, host) == 200, host
+        assert status_for_host(client, "other.local") == 421
+
+
+def test_a_unix_socket_serves_any_host(sim: SimRuntime, tmp_socket_dir: Path) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    with ServeProcess(["-r", sim.endpoint, "--listen", f"unix:{path}"]):
+        client = Client(path=str(path))
+        assert status_for_host(client, "evil.example") == 200
+        assert status_for_host(client) == 400  # but one Host there must be
+
+
+def test_with_a_token_any_host_is_served(sim: SimRuntime, tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret-token-0123456789\n")
+    token_file.chmod(0o600)
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)]
+    with ServeProcess(args):
+        assert status_for_host(Client(port=port), "evil.example") == 200  # /healthz: no token

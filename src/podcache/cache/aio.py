@@ -126,6 +126,17 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         assert refresh.pods is not None
         return refresh.pods
 
+    def get_pods_nowait(self) -> PodList | None:
+        """The pods ``get_pods`` would return at once, without waiting or starting a refresh;
+        None when it would have to (then await ``get_pods``). A snapshot returned counts as a
+        hit, as in ``get_pods``."""
+        current = self._core.snapshot
+        if self._clock() <= current[2]:
+            if self._count_hits:
+                self._fast_hits += 1
+            return current[0]  # None only before the first fill, when fresh_until is -inf
+        return None
+
     async def force_update_if_older(
         self, min_expected_cache_time: float, *, timeout: float | None = None
     ) -> None:

@@ -116,6 +116,8 @@ class HitPath(NamedTuple):
     """Make a new snapshot the one hits serve (called under the cache's lock)."""
     read_hits: Callable[[], int]
     """Hits served so far (counted only when built with ``count_hits``)."""
+    get_pods_nowait: Callable[[], PodList | None]
+    """The hit alone: the pods a hit serves now, else None (never the slow path)."""
 
 
 _UNFILLED = PodList()
@@ -167,7 +169,16 @@ def make_hit_path(
     def read_hits() -> int:
         return hits
 
-    return HitPath(get_pods_counted if count_hits else get_pods, publish, read_hits)
+    def get_pods_nowait() -> PodList | None:
+        nonlocal hits
+        if clock() <= until:
+            if count_hits:
+                hits += 1
+            return pods
+        return None
+
+    get = get_pods_counted if count_hits else get_pods
+    return HitPath(get, publish, read_hits, get_pods_nowait)
 
 
 class RuntimeCache(CoreReadings[threading.Event]):
@@ -212,6 +223,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self.get_pods = hit_path.get_pods
         self._publish = hit_path.publish
         self._fast_hits = hit_path.read_hits
+        self._nowait = hit_path.get_pods_nowait
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -236,6 +248,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
         calls ``_get_slow``.
         """
     )
+
+    def get_pods_nowait(self) -> PodList | None:
+        """The pods ``get_pods`` would return at once, without waiting or starting a refresh;
+        None when it would have to. A snapshot returned counts as a hit, as in ``get_pods``."""
+        return self._nowait()
 
     def force_update_if_older(
         self, min_expected_cache_time: float, *, timeout: float | None = None

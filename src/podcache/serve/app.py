@@ -1,13 +1,16 @@
 """The HTTP application: routing and handlers; no framework, no HTTP parsing, sockets or signals.
 
 ``App.respond(method, path, query, headers)`` is the whole API as one coroutine from request
-parts to a ``Response``: podcache's own HTTP/1.1 server (``http1``) calls it directly, and
-``__call__`` is a thin ASGI 3 entry point around it (for running the app under an ASGI server,
-as ``benchmarks/bench_serve.py --with-uvicorn`` does). No framework: a dict and three prefixes
+parts to a ``Response``; ``App.respond_now`` gives the same answer without a coroutine when no
+waiting is needed (the snapshot is fresh), or None. Podcache's own HTTP/1.1 server (``http1``)
+calls ``respond_now`` and, when it returns None, ``respond`` in a task; ``__call__`` is a thin
+ASGI 3 entry point around ``respond`` (for running the app under an ASGI server, as
+``benchmarks/bench_serve.py --with-uvicorn`` does). No framework: a dict and three prefixes
 route, and snapshot bodies come pre-serialised from ``snapshot``. Checks run cheapest first:
 sizes (414, 431), method (405), route (404), token (401), parameters (400), and only then the
-cache. Server startup, sockets and signals live in ``server``.
-"""
+cache. What is kept between requests is one memo, ``App.memo`` (the current snapshot's view
+and its answers); the rule for replaying from it is written at ``respond_now``. Server
+startup, sockets and signals live in ``server``."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -49,7 +52,7 @@ from podcache.serve.query import (
     parse_query,
 )
 from podcache.serve.response import JSON, HTTPError, Response
-from podcache.serve.snapshot import SnapshotView, SnapshotViews
+from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.watch import RuntimeWatch
 
 __all__ = [
@@ -82,30 +85,74 @@ _RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 _STALE = ("x-podcache-stale", "true")
 
+_INTERNAL = "internal server error (logged by the server)"
+_PARAMS = {
+    "/pods": _POD_LIST_PARAMS,
+    "/pods/{uid}": _FRESHNESS,
+    "/namespaces/{namespace}/pods/{name}": _FRESHNESS,
+    "/containers/{id}": _FRESHNESS,
+    "/pids/{pid}": _FRESHNESS,
+}
+"""The query parameters each route accepts (none where not listed)."""
+_NOT_KEPT = frozenset({"/readyz"})
+"""Routes whose answers the memo never keeps: /readyz depends on whether the snapshot is
+stale for this request (``max_stale``), not on the snapshot alone."""
 _PID_MISSES = {
     "not_in_container": "is in no container (its cgroup names none)",
     "unknown": "is in a container or pod the runtime does not list",
 }
 
-Handler = Callable[[str, dict[str, str], tuple[str, ...]], Awaitable[Response]]
-
-_MAX_REPLAYS = 4096
-"""Most remembered answers (see ``App._remember``): bounded memory under a scan of paths."""
-_NO_QUERY: Query = {}
 _NO_HEADERS: dict[str, str] = {}
-# Request headers that can change a snapshot answer: their requests take the full path.
-_NOT_PLAIN = frozenset({"authorization", "if-none-match", "x-podcache-newer-than"})
+_FRESHNESS_HEADER = "x-podcache-newer-than"
 
 
-def _plain(header_items: list[tuple[str, str]]) -> bool:
-    """No header that could change the answer, and within the limits ``collect_headers``
-    enforces: the request may be answered like an earlier one of the same path."""
+class _Deferred(NamedTuple):
+    """A handler's answer that needs awaiting beyond the snapshot (``/pids/{pid}`` reads the
+    process and may refresh for it): ``run(need)`` gives the response, in ``respond`` only.
+    ``_begin`` fills in the route and the freshness need."""
+
+    run: Callable[[float | None], Awaitable[Response]]
+    route: str = ""
+    need: float | None = None
+
+
+class _Lookup(NamedTuple):
+    """A request checked and parsed, that needs a snapshot to be answered."""
+
+    route: str
+    target: str | None
+    """The memo's key for the answer, None when it must not be kept (freshness parameters:
+    the answer is for a snapshot newer than the request, never a replay)."""
+    need: float | None
+    """The snapshot must have been read at or after this unix time (read-your-writes)."""
+    headers: dict[str, str]
+    build: Callable[[SnapshotView], Answer]
+    """The answer from a snapshot (route filled in by the caller)."""
+
+
+Outcome = Response | Callable[[SnapshotView], Answer] | _Deferred
+"""A handler's result: the answer (no snapshot needed), how to build it from a snapshot, or
+(``/pids/{pid}``) a coroutine that answers, which only ``respond`` runs."""
+Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Outcome]
+
+
+def _replayable(header_items: list[tuple[str, str]]) -> tuple[bool, str | None]:
+    """``(True, authorization header or None)`` when the headers allow a replay (rule 3 in
+    ``App.respond_now``), else ``(False, ...)``."""
     size = 0
+    authorization = None
     for name, value in header_items:
-        if name.lower() in _NOT_PLAIN:
-            return False
+        lower = name.lower()
+        if lower == "authorization":
+            if authorization is not None:
+                return False, None  # repeated: the full path answers 400
+            authorization = value
+        elif lower in ("if-none-match", _FRESHNESS_HEADER):
+            return False, None
         size += len(name) + len(value)
-    return len(header_items) <= MAX_HEADERS and size <= MAX_HEADER_BYTES
+    if len(header_items) > MAX_HEADERS or size > MAX_HEADER_BYTES:
+        return False, None  # the full path answers 431
+    return True, authorization
 
 
 class App:
@@ -146,10 +193,16 @@ class App:
         period = (
             cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
         )
-        self._views = SnapshotViews()
+        self.memo: SnapshotView | None = None
+        """The response memo: the newest snapshot's view and the answers given from it (the
+        only thing kept between requests; replaced with its snapshot)."""
         self._stale_view: SnapshotView | None = None
+        """The view the request being answered was found to be older than the period with
+        (``max_stale`` standing in for a failed runtime), else None. Decided per request, by
+        ``_snapshot`` (``respond_now`` answers only fresh snapshots: None); every answer is
+        built right after, with no await in between, so the flag is still its own."""
         self.cache = AsyncRuntimeCache(
-            _Prepared(self.watch, self._prepare, self._views),
+            _Prepared(self.watch, self._prepare, self._offer),
             cache_period,
             clock=clock,
             stats=True,
@@ -159,9 +212,6 @@ class App:
             # when the runtime getter has container_events (watch and _Prepared pass them on)
             events=events and offers_events(getter),
         )
-        # path -> (view, route, body head, status, etag?): see _remember.
-        self._replays: dict[str, tuple[SnapshotView, str, bytes, int, bool]] = {}
-        self._replay_view: SnapshotView | None = None
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
         self._openapi = openapi
         self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
@@ -173,26 +223,87 @@ class App:
             "/openapi.json": ("/openapi.json", self._openapi_doc),
         }
 
-    # -- the API as one coroutine ------------------------------------------------------------
+    # -- the API: at once when no waiting is needed, else as a coroutine ----------------------
+    def respond_now(
+        self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
+    ) -> Response | None:
+        """The answer when it needs no waiting, else None (then await ``respond``).
+
+        THE REPLAY RULE. A request is answered from the memo, skipping routing, parameter
+        parsing and lookups, exactly when all of these hold:
+
+        1. it is a GET or HEAD whose target (path, and ``?query`` as sent) is a key of the
+           memo's answers: a request with that target was answered from this same snapshot
+           after passing every check of the full path (``_finish`` keeps only those, and never
+           one whose target asks for freshness, ``fresh`` or ``newer_than``, nor /readyz,
+           whose answer depends on the request's staleness, nor ``/pids/{pid}``);
+        2. the cache hands out that very snapshot now, without waiting (so the answer is
+           what the full path would compute, to the byte but for the age);
+        3. it carries no header that could change the answer or make it an error on the full
+           path: no If-None-Match, no X-Podcache-Newer-Than, no repeated Authorization, and
+           within the header limits (``_replayable``);
+        4. the token check passes: it runs on every request, replayed or not (``_allowed``).
+           The Host check is the HTTP server's, done before any request reaches the app.
+
+        Anything else takes the full path (``_begin``, then ``_finish``), which answers at
+        once too when the snapshot is fresh and the request asks for nothing newer.
+        """
+        memo = self.memo
+        pods: PodList | None = None
+        looked = False
+        if memo is not None and method in _METHODS:
+            answer = memo.answers.get(f"{path}?{query}" if query else path)
+            if answer is not None:
+                pods = self.cache.get_pods_nowait()
+                looked = True
+                replayable, authorization = _replayable(header_items)
+                if pods is memo.pods and replayable and self._allowed(answer.route, authorization):
+                    self._stale_view = None  # get_pods_nowait hands out fresh snapshots only
+                    response = self._from_answer(memo, answer, _NO_HEADERS)
+                    self.metrics.count(answer.route, response.status)
+                    return response
+        lookup = self._begin(method, path, query, header_items)
+        if type(lookup) is not _Lookup:
+            return lookup if type(lookup) is Response else None  # _Deferred: respond() runs it
+        if lookup.need is not None:
+            return None  # waits for a refresh, in respond()
+        if not looked:
+            pods = self.cache.get_pods_nowait()
+        if pods is None:
+            return None
+        self._stale_view = None
+        return self._finish(lookup, self._view(pods))
+
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
     ) -> Response:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
-        route = "unmatched"
-        if type(header_items) is not list:
-            header_items = list(header_items)  # read twice: by the replay check, then collected
+        items = header_items if type(header_items) is list else list(header_items)
+        lookup = self._begin(method, path, query, items)
+        if isinstance(lookup, Response):
+            return lookup
         try:
-            replay = self._replays.get(path) if not query and method in _METHODS else None
-            if replay is not None and _plain(header_items):
-                # Asked before, plainly, of this snapshot: the same answer, with a fresh age.
-                route = replay[1]
-                view = await self._snapshot(_NO_QUERY, _NO_HEADERS)
-                if view is replay[0]:
-                    response = self._snapshot_response(
-                        view, replay[2], _NO_HEADERS, replay[3], etag=replay[4]
-                    )
-                    self.metrics.count(route, response.status)
-                    return response
+            if type(lookup) is _Deferred:
+                response = await lookup.run(lookup.need)
+                self.metrics.count(lookup.route, response.status)
+                return response
+            assert type(lookup) is _Lookup
+            view = await self._snapshot(lookup.need)
+        except HTTPError as error:
+            return self._failed(lookup.route, error)
+        except Exception:
+            log.exception("internal error answering %s %.200s", method[:16], path)
+            return self._failed(lookup.route, HTTPError(500, _INTERNAL))
+        return self._finish(lookup, view)
+
+    def _begin(
+        self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
+    ) -> Response | _Lookup | _Deferred:
+        """The checks, cheapest first, and the parameters: an answer when no snapshot is
+        needed (an error, /healthz...), else the lookup to finish from one (or, for
+        ``/pids/{pid}``, the coroutine to await)."""
+        route = "unmatched"
+        try:
             check_path(path)
             if len(query) > MAX_QUERY:
                 raise HTTPError(414, f"query string is longer than {MAX_QUERY} characters")
@@ -204,38 +315,60 @@ class App:
                     headers=_ALLOW,
                 )
             route, handler, args = self._route(path)
-            if (
-                self._auth is not None
-                and route != "/healthz"
-                and not self._auth.check(headers.get("authorization"))
-            ):
+            if not self._allowed(route, headers.get("authorization")):
                 raise HTTPError(
                     401,
                     "a valid bearer token is required (Authorization: Bearer <token>)",
                     headers=_UNAUTHORIZED,
                 )
-            response = await handler(query, headers, args)
-            if response.replay is not None and not query and self._auth is None:
-                self._remember(path, route, response.status, response.replay)
+            params = parse_query(query, _PARAMS.get(route, _NONE), _REPEATABLE) if query else {}
+            outcome = handler(params, headers, args)
+            if type(outcome) is Response:
+                self.metrics.count(route, outcome.status)
+                return outcome
+            need = self._need(params, headers)
+            if type(outcome) is _Deferred:
+                return outcome._replace(route=route, need=need)
+            build = cast(Callable[[SnapshotView], Answer], outcome)
+            kept = not ("fresh" in params or "newer_than" in params or route in _NOT_KEPT)
+            target = (f"{path}?{query}" if query else path) if kept else None
+            return _Lookup(route, target, need, headers, build)
         except HTTPError as error:
-            response = self._error(error)
+            return self._failed(route, error)
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
-            response = self._error(HTTPError(500, "internal server error (logged by the server)"))
-        self.metrics.count(route, response.status)
+            return self._failed(route, HTTPError(500, _INTERNAL))
+
+    def _finish(self, lookup: _Lookup, view: SnapshotView) -> Response:
+        """The answer to ``lookup`` from ``view``, kept in the memo when it may be replayed."""
+        try:
+            target = lookup.target
+            answer = None
+            kept = target is not None and view is self.memo
+            if kept:
+                answer = view.answers.get(cast(str, target))
+            if answer is None:
+                answer = lookup.build(view)._replace(route=lookup.route)
+                if kept:
+                    view.remember(cast(str, target), answer)
+            response = self._from_answer(view, answer, lookup.headers)
+        except HTTPError as error:
+            return self._failed(lookup.route, error)
+        except Exception:
+            log.exception("internal error answering %.200s", lookup.target or lookup.route)
+            return self._failed(lookup.route, HTTPError(500, _INTERNAL))
+        self.metrics.count(lookup.route, response.status)
         return response
 
-    def _remember(
-        self, path: str, route: str, status: int, replay: tuple[SnapshotView, bytes, bool]
-    ) -> None:
-        """Keep how ``path`` (asked without a query) was answered from its snapshot, so the
-        same request is answered again without routing, parsing or lookups. Only the current
-        snapshot's answers are kept, at most ``_MAX_REPLAYS`` of them."""
-        view, head, etag = replay
-        if view is not self._replay_view or len(self._replays) >= _MAX_REPLAYS:
-            self._replays = {}
-            self._replay_view = view
-        self._replays[path] = (view, route, head, status, etag)
+    def _allowed(self, route: str, authorization: str | None) -> bool:
+        """The token check: passes without a token configured, and for /healthz."""
+        auth = self._auth
+        return auth is None or route == "/healthz" or auth.check(authorization)
+
+    def _failed(self, route: str, error: HTTPError) -> Response:
+        response = self._error(error)
+        self.metrics.count(route, response.status)
+        return response
 
     def _route(self, path: str) -> tuple[str, Handler, tuple[str, ...]]:
         exact = self._exact.get(path)
@@ -266,14 +399,13 @@ class App:
         return Response(error.status, headers, error.body())
 
     # -- snapshots -----------------------------------------------------------------------------
-    async def _snapshot(self, query: Query, headers: dict[str, str]) -> SnapshotView:
-        """The snapshot this request may be answered from, after any read-your-writes wait."""
-        arrival = self._clock()
+    def _need(self, query: Query, headers: dict[str, str]) -> float | None:
+        """The unix time the snapshot must have been read at or after, if the request says."""
         need: float | None = None
         values = query.get("newer_than")
         if values:
             need = parse_newer_than(values[0], "newer_than")
-        header = headers.get("x-podcache-newer-than")
+        header = headers.get(_FRESHNESS_HEADER)
         if header is not None:
             stated = parse_newer_than(header, "X-Podcache-Newer-Than")
             need = stated if need is None else max(need, stated)
@@ -281,6 +413,11 @@ class App:
         if values and parse_bool(values[0], "fresh"):
             now_wall = self._wall()
             need = now_wall if need is None else max(need, now_wall)
+        return need
+
+    async def _snapshot(self, need: float | None) -> SnapshotView:
+        """The snapshot a request may be answered from, after any read-your-writes wait."""
+        arrival = self._clock()
         cache = self.cache
         try:
             if need is not None:
@@ -297,25 +434,39 @@ class App:
                 str(exc) or f"the container runtime did not answer within {self._wait:g} s",
                 headers=_RETRY,
             ) from exc
-        view = self._views.current
-        if view is None or view.pods is not pods:
-            view = self._views.get(pods, lambda: self._stamp(pods))
+        view = self._view(pods)
         # Older than the period when this request arrived: only max_stale serves that (the
-        # runtime failed). Decided per request: every caller builds its answer right after
-        # this returns, with no await in between, so the flag is still its own.
-        stale = arrival - view.monotonic > cache.cache_period
-        self._stale_view = view if stale else None
+        # runtime failed).
+        self._stale_view = view if arrival - view.monotonic > cache.cache_period else None
         return view
 
     def _prepare(self, pods: PodList) -> SnapshotView:
         """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
         tables, so no request builds them on the event loop."""
         monotonic, wall = self._stamp(pods)
-        view = SnapshotView(pods, monotonic, wall, previous=self._views.current)
+        view = SnapshotView(pods, monotonic, wall, previous=self.memo)
         pods.by_uid("")
         pods.by_full_name("")
         with contextlib.suppress(LookupError, ValueError):
             pods.by_container_id("0000")  # the ID table and the sorted IDs for prefixes
+        return view
+
+    def _offer(self, view: SnapshotView) -> None:
+        """Make ``view`` (built ahead of its first request) the memo, unless a newer one is."""
+        memo = self.memo
+        if memo is None or view.monotonic >= memo.monotonic:
+            self.memo = view
+
+    def _view(self, pods: PodList) -> SnapshotView:
+        """The view of ``pods``: the memo's when it is that snapshot's, else a new one, which
+        becomes the memo unless it is older (a slow caller's PodList)."""
+        memo = self.memo
+        if memo is not None and memo.pods is pods:
+            return memo
+        monotonic, wall = self._stamp(pods)
+        view = SnapshotView(pods, monotonic, wall, previous=memo)
+        if memo is None or monotonic >= memo.monotonic:
+            self.memo = view
         return view
 
     def _stamp(self, pods: PodList) -> tuple[float, float]:
@@ -328,18 +479,10 @@ class App:
             fetched = now
         return fetched, fetched + (self._wall() - now)
 
-    def _snapshot_response(
-        self,
-        view: SnapshotView,
-        head: bytes,
-        headers: dict[str, str],
-        status: int = 200,
-        *,
-        etag: bool = True,
-    ) -> Response:
-        """``head`` completed with the snapshot's age; 304 when If-None-Match names it."""
+    def _from_answer(self, view: SnapshotView, answer: Answer, headers: dict[str, str]) -> Response:
+        """``answer`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
-        if status != 200 or not etag:
+        if answer.status != 200 or not answer.etag:
             response_headers = [("content-type", JSON), ("x-podcache-age", age)]
         else:
             response_headers = [
@@ -351,10 +494,9 @@ class App:
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
                 return Response(304, response_headers[1:] + self._stale(view))
-        response_headers += self._stale(view)
-        response = Response(status, response_headers, view.body(head, age))
-        response.replay = (view, head, etag)
-        return response
+        if view is self._stale_view:
+            response_headers.append(_STALE)
+        return Response(answer.status, response_headers, answer.head, suffix=f"{age}}}".encode())
 
     def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
         """The stale header, when this request's snapshot was older than the period."""
@@ -372,103 +514,90 @@ class App:
     def _latest(self) -> PodList | None:
         return self.watch.latest
 
-    # -- handlers ----------------------------------------------------------------------------
-    async def _pods(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        query = parse_query(query_text, _POD_LIST_PARAMS, _REPEATABLE) if query_text else {}
+    # -- handlers: an answer now, or how to build one from a snapshot -----------------------
+    def _pods(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         namespaces = query.get("namespace")
         namespace = check_name(namespaces[0], "namespace") if namespaces else None
         labels = query.get("label", ())
         if len(labels) > MAX_LABELS:
             raise HTTPError(400, f"more than {MAX_LABELS} label selectors")
         selectors = [LabelSelector.parse(text) for text in labels]
-        view = await self._snapshot(query, headers)
         if namespace is None and not selectors:
-            return self._snapshot_response(view, view.items_head, headers)
+            return lambda view: _found(view.items_head)
 
-        def build() -> bytes:
-            return view.pods_head(
-                [
-                    pod
-                    for pod in view.pods
-                    if (namespace is None or pod.namespace == namespace)
-                    and all(selector.matches(_pairs(pod)) for selector in selectors)
-                ]
+        def build(view: SnapshotView) -> Answer:
+            return _found(
+                view.pods_head(
+                    [
+                        pod
+                        for pod in view.pods
+                        if (namespace is None or pod.namespace == namespace)
+                        and all(selector.matches(_pairs(pod)) for selector in selectors)
+                    ]
+                )
             )
 
-        key = ("pods", namespace, tuple((s.key, s.value) for s in selectors))
-        return self._snapshot_response(view, view.memo(key, build), headers)
+        return build
 
-    async def _pod(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+    def _pod(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         uid = check_name(args[0], "pod UID")
-        view = await self._snapshot(query, headers)
-        pod = view.pods.by_uid(uid)
-        if pod is None:
-            return self._not_found(view, headers, f"no pod with UID {uid!r}")
-        return self._snapshot_response(
-            view, view.memo(("pod", uid), lambda: view.pod_head(pod)), headers
-        )
 
-    async def _pod_by_name(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+        def build(view: SnapshotView) -> Answer:
+            pod = view.pods.by_uid(uid)
+            if pod is None:
+                return _not_found(view, f"no pod with UID {uid!r}")
+            return _found(view.pod_head(pod))
+
+        return build
+
+    def _pod_by_name(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         namespace = check_name(args[0], "namespace", underscore=False)
         name = check_name(args[1], "pod name", underscore=False)
-        view = await self._snapshot(query, headers)
-        pod = view.pods.by_full_name(f"{name}_{namespace}")
-        if pod is None:
-            return self._not_found(view, headers, f"no pod {name!r} in namespace {namespace!r}")
-        return self._snapshot_response(
-            view, view.memo(("pod", pod.id, name, namespace), lambda: view.pod_head(pod)), headers
-        )
 
-    async def _container(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+        def build(view: SnapshotView) -> Answer:
+            pod = view.pods.by_full_name(f"{name}_{namespace}")
+            if pod is None:
+                return _not_found(view, f"no pod {name!r} in namespace {namespace!r}")
+            return _found(view.pod_head(pod))
+
+        return build
+
+    def _container(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         ident = check_name(args[0], "container ID")
-        view = await self._snapshot(query, headers)
-        try:
-            found = view.pods.by_container_id(ident)
-        except ValueError as exc:  # a malformed type://id, or a prefix under 4 characters
-            raise HTTPError(400, str(exc)) from None
-        except LookupError as exc:  # an ambiguous prefix
-            raise HTTPError(409, str(exc)) from None
-        if found is None:
-            return self._not_found(view, headers, f"no container or sandbox with ID {ident!r}")
-        pod, container = found
-        return self._snapshot_response(
-            view,
-            view.memo(("container", ident), lambda: view.container_head(pod, container)),
-            headers,
-        )
 
-    async def _pid(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        query = parse_query(query_text, _FRESHNESS, _NONE) if query_text else {}
+        def build(view: SnapshotView) -> Answer:
+            try:
+                found = view.pods.by_container_id(ident)
+            except ValueError as exc:  # a malformed type://id, or a prefix under 4 characters
+                raise HTTPError(400, str(exc)) from None
+            except LookupError as exc:  # an ambiguous prefix
+                raise HTTPError(409, str(exc)) from None
+            if found is None:
+                return _not_found(view, f"no container or sandbox with ID {ident!r}")
+            return _found(view.container_head(*found))
+
+        return build
+
+    def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         pid = parse_pid(args[0])
-        await self._snapshot(query, headers)  # read-your-writes first, as on every route
+        return _Deferred(lambda need: self._answer_pid(pid, need, headers))
+
+    async def _answer_pid(self, pid: int, need: float | None, headers: dict[str, str]) -> Response:
+        """The pod and container of process ``pid``; never kept in the memo (the same PID
+        names another process later)."""
+        await self._snapshot(need)  # read-your-writes first, as on every route
         result = await self._lookup_pid(pid)
         pods = result.pods
         if pods is None:  # the process's cgroup names nothing: the runtime was not asked
             raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}")
-        view = self._views.get(pods, lambda: self._stamp(pods))
+        view = self._view(pods)
         found = result.process
         if found is None:
-            response = self._not_found(
-                view, headers, f"process {pid} {_PID_MISSES[result.outcome]}"
-            )
+            answer = _not_found(view, f"process {pid} {_PID_MISSES[result.outcome]}")
         else:
             head = view.process_head(pid, found.pod, found.container)
-            response = self._snapshot_response(view, head, headers, etag=False)
-        response.replay = None  # the same PID names another process later: never replayed
-        return response
+            answer = Answer("/pids/{pid}", 200, head, etag=False)
+        return self._from_answer(view, answer, headers)
 
     async def _lookup_pid(self, pid: int) -> LookupResult:
         """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
@@ -496,55 +625,35 @@ class App:
         self.metrics.count_pid_lookup("error", False)
         return HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY)
 
-    def _not_found(self, view: SnapshotView, headers: dict[str, str], message: str) -> Response:
-        return self._snapshot_response(view, view.not_found_head(404, message), headers, 404)
-
-    async def _healthz(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        if query_text:
-            parse_query(query_text, _NONE, _NONE)
+    def _healthz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         response = Response(200, [("content-type", JSON)], _HEALTHY)
         age = self._age_header()
         if age is not None:
             response.headers.append(("x-podcache-age", age))
         return response
 
-    async def _readyz(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        if query_text:
-            parse_query(query_text, _NONE, _NONE)
-        view = await self._snapshot({}, headers)
-        if view is self._stale_view:
-            error = self.watch.last_error
-            raise HTTPError(
-                503,
-                "not ready: serving a stale snapshot, the last runtime call failed"
-                + ("" if error is None else f" ({error})"),
-                headers=[*_RETRY, _STALE],
-            )
-        head = b'{"status":"ready","cache_time":' + view.wall_text + b',"age_seconds":'
-        response = self._snapshot_response(view, head, headers, etag=False)
-        response.replay = None  # never replayed: readiness is decided again on every request
-        return response
+    def _readyz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+        def build(view: SnapshotView) -> Answer:
+            if view is self._stale_view:
+                error = self.watch.last_error
+                raise HTTPError(
+                    503,
+                    "not ready: serving a stale snapshot, the last runtime call failed"
+                    + ("" if error is None else f" ({error})"),
+                    headers=[*_RETRY, _STALE],
+                )
+            return Answer("", 200, view.ready_head(), etag=False)
 
-    async def _metrics(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        if query_text:
-            parse_query(query_text, _NONE, _NONE)
+        return build
+
+    def _metrics(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         headers_out = [("content-type", METRICS_CONTENT_TYPE)]
         age = self._age_header()
         if age is not None:
             headers_out.append(("x-podcache-age", age))
         return Response(200, headers_out, self.metrics.render())
 
-    async def _openapi_doc(
-        self, query_text: str, headers: dict[str, str], args: tuple[str, ...]
-    ) -> Response:
-        if query_text:
-            parse_query(query_text, _NONE, _NONE)
+    def _openapi_doc(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         response_headers = [("content-type", JSON), ("etag", self._openapi_etag)]
         match = headers.get("if-none-match")
         if match is not None and etag_matches(match, self._openapi_etag):
@@ -578,11 +687,14 @@ class App:
             scope.get("query_string", b"").decode("latin-1"),
             [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())],
         )
-        body = response.body
+        body = response.body + response.suffix
         raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-        if response.status != 304:
+        if response.status != 304 and response.stream is None:
             raw.append((b"content-length", b"%d" % len(body)))
         await send({"type": "http.response.start", "status": response.status, "headers": raw})
+        if response.stream is not None and method != "HEAD":
+            async for chunk in response.stream:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
         await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -599,23 +711,31 @@ class App:
         await self.cache.close()
 
 
+def _found(head: bytes) -> Answer:
+    return Answer("", 200, head, etag=True)
+
+
+def _not_found(view: SnapshotView, message: str) -> Answer:
+    return Answer("", 404, view.not_found_head(404, message), etag=False)
+
+
 class _Prepared:
     """The getter the cache calls: ``watch``'s pods, with ``prepare(pods)`` run in a worker
-    thread before they are returned (the view it builds is offered to the app's views)."""
+    thread before they are returned (the view it builds is offered to the app's memo)."""
 
     def __init__(
         self,
         watch: RuntimeWatch,
         prepare: Callable[[PodList], SnapshotView],
-        views: SnapshotViews,
+        offer: Callable[[SnapshotView], None],
     ) -> None:
         self._watch = watch
         self._prepare = prepare
-        self._views = views
+        self._offer = offer
 
     async def get_pods(self, all: bool) -> PodList:
         pods = await self._watch.get_pods(all)
-        self._views.offer(await asyncio.to_thread(self._prepare, pods))
+        self._offer(await asyncio.to_thread(self._prepare, pods))
         return pods
 
     def container_events(self) -> Any:

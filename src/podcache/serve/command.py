@@ -12,6 +12,7 @@ logic.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 from typing import Any, NamedTuple
 
@@ -19,9 +20,15 @@ import click
 
 from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
-from podcache.serve.server import DEFAULT_LISTEN, ListenAddress, parse_listen
+from podcache.serve.server import (
+    DEFAULT_LISTEN,
+    ConnectionLimits,
+    ListenAddress,
+    allowed_hosts,
+    parse_listen,
+)
 
-__all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "serve_command"]
+__all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "parse_size", "serve_command"]
 
 SWITCH_INTERVAL = 0.001
 """Seconds a thread holding the GIL keeps it while the event loop waits for it (see _run)."""
@@ -39,6 +46,48 @@ class _Listen(click.ParamType[ListenAddress, Any]):
             return parse_listen(str(value))
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+_SIZE = re.compile(r"([0-9]+)\s*(B|KB|MB|GB|KiB|MiB|GiB|Ki|Mi|Gi)?")
+_SIZE_UNITS = {
+    None: 1,
+    "B": 1,
+    "KB": 1000,
+    "MB": 1000**2,
+    "GB": 1000**3,
+    "KiB": 1024,
+    "MiB": 1024**2,
+    "GiB": 1024**3,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``1048576``, ``256MiB``, ``64Mi`` (powers of 1024) or ``100MB`` (of 1000); a
+    ValueError quotes anything else."""
+    match = _SIZE.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: use e.g. 256MiB, 64Mi, 100MB or bytes")
+    return int(match[1]) * _SIZE_UNITS[match[2]]
+
+
+class _Size(click.ParamType[int, Any]):
+    name = "bytes"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+        if size <= 0:
+            self.fail(f"{value!r}: the size must be above 0", param, ctx)
+        return size
 
 
 class _Freshness(NamedTuple):
@@ -155,6 +204,40 @@ def _say(message: str) -> None:
     ),
 )
 @click.option(
+    "--idle-timeout",
+    type=Duration(positive=True),
+    default="75s",
+    show_default=True,
+    help="Close a connection after this long without progress: no request, or an answer "
+    "left unread.",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    metavar="N",
+    help="Open connections at most; one more is answered 503 and closed.",
+)
+@click.option(
+    "--max-buffered",
+    type=_Size(),
+    default="256MiB",
+    show_default=True,
+    help="Unsent answer bytes at most, all connections together (256MiB, 64Mi, 100MB); "
+    "past it the connections holding the most are dropped first.",
+)
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also serve requests whose Host header is NAME (with or without the port); "
+    "repeatable. Without a token a TCP listener serves only Host values naming itself "
+    "(localhost, 127.0.0.1, [::1], the listen address): others get 421, against DNS "
+    "rebinding.",
+)
+@click.option(
     "--proc-root",
     type=click.Path(file_okay=False),
     default="/proc",
@@ -177,6 +260,10 @@ def serve_command(
     refresh_ahead: float | None,
     token_file: str | None,
     timeout: float,
+    idle_timeout: float,
+    max_connections: int,
+    max_buffered: int,
+    allow_hosts: tuple[str, ...],
     events: str,
     proc_root: str,
 ) -> None:
@@ -221,6 +308,12 @@ def serve_command(
         freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
         auth=auth,
         timeout=timeout,
+        limits=ConnectionLimits(
+            idle_timeout=idle_timeout,
+            max_connections=max_connections,
+            max_buffered=max_buffered,
+        ),
+        hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
         events=events,
         proc_root=proc_root,
     )
@@ -271,6 +364,8 @@ def _run(
     freshness: _Freshness,
     auth: object,
     timeout: float,
+    limits: ConnectionLimits,
+    hosts: frozenset[str] | None,
     events: str = "auto",
     proc_root: str = "/proc",
 ) -> None:
@@ -315,7 +410,15 @@ def _run(
                 _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
 
         try:
-            run(make_app, listen, on_listening=listening, on_warm=warmed, cleanup=runtime.close)
+            run(
+                make_app,
+                listen,
+                limits=limits,
+                hosts=hosts,
+                on_listening=listening,
+                on_warm=warmed,
+                cleanup=runtime.close,
+            )
         except ServeError as exc:
             raise click.ClickException(str(exc)) from exc
         _say("stopped")

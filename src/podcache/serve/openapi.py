@@ -154,14 +154,19 @@ _ETAG_HEADER = {
 }
 
 _ERRORS = {
-    "400": "A malformed or unknown parameter, a bad header value.",
+    "400": "A malformed or unknown parameter, a bad header value, a missing or repeated Host "
+    "header.",
     "405": "Any method but GET and HEAD (the API is read-only).",
     "414": "Request path or query string too long.",
+    "421": "The Host header does not name this server: a TCP listener without a token serves "
+    "only Host values naming itself (localhost, 127.0.0.1, [::1], its address, with or "
+    "without the port) and the names given with --allow-host. The connection is closed.",
     "431": "Too many or too large request header fields.",
     "500": "An unexpected failure (logged by the server; no details are returned).",
     "503": "The container runtime is not reachable or did not answer in time (the message "
     "names it), and no snapshot within --max-stale of its period can stand in; a request "
-    "asking for newer data (fresh, newer_than) always gets 503 then.",
+    "asking for newer data (fresh, newer_than) always gets 503 then. Also: the server already "
+    "holds --max-connections connections (the connection is closed).",
 }
 
 

@@ -8,7 +8,7 @@ pairs; the HTTP server (``http1``) and the ASGI entry point write them as their 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import msgspec
@@ -17,6 +17,7 @@ from podcache.errors import PodcacheError
 
 __all__ = [
     "JSON",
+    "STREAM_MAX_UNSENT",
     "HTTPError",
     "Headers",
     "Response",
@@ -28,26 +29,44 @@ Headers = list[tuple[str, str]]
 
 JSON = "application/json"
 
+STREAM_MAX_UNSENT = 4 * 1024 * 1024
+"""Default bound of a streaming answer's unsent bytes: a client further behind is cut off."""
+
 _encode = msgspec.json.Encoder().encode
 
 
 class Response:
     """A complete response: status, headers and body (the body also for HEAD; servers drop it).
 
-    ``replay`` (set by the application on answers from a snapshot) is what answering the same
-    request again from the same snapshot takes: ``(snapshot view, body head, etag?)``.
+    The body is ``body`` then ``suffix``: a large body kept in a memo is sent as is, followed by
+    the few bytes that change per answer (the age), never copied to join them. ``stream``, when
+    set, makes a streaming answer instead (``http1``'s module docstring): the chunks of an async
+    iterator sent as they come, at most ``max_unsent`` bytes of them left unsent by a slow
+    client before it is cut off.
     """
 
-    __slots__ = ("body", "headers", "replay", "status")
+    __slots__ = ("body", "headers", "max_unsent", "status", "stream", "suffix")
 
-    def __init__(self, status: int, headers: Headers, body: bytes = b"") -> None:
+    def __init__(
+        self,
+        status: int,
+        headers: Headers,
+        body: bytes = b"",
+        *,
+        suffix: bytes = b"",
+        stream: AsyncIterator[bytes] | None = None,
+        max_unsent: int = STREAM_MAX_UNSENT,
+    ) -> None:
         self.status = status
         self.headers = headers
         self.body = body
-        self.replay: tuple[Any, bytes, bool] | None = None
+        self.suffix = suffix
+        self.stream = stream
+        self.max_unsent = max_unsent
 
     def __repr__(self) -> str:
-        return f"<Response {self.status} {len(self.body)} bytes>"
+        kind = "stream" if self.stream is not None else f"{len(self.body) + len(self.suffix)} bytes"
+        return f"<Response {self.status} {kind}>"
 
 
 class HTTPError(PodcacheError):

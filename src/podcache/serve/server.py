@@ -24,14 +24,24 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from podcache.errors import ServeError
 from podcache.serve.app import App
 from podcache.unixsocket import claim_socket_path
 
-__all__ = ["DEFAULT_LISTEN", "SHUTDOWN_GRACE", "ListenAddress", "ServeError", "parse_listen", "run"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "SHUTDOWN_GRACE",
+    "ConnectionLimits",
+    "ListenAddress",
+    "ServeError",
+    "allowed_hosts",
+    "parse_listen",
+    "run",
+]
 
 log = logging.getLogger("podcache.serve")
 
@@ -41,6 +51,8 @@ SHUTDOWN_GRACE = 5.0
 """Seconds requests in progress get to finish after SIGTERM before their connections are reset:
 a request waits for the cache at most 5 s with the default ``--timeout`` (App's ``wait``), and
 it fits in the DaemonSet's 10 s termination grace period with room to spare."""
+
+T = TypeVar("T")
 
 _SOCKET_MODE = 0o600
 _BACKLOG = 1024
@@ -69,6 +81,39 @@ class ListenAddress:
     def url(self) -> str:
         """``http://host:port`` (or ``unix:/path``), for messages."""
         return str(self) if self.path is not None else f"http://{self}"
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The HTTP server's bounds from the command line; None keeps ``http1``'s default."""
+
+    idle_timeout: float | None = None
+    """``--idle-timeout``: seconds a connection may go without progress."""
+    max_connections: int | None = None
+    """``--max-connections``: open connections at most; the next one gets a 503."""
+    max_buffered: int | None = None
+    """``--max-buffered``: unsent answer bytes at most, all connections together."""
+
+
+_OWN_NAMES = ("localhost", "127.0.0.1", "[::1]")
+
+
+def allowed_hosts(
+    address: ListenAddress, names: Sequence[str], *, token: bool
+) -> frozenset[str] | None:
+    """The Host header values served (lower case), or None for any.
+
+    Any Host on a unix socket (only local processes with access to the file reach it; curl
+    sends ``localhost``) and with a token (the token, not the name, is the check). Otherwise,
+    against DNS rebinding (a web page whose name now points at 127.0.0.1 sends that name):
+    ``localhost``, ``127.0.0.1``, ``[::1]``, the listen address and each of ``names``
+    (``--allow-host``), each with or without the port.
+    """
+    if address.path is not None or token:
+        return None
+    host = f"[{address.host}]" if ":" in address.host else address.host
+    bare = {*_OWN_NAMES, host, *(name.strip().lower() for name in names if name.strip())}
+    return frozenset({*bare, *(f"{name}:{address.port}" for name in bare)})
 
 
 def parse_listen(text: str) -> ListenAddress:
@@ -153,16 +198,26 @@ async def serve(
     app: App,
     address: ListenAddress,
     *,
+    limits: ConnectionLimits = ConnectionLimits(),
+    hosts: frozenset[str] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``app`` on ``address`` until SIGTERM or SIGINT.
+    """Serve ``app`` on ``address`` until SIGTERM or SIGINT; ``hosts``: the Host values
+    served (``allowed_hosts``), None for any.
 
     The unix socket, if any, is removed on the way out. Raises ServeError when the server
     cannot start.
     """
-    from podcache.serve.http1 import HTTPServer
+    from podcache.serve import http1
 
-    http = HTTPServer(app.respond)
+    http = http1.HTTPServer(
+        app.respond,
+        respond_now=app.respond_now,
+        idle_timeout=_given(limits.idle_timeout, http1.IDLE_TIMEOUT),
+        max_connections=_given(limits.max_connections, http1.MAX_CONNECTIONS),
+        max_buffered=_given(limits.max_buffered, http1.MAX_BUFFERED),
+        allowed_hosts=hosts,
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     signals = (signal.SIGTERM, signal.SIGINT)
@@ -197,10 +252,16 @@ async def serve(
                     os.unlink(address.path)
 
 
+def _given(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
 def run(
     make_app: Callable[[], App],
     address: ListenAddress,
     *,
+    limits: ConnectionLimits = ConnectionLimits(),
+    hosts: frozenset[str] | None = None,
     on_listening: Callable[[App], None] | None = None,
     on_warm: Callable[[BaseException | None], None] | None = None,
     cleanup: Callable[[], Awaitable[None]] | None = None,
@@ -229,7 +290,7 @@ def run(
                 on_warm(error)
 
         try:
-            await serve(app, address, on_listening=listening)
+            await serve(app, address, limits=limits, hosts=hosts, on_listening=listening)
         finally:
             if warm_task is not None:
                 warm_task.cancel()

@@ -1,35 +1,52 @@
-"""Each snapshot's JSON serialised once, with its ETag; no routing, no parsing, no cache calls.
+"""The response memo: one snapshot's JSON, serialised once, and the answers given from it.
 
 A ``SnapshotView`` belongs to one PodList object (the cache hands every caller of a snapshot
-the same object, so identity is the key). It holds the snapshot's wall-clock time, its ETag and
-the JSON of each response derived from it, built on first use and kept while the snapshot is
-current. The age changes with every request, so a body is stored without it: ``head`` ends
-just before the age, and ``body(head, age)`` appends it. Pods become JSON through
-``podcache.jsonview`` (the shape ``podcache -o json`` prints too). It deliberately does not
-route, parse requests or talk to the cache.
+the same object, so identity is the key). It holds the snapshot's wall-clock time, its ETag,
+the JSON of the whole list, and ``answers``: what each request target was answered from this
+snapshot, built on first use (and each pod's JSON, which the next snapshot's view takes over
+for the pods that did not change). It is serve's only memo: the application keeps the view of the
+current snapshot and drops it, answers and all, when the cache hands out another PodList, so
+nothing in it can outlive its snapshot. The age changes with every request, so a body is
+stored without it: ``head`` ends just before the age, and the server sends the age after it
+(``Response.suffix``). Pods become JSON through ``podcache.jsonview`` (the shape ``podcache
+-o json`` prints too). It deliberately does not route, parse requests, check tokens or talk
+to the cache: which answers may be reused for which request is the application's rule
+(``App.respond_now``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
 from podcache.jsonview import container_to_json, pod_to_json
 from podcache.model import Container, Pod, PodList
 
-__all__ = ["MEMO_LIMIT", "SnapshotView", "SnapshotViews"]
+__all__ = ["MEMO_LIMIT", "Answer", "SnapshotView"]
 
 MEMO_LIMIT = 4096
-"""Most derived bodies kept per snapshot (then the memo starts over: bounded memory)."""
+"""Most answers kept per snapshot (then the memo starts over: bounded memory under a scan of
+targets)."""
 
 _encode = msgspec.json.Encoder().encode
 
 
+class Answer(NamedTuple):
+    """What a request target is answered from one snapshot: everything but the age."""
+
+    route: str
+    """The route's template (``/pods/{uid}``): the metrics' label."""
+    status: int
+    head: bytes
+    """The JSON body up to the age (``..."age_seconds":``)."""
+    etag: bool
+    """Whether the answer carries the snapshot's ETag (and may be a 304)."""
+
+
 class SnapshotView:
-    """One snapshot's serialised forms.
+    """One snapshot's serialised forms and the answers given from it.
 
     ``monotonic``: the cache clock's reading for the snapshot; ``wall``: the same instant as
     unix seconds. ``etag`` is weak and names the pods' content (not the fetch), so an
@@ -37,9 +54,8 @@ class SnapshotView:
     """
 
     __slots__ = (
-        "_last",
-        "_memo",
         "_pod_json",
+        "answers",
         "etag",
         "items_head",
         "monotonic",
@@ -88,35 +104,17 @@ class SnapshotView:
         items = memoryview(self.items_head)[len(opening) : len(self.items_head) - len(closing)]
         self.etag = f'W/"{hashlib.blake2b(items, digest_size=12).hexdigest()}"'
         items.release()
-        self._memo: dict[Hashable, bytes] = {}
-        self._last: tuple[bytes, str, bytes] = (b"", "", b"")
+        self.answers: dict[str, Answer] = {}
+        """Answers by request target (path, and ``?query`` when there is one)."""
+
+    def remember(self, target: str, answer: Answer) -> None:
+        """Keep ``answer`` for ``target``; at ``MEMO_LIMIT`` answers the memo starts over."""
+        if len(self.answers) >= MEMO_LIMIT:
+            self.answers.clear()
+        self.answers[target] = answer
 
     def _head(self, opening: bytes) -> bytes:
         return opening + b',"cache_time":' + self.wall_text + b',"age_seconds":'
-
-    def body(self, head: bytes, age: str) -> bytes:
-        """A complete body: ``head``, then ``age`` (seconds, as text), then the closing brace.
-
-        The last body built is kept: requests in the same millisecond share it instead of
-        each copying a large head again.
-        """
-        last = self._last
-        if last[0] is head and last[1] == age:
-            return last[2]
-        # One join, not head + age + "}": that builds a second copy of a large head, and two
-        # live buffers of this size cost fresh pages each time (measured 37x slower at 146 KB).
-        body = b"".join((head, age.encode(), b"}"))
-        self._last = (head, age, body)
-        return body
-
-    def memo(self, key: Hashable, build: Callable[[], bytes]) -> bytes:
-        """The head stored under ``key``, built by ``build()`` on first use."""
-        head = self._memo.get(key)
-        if head is None:
-            if len(self._memo) >= MEMO_LIMIT:
-                self._memo.clear()
-            head = self._memo[key] = build()
-        return head
 
     def pods_head(self, pods: list[Pod]) -> bytes:
         """``{"items": [...]`` for a filtered list of this snapshot's pods."""
@@ -148,37 +146,6 @@ class SnapshotView:
         """An error body answered from this snapshot: it says how old the snapshot is too."""
         return self._head(_encode({"error": message, "status": status})[:-1])
 
-
-class SnapshotViews:
-    """The view of the current snapshot, replaced when the cache hands out another PodList."""
-
-    __slots__ = ("_current",)
-
-    def __init__(self) -> None:
-        self._current: SnapshotView | None = None
-
-    @property
-    def current(self) -> SnapshotView | None:
-        """The view built last, if any."""
-        return self._current
-
-    def offer(self, view: SnapshotView) -> None:
-        """Make ``view`` (built ahead of its first request) current, unless a newer one is."""
-        current = self._current
-        if current is None or view.monotonic >= current.monotonic:
-            self._current = view
-
-    def get(self, pods: PodList, make: Callable[[], tuple[float, float]]) -> SnapshotView:
-        """The view of ``pods``; ``make()`` gives ``(monotonic, wall)`` when it must be built.
-
-        A PodList older than the current view (a slow caller's) gets a view of its own that
-        does not replace the current one.
-        """
-        current = self._current
-        if current is not None and current.pods is pods:
-            return current
-        monotonic, wall = make()
-        view = SnapshotView(pods, monotonic, wall)
-        if current is None or monotonic >= current.monotonic:
-            self._current = view
-        return view
+    def ready_head(self) -> bytes:
+        """``/readyz``'s body up to the age."""
+        return b'{"status":"ready","cache_time":' + self.wall_text + b',"age_seconds":'

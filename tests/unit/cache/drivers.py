@@ -68,7 +68,8 @@ class Fake(Protocol):
 
 
 class Driver:
-    """One synchronous face over a cache: ``get``, ``force``, ``cache_time``, ``stats``."""
+    """One synchronous face over a cache: ``get``, ``force``, ``nowait``, ``cache_time``,
+    ``stats``."""
 
     name: str
     fake: Any
@@ -77,6 +78,9 @@ class Driver:
         raise NotImplementedError
 
     def force(self, t: float, timeout: float | None = None) -> None:
+        raise NotImplementedError
+
+    def nowait(self) -> PodList | None:
         raise NotImplementedError
 
     @property
@@ -103,6 +107,9 @@ class SyncDriver(Driver):
     def force(self, t: float, timeout: float | None = None) -> None:
         self.cache.force_update_if_older(t, timeout=timeout)
 
+    def nowait(self) -> PodList | None:
+        return self.cache.get_pods_nowait()
+
     @property
     def cache_time(self) -> float | None:
         return self.cache.cache_time
@@ -124,6 +131,9 @@ class AsyncDriver(Driver):
 
     def force(self, t: float, timeout: float | None = None) -> None:
         self.loop.run_until_complete(self.cache.force_update_if_older(t, timeout=timeout))
+
+    def nowait(self) -> PodList | None:
+        return self.cache.get_pods_nowait()
 
     @property
     def cache_time(self) -> float | None:
