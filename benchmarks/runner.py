@@ -184,6 +184,14 @@ BENCHMARKS = (
         (90, 300),
     ),
     Benchmark(
+        "watch",
+        "Watch",
+        "bench_watch.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (240, 900),
+    ),
+    Benchmark(
         "serve",
         "serve vs nginx",
         "bench_serve.py",

@@ -4,6 +4,7 @@
 
     PodcacheError
     ├── EndpointNotFoundError        no endpoint configured and no default socket exists
+    ├── ResyncRequiredError          a watch cannot go on from where it is: list again
     ├── CRIError                     a runtime at a known endpoint failed us (.endpoint, .reason)
     │   ├── RuntimeUnavailableError  not reachable: no socket, refused, denied, connection lost
     │   ├── RuntimeDeadlineError     no answer within the deadline (also a TimeoutError)
@@ -40,6 +41,7 @@ __all__ = [
     "EventsUnsupportedError",
     "MalformedListingError",
     "PodcacheError",
+    "ResyncRequiredError",
     "RuntimeDeadlineError",
     "RuntimeProtocolError",
     "RuntimeUnavailableError",
@@ -109,6 +111,31 @@ class EndpointNotFoundError(PodcacheError):
 
     def __reduce__(self) -> tuple[type[EndpointNotFoundError], tuple[tuple[str, ...]]]:
         return type(self), (self.tried,)
+
+
+class ResyncRequiredError(PodcacheError):
+    """A watch cannot deliver the changes it was asked for: list again and watch from the
+    list's revision.
+
+    ``since`` is the revision the watch stood at (or was opened with); ``oldest`` the oldest
+    revision a watch may still start from; ``revision`` the cache's current one; ``reason``
+    says why in words (a revision older than the history kept, one the cache never reached,
+    or a watcher further behind than its ``max_lag``).
+    """
+
+    def __init__(self, since: int, oldest: int, revision: int, reason: str) -> None:
+        self.since = since
+        self.oldest = oldest
+        self.revision = revision
+        self.reason = reason
+        super().__init__(
+            f"cannot watch from revision {since}: {reason} (the cache is at revision "
+            f"{revision}; a watch may start from revision {oldest} to {revision}): list the "
+            "pods again and watch from the list's revision"
+        )
+
+    def __reduce__(self) -> tuple[type[ResyncRequiredError], tuple[int, int, int, str]]:
+        return type(self), (self.since, self.oldest, self.revision, self.reason)
 
 
 class MalformedListingError(PodcacheError, ValueError):

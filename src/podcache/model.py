@@ -6,15 +6,17 @@ from a snapshot can be mutated and equality never depends on list-versus-tuple.
 
 ``PodList`` is the snapshot type: an immutable sequence of pods whose lookup indexes (by UID,
 by full name, by container or sandbox ID, by ID prefix) are built once, on first use, and then
-answer in O(1) (O(log n) for a prefix).
+answer in O(1) (O(log n) for a prefix). Its ``revision`` numbers the cache's snapshots by
+content (see ``PodList.revision``).
 """
 
 from __future__ import annotations
 
 import bisect
 import enum
+import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import cast, overload
+from typing import Any, cast, overload
 
 import msgspec
 
@@ -30,6 +32,8 @@ __all__ = [
     "ContainerState",
     "Pod",
     "PodList",
+    "pods_by_uid",
+    "with_revision",
 ]
 
 MIN_PREFIX = 4
@@ -179,6 +183,9 @@ def with_sorted_labels(pod: Pod, labels: tuple[tuple[str, str], ...]) -> Pod:
     return pod
 
 
+_pod_uid = operator.attrgetter("id")
+
+
 class _Index:
     """Lookup tables for one PodList, each built on its first use, then kept.
 
@@ -200,10 +207,11 @@ class _Index:
     def by_uid(self) -> dict[str, Pod]:
         table = self._by_uid
         if table is None:
-            table = {}
-            for pod in reversed(self._pods):  # reversed + assignment: the newest wins
-                table[pod.id] = pod
-            self._by_uid = table
+            # Reversed, so a later (older) duplicate is overwritten: the newest wins. Built by
+            # zip and map: no Python-level loop.
+            pods = self._pods
+            uids = map(_pod_uid, reversed(pods))
+            table = self._by_uid = dict(zip(uids, reversed(pods), strict=True))
         return table
 
     @property
@@ -254,16 +262,30 @@ class _Index:
 
 
 class PodList(Sequence[Pod]):
-    """An immutable snapshot of pods with O(1) lookups (indexes built on first lookup)."""
+    """An immutable snapshot of pods with O(1) lookups (indexes built on first lookup).
 
-    __slots__ = ("_index", "_pods")
+    ``revision`` is the cache's number for the snapshot's content: equal pods, equal revision
+    (equality and hashing ignore it: they compare the pods).
+    """
+
+    __slots__ = ("_index", "_pods", "_revision")
 
     _pods: tuple[Pod, ...]
     _index: _Index | None
+    _revision: int | None
 
-    def __init__(self, pods: Iterable[Pod] = ()) -> None:
+    def __init__(self, pods: Iterable[Pod] = (), *, revision: int | None = None) -> None:
         _set(self, "_pods", pods if type(pods) is tuple else tuple(pods))
         _set(self, "_index", None)
+        _set(self, "_revision", revision)
+
+    @property
+    def revision(self) -> int:
+        """The revision of this snapshot: it increases by one each time a cache's refresh
+        yields pods that differ (by UID and value) from its previous snapshot's, and stays
+        the same when they are equal. 0 for a PodList no cache has published."""
+        revision = self._revision
+        return 0 if revision is None else revision
 
     # -- Sequence ---------------------------------------------------------------------------
     @overload
@@ -295,8 +317,8 @@ class PodList(Sequence[Pod]):
     def __repr__(self) -> str:
         return f"PodList({list(self._pods)!r})"
 
-    def __reduce__(self) -> tuple[type[PodList], tuple[tuple[Pod, ...]]]:
-        return (PodList, (self._pods,))
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._pods, self._revision))
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"PodList is immutable: cannot set {name!r}")
@@ -391,3 +413,28 @@ class ContainerEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     container_id: str
     pod_sandbox_id: str = ""
     created_at: int = 0
+
+
+def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:
+    return PodList(pods, revision=revision)
+
+
+def pods_by_uid(pods: PodList) -> Mapping[str, Pod]:
+    """The snapshot's pods by UID (the newest of several with one UID), from its index: built
+    once per snapshot and shared with ``by_uid``. Read-only by convention: do not mutate."""
+    return pods._idx().by_uid
+
+
+def with_revision(pods: PodList, revision: int) -> PodList:
+    """``pods`` numbered ``revision``: the same object when it has no revision yet (a cache
+    numbers a getter's fresh answer before anyone else sees it) or already has this one, else
+    a new PodList sharing its pods and index."""
+    current = pods._revision
+    if current is None:
+        _set(pods, "_revision", revision)
+        return pods
+    if current == revision:
+        return pods
+    copy = PodList(pods._pods, revision=revision)
+    _set(copy, "_index", pods._index)
+    return copy

@@ -62,7 +62,8 @@ def test_pods_are_exactly_the_runtimes_pods_in_the_shared_json_shape(
     body = reply.json()
     assert body["items"] == expected
     assert len(body["items"]) > 0
-    assert set(body) == {"items", "cache_time", "age_seconds"}
+    assert set(body) == {"items", "revision", "cache_time", "age_seconds"}
+    assert body["revision"] == int(reply.headers["x-podcache-revision"]) >= 1
     assert all("://" in ident for ident in all_ids(body["items"]))
 
 

@@ -1,7 +1,19 @@
 """The runtime cache: a shared I/O-free freshness core and its thread and asyncio drivers."""
 
 from podcache.cache.aio import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache.changes import ChangeType, PodChange
 from podcache.cache.core import CacheStats
 from podcache.cache.threaded import PodGetter, RuntimeCache
+from podcache.cache.watching import AsyncPodWatch, PodWatch
 
-__all__ = ["AsyncPodGetter", "AsyncRuntimeCache", "CacheStats", "PodGetter", "RuntimeCache"]
+__all__ = [
+    "AsyncPodGetter",
+    "AsyncPodWatch",
+    "AsyncRuntimeCache",
+    "CacheStats",
+    "ChangeType",
+    "PodChange",
+    "PodGetter",
+    "PodWatch",
+    "RuntimeCache",
+]

@@ -16,6 +16,7 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
+from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.threaded import (
@@ -25,6 +26,7 @@ from podcache.cache.threaded import (
     offers_events,
     with_events,
 )
+from podcache.cache.watching import AsyncPodWatch, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 from podcache.procs import PodProcess, alookup_pod
@@ -64,6 +66,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        history: int = HISTORY,
+        max_lag: int = MAX_LAG,
+        first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
     ) -> None:
@@ -76,9 +81,14 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             _new_future,
             refresh_ahead=refresh_ahead,
             max_stale=max_stale,
+            history=history,
+            max_lag=max_lag,
+            first_revision=first_revision,
             min_refresh_interval=min_refresh_interval,
         )
         self._timer: asyncio.TimerHandle | None = None
+        self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
+        self._refresher = TaskRefresher(self)
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
@@ -166,10 +176,15 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         return with_events(self._core.stats(self._clock(), self._fast_hits), self._subscription)
 
+    def watch(self, since: int | None = None) -> AsyncPodWatch:
+        """The pods' changes as they are published: an async iterator of ``PodChange``; the
+        twin of ``RuntimeCache.watch`` (same arguments, same errors, same changes)."""
+        return AsyncPodWatch(self, since)
+
     async def close(self) -> None:
         """End the event subscription and wait for it, then for refreshes still running or
         waiting for their time (rate limit). Idempotent; the cache still serves readers
-        afterwards, by its period."""
+        afterwards, by its period. Also stops the watch refresher."""
         self._closed = True
         if self._subscription is not None:
             self._subscription.on(Signal.CLOSE)
@@ -180,6 +195,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if subscriber is not None and subscriber is not asyncio.current_task():
             subscriber.cancel()
             await asyncio.gather(subscriber, return_exceptions=True)
+        await self._refresher.wait_stopped()
         while True:
             queued = self._core.queued
             if self._timer is not None and queued is not None:
@@ -208,6 +224,28 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         await self.close()
 
     # -- internals ---------------------------------------------------------------------------
+    def _changed_event(self) -> asyncio.Event:
+        event = self._changed
+        if event is None:
+            event = self._changed = asyncio.Event()
+        return event
+
+    def _wake_watchers(self) -> None:
+        event, self._changed = self._changed, None
+        if event is not None:
+            event.set()
+
+    def _watch_opened(self) -> None:
+        self._refresher.ensure()
+
+    def _watch_closed(self) -> None:
+        if not self._core.changes.prune():
+            self._refresher.stop()
+
+    def _watched(self) -> bool:
+        self._watch_closed()
+        return bool(self._core.changes.cursors)
+
     async def _wait(self, refresh: Refresh[asyncio.Future[None]], timeout: float | None) -> None:
         # shield: a caller's timeout or cancellation ends its wait, never the shared refresh.
         try:
@@ -250,6 +288,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             error = exc
         now = self._clock()
         queued = self._core.complete(refresh, pods, error, now)
+        self._wake_watchers()
         self._arm(self._core.arm(now))
         subscription = self._subscription
         if subscription is not None and subscription.refresh_done(error is None) and self._wake:

@@ -39,6 +39,8 @@ Invariants
 6. A refresh only forced callers need begins at least ``min_refresh_interval`` after the last
    forced refresh began (clock readings); a queued refresh always has a way to start (a
    refresh in flight, or the driver's armed timer).
+7. Every snapshot stored is first published to the change log (``changes``), which numbers it
+   with its revision: callers and watchers see the same numbered PodList.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Generic, TypeVar
 
+from podcache.cache.changes import HISTORY, HISTORY_AGE, MAX_LAG, ChangeLog
 from podcache.model import PodList
 
 __all__ = [
@@ -171,9 +174,14 @@ class FreshnessCore(Generic[S]):
         *,
         refresh_ahead: float | timedelta | None = None,
         max_stale: float | timedelta | None = None,
+        history: int = HISTORY,
+        history_age: float = HISTORY_AGE,
+        max_lag: int = MAX_LAG,
+        first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
     ) -> None:
-        """Validate the durations (clear ValueError / TypeError naming the argument)."""
+        """Validate the durations and bounds (clear ValueError / TypeError naming the
+        argument); ``history``, ``history_age`` and ``max_lag`` go to the change log."""
         period = period_seconds(cache_period, "cache_period")
         ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
         if ahead > period:
@@ -192,6 +200,12 @@ class FreshnessCore(Generic[S]):
         self.refresh_ahead = ahead
         self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
         self.snapshot: Snapshot = (None, NEVER, NEVER)
+        self.changes = ChangeLog(
+            history=history,
+            history_age=history_age,
+            max_lag=max_lag,
+            first_revision=first_revision,
+        )
         self.inflight: Refresh[S] | None = None
         self.queued: Refresh[S] | None = None
         self._new_signal = new_signal
@@ -261,11 +275,12 @@ class FreshnessCore(Generic[S]):
         self.last_duration = max(now - refresh.started_at, 0.0)
         if error is None:
             assert pods is not None
-            refresh.pods = pods
             self.refreshes += 1
             if refresh.started_at >= self.snapshot[1]:
+                pods = self.changes.publish(pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
                 self.snapshot = (pods, refresh.started_at, until)
+            refresh.pods = pods
         else:
             refresh.error = error
             self.errors += 1

@@ -16,8 +16,10 @@ from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
+from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.watching import PodWatch, ThreadRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import ContainerEvent, PodList
 from podcache.procs import PodProcess, lookup_pod
@@ -204,6 +206,9 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_stale: float | timedelta | None = None,
         refresh_ahead: float | timedelta | None = None,
         stats: bool = False,
+        history: int = HISTORY,
+        max_lag: int = MAX_LAG,
+        first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
     ) -> None:
@@ -216,8 +221,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
             threading.Event,
             refresh_ahead=refresh_ahead,
             max_stale=max_stale,
+            history=history,
+            max_lag=max_lag,
+            first_revision=first_revision,
             min_refresh_interval=min_refresh_interval,
         )
+        self._changed = threading.Condition(self._lock)  # notified at every publish
+        self._refresher = ThreadRefresher(self)
         # Counting hits is opt-in so the default hit path stays one read, one clock call.
         hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
         self.get_pods = hit_path.get_pods
@@ -291,14 +301,15 @@ class RuntimeCache(CoreReadings[threading.Event]):
             )
 
     def close(self, timeout: float = 5.0) -> None:
-        """End the event subscription (waiting at most ``timeout`` s for its thread). Idempotent;
-        the cache still serves readers afterwards, by its period."""
+        """End the event subscription (waiting at most ``timeout`` s for its thread) and stop the
+        watch refresher. Idempotent; the cache still serves readers afterwards, by its period."""
         self._closing.set()
         self._wake.set()
         with self._lock:
             stream = self._stream
             if self._subscription is not None:
                 self._subscription.on(Signal.CLOSE)
+            self._refresher.stop()  # open watches go on, refreshed by readers only
         if stream is not None:
             stream.close()
         if self._subscriber is not None and self._subscriber is not threading.current_thread():
@@ -314,6 +325,30 @@ class RuntimeCache(CoreReadings[threading.Event]):
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    def watch(self, since: int | None = None) -> PodWatch:
+        """The pods' changes as they are published: an iterator of ``PodChange``.
+
+        ``since`` None: an ``ADDED`` for every pod of the current snapshot (refreshed first if
+        older than the period), at its revision, then every change after it. ``since=r``:
+        exactly the changes after revision ``r``. ``ResyncRequiredError`` when ``r`` is older
+        than the history kept (``history=``) or newer than the cache's revision, or when the
+        watcher falls more than ``max_lag`` changes behind: list again, watch from the list's
+        revision. While a watch is open the cache refreshes itself every period.
+        """
+        return PodWatch(self, since)
+
+    def _watch_opened(self) -> None:  # under the lock
+        self._refresher.ensure()
+
+    def _watch_closed(self) -> None:  # under the lock
+        if not self._core.changes.prune():
+            self._refresher.stop()
+
+    def _watched(self) -> bool:
+        with self._lock:
+            self._watch_closed()
+            return bool(self._core.changes.cursors)
 
     # -- internals ---------------------------------------------------------------------------
     def _get_slow(self, timeout: float | None) -> PodList:
@@ -389,6 +424,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._publish(self._core.snapshot)
             if self._subscription is not None and self._subscription.refresh_done(error is None):
                 self._wake.set()  # the runtime is back: ask it for events again now
+            self._changed.notify_all()
         refresh.signal.set()
         self._arm(delay)
         if queued is not None:

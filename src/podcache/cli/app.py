@@ -12,6 +12,7 @@ import click
 
 from podcache import __version__
 from podcache.cli.commands.completion import completion_command
+from podcache.cli.commands.events import events_command
 from podcache.cli.commands.inspect import inspect_command
 from podcache.cli.commands.pods import pods_command
 from podcache.cli.commands.ps import ps_command
@@ -125,6 +126,7 @@ for _command in (
     ps_command,
     inspect_command,
     watch_command,
+    events_command,
     which_command,
     version_command,
     completion_command,

@@ -54,6 +54,7 @@ from podcache.serve.query import (
 from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.watch import RuntimeWatch
+from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
 
 __all__ = [
     "DEFAULT_MAX_STALE",
@@ -75,7 +76,8 @@ DEFAULT_MAX_STALE = 30.0
 fails; requests that ask for newer data get 503 meanwhile."""
 
 _FRESHNESS = frozenset({"newer_than", "fresh"})
-_POD_LIST_PARAMS = _FRESHNESS | {"namespace", "label"}
+_WATCH_PARAMS = frozenset({"watch", "since"})
+_POD_LIST_PARAMS = _FRESHNESS | _WATCH_PARAMS | {"namespace", "label"}
 _NONE: frozenset[str] = frozenset()
 _REPEATABLE = frozenset({"label"})
 _METHODS = frozenset({"GET", "HEAD"})
@@ -108,8 +110,8 @@ _FRESHNESS_HEADER = "x-podcache-newer-than"
 
 class _Deferred(NamedTuple):
     """A handler's answer that needs awaiting beyond the snapshot (``/pids/{pid}`` reads the
-    process and may refresh for it): ``run(need)`` gives the response, in ``respond`` only.
-    ``_begin`` fills in the route and the freshness need."""
+    process and may refresh for it; ``/pods?watch=1`` opens a watch): ``run(need)`` gives the
+    response, in ``respond`` only. ``_begin`` fills in the route and the freshness need."""
 
     run: Callable[[float | None], Awaitable[Response]]
     route: str = ""
@@ -182,6 +184,8 @@ class App:
         refresh_ahead: float | None = None,
         proc_root: str = "/proc",
         events: bool = False,
+        bookmark_interval: float = BOOKMARK_INTERVAL,
+        first_revision: int | None = None,
     ) -> None:
         self._proc_root = proc_root
         self._clock = clock
@@ -211,7 +215,12 @@ class App:
             refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
             # when the runtime getter has container_events (watch and _Prepared pass them on)
             events=events and offers_events(getter),
+            # Revisions start from the clock (ms): a since from before a restart is then
+            # always older than this process's first revision (410), never one it reuses.
+            first_revision=int(wall() * 1000) if first_revision is None else first_revision,
         )
+        self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
+        self.metrics.watchers = self.streams.counters
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
         self._openapi = openapi
         self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
@@ -482,13 +491,21 @@ class App:
     def _from_answer(self, view: SnapshotView, answer: Answer, headers: dict[str, str]) -> Response:
         """``answer`` completed with the snapshot's age; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
+        # Read at answer time: the cache numbers a snapshot as it publishes it, after its view
+        # was prepared.
+        revision = str(view.pods.revision)
         if answer.status != 200 or not answer.etag:
-            response_headers = [("content-type", JSON), ("x-podcache-age", age)]
+            response_headers = [
+                ("content-type", JSON),
+                ("x-podcache-age", age),
+                ("x-podcache-revision", revision),
+            ]
         else:
             response_headers = [
                 ("content-type", JSON),
                 ("etag", view.etag),
                 ("x-podcache-age", age),
+                ("x-podcache-revision", revision),
                 ("cache-control", "no-cache"),
             ]
             match = headers.get("if-none-match")
@@ -496,7 +513,9 @@ class App:
                 return Response(304, response_headers[1:] + self._stale(view))
         if view is self._stale_view:
             response_headers.append(_STALE)
-        return Response(answer.status, response_headers, answer.head, suffix=f"{age}}}".encode())
+        # A list says its revision (a watch goes on from it: since=).
+        suffix = f'{age},"revision":{revision}}}' if answer.route == "/pods" else f"{age}}}"
+        return Response(answer.status, response_headers, answer.head, suffix=suffix.encode())
 
     def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
         """The stale header, when this request's snapshot was older than the period."""
@@ -522,6 +541,11 @@ class App:
         if len(labels) > MAX_LABELS:
             raise HTTPError(400, f"more than {MAX_LABELS} label selectors")
         selectors = [LabelSelector.parse(text) for text in labels]
+        watching = query.get("watch")
+        if watching and parse_bool(watching[0], "watch"):
+            request = _watch_request(query, namespace, tuple(selectors))
+            return _Deferred(lambda need: self.streams.open(request))
+        _since(query)  # checked, and without watch=1 ignored
         if namespace is None and not selectors:
             return lambda view: _found(view.items_head)
 
@@ -709,6 +733,26 @@ class App:
     async def aclose(self) -> None:
         """End the event subscription, wait for refreshes still running."""
         await self.cache.close()
+
+
+def _watch_request(
+    query: Query, namespace: str | None, selectors: tuple[LabelSelector, ...]
+) -> WatchRequest:
+    """A watch's parameters checked: ``since`` a revision (an integer >= 0), no freshness."""
+    if _FRESHNESS & query.keys():
+        raise HTTPError(400, "a watch takes since, namespace and label, not fresh or newer_than")
+    return WatchRequest("/pods", _since(query), namespace, selectors)
+
+
+def _since(query: Query) -> int | None:
+    """The ``since`` parameter: a revision, an integer from 0 to 2**63 - 1; else a 400."""
+    values = query.get("since")
+    if not values:
+        return None
+    text = values[0]
+    if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
+        raise HTTPError(400, f"since must be a revision (an integer >= 0), got {text[:32]!r}")
+    return int(text)
 
 
 def _found(head: bytes) -> Answer:

@@ -245,6 +245,13 @@ def _say(message: str) -> None:
     metavar="PATH",
     help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
 )
+@click.option(
+    "--bookmark-interval",
+    type=Duration(positive=True),
+    default="15s",
+    show_default=True,
+    help="Most time between two BOOKMARK lines of a watch stream (GET /pods?watch=1).",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -266,6 +273,7 @@ def serve_command(
     allow_hosts: tuple[str, ...],
     events: str,
     proc_root: str,
+    bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
     from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
@@ -316,6 +324,7 @@ def serve_command(
         hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
         events=events,
         proc_root=proc_root,
+        bookmark_interval=bookmark_interval,
     )
 
 
@@ -368,6 +377,7 @@ def _run(
     hosts: frozenset[str] | None,
     events: str = "auto",
     proc_root: str = "/proc",
+    bookmark_interval: float = 15.0,
 ) -> None:
     from podcache.serve.app import App
     from podcache.serve.auth import BearerAuth
@@ -396,6 +406,7 @@ def _run(
                 max_stale=freshness.max_stale,
                 refresh_ahead=freshness.refresh_ahead,
                 events=events != "off",
+                bookmark_interval=bookmark_interval,
             )
 
         def listening(app: App) -> None:

@@ -498,6 +498,9 @@ class HTTPConnection(asyncio.Protocol):
         self._queue.append(_End("the client closed its side"))
         if self.state in _WAITING_FOR_INPUT:
             self._guarded(self._next)
+        elif self.state is STREAMING and self._task is not None:
+            # A stream (a watch) never ends by itself: the client's close ends it, cleanly.
+            self._task.cancel()
         return True
 
     def pause_writing(self) -> None:
@@ -830,6 +833,7 @@ class HTTPConnection(asyncio.Protocol):
                 self.note_unsent()
                 if self._unsent > max_unsent:
                     log.warning("a stream's client left over %d bytes unread: reset", max_unsent)
+                    _tell_cut_off(chunks)
                     self.abort()
                     return
         except asyncio.CancelledError:
@@ -947,6 +951,13 @@ class HTTPConnection(asyncio.Protocol):
         if self._transport is not None and self.state is not CLOSED:
             self._transport.abort()
             self._enter(CLOSED)
+
+
+def _tell_cut_off(chunks: AsyncIterator[bytes]) -> None:
+    """Tell a stream that has a ``cut_off()`` (a watch counts them) it is being reset."""
+    cut_off = getattr(chunks, "cut_off", None)
+    if cut_off is not None:
+        cut_off()
 
 
 async def _close_iterator(chunks: AsyncIterator[bytes]) -> None:

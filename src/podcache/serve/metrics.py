@@ -9,6 +9,7 @@ servers or tests in one process do not collide). It holds no HTTP and no cache l
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,6 +19,9 @@ from prometheus_client.registry import Collector
 from podcache.cache import CacheStats
 from podcache.cache.events import EventState
 from podcache.model import PodList
+
+if TYPE_CHECKING:
+    from podcache.serve.watchstream import WatchCounters
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -36,6 +40,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests: dict[tuple[str, int], int] = {}
         """Requests answered, by (route, status code); the application increments it."""
+        self.watchers: WatchCounters | None = None
+        """The watch streams' counters, when the application has streams."""
         self.pid_lookups: dict[str, int] = {}
         """``/pids/{pid}`` lookups by outcome (``podcache.procs.PodLookup.OUTCOMES``, and
         ``error`` when the runtime failed)."""
@@ -143,6 +149,27 @@ class _Collector(Collector):
         for (route, status), count in sorted(self._metrics.requests.items()):
             requests.add_metric([route, str(status)], count)
         yield requests
+        watchers = self._metrics.watchers
+        if watchers is not None:
+            yield GaugeMetricFamily(
+                "podcache_watchers", "Watch streams open now.", value=watchers.open
+            )
+            for name, value, help_text in (
+                ("podcache_watch_changes_sent", watchers.changes_sent, "Change lines streamed."),
+                (
+                    "podcache_watch_resyncs",
+                    watchers.resyncs,
+                    "Watches told to list again (410): a since out of the history, or too far "
+                    "behind.",
+                ),
+                (
+                    "podcache_watchers_cut_off",
+                    watchers.cut_off,
+                    "Watch streams ended because the client fell behind (max_lag changes, or "
+                    "max_unsent bytes unread).",
+                ),
+            ):
+                yield CounterMetricFamily(name, help_text, value=value)
         lookups = CounterMetricFamily(
             "podcache_pid_lookups",
             "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "

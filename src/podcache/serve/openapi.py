@@ -100,8 +100,47 @@ def _schemas() -> dict[str, Any]:
             "additionalProperties": False,
         },
         "PodList": _envelope(
-            items={"type": "array", "items": _ref("Pod"), "description": "Newest first."}
+            items={"type": "array", "items": _ref("Pod"), "description": "Newest first."},
+            revision=_REVISION,
         ),
+        "WatchEvent": {
+            "description": "One line of a watch stream (application/x-ndjson: one JSON object "
+            "per line): a change (its pod as in /pods), a BOOKMARK (every change up to "
+            "revision has been sent; at least every 15 s, after the first ADDED lines of a "
+            "watch without since, and first of all with since), or a last ERROR line (code "
+            "410: list again, then watch from the list's revision).",
+            "oneOf": [
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["ADDED", "MODIFIED", "DELETED"]},
+                        "revision": _REVISION,
+                        "object": _ref("Pod"),
+                    },
+                    "required": ["type", "revision", "object"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["BOOKMARK"]},
+                        "revision": _REVISION,
+                    },
+                    "required": ["type", "revision"],
+                    "additionalProperties": False,
+                },
+                {
+                    "type": "object",
+                    "properties": {
+                        "type": {"type": "string", "enum": ["ERROR"]},
+                        "code": {"type": "integer", "enum": [410]},
+                        "message": {"type": "string"},
+                    },
+                    "required": ["type", "code", "message"],
+                    "additionalProperties": False,
+                },
+            ],
+        },
         "PodResponse": _envelope(pod=_ref("Pod")),
         "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
         "ProcessResponse": _envelope(
@@ -138,6 +177,12 @@ def _schemas() -> dict[str, Any]:
     }
 
 
+_REVISION = {
+    "type": "integer",
+    "minimum": 0,
+    "description": "The snapshot's revision: +1 each time a refresh finds the pods changed.",
+}
+
 _AGE_HEADER = {
     "description": "Age of the snapshot in seconds (absent before the first refresh).",
     "schema": {"type": "string"},
@@ -170,8 +215,18 @@ _ERRORS = {
 }
 
 
+_REVISION_HEADER = {
+    "description": "The snapshot's revision (a watch's: the revision it starts from).",
+    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+}
+
+
 def _json(schema: str, description: str, *, etag: bool = False) -> dict[str, Any]:
-    headers: dict[str, Any] = {"X-Podcache-Age": _AGE_HEADER, "X-Podcache-Stale": _STALE_HEADER}
+    headers: dict[str, Any] = {
+        "X-Podcache-Age": _AGE_HEADER,
+        "X-Podcache-Stale": _STALE_HEADER,
+        "X-Podcache-Revision": _REVISION_HEADER,
+    }
     if etag:
         headers["ETag"] = _ETAG_HEADER
     return {
@@ -256,6 +311,32 @@ _FRESHNESS: list[dict[str, Any]] = [
 ]
 
 
+_WATCH: list[dict[str, Any]] = [
+    {
+        "name": "watch",
+        "in": "query",
+        "description": "1 (or true): stream the changes instead (application/x-ndjson, chunked, "
+        "one WatchEvent per line, until the client or the server ends it): without since, an "
+        "ADDED line for every pod first. Not with newer_than or fresh.",
+        "schema": {"type": "string", "enum": list(BOOLEANS)},
+    },
+    {
+        "name": "since",
+        "in": "query",
+        "description": "With watch=1: stream exactly the changes after this revision (from "
+        "X-Podcache-Revision or a list's revision); 410 when it is out of the history kept. "
+        "Ignored without watch=1.",
+        "schema": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+    },
+]
+
+
+def _pods_ok() -> dict[str, Any]:
+    ok = _json("PodList", "The pods; with watch=1, the stream of their changes.", etag=True)
+    ok["content"]["application/x-ndjson"] = {"schema": _ref("WatchEvent")}
+    return ok
+
+
 def _path(name: str, description: str, pattern: str = NAME_PATTERN) -> dict[str, Any]:
     return {
         "name": name,
@@ -294,9 +375,14 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
     """The routes answered from a snapshot of the pods (ETag, 304, read-your-writes)."""
     return {
         "/pods": _operation(
-            "The node's running pods (newest first), optionally filtered.",
-            _json("PodList", "The pods.", etag=True),
-            parameters=[*_POD_FILTERS, *_FRESHNESS],
+            "The node's running pods (newest first), optionally filtered; with watch=1, their "
+            "changes as a stream.",
+            _pods_ok(),
+            parameters=[*_POD_FILTERS, *_FRESHNESS, *_WATCH],
+            extra={
+                "410": "watch=1 with a since older than the history kept or newer than the "
+                "cache's revision: list again (the list's revision), then watch from it."
+            },
             snapshot=True,
             auth=auth,
         ),

@@ -19,6 +19,7 @@ from podcache import (
     ContainerState,
     FakeRuntime,
     Pod,
+    PodChange,
     PodList,
     RuntimeCache,
 )
@@ -90,8 +91,26 @@ class Driver:
     def stats(self) -> CacheStats:
         raise NotImplementedError
 
+    def watch(self, since: int | None = None) -> WatchFace:
+        raise NotImplementedError
+
     def close(self) -> None:
         """Release what the driver holds."""
+
+
+class WatchFace:
+    """One synchronous face over a PodWatch or an AsyncPodWatch."""
+
+    def __init__(self, read: Callable[[float | None], list[PodChange]], close: Any) -> None:
+        self._read = read
+        self._close = close
+
+    def read(self, timeout: float | None = 0) -> list[PodChange]:
+        """``next_batch(timeout)``."""
+        return self._read(timeout)
+
+    def close(self) -> None:
+        self._close()
 
 
 class SyncDriver(Driver):
@@ -117,6 +136,10 @@ class SyncDriver(Driver):
     def stats(self) -> CacheStats:
         return self.cache.stats()
 
+    def watch(self, since: int | None = None) -> WatchFace:
+        watch = self.cache.watch(since)
+        return WatchFace(watch.next_batch, watch.close)
+
 
 class AsyncDriver(Driver):
     name = "asyncio"
@@ -141,6 +164,14 @@ class AsyncDriver(Driver):
 
     def stats(self) -> CacheStats:
         return self.cache.stats()
+
+    def watch(self, since: int | None = None) -> WatchFace:
+        watch = self.cache.watch(since)
+
+        def read(timeout: float | None) -> list[PodChange]:
+            return self.loop.run_until_complete(watch.next_batch(timeout))
+
+        return WatchFace(read, watch.close)
 
     def close(self) -> None:
         self.loop.run_until_complete(self.cache.aclose())

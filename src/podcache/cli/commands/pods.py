@@ -5,11 +5,14 @@ command only (lookups in ``query``, printing in ``render``)."""
 
 from __future__ import annotations
 
+import sys
 import time
+from typing import TYPE_CHECKING
 
 import click
 
 from podcache.cli.options import (
+    DURATION,
     OutputOptions,
     PodFilter,
     RuntimeSettings,
@@ -17,6 +20,10 @@ from podcache.cli.options import (
     output_options,
     runtime_options,
 )
+
+if TYPE_CHECKING:
+    from podcache.cache.changes import PodChange
+    from podcache.cli.source import Source
 
 __all__ = ["pods_command"]
 
@@ -36,9 +43,30 @@ __all__ = ["pods_command"]
     name_help="Only pods whose name matches this regular expression (searched, as crictl)."
 )
 @output_options()
+@click.option(
+    "-w",
+    "--watch",
+    is_flag=True,
+    help="After the table, print one row per change as it happens, with an EVENT column "
+    "(ADDED, MODIFIED, DELETED), as kubectl get -w; with -o json, the lines of "
+    "GET /pods?watch=1. Until Ctrl-C.",
+)
+@click.option(
+    "--period",
+    type=DURATION,
+    default="1s",
+    show_default=True,
+    help="With -w: how often the runtime is listed to find changes.",
+)
 @runtime_options
 def pods_command(
-    *, all_: bool, where: PodFilter, out: OutputOptions, runtime: RuntimeSettings
+    *,
+    all_: bool,
+    where: PodFilter,
+    out: OutputOptions,
+    watch: bool,
+    period: float,
+    runtime: RuntimeSettings,
 ) -> None:
     """List the node's pods, each with its containers, as the kubelet groups them.
 
@@ -53,6 +81,14 @@ def pods_command(
     from podcache.cli.source import open_source
     from podcache.jsonview import pods_document
 
+    if watch:
+        if out.quiet or out.format == "yaml":
+            raise click.UsageError(
+                "-w/--watch prints a table (or -o wide, -o json), not -q or yaml"
+            )
+        with open_source(runtime) as source:
+            _watch(source, all_=all_, where=where, out=out, period=period)
+        return
     with open_source(runtime) as source:
         pods = select(source.runtime.get_pods(all_), where)
     if out.quiet:
@@ -61,3 +97,36 @@ def pods_command(
         print_document(pods_document(pods), out.format)
     else:
         print_tables([pods_table(pods, out, time.time_ns())])
+
+
+def _watch(
+    source: Source, *, all_: bool, where: PodFilter, out: OutputOptions, period: float
+) -> None:
+    """The pods as a table with an EVENT column (ADDED for those there at first), then one
+    row per change: each column as wide as its widest cell so far."""
+    from podcache.cli.follow import follow
+    from podcache.cli.render import COLUMN_GAP, pods_table
+    from podcache.watchjson import change_line
+
+    widths: list[int] = []
+    gap = " " * COLUMN_GAP
+
+    def show(batch: list[PodChange]) -> None:
+        nonlocal widths
+        if out.format == "json":
+            sys.stdout.buffer.write(b"".join(change_line(change) for change in batch))
+            return
+        table = pods_table([change.pod for change in batch], out, time.time_ns())
+        rows = [[c.type.value, *row] for c, row in zip(batch, table.rows, strict=True)]
+        if not widths:
+            rows.insert(0, ["EVENT", *table.columns])
+            widths = [0] * len(rows[0])
+        widths = [max(w, *(len(row[i]) for row in rows)) for i, w in enumerate(widths)]
+        sys.stdout.write(
+            "".join(
+                gap.join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() + "\n"
+                for row in rows
+            )
+        )
+
+    follow(source, all_=all_, period=period, where=where, show=show)

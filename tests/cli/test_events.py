@@ -1,0 +1,248 @@
+"""``podcache events`` and ``podcache pods -w`` as subprocesses over a private simulated
+runtime: -o json parsed back into the runtime's state, the words of the table, Ctrl-C (130),
+a runtime that goes away (1), and both commands in a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from podcache.cri import CRIRuntime
+from podcache.sim import SimRuntime
+from tests.cli.conftest import Runner, pod_json
+from tests.cli.test_terminal import Terminal
+
+PERIOD = "100ms"
+
+
+@pytest.fixture
+def own_sim() -> Iterator[SimRuntime]:
+    """A simulated runtime of 6 pods that changes only when a test says so."""
+    with SimRuntime(6, seed=3, churn=0.0) as runtime:
+        yield runtime
+
+
+class Running:
+    """A ``podcache`` subprocess whose stdout lines are collected as they come."""
+
+    def __init__(self, run: Runner, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [run.exe, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=run.env(),
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_until(self, check: Callable[[list[str]], bool], timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check(list(self.lines)):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail(f"never happened; stdout: {self.lines[-20:]}, stderr: {self.stderr}")
+            time.sleep(0.05)
+
+    def interrupt(self) -> int:
+        self.process.send_signal(signal.SIGINT)
+        return self.wait()
+
+    def wait(self, timeout: float = 15.0) -> int:
+        code = self.process.wait(timeout)
+        self._reader.join(5)
+        return code
+
+    @property
+    def stderr(self) -> str:
+        if self.process.poll() is None:
+            return "(running)"
+        assert self.process.stderr is not None
+        return self.process.stderr.read()
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def _rebuild(lines: list[str]) -> dict[str, Any]:
+    """The state (UID -> pod JSON) a client rebuilds from the lines, checking each line."""
+    state: dict[str, Any] = {}
+    revision = 0
+    for line in lines:
+        item = json.loads(line)
+        assert list(item) == ["type", "revision", "object"], item
+        assert item["revision"] >= revision
+        revision = item["revision"]
+        uid = item["object"]["id"]
+        if item["type"] == "DELETED":
+            assert state.pop(uid) is not None
+        elif item["type"] == "ADDED":
+            assert uid not in state
+            state[uid] = item["object"]
+        else:
+            assert item["type"] == "MODIFIED" and uid in state
+            state[uid] = item["object"]
+    return state
+
+
+def _truth(runtime: CRIRuntime) -> dict[str, Any]:
+    return {pod.id: pod_json(pod) for pod in runtime.get_pods(True)}
+
+
+def test_events_json_rebuilds_the_runtimes_pods(run: Runner, own_sim: SimRuntime) -> None:
+    population = own_sim.population
+    proc = Running(run, "events", "-o", "json", "-r", own_sim.endpoint, "--period", PERIOD)
+    try:
+        with CRIRuntime(own_sim.endpoint) as runtime:
+            proc.wait_until(lambda lines: _rebuild(lines) == _truth(runtime))
+            uids = population.pod_uids()
+            population.stop_pod(uids[0])
+            population.remove_pod(uids[1])
+            population.create_pod()
+            proc.wait_until(lambda lines: _rebuild(lines) == _truth(runtime))
+            types = [json.loads(line)["type"] for line in proc.lines]
+        assert types.count("ADDED") == 7 and types.count("DELETED") == 1
+        assert types.count("MODIFIED") == 1
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+def test_events_table_says_what_changed(run: Runner, own_sim: SimRuntime) -> None:
+    population = own_sim.population
+    proc = Running(run, "events", "-r", own_sim.endpoint, "--period", PERIOD)
+    try:
+        proc.wait_until(lambda lines: len(lines) == 7)  # the header and six pods
+        assert re.fullmatch(r"TIME\s+TYPE\s+POD\s+NAMESPACE\s+CHANGE", proc.lines[0])
+        uids = population.pod_uids()
+        with CRIRuntime(own_sim.endpoint) as runtime:
+            stopped = next(p for p in runtime.get_pods(True) if p.id == uids[0])
+        population.stop_pod(uids[0])
+        proc.wait_until(lambda lines: len(lines) >= 8)
+        time_, kind, name, namespace, words = re.split(r" {3,}", proc.lines[7], maxsplit=4)
+        assert re.fullmatch(r"\d\d:\d\d:\d\d", time_)
+        assert (kind, name, namespace) == ("MODIFIED", stopped.name, stopped.namespace)
+        assert "the sandbox became not ready" in words
+        for container in stopped.containers:
+            if container.state.value == "running":
+                assert f"container {container.name} exited" in words
+        population.remove_pod(uids[0])
+        proc.wait_until(lambda lines: len(lines) >= 9)
+        assert re.split(r" {3,}", proc.lines[8])[1:] == [
+            "DELETED",
+            stopped.name,
+            stopped.namespace,
+            "pod removed",
+        ]
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+def test_events_filters_by_namespace(run: Runner, own_sim: SimRuntime) -> None:
+    with CRIRuntime(own_sim.endpoint) as runtime:
+        pods = runtime.get_pods(True)
+    namespace = pods[0].namespace
+    proc = Running(
+        run, "events", "-o", "json", "-n", namespace, "-r", own_sim.endpoint, "--period", PERIOD
+    )
+    try:
+        wanted = {pod.id: pod_json(pod) for pod in pods if pod.namespace == namespace}
+        proc.wait_until(lambda lines: _rebuild(lines) == wanted)
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+def test_events_ends_with_status_1_when_the_runtime_goes_away(run: Runner) -> None:
+    sim = SimRuntime(3, seed=1, churn=0.0).start()
+    proc = Running(run, "events", "-r", sim.endpoint, "--period", PERIOD)
+    try:
+        proc.wait_until(lambda lines: len(lines) == 4)
+        sim.stop()
+        assert proc.wait() == 1
+        assert re.search(r"podcache: error: runtime at unix://\S+ ", proc.stderr)
+    finally:
+        proc.stop()
+        sim.stop()
+
+
+def test_pods_watch_prints_the_table_then_a_row_per_change(
+    run: Runner, own_sim: SimRuntime
+) -> None:
+    proc = Running(run, "pods", "-w", "-r", own_sim.endpoint, "--period", PERIOD)
+    try:
+        proc.wait_until(lambda lines: len(lines) == 7)
+        header = re.split(r" {3,}", proc.lines[0])
+        assert header == ["EVENT", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+        assert all(line.startswith("ADDED ") for line in proc.lines[1:])
+        uid, _ = own_sim.population.create_pod()
+        proc.wait_until(lambda lines: len(lines) == 8)
+        with CRIRuntime(own_sim.endpoint) as runtime:
+            pod = next(p for p in runtime.get_pods(False) if p.id == uid)
+        row = re.split(r" {3,}", proc.lines[7])
+        assert row[0] == "ADDED" and row[4] == pod.name and row[5] == pod.namespace
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+# -- a real terminal ---------------------------------------------------------------------------
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+
+@pytest.fixture
+def terminal(tmp_path: Path) -> Iterator[Terminal]:
+    term = Terminal(tmp_path)
+    try:
+        yield term
+    finally:
+        term.close()
+
+
+@needs_tmux
+def test_events_in_a_terminal_and_ctrl_c(
+    run: Runner, terminal: Terminal, own_sim: SimRuntime
+) -> None:
+    terminal.start([run.exe, "events", "-r", own_sim.endpoint, "--period", PERIOD], run.env())
+    terminal.wait_for(re.compile(r"TIME\s+TYPE\s+POD\s+NAMESPACE\s+CHANGE"))
+    uid = own_sim.population.pod_uids()[0]
+    own_sim.population.remove_pod(uid)
+    terminal.wait_for(re.compile(r"DELETED\s+\S+\s+\S+\s+pod removed"))
+    terminal.send("C-c")
+    assert terminal.exit_status() == "exit=130"
+
+
+@needs_tmux
+def test_pods_watch_in_a_terminal_and_ctrl_c(
+    run: Runner, terminal: Terminal, own_sim: SimRuntime
+) -> None:
+    terminal.start([run.exe, "pods", "-w", "-r", own_sim.endpoint, "--period", PERIOD], run.env())
+    terminal.wait_for(re.compile(r"EVENT\s+POD ID\s+CREATED\s+STATE\s+NAME"))
+    with CRIRuntime(own_sim.endpoint) as runtime:
+        pod = runtime.get_pods(False)[0]
+    own_sim.population.stop_pod(pod.id)  # not ready: gone from the list without -a
+    # DELETED shows the pod as it last was.
+    terminal.wait_for(re.compile(rf"DELETED\s+[0-9a-f]{{13}}\s+\S+ ago\s+Ready\s+{pod.name}"))
+    terminal.send("C-c")
+    assert terminal.exit_status() == "exit=130"
