@@ -105,7 +105,7 @@ def watch_command(
     try:
         with open_source(runtime, sim_churn=sim_churn) as source:
             if events == "on":
-                _require_events(source)
+                require_events(source)
             _run(
                 source,
                 events=events != "off",
@@ -121,7 +121,7 @@ def watch_command(
         signal.signal(signal.SIGTERM, previous)
 
 
-def _require_events(source: Source) -> None:
+def require_events(source: Source) -> None:
     """``--events on``: a runtime without container events is an error (exit status 1)."""
     from podcache.cri.support import events_unsupported
 
