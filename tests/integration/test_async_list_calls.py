@@ -21,6 +21,7 @@ import pytest
 from podcache.cri import AsyncCRIRuntime, CRIRuntime
 from podcache.cri import client as client_module
 from podcache.cri.proto import api_pb2 as pb
+from podcache.errors import CRIError
 from podcache.sim import SimRuntime
 
 
@@ -173,3 +174,21 @@ def test_gc_pauses_nest_across_threads_and_keep_a_disabled_collector_off() -> No
         assert not gc.isenabled()  # it was off before: the pause leaves it off
     finally:
         gc.enable()
+
+
+async def test_close_during_a_list_call_ends_it_with_the_thread_twins_error(
+    sim: SimRuntime,
+) -> None:
+    runtime = AsyncCRIRuntime(sim.endpoint, timeout=10.0)
+    await runtime.version()
+    sim.faults.hang()
+    try:
+        task = asyncio.create_task(runtime.get_pods())
+        await asyncio.sleep(0.2)  # the call is waiting in the runtime
+        started = time.monotonic()
+        await runtime.close()
+        with pytest.raises(CRIError, match="ListPodSandbox was cancelled"):
+            await task
+        assert time.monotonic() - started < 2.0
+    finally:
+        sim.faults.release()
