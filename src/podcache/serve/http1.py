@@ -94,6 +94,11 @@ Streaming answers (for long-lived feeds such as a watch), the API a responder pl
   (SIGTERM), which ends the chunked body cleanly (the last chunk) and closes the connection.
 - An exception from the iterator is logged and resets the connection (the body cannot be
   turned into an error answer once its head is sent).
+- A stream may also be written between its iterator's yields: when the iterator has an
+  ``attach`` method, the server calls it with ``send_chunk`` (``response.ChunkSink``), which
+  writes a chunk at once under the same framing, bound and cut-off as the iterator's; it
+  writes nothing (False) once the stream's end is decided (its iterator ended, shutdown,
+  client EOF, a reset).
 
 It deliberately supports only what a read-only JSON API needs: no request bodies (refused,
 never read), no upgrades (answered as plain HTTP/1.1, then closed), no HTTP/2. Targets must be

@@ -25,6 +25,36 @@ Rules of a stream:
   chunk) apply.
 
 Each change is encoded once for every watcher that sends it (a small memo by identity).
+
+Delivery: the broadcast
+-----------------------
+The per-stream path is the stream's own iterator: the HTTP server's task asks it for a chunk,
+it waits in its watch for a publish, reads, encodes and returns. With a thousand streams a
+publish would wake a thousand tasks. So (``WatchStreams(broadcast=True)``, the default) a
+stream with nothing to send *parks* in the ``_Broadcast`` instead, which follows the cache
+with one watch of its own; after each publish one pass over the parked streams reads each
+stream's cursor (``AsyncPodWatch.read_nowait``, no waiting), encodes the chunk for that
+range of the log and that filter once (its lines, then the bookmark: exactly the chunk the
+iterator would return), and writes it through the sink the server attached
+(``response.ChunkSink``: the server's framing, the stream's ``max_unsent`` bound and
+cut-off, as for the iterator's chunks). Lone bookmarks come from one timer for all parked
+streams, written the same way.
+
+THE BROADCAST RULE. The pass writes to a stream exactly when all of these hold, and
+otherwise leaves it to the per-stream path:
+
+1. the stream is parked: its iterator is waiting for news, not producing a chunk (one that
+   is producing reads the log itself when the server asks for the next, and parks after);
+2. it has a sink (else the pass wakes it, and its iterator sends the chunk);
+3. its read succeeds (a watcher further behind than ``max_lag`` is woken with the error,
+   and its iterator sends the ``ERROR`` line and ends);
+4. the read brought changes (an empty read: nothing to send, the stream stays parked).
+
+A paused transport is not skipped: the per-stream path does not wait for the client either;
+the ``max_unsent`` bound is what limits it, and it is the sink's. What the pass skips is
+therefore never lost: the changes stay in the stream's cursor until its own read. A stream
+read by every pass sends the same bytes on both paths; one read later sends the same lines
+with fewer bookmarks (tests/serve/test_watch_broadcast.py).
 """
 
 from __future__ import annotations
