@@ -1,6 +1,7 @@
 """The benchmark runner behind ``benchmarks/run``: runs every benchmark, then writes the report.
 
-    benchmarks/run [--quick] [--only hit,contention,refresh,calls_saved,pids,serve,loop_stall]
+    benchmarks/run [--quick]
+                   [--only hit,contention,refresh,calls_saved,pids,serve,loop_stall,events]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -205,6 +206,14 @@ BENCHMARKS = (
         lambda quick: ["--json", *(["--quick"] if quick else [])],
         _json,
         (150, 600),
+    ),
+    Benchmark(
+        "events",
+        "Container events (containerd 1.7)",
+        "bench_events.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (400, 900),
     ),
 )
 

@@ -7,9 +7,14 @@ commands.
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_SIM_PODS"]
+__all__ = ["DEFAULT_SIM_PODS", "EVENTS_MODES"]
 
 DEFAULT_SIM_PODS = 12
 """Pods in the built-in simulated runtime of ``--sim`` / ``--sim-fallback``, for every command
 that starts one (``podcache pods``, ``ps``, ``inspect``, ``watch``, ``serve``): a table that fits
 a terminal. ``podcache sim --pods`` (a standalone simulator for load) has its own default."""
+
+EVENTS_MODES = ("auto", "on", "off")
+"""``--events`` of ``serve`` and ``watch`` (default ``auto``): auto subscribes to the runtime's
+container events when it has them and polls by the cache period when it has not; on does the
+same, but a runtime without them at start-up is an error; off polls by the period only."""

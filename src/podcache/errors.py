@@ -8,7 +8,8 @@
     ├── CRIError                     a runtime at a known endpoint failed us (.endpoint, .reason)
     │   ├── RuntimeUnavailableError  not reachable: no socket, refused, denied, connection lost
     │   ├── RuntimeDeadlineError     no answer within the deadline (also a TimeoutError)
-    │   └── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
+    │   ├── RuntimeProtocolError     it answered, but not as a CRI v1 runtime
+    │   └── EventsUnsupportedError   it has no GetContainerEvents (UNIMPLEMENTED: containerd 1.6)
     ├── MalformedListingError        list answer bytes that are not a CRI message (a ValueError)
     ├── AmbiguousContainerIDError    an ID prefix matching several IDs (a LookupError)
     ├── TokenFileError               serve's token file cannot be used (a ValueError)
@@ -37,6 +38,7 @@ __all__ = [
     "AmbiguousContainerIDError",
     "CRIError",
     "EndpointNotFoundError",
+    "EventsUnsupportedError",
     "MalformedListingError",
     "PodcacheError",
     "ResyncRequiredError",
@@ -82,6 +84,12 @@ class RuntimeProtocolError(CRIError):
     """Something answers at the endpoint, but not as a CRI runtime.v1 runtime."""
 
     _template = "runtime at {endpoint} does not speak CRI runtime.v1: {reason}"
+
+
+class EventsUnsupportedError(CRIError):
+    """The runtime answers CRI but not GetContainerEvents (containerd before 1.7)."""
+
+    _template = "runtime at {endpoint} does not stream container events: {reason}"
 
 
 class EndpointNotFoundError(PodcacheError):

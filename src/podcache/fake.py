@@ -1,20 +1,130 @@
 """FakeRuntime and AsyncFakeRuntime: in-memory pod getters for tests (yours and ours).
 
 They count calls, can fail, can be slow, and can hold every call until released, so a test can
-put a cache exactly where it wants it. They speak no protocol; ``podcache.sim`` is the
-simulated runtime that speaks real CRI over a socket.
+put a cache exactly where it wants it. They also stream container events: ``emit()`` sends an
+event to every open ``container_events()`` stream, ``end_streams()`` ends them (cleanly or with
+an error), ``events_unsupported`` makes new streams fail as a runtime without the RPC does.
+They speak no protocol; ``podcache.sim`` is the simulated runtime that speaks real CRI over a
+socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Self
 
-from podcache.model import Pod, PodList
+from podcache.errors import EventsUnsupportedError
+from podcache.model import ContainerEvent, Pod, PodList
 
-__all__ = ["AsyncFakeRuntime", "FakeRuntime"]
+__all__ = ["AsyncFakeEventStream", "AsyncFakeRuntime", "FakeEventStream", "FakeRuntime"]
+
+FAKE_ENDPOINT = "fake://runtime"
+
+
+class _End:
+    """Queued behind a stream's events: the stream ends here (with ``error``, if set)."""
+
+    def __init__(self, error: BaseException | None) -> None:
+        self.error = error
+
+
+class _FakeStreamBase:
+    def __init__(self, runtime: _FakeBase) -> None:
+        self._runtime = runtime
+        self.opened = False
+        self.closed = False
+
+    def _check_open(self) -> None:
+        runtime = self._runtime
+        if runtime.events_unsupported:
+            raise EventsUnsupportedError(FAKE_ENDPOINT, "GetContainerEvents is UNIMPLEMENTED")
+        if runtime.events_error is not None:
+            raise runtime.events_error
+        with runtime._lock:
+            self.opened = True
+            runtime.subscriptions += 1
+            runtime._streams.append(self)
+
+    def _forget(self) -> None:
+        with self._runtime._lock:
+            self.closed = True
+            if self in self._runtime._streams:
+                self._runtime._streams.remove(self)
+
+    def _put(self, item: ContainerEvent | _End) -> None:
+        raise NotImplementedError
+
+
+class FakeEventStream(_FakeStreamBase):
+    """``FakeRuntime.container_events()``: events ``emit()``ted while it is open."""
+
+    def __init__(self, runtime: _FakeBase) -> None:
+        super().__init__(runtime)
+        self._inbox: queue.SimpleQueue[ContainerEvent | _End] = queue.SimpleQueue()
+
+    def open(self) -> None:
+        if not self.opened:
+            self._check_open()
+
+    def _put(self, item: ContainerEvent | _End) -> None:
+        self._inbox.put(item)
+
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> ContainerEvent:
+        self.open()
+        if self.closed:
+            raise StopIteration
+        item = self._inbox.get()
+        if isinstance(item, _End):
+            self._forget()
+            if item.error is not None and not self.closed:
+                raise item.error
+            raise StopIteration
+        return item
+
+    def close(self) -> None:
+        self._forget()
+        self._inbox.put(_End(None))
+
+
+class AsyncFakeEventStream(_FakeStreamBase):
+    """``AsyncFakeRuntime.container_events()``; use it from the runtime's event loop."""
+
+    def __init__(self, runtime: _FakeBase) -> None:
+        super().__init__(runtime)
+        self._inbox: asyncio.Queue[ContainerEvent | _End] = asyncio.Queue()
+
+    async def open(self) -> None:
+        if not self.opened:
+            self._check_open()
+
+    def _put(self, item: ContainerEvent | _End) -> None:
+        self._inbox.put_nowait(item)
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ContainerEvent:
+        await self.open()
+        if self.closed:
+            raise StopAsyncIteration
+        item = await self._inbox.get()
+        if isinstance(item, _End):
+            self._forget()
+            if item.error is not None and not self.closed:
+                raise item.error
+            raise StopAsyncIteration
+        return item
+
+    async def aclose(self) -> None:
+        self._forget()
+        self._inbox.put_nowait(_End(None))
 
 
 class _FakeBase:
@@ -47,8 +157,41 @@ class _FakeBase:
         a fake clock, or change ``pods``, while the fetch is under way)."""
         self.max_in_flight = 0
         """The most calls ever in flight at once (a cache should keep this at 1)."""
+        self.events_unsupported = False
+        """New event streams fail with ``EventsUnsupportedError`` while set."""
+        self.events_error: BaseException | None = None
+        """New event streams fail to open with this error while set."""
+        self.subscriptions = 0
+        """Event streams opened so far."""
+        self._streams: list[_FakeStreamBase] = []
         self._lock = threading.Lock()
         self._init_gate()
+
+    @property
+    def endpoint(self) -> str:
+        """A name for messages (a fake has no socket)."""
+        return FAKE_ENDPOINT
+
+    @property
+    def open_streams(self) -> int:
+        """Event streams open now."""
+        return len(self._streams)
+
+    def emit(self, *events: ContainerEvent) -> None:
+        """Send ``events`` to every open event stream, in order."""
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            for event in events:
+                stream._put(event)
+
+    def end_streams(self, error: BaseException | None = None) -> None:
+        """End every open event stream after the events already sent: cleanly, or raising
+        ``error`` from the iteration (a runtime restart looks like this)."""
+        with self._lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream._put(_End(error))
 
     def _init_gate(self) -> None:
         """Set up the twin's way of holding calls (threading or asyncio)."""
@@ -98,6 +241,19 @@ class FakeRuntime(_FakeBase):
         with self._entered:
             return self._entered.wait_for(lambda: self.calls >= count, timeout)
 
+    def container_events(self) -> FakeEventStream:
+        """A stream of the events ``emit()``ted while it is open (opens on first use)."""
+        return FakeEventStream(self)
+
+    def wait_for_subscriptions(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until at least ``count`` event streams were opened; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.subscriptions < count:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
     def get_pods(self, all: bool) -> PodList:
         """The pods, after the configured latency and while not blocked; or ``error``."""
         self._enter(all)
@@ -144,6 +300,19 @@ class AsyncFakeRuntime(_FakeBase):
         """Wait until at least ``count`` calls have started; False on timeout."""
         deadline = time.monotonic() + timeout
         while self.calls < count:
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.001)
+        return True
+
+    def container_events(self) -> AsyncFakeEventStream:
+        """A stream of the events ``emit()``ted while it is open (opens on first use)."""
+        return AsyncFakeEventStream(self)
+
+    async def wait_for_subscriptions(self, count: int, timeout: float = 5.0) -> bool:
+        """Wait until at least ``count`` event streams were opened; False on timeout."""
+        deadline = time.monotonic() + timeout
+        while self.subscriptions < count:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(0.001)

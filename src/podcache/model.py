@@ -23,8 +23,11 @@ import msgspec
 from podcache.errors import AmbiguousContainerIDError
 
 __all__ = [
+    "MAX_ID_LENGTH",
     "AmbiguousContainerIDError",
     "Container",
+    "ContainerEvent",
+    "ContainerEventType",
     "ContainerID",
     "ContainerState",
     "Pod",
@@ -377,6 +380,39 @@ class PodList(Sequence[Pod]):
         if len(matches) > 1:
             raise AmbiguousContainerIDError(id_or_prefix, matches)
         return index.find(matches[0])
+
+
+# -- container events (CRI GetContainerEvents) --------------------------------------------------
+# podcache uses events only as a hint that the pod list changed (the cache then refreshes); the
+# list itself always comes from a listing, never from replaying events, so a lost, repeated or
+# reordered event can delay a change by at most the cache period but never make the cache wrong.
+
+MAX_ID_LENGTH = 256
+"""Longest container or sandbox ID an event may carry (containerd's are 64 hex digits)."""
+
+
+class ContainerEventType(enum.StrEnum):
+    """What happened: the CRI ``ContainerEventType`` values, in lower case."""
+
+    CREATED = "created"
+    STARTED = "started"
+    STOPPED = "stopped"
+    DELETED = "deleted"
+
+
+class ContainerEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One change the runtime reported.
+
+    ``container_id``: the container's bare ID, or the sandbox's for a sandbox event (as
+    containerd reports them). ``pod_sandbox_id``: the sandbox it belongs to ("" when the runtime
+    sent no sandbox status). ``created_at``: when the runtime made the event, in nanoseconds
+    since the epoch.
+    """
+
+    type: ContainerEventType
+    container_id: str
+    pod_sandbox_id: str = ""
+    created_at: int = 0
 
 
 def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:

@@ -246,3 +246,36 @@ def test_pods_watch_in_a_terminal_and_ctrl_c(
     terminal.wait_for(re.compile(rf"DELETED\s+[0-9a-f]{{13}}\s+\S+ ago\s+Ready\s+{pod.name}"))
     terminal.send("C-c")
     assert terminal.exit_status() == "exit=130"
+
+
+@pytest.mark.parametrize("command", [("events", "-o", "json"), ("pods", "-w", "-o", "json")])
+def test_with_events_a_change_shows_long_before_the_period(
+    run: Runner, own_sim: SimRuntime, command: tuple[str, ...]
+) -> None:
+    """--events auto (the default) over a runtime with container events: a 10-minute period,
+    so only the runtime's event can make the new pod appear within the wait."""
+    proc = Running(run, *command, "-r", own_sim.endpoint, "--period", "10m")
+    try:
+        proc.wait_until(lambda lines: len(lines) >= 6)  # the pods there at first
+        uid, _ = own_sim.population.create_pod()
+        proc.wait_until(lambda lines: any(uid in line for line in lines), timeout=20.0)
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("command", [("events",), ("pods", "-w")])
+def test_events_on_over_a_runtime_without_events_is_status_1(
+    run: Runner, command: tuple[str, ...]
+) -> None:
+    with SimRuntime(2, seed=1, churn=0.0, unimplemented={"GetContainerEvents"}) as sim:
+        result = subprocess.run(
+            [run.exe, *command, "-r", sim.endpoint, "--events", "on"],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=run.env(),
+            timeout=30,
+        )
+    assert result.returncode == 1, result
+    assert "--events on" in result.stderr and sim.endpoint.removeprefix("unix://") in result.stderr

@@ -23,7 +23,8 @@ WIDTH, HEIGHT = 160, 40
 CHROME_LINES = 6  # header, blank, table header, blank, footer, status line
 FOOTER = re.compile(
     r"(\d+) pods · cache age \d+\.\ds \(period 1s\) · refresh latency \d+\.\d ms · "
-    r"refreshes \d+ · hits \d+ · errors 0 · q or Ctrl-C to quit"
+    r"refreshes \d+ · hits \d+ · errors 0 · events (subscribed|reconnecting) \(\d+\) · "
+    r"q or Ctrl-C to quit"
 )
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

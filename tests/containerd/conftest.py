@@ -1,13 +1,21 @@
-"""The real containerd for tests: one per session, started by scripts/containerd-up, torn down by
-scripts/containerd-down; tests may SIGKILL it and start it again on the same state.
+"""The real containerds for tests: one per version (1.6 and 1.7) and session, started by
+scripts/containerd-up, torn down by scripts/containerd-down; tests may SIGKILL one and start it
+again on the same state.
+
+Every test that uses the ``containerd`` fixture runs against both versions (test IDs end in
+``[1.6]`` / ``[1.7]``); a test about one version only says so with
+``@pytest.mark.parametrize("containerd", ["1.7"], indirect=True)``. 1.6 lacks
+GetContainerEvents (UNIMPLEMENTED), 1.7 has it. The instances run one after the other: pytest
+groups the tests by version and tears the first instance down before the second comes up.
 
 Skip rules: a machine that cannot run it (not Linux, not root, the packages cannot be
 installed, no package registry) skips these tests with the reason in the summary (``-ra``);
 with ``CI=true`` the same reasons fail them instead, so CI never passes by skipping. Anything
 else that goes wrong (the daemon does not come up) is an error, never a skip.
 
-Environment: ``CONTAINERD_TEST_DIR`` (default /tmp/podcache-containerd) selects the instance;
-a daemon already running there is reused and left running; ``CONTAINERD_TEST_KEEP=1`` keeps
+Environment: ``CONTAINERD_TEST_DIR`` (default /tmp/podcache-containerd) is the base directory;
+each version's instance lives in its own subdirectory (``DIR/1.6``, ``DIR/1.7``). A daemon
+already running there is reused and left running; ``CONTAINERD_TEST_KEEP=1`` keeps
 one this session started. Sessions that share a directory take turns (a lock file).
 """
 
@@ -16,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,6 +43,8 @@ REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "scripts" / "containerd-up"
 DOWN = REPO / "scripts" / "containerd-down"
 DEFAULT_DIR = "/tmp/podcache-containerd"
+VERSIONS = ("1.6", "1.7")
+"""containerd minor versions the suite runs against: 1.6 (no events) and 1.7 (events)."""
 UP_TIMEOUT = 240.0  # a fresh machine installs packages first (about 10 s here)
 LOCK_WAIT = 90.0
 EXIT_CANNOT_RUN = 2  # scripts/containerd-up: this machine cannot run containerd
@@ -76,9 +87,11 @@ def cri_answers(socket_path: str, timeout: float = 1.0) -> bool:
 class Containerd:
     """A private containerd: where it listens, its pid, and kill()/start() for fault tests."""
 
-    def __init__(self, directory: Path, endpoint: str) -> None:
+    def __init__(self, directory: Path, endpoint: str, version: str) -> None:
         self.directory = directory
         self.endpoint = endpoint
+        self.version = version
+        """The minor version asked of scripts/containerd-up: "1.6" or "1.7"."""
         self.socket_path = str(directory / "containerd.sock")
         self.config_path = directory / "config.toml"
         self.pid_path = directory / "containerd.pid"
@@ -119,8 +132,13 @@ class Containerd:
             os.unlink(self.socket_path)  # left behind by the SIGKILLed daemon
         if self._log is None:
             self._log = open(self.log_path, "ab")  # noqa: SIM115 (closed in close())
+        env = self.env()
+        binary = shutil.which("containerd", path=env["PATH"])
+        if binary is None:
+            raise RuntimeError(f"no containerd binary on {env['PATH']}")
         self._proc = subprocess.Popen(
-            ["containerd", "--config", str(self.config_path)],
+            [binary, "--config", str(self.config_path)],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -128,6 +146,18 @@ class Containerd:
         )
         self.pid_path.write_text(f"{self._proc.pid}\n")
         self.wait_ready(timeout)
+
+    def env(self) -> dict[str, str]:
+        """The environment to run this instance's binaries with: a privately fetched containerd
+        (DIR/bin-dir, written by scripts/containerd-up) first on PATH, for it and its shims."""
+        env = dict(os.environ)
+        try:
+            bin_dir = (self.directory / "bin-dir").read_text().strip()
+        except FileNotFoundError:
+            bin_dir = ""
+        if bin_dir:
+            env["PATH"] = f"{bin_dir}:{env.get('PATH', os.defpath)}"
+        return env
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         """Wait until CRI answers; fail with the log's tail if the daemon dies or stays mute."""
@@ -155,8 +185,15 @@ class Containerd:
             self._log = None
 
 
-def _run(script: Path, directory: Path, timeout: float) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, CONTAINERD_TEST_DIR=str(directory), PODCACHE_PYTHON=sys.executable)
+def _run(
+    script: Path, directory: Path, version: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    env = dict(
+        os.environ,
+        CONTAINERD_TEST_DIR=str(directory),
+        CONTAINERD_VERSION=version,
+        PODCACHE_PYTHON=sys.executable,
+    )
     return subprocess.run(
         [str(script)],
         env=env,
@@ -193,20 +230,21 @@ def _session_lock(directory: Path) -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
-def containerd() -> Iterator[Containerd]:
-    """The session's containerd (brought up once, or reused); torn down at the end."""
+@pytest.fixture(scope="session", params=VERSIONS)
+def containerd(request: pytest.FixtureRequest) -> Iterator[Containerd]:
+    """The session's containerd of one version (brought up once, or reused); torn down after."""
+    version: str = request.param
     if not sys.platform.startswith("linux"):
         cannot_run(f"containerd needs Linux, this is {sys.platform}")
     if os.geteuid() != 0:
         cannot_run(f"containerd needs root, tests run as uid {os.geteuid()}")
-    directory = Path(os.environ.get("CONTAINERD_TEST_DIR") or DEFAULT_DIR)
+    directory = Path(os.environ.get("CONTAINERD_TEST_DIR") or DEFAULT_DIR) / version
     with _session_lock(directory):
-        runtime = Containerd(directory, "unix://" + str(directory / "containerd.sock"))
+        runtime = Containerd(directory, "unix://" + str(directory / "containerd.sock"), version)
         reused = runtime.alive()
         started = time.monotonic()
         try:
-            up = _run(UP, directory, UP_TIMEOUT)
+            up = _run(UP, directory, version, UP_TIMEOUT)
         except subprocess.TimeoutExpired:
             pytest.fail(f"scripts/containerd-up did not finish in {UP_TIMEOUT:.0f} s")
         if up.returncode in (EXIT_CANNOT_RUN, EXIT_NO_PACKAGES):
@@ -214,21 +252,21 @@ def containerd() -> Iterator[Containerd]:
         if up.returncode != 0:
             log = runtime.log_tail()
             if not reused:  # leave nothing half-started behind
-                _run(DOWN, directory, 120.0)
+                _run(DOWN, directory, version, 120.0)
             pytest.fail(
                 f"scripts/containerd-up failed (exit {up.returncode}):\n{up.stderr[-3000:]}"
                 f"\ncontainerd.log:\n{log}"
             )
         runtime.endpoint = _last_line(up.stdout)
         sys.stderr.write(
-            f"\n[containerd] {runtime.endpoint} up in {time.monotonic() - started:.2f} s "
+            f"\n[containerd {version}] {runtime.endpoint} up in {time.monotonic() - started:.2f} s "
             f"({'reused' if reused else 'started'}, pid {runtime.pid})\n"
         )
         try:
             yield runtime
         finally:
             keep = reused or os.environ.get("CONTAINERD_TEST_KEEP", "") not in ("", "0")
-            down = None if keep else _run(DOWN, directory, 120.0)
+            down = None if keep else _run(DOWN, directory, version, 120.0)
             runtime.close()
             if down is not None and down.returncode != 0:
                 pytest.fail(

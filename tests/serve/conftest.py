@@ -236,9 +236,24 @@ def served(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
         ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
     )
     with server:
-        yield server, Client(port=port)
+        client = Client(port=port)
+        settle_subscription(client)
+        yield server, client
     assert server.returncode == 0, server.stderr
     assert "Traceback" not in server.stderr, server.stderr
+
+
+def settle_subscription(client: Client, timeout: float = 10.0) -> None:
+    """Wait until serve's event subscription is open and the refresh it starts has ended, so
+    tests that compare two answers see no refresh of its own in between."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = client.get("/metrics").body.decode()
+        if 'podcache_events_state{state="subscribed"} 1.0' in text:
+            time.sleep(0.2)  # the refresh it started (a few ms on the simulated runtime)
+            return
+        time.sleep(0.02)
+    raise AssertionError("podcache serve did not subscribe to the runtime's events")
 
 
 @pytest.fixture

@@ -8,16 +8,26 @@ others share. Bound to the event loop it is first used on; not for use from seve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Protocol, cast
+from types import TracebackType
+from typing import Any, Protocol, Self, cast
 
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
-from podcache.cache.threaded import PodGetter, check_getter, check_timeout
+from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.threaded import (
+    PodGetter,
+    check_getter,
+    check_timeout,
+    offers_events,
+    with_events,
+)
 from podcache.cache.watching import AsyncPodWatch, TaskRefresher
+from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 from podcache.procs import PodProcess, alookup_pod
 
@@ -39,6 +49,12 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
     loop never blocks on the runtime.
+
+    ``events=True``: when the getter offers ``container_events()``, a background task keeps a
+    subscription to the runtime's container events (from construction inside a running loop,
+    else from the first call that is not a hit); every event starts a background refresh
+    (coalesced; rules in ``podcache.cache.events``). End it with ``await close()`` or
+    ``async with``.
     """
 
     def __init__(
@@ -54,6 +70,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
+        events: bool = False,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -75,6 +92,17 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
+        self._subscription: Subscription | None = None
+        self._subscriber: asyncio.Task[None] | None = None
+        self._stream: Any = None
+        self._wake: asyncio.Event | None = None
+        self._closed = False
+        if events and offers_events(getter):
+            endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
+            self._subscription = Subscription(endpoint, clock)
+            with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
+                asyncio.get_running_loop()
+                self._start_subscriber()
 
     # -- public API --------------------------------------------------------------------------
     async def get_pods(self, *, timeout: float | None = None) -> PodList:
@@ -89,6 +117,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 self._fast_hits += 1
             return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
         check_timeout(timeout)
+        if self._subscription is not None and self._subscriber is None:
+            self._start_subscriber()
         now = self._clock()
         pods, refresh, start = self._core.plan(now)
         self._arm(self._core.arm(now))
@@ -122,6 +152,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     ) -> None:
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
         check_timeout(timeout)
+        if self._subscription is not None and self._subscriber is None:
+            self._start_subscriber()
         now = self._clock()
         _, refresh, start = self._core.plan(now, min_expected_cache_time)
         self._arm(self._core.arm(now))
@@ -142,16 +174,27 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
-        return self._core.stats(self._clock(), self._fast_hits)
+        return with_events(self._core.stats(self._clock(), self._fast_hits), self._subscription)
 
     def watch(self, since: int | None = None) -> AsyncPodWatch:
         """The pods' changes as they are published: an async iterator of ``PodChange``; the
         twin of ``RuntimeCache.watch`` (same arguments, same errors, same changes)."""
         return AsyncPodWatch(self, since)
 
-    async def aclose(self) -> None:
-        """Stop the watch refresher; wait for refreshes still running or waiting for their time
-        (rate limit)."""
+    async def close(self) -> None:
+        """End the event subscription and wait for it, then for refreshes still running or
+        waiting for their time (rate limit). Idempotent; the cache still serves readers
+        afterwards, by its period. Also stops the watch refresher."""
+        self._closed = True
+        if self._subscription is not None:
+            self._subscription.on(Signal.CLOSE)
+        if self._wake is not None:
+            self._wake.set()
+        await self._close_stream(self._stream)
+        subscriber = self._subscriber
+        if subscriber is not None and subscriber is not asyncio.current_task():
+            subscriber.cancel()
+            await asyncio.gather(subscriber, return_exceptions=True)
         await self._refresher.wait_stopped()
         while True:
             queued = self._core.queued
@@ -164,6 +207,21 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if self._timer is not None:  # nothing left for it to start
             self._timer.cancel()
             self._timer = None
+
+    async def aclose(self) -> None:
+        """``close()``: end the subscription, wait for refreshes still running or waiting."""
+        await self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
 
     # -- internals ---------------------------------------------------------------------------
     def _changed_event(self) -> asyncio.Event:
@@ -232,8 +290,83 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         queued = self._core.complete(refresh, pods, error, now)
         self._wake_watchers()
         self._arm(self._core.arm(now))
+        subscription = self._subscription
+        if subscription is not None and subscription.refresh_done(error is None) and self._wake:
+            self._wake.set()  # the runtime is back: ask it for events again now
         # The outcome lives on the Refresh; the future only wakes waiters (never an exception
         # on it, so an abandoned refresh logs no "exception was never retrieved").
         refresh.signal.set_result(None)
         if queued is not None:
             self._spawn(queued)
+
+    # -- the event subscription (task) ---------------------------------------------------------
+    def _start_subscriber(self) -> None:
+        if self._closed:
+            return
+        self._wake = asyncio.Event()
+        self._subscriber = asyncio.get_running_loop().create_task(
+            self._subscribe_forever(), name="podcache-events"
+        )
+
+    def _signal(self, signal: Signal) -> Step:
+        """Tell the subscription what happened; start the refresh it asks for."""
+        assert self._subscription is not None
+        step = self._subscription.on(signal)
+        if step is Step.REFRESH:
+            refresh, scheduled = self._core.hint(self._clock())
+            self._subscription.counted_refresh(scheduled)
+            if refresh is not None:
+                self._spawn(refresh)
+        return step
+
+    async def _subscribe_forever(self) -> None:
+        """Open a stream, read it until it fails, wait as told, again; until ``close()``."""
+        assert self._subscription is not None and self._wake is not None
+        while not self._closed:
+            step = await self._subscribe_once()
+            if step is Step.STOP or self._closed:
+                return
+            delay = self._subscription.delay(step)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+            self._wake.clear()
+
+    async def _subscribe_once(self) -> Step:
+        """One stream, from opening to its end: the step the subscription asks for then."""
+        stream: Any = None
+        try:
+            stream = self._stream = self._getter.container_events()  # type: ignore[union-attr]
+            if inspect.iscoroutinefunction(stream.open):
+                await stream.open()
+                step = self._signal(Signal.OPENED)
+                async for _ in stream:
+                    step = self._signal(Signal.EVENT)
+                    if step is Step.STOP:
+                        return step
+            else:  # a thread-side stream (a plain getter): each read in a worker thread
+                await asyncio.to_thread(stream.open)
+                step = self._signal(Signal.OPENED)
+                while await asyncio.to_thread(next, stream, None) is not None:
+                    step = self._signal(Signal.EVENT)
+                    if step is Step.STOP:
+                        return step
+            return Step.STOP if self._closed else self._signal(Signal.FAILED)
+        except EventsUnsupportedError:
+            return self._signal(Signal.UNSUPPORTED)
+        except Exception as exc:
+            if self._closed:
+                return Step.STOP
+            log.debug("container event stream failed: %s", exc)
+            return self._signal(failure(stream))
+        finally:
+            self._stream = None
+            await self._close_stream(stream)
+
+    @staticmethod
+    async def _close_stream(stream: Any) -> None:
+        if stream is None:
+            return
+        if inspect.iscoroutinefunction(getattr(stream, "aclose", None)):
+            await stream.aclose()
+        else:
+            stream.close()

@@ -151,6 +151,14 @@ class CacheStats:
     last_refresh_duration: float | None
     age: float | None
     in_flight: bool
+    events_state: str = "off"
+    """The event subscription: off, subscribed, reconnecting or unsupported."""
+    events_received: int = 0
+    """Container events received from the runtime."""
+    event_refreshes: int = 0
+    """Refreshes that events (and (re)subscriptions) started or queued."""
+    resubscriptions: int = 0
+    """Successful event subscriptions after the first (one per runtime restart)."""
 
 
 class FreshnessCore(Generic[S]):
@@ -333,6 +341,36 @@ class FreshnessCore(Generic[S]):
         """Timestamp of the current snapshot, None when never filled."""
         timestamp = self.snapshot[1]
         return None if timestamp == NEVER else timestamp
+
+    def hint(self, now: float) -> tuple[Refresh[S] | None, bool]:
+        """The runtime reported a change at ``now``: make sure a refresh starting after it runs.
+
+        Returns ``(refresh, scheduled)``: ``refresh`` is one the driver must start in the
+        background now (None: nothing to start); ``scheduled`` is True when this hint added a
+        refresh (started one, or queued one behind the refresh in flight). A refresh in flight
+        that started strictly after ``now`` already covers the change; a queued one will start
+        after it. An empty cache with nothing in flight or queued needs nothing: its first
+        reader fetches. The refresh is a routine one (the period's, not rate-limited): a queued
+        forced refresh it joins starts as soon as it may, its callers riding along. Readers'
+        counters (misses, joins) are not touched.
+        """
+        inflight, queued = self.inflight, self.queued
+        if inflight is None:
+            if queued is None and (self.snapshot[0] is None or self.snapshot[1] > now):
+                return None, False
+            refresh = queued or self._new_refresh()
+            self.queued = None
+            refresh.need(forced=False)
+            return self._begin(refresh, now), queued is None
+        assert inflight.started_at is not None
+        if inflight.started_at > now:
+            return None, False
+        if queued is not None:
+            queued.need(forced=False)  # no longer deferrable: it starts when the flight ends
+            return None, False
+        self.queued = self._new_refresh()
+        self.queued.need(forced=False)
+        return None, True
 
     # -- internals -----------------------------------------------------------------------
     def _new_refresh(self) -> Refresh[S]:

@@ -8,16 +8,20 @@ a daemon thread, so the caller can stop waiting while the refresh completes for 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
+from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.watching import PodWatch, ThreadRefresher
-from podcache.model import PodList
+from podcache.errors import EventsUnsupportedError
+from podcache.model import ContainerEvent, PodList
 from podcache.procs import PodProcess, lookup_pod
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
@@ -27,6 +31,33 @@ class PodGetter(Protocol):
     """Anything that lists pods: a CRI runtime, a fake. ``all`` includes exited containers."""
 
     def get_pods(self, all: bool) -> PodList: ...
+
+
+class EventStream(Protocol):
+    """What ``container_events()`` returns: ``podcache.cri.ContainerEventStream``, a fake."""
+
+    def open(self) -> None: ...
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+    def close(self) -> None: ...
+
+
+def offers_events(getter: object) -> bool:
+    """Whether the getter has a ``container_events()`` the cache can subscribe to."""
+    return callable(getattr(getter, "container_events", None))
+
+
+def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:
+    """``stats`` with the subscription's state and counters (unchanged without one)."""
+    if subscription is None:
+        return stats
+    counters = subscription.counters()
+    return dataclasses.replace(
+        stats,
+        events_state=counters.state.value,
+        events_received=counters.received,
+        event_refreshes=counters.refreshes,
+        resubscriptions=counters.resubscriptions,
+    )
 
 
 def check_getter(getter: object, attribute: str = "get_pods") -> None:
@@ -159,6 +190,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
     greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
     from ``t`` on. One getter call at most is in flight; callers that need the same refresh
     share it and receive the same immutable ``PodList``.
+
+    ``events=True``: when the getter offers ``container_events()``, a background thread keeps
+    a subscription to the runtime's container events, and every event starts a background
+    refresh (coalesced; rules in ``podcache.cache.events``). End it with ``close()`` or a
+    ``with`` block; a cache without events needs neither.
     """
 
     def __init__(
@@ -174,6 +210,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
+        events: bool = False,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -197,6 +234,18 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._publish = hit_path.publish
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
+        self._subscription: Subscription | None = None
+        self._stream: EventStream | None = None
+        self._closing = threading.Event()
+        self._wake = threading.Event()
+        self._subscriber: threading.Thread | None = None
+        if events and offers_events(getter):
+            endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
+            self._subscription = Subscription(endpoint, clock)
+            self._subscriber = threading.Thread(
+                target=self._subscribe_forever, name="podcache-events", daemon=True
+            )
+            self._subscriber.start()
 
     # -- public API --------------------------------------------------------------------------
     get_pods: PerInstance[GetPods] = PerInstance(
@@ -247,7 +296,35 @@ class RuntimeCache(CoreReadings[threading.Event]):
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         with self._lock:
-            return self._core.stats(self._clock(), self._fast_hits())
+            return with_events(
+                self._core.stats(self._clock(), self._fast_hits()), self._subscription
+            )
+
+    def close(self, timeout: float = 5.0) -> None:
+        """End the event subscription (waiting at most ``timeout`` s for its thread) and stop the
+        watch refresher. Idempotent; the cache still serves readers afterwards, by its period."""
+        self._closing.set()
+        self._wake.set()
+        with self._lock:
+            stream = self._stream
+            if self._subscription is not None:
+                self._subscription.on(Signal.CLOSE)
+            self._refresher.stop()  # open watches go on, refreshed by readers only
+        if stream is not None:
+            stream.close()
+        if self._subscriber is not None and self._subscriber is not threading.current_thread():
+            self._subscriber.join(timeout)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def watch(self, since: int | None = None) -> PodWatch:
         """The pods' changes as they are published: an iterator of ``PodChange``.
@@ -345,6 +422,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
             queued = self._core.complete(refresh, pods, error, now)
             delay = self._core.arm(now)
             self._publish(self._core.snapshot)
+            if self._subscription is not None and self._subscription.refresh_done(error is None):
+                self._wake.set()  # the runtime is back: ask it for events again now
             self._changed.notify_all()
         refresh.signal.set()
         self._arm(delay)
@@ -352,3 +431,59 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):
             raise error
+
+    # -- the event subscription (thread) -------------------------------------------------------
+    def _signal(self, signal: Signal) -> Step:
+        """Tell the subscription what happened; start the refresh it asks for."""
+        assert self._subscription is not None
+        refresh = None
+        with self._lock:
+            step = self._subscription.on(signal)
+            if step is Step.REFRESH:
+                refresh, scheduled = self._core.hint(self._clock())
+                self._subscription.counted_refresh(scheduled)
+        if refresh is not None:
+            self._spawn(refresh)
+        return step
+
+    def _subscribe_forever(self) -> None:
+        """Open a stream, read it until it fails, wait as told, again; until ``close()``."""
+        assert self._subscription is not None
+        while not self._closing.is_set():
+            step = self._subscribe_once()
+            if step is Step.STOP or self._closing.is_set():
+                return
+            with self._lock:
+                delay = self._subscription.delay(step)
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _subscribe_once(self) -> Step:
+        """One stream, from opening to its end: the step the subscription asks for then."""
+        stream: Any = None
+        try:
+            stream = self._getter.container_events()  # type: ignore[attr-defined]
+            with self._lock:
+                self._stream = stream
+            if self._closing.is_set():
+                return Step.STOP
+            stream.open()
+            step = self._signal(Signal.OPENED)
+            for _ in stream:
+                step = self._signal(Signal.EVENT)
+                if step is Step.STOP:
+                    return step
+            log.debug("container event stream ended")
+            return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED)
+        except EventsUnsupportedError:
+            return self._signal(Signal.UNSUPPORTED)
+        except Exception as exc:
+            if self._closing.is_set():
+                return Step.STOP
+            log.debug("container event stream failed: %s", exc)
+            return self._signal(failure(stream))
+        finally:
+            with self._lock:
+                self._stream = None
+            if stream is not None:
+                stream.close()

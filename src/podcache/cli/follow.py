@@ -28,7 +28,8 @@ POLL = 0.25
 
 
 class _Listing:
-    """The runtime's pods with a fixed ``all``; remembers the last error it raised."""
+    """The runtime's pods with a fixed ``all``; remembers the last error it raised. It offers
+    no container events: a cache over it polls by its period (``--events off``)."""
 
     def __init__(self, source: Source, all_: bool) -> None:
         self._runtime = source.runtime
@@ -43,6 +44,14 @@ class _Listing:
             raise
 
 
+class _EventListing(_Listing):
+    """A ``_Listing`` that also offers the runtime's container events (``--events auto|on``):
+    the cache then refreshes on every event, not only every period."""
+
+    def container_events(self) -> object:
+        return self._runtime.container_events()
+
+
 def follow(
     source: Source,
     *,
@@ -50,20 +59,28 @@ def follow(
     period: float,
     where: PodFilter,
     show: Callable[[list[PodChange]], None],
+    events: str = "off",
 ) -> None:
     """Call ``show`` with each batch of changes of the pods ``where`` selects, the current
     pods first (as ADDED; this first batch even when empty), until interrupted or the runtime
-    fails (its error is raised)."""
+    fails (its error is raised). ``events``: ``auto`` subscribes to the runtime's container
+    events when it has them, ``on`` requires them (a click error, exit status 1, when the
+    runtime answers UNIMPLEMENTED), ``off`` polls every ``period`` only."""
     from podcache.cache import RuntimeCache
     from podcache.cache.changes import visible
 
     def shown(pod: object) -> bool:
         return matches(pod, where)  # type: ignore[arg-type]
 
-    listing = _Listing(source, all_)
-    cache = RuntimeCache(listing, period)
+    if events == "on":
+        from podcache.cli.commands.watch import require_events
+
+        require_events(source)
+    offered = events != "off" and callable(getattr(source.runtime, "container_events", None))
+    listing = (_EventListing if offered else _Listing)(source, all_)
+    cache = RuntimeCache(listing, period, events=offered)
     first = True
-    with cache.watch() as watch:
+    with cache, cache.watch() as watch:
         while True:
             batch = watch.next_batch(POLL)
             if listing.error is not None:

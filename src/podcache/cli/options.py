@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import click
 
-from podcache.defaults import DEFAULT_SIM_PODS
+from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "OutputOptions",
     "PodFilter",
     "RuntimeSettings",
+    "events_option",
     "filter_options",
     "output_options",
     "parse_duration",
@@ -293,3 +294,18 @@ def output_options(
         return decorated  # type: ignore[no-any-return]
 
     return decorate
+
+
+def events_option(f: F) -> F:
+    """Add ``--events auto|on|off`` (default auto); the command receives ``events=``."""
+    option = click.option(
+        "--events",
+        type=click.Choice(EVENTS_MODES),
+        default="auto",
+        show_default=True,
+        help=(
+            "Subscribe to the runtime's container events so changes show at once (auto: when "
+            "it has them; on: require them; off: poll by the period only)."
+        ),
+    )
+    return option(f)

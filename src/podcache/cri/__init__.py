@@ -17,11 +17,14 @@ from podcache.cri.endpoint import (
     parse_endpoint,
     resolve_endpoint,
 )
+from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 
 __all__ = [
     "DEFAULT_ENDPOINTS",
     "AsyncCRIRuntime",
+    "AsyncContainerEventStream",
     "CRIRuntime",
+    "ContainerEventStream",
     "CrictlConfig",
     "Endpoint",
     "Memo",

@@ -57,9 +57,15 @@ from podcache.cri.convert import (
     read_sandboxes,
 )
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
+from podcache.cri.eventstream import (
+    CONFIRM_SECONDS,
+    AsyncContainerEventStream,
+    ContainerEventStream,
+)
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import (
     CRIError,
+    EventsUnsupportedError,
     RuntimeDeadlineError,
     RuntimeProtocolError,
     RuntimeUnavailableError,
@@ -284,14 +290,19 @@ def _unavailable_reason(endpoint: Endpoint, method: str, details: str) -> str:
 
 
 def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIError | None:
-    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first).
+    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first)."""
+    return _status_error(endpoint, method, error.code(), error.details() or "")
+
+
+def _status_error(
+    endpoint: Endpoint, method: str, code: grpc.StatusCode | None, details: str
+) -> CRIError | None:
+    """``_rpc_error`` from a call's status code and details.
 
     For UNAVAILABLE (the connection failed or dropped mid-call) it looks at the socket file:
     "socket does not exist" says more than gRPC's "Broken pipe".
     """
     url = endpoint.url
-    code = error.code()
-    details = error.details() or ""
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return None
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -587,6 +598,31 @@ _READERS: dict[str, Callable[[bytes], Listing]] = {
 }
 
 
+_EVENTS_METHOD = "GetContainerEvents"
+_NOT_CONNECTED = "no connection for GetContainerEvents within {:g} s"
+
+
+def _events_error(
+    endpoint: Endpoint, line_retired: bool, code: grpc.StatusCode | None, details: str
+) -> CRIError:
+    """The error for a GetContainerEvents stream that failed (UNIMPLEMENTED: no events)."""
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return EventsUnsupportedError(
+            endpoint.url,
+            f"{_EVENTS_METHOD} is UNIMPLEMENTED (containerd before 1.7 has no container events)",
+        )
+    if code == grpc.StatusCode.CANCELLED and line_retired:
+        return RuntimeUnavailableError(
+            endpoint.url,
+            f"the connection of the {_EVENTS_METHOD} stream was closed (client closed, "
+            "or the runtime restarted and the channel was replaced)",
+        )
+    mapped = _status_error(endpoint, _EVENTS_METHOD, code, details)
+    if mapped is None:  # no deadline is set on a stream; a proxy or server may impose one
+        return RuntimeDeadlineError(endpoint.url, f"{_EVENTS_METHOD} reached a deadline")
+    return mapped
+
+
 def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
     """The sync channel's connectivity reader: ``read(False)`` is gRPC core's state number.
 
@@ -610,7 +646,7 @@ class _Line:
     ``retired``: replaced by a fresh channel, or closed.
     """
 
-    __slots__ = ("channel", "retired", "rpcs", "state", "version")
+    __slots__ = ("channel", "events", "retired", "rpcs", "state", "version")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -622,6 +658,11 @@ class _Line:
             )
             for method, (request, decode) in _METHODS.items()
         }
+        self.events = self.channel.unary_stream(
+            _SERVICE + _EVENTS_METHOD,
+            request_serializer=pb.GetEventsRequest.SerializeToString,
+            response_deserializer=pb.ContainerEventResponse.FromString,
+        )
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
         self.retired = False
@@ -635,7 +676,7 @@ class _Line:
 class _AsyncLine:
     """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
 
-    __slots__ = ("channel", "retired", "rpcs", "version")
+    __slots__ = ("channel", "events", "retired", "rpcs", "version")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -647,6 +688,11 @@ class _AsyncLine:
             )
             for method, (request, decode) in _ASYNC_METHODS.items()
         }
+        self.events = self.channel.unary_stream(
+            _SERVICE + _EVENTS_METHOD,
+            request_serializer=pb.GetEventsRequest.SerializeToString,
+            response_deserializer=pb.ContainerEventResponse.FromString,
+        )
         self.version: RuntimeVersion | None = None
         self.retired = False
 
@@ -809,6 +855,40 @@ class CRIRuntime(_Base):
         containers, _ = self._call("ListContainers", container_request, Listing)
         return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
 
+    def container_events(self) -> ContainerEventStream:
+        """The runtime's container events (GetContainerEvents), from now on, as an iterator.
+
+        ``for event in runtime.container_events()``. It subscribes on first use (or
+        ``open()``): an unreachable endpoint fails at once, a runtime without the RPC raises
+        ``EventsUnsupportedError``; stream failures are the errors of the other calls.
+        """
+        self._check_open()
+        holder: list[_Line] = []
+
+        def start() -> Any:
+            self._check_open()
+            line = self._line
+            if line.state(False) != _CORE_READY:
+                line = self._connected(self._usable(line))
+            holder.append(line)
+            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
+
+        def error(code: grpc.StatusCode | None, details: str) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
+
+        return ContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
+
+    def _connected(self, line: _Line) -> _Line:
+        """``line`` once READY (a stream must not be taken for open while it is connecting);
+        ``RuntimeUnavailableError`` when it fails to connect or takes longer than the timeout."""
+        deadline = time.monotonic() + self._timeout
+        while (state := line.state(True)) != _CORE_READY:
+            if state == _CORE_BACKING_OFF or time.monotonic() > deadline:
+                problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
+                raise self._unreachable_error(problem or _NOT_CONNECTED.format(self._timeout))
+            time.sleep(0.002)
+        return line
+
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
         with self._swap_lock:
@@ -947,6 +1027,38 @@ class AsyncCRIRuntime(_Base):
         """In the converter's thread: read the containers, then build the pods."""
         containers = self._converter.read("ListContainers", container_bytes)
         return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
+
+    def container_events(self) -> AsyncContainerEventStream:
+        """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
+
+        ``async for event in runtime.container_events()``; ``await stream.open()`` subscribes
+        without waiting for an event, ``await stream.aclose()`` ends it.
+        """
+        self._check_open()
+        holder: list[_AsyncLine] = []
+
+        async def start() -> Any:
+            line = self._current()
+            if line.channel.get_state() is not _READY:
+                line = await self._connected(await self._usable(line))
+            holder.append(line)
+            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
+
+        def error(code: grpc.StatusCode | None, details: str) -> CRIError:
+            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
+
+        return AsyncContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
+
+    async def _connected(self, line: _AsyncLine) -> _AsyncLine:
+        """``CRIRuntime._connected`` for the event loop."""
+        deadline = time.monotonic() + self._timeout
+        while (state := line.channel.get_state(try_to_connect=True)) is not _READY:
+            if state is _BACKING_OFF or time.monotonic() > deadline:
+                problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
+                raise self._unreachable_error(problem or _NOT_CONNECTED.format(self._timeout))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(line.channel.wait_for_state_change(state), 0.05)
+        return line
 
     async def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""

@@ -27,6 +27,7 @@ import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache.threaded import offers_events
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
 from podcache.procs import LookupResult, ProcFormatError, alookup_pod
@@ -182,6 +183,7 @@ class App:
         max_stale: float | None = DEFAULT_MAX_STALE,
         refresh_ahead: float | None = None,
         proc_root: str = "/proc",
+        events: bool = False,
         bookmark_interval: float = BOOKMARK_INTERVAL,
         first_revision: int | None = None,
     ) -> None:
@@ -211,6 +213,8 @@ class App:
             min_refresh_interval=min_refresh_interval,
             max_stale=max_stale,
             refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+            # when the runtime getter has container_events (watch and _Prepared pass them on)
+            events=events and offers_events(getter),
             # Revisions start from the clock (ms): a since from before a restart is then
             # always older than this process's first revision (410), never one it reuses.
             first_revision=int(wall() * 1000) if first_revision is None else first_revision,
@@ -727,8 +731,8 @@ class App:
         return None
 
     async def aclose(self) -> None:
-        """Wait for refreshes still running."""
-        await self.cache.aclose()
+        """End the event subscription, wait for refreshes still running."""
+        await self.cache.close()
 
 
 def _watch_request(
@@ -777,6 +781,10 @@ class _Prepared:
         pods = await self._watch.get_pods(all)
         self._offer(await asyncio.to_thread(self._prepare, pods))
         return pods
+
+    def container_events(self) -> Any:
+        """The runtime's event stream, through the watch."""
+        return self._watch.container_events()
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

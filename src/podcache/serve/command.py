@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from podcache.defaults import DEFAULT_SIM_PODS
+from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import (
     DEFAULT_LISTEN,
@@ -194,6 +194,16 @@ def _say(message: str) -> None:
     help="Deadline of each runtime call.",
 )
 @click.option(
+    "--events",
+    type=click.Choice(EVENTS_MODES),
+    default="auto",
+    show_default=True,
+    help=(
+        "Subscribe to the runtime's container events so changes show at once (auto: when it "
+        "has them; on: require them; off: poll by the cache period only)."
+    ),
+)
+@click.option(
     "--idle-timeout",
     type=Duration(positive=True),
     default="75s",
@@ -261,6 +271,7 @@ def serve_command(
     max_connections: int,
     max_buffered: int,
     allow_hosts: tuple[str, ...],
+    events: str,
     proc_root: str,
     bookmark_interval: float,
 ) -> None:
@@ -311,9 +322,44 @@ def serve_command(
             max_buffered=max_buffered,
         ),
         hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
+        events=events,
         proc_root=proc_root,
         bookmark_interval=bookmark_interval,
     )
+
+
+def _simulation(sim_pods: int, sim_churn: float) -> Any:
+    """``--sim``: a simulated runtime started in this process (a ``SimRuntime``)."""
+    from podcache.sim import SimRuntime
+
+    simulation = SimRuntime(sim_pods, churn=sim_churn)
+    try:
+        simulation.start()
+    except OSError as exc:
+        raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    _say(
+        f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
+        f"at {simulation.endpoint}, not this node's"
+    )
+    return simulation
+
+
+def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
+    """The ``AsyncCRIRuntime`` to serve; with ``--events on``, one that has container events."""
+    from podcache.cri import AsyncCRIRuntime
+    from podcache.errors import PodcacheError
+
+    try:
+        runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
+    except PodcacheError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if events == "on":
+        from podcache.cri.support import events_unsupported
+
+        unsupported = events_unsupported(runtime.endpoint, timeout)
+        if unsupported is not None:
+            raise click.ClickException(f"--events on: {unsupported}")
+    return runtime
 
 
 def _run(
@@ -329,11 +375,10 @@ def _run(
     timeout: float,
     limits: ConnectionLimits,
     hosts: frozenset[str] | None,
+    events: str = "auto",
     proc_root: str = "/proc",
     bookmark_interval: float = 15.0,
 ) -> None:
-    from podcache.cri import AsyncCRIRuntime
-    from podcache.errors import PodcacheError
     from podcache.serve.app import App
     from podcache.serve.auth import BearerAuth
     from podcache.serve.server import ServeError, run
@@ -342,25 +387,11 @@ def _run(
     # Refreshes run in worker threads that hold the GIL while they convert; the event loop
     # gets it back after at most this long (CPython's default is 5 ms per hand-over).
     sys.setswitchinterval(SWITCH_INTERVAL)
-    simulation = None
-    if sim:
-        from podcache.sim import SimRuntime
-
-        simulation = SimRuntime(sim_pods, churn=sim_churn)
-        try:
-            simulation.start()
-        except OSError as exc:
-            raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    simulation = _simulation(sim_pods, sim_churn) if sim else None
+    if simulation is not None:
         endpoint = simulation.endpoint
-        _say(
-            f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
-            f"at {endpoint}, not this node's"
-        )
     try:
-        try:
-            runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
-        except PodcacheError as exc:
-            raise click.ClickException(str(exc)) from exc
+        runtime = _runtime(endpoint, timeout, events)
         # A request may wait for a refresh in flight and then for its own.
         wait = 2 * timeout + 1.0
 
@@ -374,6 +405,7 @@ def _run(
                 min_refresh_interval=freshness.min_refresh_interval,
                 max_stale=freshness.max_stale,
                 refresh_ahead=freshness.refresh_ahead,
+                events=events != "off",
                 bookmark_interval=bookmark_interval,
             )
 
@@ -381,7 +413,7 @@ def _run(
             token = "bearer token required" if auth is not None else "no token"
             _say(
                 f"listening on {listen.url} (runtime {runtime.endpoint}, cache period "
-                f"{cache_period:g}s, {token})"
+                f"{cache_period:g}s, events {events}, {token})"
             )
 
         def warmed(error: BaseException | None) -> None:

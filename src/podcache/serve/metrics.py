@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from podcache.cache import CacheStats
+from podcache.cache.events import EventState
 from podcache.model import PodList
 
 if TYPE_CHECKING:
@@ -96,8 +97,32 @@ class _Collector(Collector):
             ("podcache_cache_misses", stats.misses, "Cache lookups that needed a refresh."),
             ("podcache_cache_refreshes", stats.refreshes, "Successful cache refreshes."),
             ("podcache_cache_refresh_errors", stats.errors, "Cache refreshes that failed."),
+            (
+                "podcache_events_received",
+                stats.events_received,
+                "Container events received from the runtime.",
+            ),
+            (
+                "podcache_event_refreshes",
+                stats.event_refreshes,
+                "Cache refreshes started or queued by events and (re)subscriptions.",
+            ),
+            (
+                "podcache_event_resubscriptions",
+                stats.resubscriptions,
+                "Event subscriptions made again after the first (one per runtime restart).",
+            ),
         ):
             yield CounterMetricFamily(name, help_text, value=value)
+        state = GaugeMetricFamily(
+            "podcache_events_state",
+            "The event subscription's state: 1 for the current one "
+            "(off, subscribed, reconnecting, unsupported).",
+            labels=["state"],
+        )
+        for name in (s.value for s in EventState):
+            state.add_metric([name], 1.0 if stats.events_state == name else 0.0)
+        yield state
         age = GaugeMetricFamily(
             "podcache_snapshot_age_seconds",
             "Age of the cached snapshot (absent until the first refresh succeeds).",

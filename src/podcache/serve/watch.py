@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 from podcache.cache import AsyncPodGetter
 from podcache.model import PodList
@@ -57,6 +58,10 @@ class RuntimeWatch:
                 self._started.popitem(last=False)
         self._report(started, ok=True)
         return pods
+
+    def container_events(self) -> Any:
+        """The inner getter's event stream (the cache subscribes only if the getter has one)."""
+        return self._getter.container_events()  # type: ignore[attr-defined]
 
     def fetched_at(self, pods: PodList) -> float | None:
         """The clock reading just before the call that returned ``pods`` (this very object)."""

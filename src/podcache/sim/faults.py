@@ -55,6 +55,8 @@ RUNTIME_METHODS: frozenset[str] = frozenset(
 LIST_METHODS: frozenset[str] = frozenset({"ListPodSandbox", "ListContainers"})
 """The RPCs that ``fail_rate`` applies to."""
 
+_EVENT_RATES = ("drop", "duplicate", "reorder")
+
 MALFORMED_CREATED_AT = DEFAULT_EPOCH_NS - 7200 * 1_000_000_000
 """The ``created_at`` of every malformed item (2024-12-31T22:00:00Z)."""
 
@@ -171,6 +173,13 @@ class Faults:
     - ``unimplemented``: RPC names answered UNIMPLEMENTED (``{"Version"}`` makes the socket
       look like a gRPC server that is not a CRI runtime).
     - ``malformed``: kinds of malformed items added to list responses.
+    - Container event streams (GetContainerEvents): ``event_delay`` (seconds each event is held
+      before it is sent), ``event_drop_rate`` (fraction never sent), ``event_duplicate_rate``
+      (fraction sent twice), ``event_reorder_rate`` (fraction held back and sent after the
+      event that follows it), ``event_cut_after`` (a stream ends with UNAVAILABLE after that
+      many events; None: never). ``SimRuntime.cut_event_streams()`` cuts every open stream now,
+      and ``unimplemented={"GetContainerEvents"}`` makes the RPC UNIMPLEMENTED (containerd 1.6).
+      Draws come from the same seeded RNG as ``fail_rate``.
     """
 
     def __init__(
@@ -190,6 +199,9 @@ class Faults:
         self._fail_rate = 0.0
         self._unimplemented: frozenset[str] = frozenset()
         self._malformed: frozenset[Malformed] = frozenset()
+        self._event_delay = 0.0
+        self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
+        self._event_cut_after: int | None = None
         self.latency = latency
         self.fail_rate = fail_rate
         self.unimplemented = frozenset(unimplemented)
@@ -248,6 +260,70 @@ class Faults:
         with self._lock:
             self._malformed = chosen
 
+    # -- event streams ------------------------------------------------------------------------
+    @property
+    def event_delay(self) -> float:
+        """Seconds each container event is held before it is sent."""
+        return self._event_delay
+
+    @event_delay.setter
+    def event_delay(self, seconds: float) -> None:
+        if not seconds >= 0:
+            raise ValueError(f"event_delay must be >= 0 seconds, not {seconds!r}")
+        with self._lock:
+            self._event_delay = float(seconds)
+
+    @property
+    def event_drop_rate(self) -> float:
+        """Fraction of container events never sent."""
+        return self._event_rates["drop"]
+
+    @event_drop_rate.setter
+    def event_drop_rate(self, rate: float) -> None:
+        self._set_event_rate("drop", rate)
+
+    @property
+    def event_duplicate_rate(self) -> float:
+        """Fraction of container events sent twice."""
+        return self._event_rates["duplicate"]
+
+    @event_duplicate_rate.setter
+    def event_duplicate_rate(self, rate: float) -> None:
+        self._set_event_rate("duplicate", rate)
+
+    @property
+    def event_reorder_rate(self) -> float:
+        """Fraction of container events held back and sent after the next one."""
+        return self._event_rates["reorder"]
+
+    @event_reorder_rate.setter
+    def event_reorder_rate(self, rate: float) -> None:
+        self._set_event_rate("reorder", rate)
+
+    @property
+    def event_cut_after(self) -> int | None:
+        """Each stream ends with UNAVAILABLE after this many events (None: never)."""
+        return self._event_cut_after
+
+    @event_cut_after.setter
+    def event_cut_after(self, count: int | None) -> None:
+        if count is not None and (isinstance(count, bool) or count < 0):
+            raise ValueError(f"event_cut_after must be None or >= 0, not {count!r}")
+        with self._lock:
+            self._event_cut_after = count
+
+    def _set_event_rate(self, name: str, rate: float) -> None:
+        if not 0 <= rate <= 1:
+            raise ValueError(f"event_{name}_rate must be within 0..1, not {rate!r}")
+        with self._lock:
+            self._event_rates[name] = float(rate)
+
+    def roll_event(self, name: str) -> bool:
+        """Draw once for an event fault (``drop``, ``duplicate``, ``reorder``)."""
+        with self._lock:
+            rate = self._event_rates[name]
+            return rate > 0 and self._rng.random() < rate
+
     def malformed_items(self) -> tuple[tuple[SimSandbox, ...], tuple[SimContainer, ...]]:
         """The sandboxes and containers the current ``malformed`` setting adds to lists."""
         return malformed_items(self._malformed)
@@ -298,4 +374,7 @@ class Faults:
             self._fail_rate = 0.0
             self._unimplemented = frozenset()
             self._malformed = frozenset()
+            self._event_delay = 0.0
+            self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
+            self._event_cut_after = None
         self.release()

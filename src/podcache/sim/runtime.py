@@ -230,6 +230,11 @@ class SimRuntime:
         """How many GetContainerEvents streams are open."""
         return self._server.servicer.subscriber_count if self._server is not None else 0
 
+    def cut_event_streams(self) -> int:
+        """End every open GetContainerEvents stream now with UNAVAILABLE (a fault: the stream
+        cut mid-way); returns how many were open. Events already queued are sent first."""
+        return self._server.servicer.cut() if self._server is not None else 0
+
     def wait_for_event_subscribers(self, count: int = 1, timeout: float = 5.0) -> None:
         """Block until at least ``count`` event streams are open (TimeoutError after timeout).
 

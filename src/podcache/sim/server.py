@@ -66,6 +66,7 @@ _EVENT_BACKLOG = 100_000
 """Events queued for one slow GetContainerEvents subscriber before it is cut off."""
 _MEMO_SIZE = 64
 _END = object()
+_CUT = object()
 _SANDBOX_STATES = {
     SimSandboxState.READY: pb.SANDBOX_READY,
     SimSandboxState.NOTREADY: pb.SANDBOX_NOTREADY,
@@ -333,6 +334,48 @@ def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -
     raise AssertionError("unreachable: ServicerContext.abort raises")  # pragma: no cover
 
 
+class _FaultyStream:
+    """One event stream's faults, applied per event in this order: drop, reorder (hold it back
+    behind the next one), delay, duplicate; ``event_cut_after`` ends it with UNAVAILABLE."""
+
+    def __init__(
+        self, faults: Faults, stopping: threading.Event, context: grpc.ServicerContext
+    ) -> None:
+        self._faults = faults
+        self._stopping = stopping
+        self._context = context
+        self._sent = 0
+        self._held: SimEvent | None = None
+
+    def send(self, event: SimEvent) -> Iterator[pb.ContainerEventResponse]:
+        """The responses this event causes (none, one, two, or it and the one held back)."""
+        faults = self._faults
+        if faults.roll_event("drop"):
+            return
+        if self._held is None and faults.roll_event("reorder"):
+            self._held = event
+            return
+        batch = [event] if self._held is None else [event, self._held]
+        self._held = None
+        for item in batch:
+            delay = faults.event_delay
+            if delay > 0 and self._stopping.wait(delay):
+                _abort(self._context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+            for _ in range(2 if faults.roll_event("duplicate") else 1):
+                yield self._counted(item)
+
+    def _counted(self, event: SimEvent) -> pb.ContainerEventResponse:
+        cut_after = self._faults.event_cut_after
+        if cut_after is not None and self._sent >= cut_after:
+            _abort(
+                self._context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"podcache-sim: stream cut after {self._sent} events",
+            )
+        self._sent += 1
+        return event_message(event)
+
+
 class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     """RuntimeService over a population, with faults applied to every unary call.
 
@@ -568,32 +611,54 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def GetContainerEvents(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext
     ) -> Iterator[pb.ContainerEventResponse]:
-        """Every later population change, one response per event, until the client leaves."""
+        """Every later population change, one response per event, until the client leaves.
+
+        The event faults apply on the way out (``_FaultyStream``); ``cut()`` ends the stream
+        with UNAVAILABLE.
+        """
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
             self._subscribers.add(inbox)
         try:
-            while context.is_active():
-                if self._stopping.is_set():
-                    _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
-                try:
-                    item = inbox.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                if item is _END:
-                    continue  # the client left, or the server is stopping: the loop decides
-                if inbox.qsize() > _EVENT_BACKLOG:
-                    _abort(
-                        context,
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
-                    )
-                assert isinstance(item, SimEvent)
-                yield event_message(item)
+            stream = _FaultyStream(self._faults, self._stopping, context)
+            for event in self._received(inbox, context):
+                yield from stream.send(event)
         finally:
             with self._subscribers_lock:
                 self._subscribers.discard(inbox)
+
+    def _received(
+        self, inbox: queue.SimpleQueue[object], context: grpc.ServicerContext
+    ) -> Iterator[SimEvent]:
+        """The events queued for one subscriber, until it leaves, is cut or falls behind."""
+        while context.is_active():
+            if self._stopping.is_set():
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim is stopping")
+            try:
+                item = inbox.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if item is _CUT:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim: stream cut")
+            if item is _END:
+                continue  # the client left, or the server is stopping: the loop decides
+            if inbox.qsize() > _EVENT_BACKLOG:
+                _abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"event subscriber fell more than {_EVENT_BACKLOG} events behind",
+                )
+            assert isinstance(item, SimEvent)
+            yield item
+
+    def cut(self) -> int:
+        """End every open event stream with UNAVAILABLE (events queued before are sent);
+        returns how many were cut."""
+        with self._subscribers_lock:
+            for subscriber in self._subscribers:
+                subscriber.put(_CUT)
+            return len(self._subscribers)
 
 
 class SimServer:

@@ -178,4 +178,35 @@ class AsyncDriver(Driver):
         self.loop.close()
 
 
-DRIVERS: list[type[Driver]] = [SyncDriver, AsyncDriver]
+class SyncEventsDriver(SyncDriver):
+    """RuntimeCache with ``events=True``, subscribed (no events flow unless a test emits)."""
+
+    name = "threads-events"
+
+    def __init__(self, period: float | timedelta, clock: Callable[[], float], **kw: Any) -> None:
+        super().__init__(period, clock, events=True, **kw)
+        assert self.fake.wait_for_subscriptions(1), "the cache did not subscribe"
+
+    def close(self) -> None:
+        self.cache.close()
+
+
+class AsyncEventsDriver(AsyncDriver):
+    """AsyncRuntimeCache with ``events=True``, made inside its loop and subscribed."""
+
+    name = "asyncio-events"
+
+    def __init__(self, period: float | timedelta, clock: Callable[[], float], **kw: Any) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.fake = AsyncFakeRuntime()
+
+        async def build() -> AsyncRuntimeCache:
+            return AsyncRuntimeCache(self.fake, period, clock=clock, events=True, **kw)
+
+        self.cache = self.loop.run_until_complete(build())
+        subscribed = self.loop.run_until_complete(self.fake.wait_for_subscriptions(1))
+        assert subscribed, "the cache did not subscribe"
+
+
+DRIVERS: list[type[Driver]] = [SyncDriver, AsyncDriver, SyncEventsDriver, AsyncEventsDriver]
+"""Every contract test runs on both twins, without and with an event subscription."""

@@ -5,14 +5,37 @@ Sharing, joining, lock-free hits, timeouts.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from podcache import FakeRuntime, PodList, RuntimeCache
 from tests.unit.cache.drivers import FakeClock, make_pod
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["polling", "events"])
+def events(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[bool]:
+    """Every test twice: as written, and with ``events=True`` (subscribed before it goes on)."""
+    made: list[RuntimeCache] = []
+    if request.param:
+        real = RuntimeCache
+
+        def subscribed(getter: FakeRuntime, *args: Any, **kw: Any) -> RuntimeCache:
+            before = getter.subscriptions
+            cache = real(getter, *args, events=True, **kw)
+            made.append(cache)
+            assert getter.wait_for_subscriptions(before + 1), "the cache did not subscribe"
+            return cache
+
+        monkeypatch.setattr(sys.modules[__name__], "RuntimeCache", subscribed)
+    yield request.param
+    for cache in made:
+        cache.close()
 
 
 class Boom(Exception):

@@ -14,7 +14,15 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from tests.unit.cache.drivers import AsyncDriver, Driver, FakeClock, SyncDriver, make_pod
+from tests.unit.cache.drivers import (
+    AsyncDriver,
+    AsyncEventsDriver,
+    Driver,
+    FakeClock,
+    SyncDriver,
+    SyncEventsDriver,
+    make_pod,
+)
 
 
 class RuntimeDown(Exception):
@@ -149,3 +157,21 @@ TestRuntimeCacheAgainstGoModel = CacheAgainstModel.TestCase
 TestRuntimeCacheAgainstGoModel.settings = settings(max_examples=150, stateful_step_count=40)
 TestAsyncRuntimeCacheAgainstGoModel = AsyncCacheAgainstModel.TestCase
 TestAsyncRuntimeCacheAgainstGoModel.settings = settings(max_examples=100, stateful_step_count=40)
+
+
+class EventsCacheAgainstModel(CacheAgainstModel):
+    """The same model with a subscription open (no events: readers' behaviour is unchanged)."""
+
+    driver_type = SyncEventsDriver
+
+
+class AsyncEventsCacheAgainstModel(CacheAgainstModel):
+    driver_type = AsyncEventsDriver
+
+
+TestEventsRuntimeCacheAgainstGoModel = EventsCacheAgainstModel.TestCase
+TestEventsRuntimeCacheAgainstGoModel.settings = settings(max_examples=60, stateful_step_count=40)
+TestAsyncEventsRuntimeCacheAgainstGoModel = AsyncEventsCacheAgainstModel.TestCase
+TestAsyncEventsRuntimeCacheAgainstGoModel.settings = settings(
+    max_examples=60, stateful_step_count=40
+)

@@ -16,6 +16,7 @@ from podcache.cli.options import (
     DURATION,
     PodFilter,
     RuntimeSettings,
+    events_option,
     filter_options,
     runtime_options,
 )
@@ -85,6 +86,7 @@ class EventLines:
     metavar="RATE",
     help="With --sim: pods the simulated runtime replaces per second.",
 )
+@events_option
 @runtime_options
 def events_command(
     *,
@@ -92,13 +94,15 @@ def events_command(
     output: str,
     period: float,
     sim_churn: float,
+    events: str,
     runtime: RuntimeSettings,
 ) -> None:
     """Print one line per change of the node's pods, as it happens: TIME, TYPE (ADDED,
     MODIFIED, DELETED), POD, NAMESPACE and what changed in words (a container started,
     exited, was added or removed; the sandbox became not ready). The pods there are when it
     starts come first, as ADDED. Pods are listed as with `pods -a` (exited containers and
-    not-ready sandboxes included), every --period.
+    not-ready sandboxes included), every --period and, with --events auto|on, at once on
+    every container event of the runtime.
 
     -o json prints each change as GET /pods?watch=1 streams it:
     {"type": ..., "revision": r, "object": <the pod as in /pods>}.
@@ -120,4 +124,4 @@ def events_command(
         out.write(lines.batch(batch, time.time()))
 
     with open_source(runtime, sim_churn=sim_churn) as source:
-        follow(source, all_=True, period=period, where=where, show=show)
+        follow(source, all_=True, period=period, where=where, show=show, events=events)

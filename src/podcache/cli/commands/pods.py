@@ -16,6 +16,7 @@ from podcache.cli.options import (
     OutputOptions,
     PodFilter,
     RuntimeSettings,
+    events_option,
     filter_options,
     output_options,
     runtime_options,
@@ -58,6 +59,7 @@ __all__ = ["pods_command"]
     show_default=True,
     help="With -w: how often the runtime is listed to find changes.",
 )
+@events_option
 @runtime_options
 def pods_command(
     *,
@@ -66,6 +68,7 @@ def pods_command(
     out: OutputOptions,
     watch: bool,
     period: float,
+    events: str,
     runtime: RuntimeSettings,
 ) -> None:
     """List the node's pods, each with its containers, as the kubelet groups them.
@@ -87,7 +90,7 @@ def pods_command(
                 "-w/--watch prints a table (or -o wide, -o json), not -q or yaml"
             )
         with open_source(runtime) as source:
-            _watch(source, all_=all_, where=where, out=out, period=period)
+            _watch(source, all_=all_, where=where, out=out, period=period, events=events)
         return
     with open_source(runtime) as source:
         pods = select(source.runtime.get_pods(all_), where)
@@ -100,7 +103,13 @@ def pods_command(
 
 
 def _watch(
-    source: Source, *, all_: bool, where: PodFilter, out: OutputOptions, period: float
+    source: Source,
+    *,
+    all_: bool,
+    where: PodFilter,
+    out: OutputOptions,
+    period: float,
+    events: str,
 ) -> None:
     """The pods as a table with an EVENT column (ADDED for those there at first), then one
     row per change: each column as wide as its widest cell so far."""
@@ -129,4 +138,4 @@ def _watch(
             )
         )
 
-    follow(source, all_=all_, period=period, where=where, show=show)
+    follow(source, all_=all_, period=period, where=where, show=show, events=events)

@@ -21,6 +21,7 @@ from podcache.cli.options import (
     filter_options,
     runtime_options,
 )
+from podcache.defaults import EVENTS_MODES
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
     from podcache.cache import RuntimeCache
     from podcache.cli.source import Source
-    from podcache.cri import CRIRuntime
+    from podcache.cri import ContainerEventStream, CRIRuntime
     from podcache.model import Pod, PodList
 
 __all__ = ["watch_command"]
@@ -66,6 +67,16 @@ _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
 )
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
 @click.option("--no-trunc", is_flag=True, help="Show full IDs.")
+@click.option(
+    "--events",
+    type=click.Choice(EVENTS_MODES),
+    default="auto",
+    show_default=True,
+    help=(
+        "Subscribe to the runtime's container events so changes show at once (auto: when it "
+        "has them; on: require them; off: poll by the cache period only)."
+    ),
+)
 @runtime_options
 def watch_command(
     *,
@@ -75,6 +86,7 @@ def watch_command(
     sim_churn: float,
     where: PodFilter,
     no_trunc: bool,
+    events: str,
     runtime: RuntimeSettings,
 ) -> None:
     """Show the node's pods in a live table, redrawn every --interval from a RuntimeCache with
@@ -92,8 +104,11 @@ def watch_command(
     previous = signal.signal(signal.SIGTERM, on_term)
     try:
         with open_source(runtime, sim_churn=sim_churn) as source:
+            if events == "on":
+                require_events(source)
             _run(
                 source,
+                events=events != "off",
                 all_=all_,
                 period=period,
                 interval=interval,
@@ -106,6 +121,15 @@ def watch_command(
         signal.signal(signal.SIGTERM, previous)
 
 
+def require_events(source: Source) -> None:
+    """``--events on``: a runtime without container events is an error (exit status 1)."""
+    from podcache.cri.support import events_unsupported
+
+    unsupported = events_unsupported(source.endpoint, source.runtime.timeout)
+    if unsupported is not None:
+        raise click.ClickException(f"--events on: {unsupported}")
+
+
 class _Listing:
     """A getter that lists with a fixed ``all`` (RuntimeCache always asks for ``all=False``)."""
 
@@ -116,10 +140,14 @@ class _Listing:
     def get_pods(self, all: bool) -> PodList:
         return self._runtime.get_pods(self._all)
 
+    def container_events(self) -> ContainerEventStream:
+        return self._runtime.container_events()
+
 
 def _run(
     source: Source,
     *,
+    events: bool,
     all_: bool,
     period: float,
     interval: float,
@@ -131,12 +159,13 @@ def _run(
     from podcache.cache import RuntimeCache
     from podcache.cli.terminal import KeyReader
 
-    cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True)
+    cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True, events=events)
     screen = _Screen(cache, source, period=period, where=where, out=out)
     # The first read fails the command (exit 1, like every other command); later failures are
     # shown in the footer and retried, over the last pods read.
     pods = cache.get_pods()
     with (
+        cache,
         KeyReader() as keys,
         Live(
             screen.draw(pods, ""),
@@ -237,6 +266,7 @@ class _Screen:
         return Text(
             f"{total} pods · cache age {age} (period {self._period:g}s) · refresh latency "
             f"{latency} · refreshes {stats.refreshes} · hits {stats.hits} · errors "
-            f"{stats.errors} · q or Ctrl-C to quit",
+            f"{stats.errors} · events {stats.events_state} ({stats.events_received}) · "
+            "q or Ctrl-C to quit",
             style="dim",
         )

@@ -1,0 +1,319 @@
+"""Container events over real gRPC: the client streams (threads and asyncio) and the cache's
+subscription against the simulated runtime and every event fault it injects.
+
+The cache tests freeze the cache's clock (a fake one that never moves, 60 s period): whatever
+a reader sees beyond the first listing came through an event or a (re)subscription, never
+through the period. Where the period must act (dropped events), the fake clock is moved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from podcache import (
+    AsyncRuntimeCache,
+    ContainerEvent,
+    ContainerEventType,
+    EventsUnsupportedError,
+    RuntimeCache,
+)
+from podcache.cri import AsyncCRIRuntime, CRIRuntime
+from podcache.errors import RuntimeUnavailableError
+from podcache.sim import PodShape, SimEvent, SimRuntime
+from tests.unit.cache.drivers import FakeClock
+
+WAIT = 5.0
+_TYPES = {0: ContainerEventType.CREATED, 1: ContainerEventType.STARTED}
+_TYPES |= {2: ContainerEventType.STOPPED, 3: ContainerEventType.DELETED}
+
+
+def eventually(check: Callable[[], bool], timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)
+
+
+def expected(events: list[SimEvent]) -> list[ContainerEvent]:
+    return [
+        ContainerEvent(
+            type=_TYPES[int(e.type)],
+            container_id=e.container_id,
+            pod_sandbox_id=e.sandbox.id if e.sandbox is not None else "",
+            created_at=e.created_at,
+        )
+        for e in events
+    ]
+
+
+@pytest.fixture
+def sim() -> Iterator[SimRuntime]:
+    with SimRuntime(20, seed=3) as runtime:
+        yield runtime
+
+
+# -- the client streams --------------------------------------------------------------------------
+def test_stream_carries_the_population_events_exactly(sim: SimRuntime) -> None:
+    with CRIRuntime(sim.endpoint) as runtime, runtime.container_events() as stream:
+        stream.open()
+        assert stream.connected
+        sim.wait_for_event_subscribers(1)
+        made = sim.churn_step(2)
+        got = [next(stream) for _ in made]
+    assert got == expected(made)
+    assert {e.type for e in got} == set(ContainerEventType)
+
+
+def test_async_stream_sees_the_same_events_as_the_thread_stream(sim: SimRuntime) -> None:
+    async def both() -> tuple[list[ContainerEvent], list[ContainerEvent], list[SimEvent]]:
+        async with AsyncCRIRuntime(sim.endpoint) as aruntime:
+            with CRIRuntime(sim.endpoint) as runtime, runtime.container_events() as stream:
+                astream = aruntime.container_events()
+                await astream.open()
+                stream.open()
+                await asyncio.to_thread(sim.wait_for_event_subscribers, 2)
+                made = sim.churn_step(1)
+                threaded = [next(stream) for _ in made]
+                asynced = [await anext(astream) for _ in made]
+                await astream.aclose()
+        return threaded, asynced, made
+
+    threaded, asynced, made = asyncio.run(both())
+    assert threaded == asynced == expected(made)
+
+
+def test_unimplemented_is_events_unsupported_naming_the_endpoint(sim: SimRuntime) -> None:
+    sim.faults.unimplemented = {"GetContainerEvents"}
+    with CRIRuntime(sim.endpoint) as runtime:
+        with pytest.raises(EventsUnsupportedError) as caught:
+            runtime.container_events().open()
+        assert sim.endpoint in str(caught.value)
+        with pytest.raises(EventsUnsupportedError):
+            next(iter(runtime.container_events()))
+
+    async def aopen() -> None:
+        async with AsyncCRIRuntime(sim.endpoint) as aruntime:
+            await aruntime.container_events().open()
+
+    with pytest.raises(EventsUnsupportedError):
+        asyncio.run(aopen())
+
+
+def test_an_endpoint_with_nothing_there_fails_to_open_at_once(tmp_path: object) -> None:
+    endpoint = f"unix://{tmp_path}/none.sock"
+    with CRIRuntime(endpoint) as runtime:
+        started = time.monotonic()
+        stream = runtime.container_events()
+        with pytest.raises(RuntimeUnavailableError) as caught:
+            stream.open()
+        assert stream.connected is False  # never reached: the cache knocks, not backs off
+    assert time.monotonic() - started < 1.0
+    assert "none.sock" in str(caught.value)
+
+
+def test_a_cut_stream_raises_unavailable_naming_the_endpoint(sim: SimRuntime) -> None:
+    with CRIRuntime(sim.endpoint) as runtime, runtime.container_events() as stream:
+        stream.open()
+        sim.wait_for_event_subscribers(1)
+        assert sim.cut_event_streams() == 1
+        with pytest.raises(RuntimeUnavailableError) as caught:
+            next(stream)
+    assert sim.endpoint in str(caught.value)
+
+
+def test_close_from_another_thread_ends_the_iteration(sim: SimRuntime) -> None:
+    with CRIRuntime(sim.endpoint) as runtime:
+        stream = runtime.container_events()
+        stream.open()
+        import threading
+
+        threading.Timer(0.1, stream.close).start()
+        assert list(stream) == []
+
+
+# -- the cache over the simulated runtime, one fault at a time -----------------------------------
+def running_ids(cache: RuntimeCache) -> set[str]:
+    return {c.id.id for pod in cache.get_pods() for c in pod.containers}
+
+
+def start_pod(sim: SimRuntime) -> set[str]:
+    """A new running pod; its running container IDs."""
+    uid, _ = sim.population.create_pod(PodShape.RUNNING)
+    snapshot = sim.population.snapshot()
+    sandboxes = {s.id for s in snapshot.sandboxes if s.uid == uid}
+    return {c.id for c in snapshot.containers if c.pod_sandbox_id in sandboxes and c.state == 1}
+
+
+@pytest.fixture
+def subscribed(sim: SimRuntime) -> Iterator[tuple[RuntimeCache, FakeClock]]:
+    clock = FakeClock()
+    with (
+        CRIRuntime(sim.endpoint) as runtime,
+        RuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+    ):
+        cache.get_pods()
+        eventually(lambda: cache.stats().events_state == "subscribed")
+        sim.wait_for_event_subscribers(1)
+        eventually(lambda: not cache.stats().in_flight)
+        yield cache, clock
+
+
+def test_no_fault_a_new_pod_shows_without_the_period(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    new = start_pod(sim)
+    eventually(lambda: new <= running_ids(cache))
+
+
+def test_stream_cut_midway_resubscribes_and_catches_up(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_drop_rate = 1.0  # nothing reaches the cache by events...
+    new = start_pod(sim)
+    sim.cut_event_streams()  # ...but the resubscription refreshes
+    eventually(lambda: cache.stats().resubscriptions == 1)
+    eventually(lambda: new <= running_ids(cache))
+    assert cache.stats().events_state == "subscribed"
+
+
+def test_stream_cut_after_n_events_every_time_never_stops_the_subscription(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_cut_after = 1
+    for _ in range(3):
+        new = start_pod(sim)
+        eventually(lambda new=new: new <= running_ids(cache))  # type: ignore[misc]
+    assert cache.stats().resubscriptions >= 1
+
+
+def test_delayed_events_show_the_change_when_they_arrive(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_delay = 0.3
+    started = time.monotonic()
+    new = start_pod(sim)
+    time.sleep(0.1)
+    assert not new & running_ids(cache)  # the frozen clock keeps the old snapshot
+    eventually(lambda: new <= running_ids(cache))
+    assert time.monotonic() - started >= 0.3
+
+
+def test_dropped_events_leave_the_period_as_the_bound(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, clock = subscribed
+    sim.faults.event_drop_rate = 1.0
+    new = start_pod(sim)
+    time.sleep(0.3)
+    assert not new & running_ids(cache)
+    assert cache.stats().events_received == 0
+    clock.advance(60.001)
+    assert new <= running_ids(cache)
+
+
+def test_duplicated_events_are_counted_and_coalesced(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_duplicate_rate = 1.0
+    before = cache.stats()
+    with sim.pause_churn():
+        _, events = sim.population.create_pod(PodShape.RUNNING)
+    eventually(lambda: cache.stats().events_received - before.events_received == 2 * len(events))
+    eventually(lambda: not cache.stats().in_flight)
+    after = cache.stats()
+    assert after.event_refreshes - before.event_refreshes <= 2 * len(events)
+    assert after.refreshes - before.refreshes == after.event_refreshes - before.event_refreshes
+
+
+def test_out_of_order_events_still_end_in_the_current_state(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_reorder_rate = 0.5
+    for _ in range(4):
+        sim.churn_step(1)
+    sim.faults.event_reorder_rate = 0.0
+    sim.churn_step(1)  # flushes an event still held back
+    truth = {
+        c.id
+        for c in sim.population.snapshot().containers
+        if c.state == 1 and sim.population.sandbox(c.pod_sandbox_id) is not None
+    }
+    eventually(lambda: running_ids(cache) == truth)
+
+
+def test_unimplemented_polls_by_the_period(sim: SimRuntime) -> None:
+    sim.faults.unimplemented = {"GetContainerEvents"}
+    clock = FakeClock()
+    with (
+        CRIRuntime(sim.endpoint) as runtime,
+        RuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+    ):
+        cache.get_pods()
+        eventually(lambda: cache.stats().events_state == "unsupported")
+        new = start_pod(sim)
+        time.sleep(0.2)
+        assert not new & running_ids(cache)
+        clock.advance(60.001)
+        assert new <= running_ids(cache)
+
+
+def test_async_cache_over_the_simulated_runtime_follows_events(sim: SimRuntime) -> None:
+    async def run() -> None:
+        clock = FakeClock()
+        async with (
+            AsyncCRIRuntime(sim.endpoint) as runtime,
+            AsyncRuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+        ):
+            await cache.get_pods()
+            await asyncio.to_thread(sim.wait_for_event_subscribers, 1)
+            new = start_pod(sim)
+            deadline = time.monotonic() + WAIT
+            while not new <= {c.id.id for p in await cache.get_pods() for c in p.containers}:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
+            sim.cut_event_streams()
+            while cache.stats().resubscriptions < 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
+
+    asyncio.run(run())
+
+
+def test_a_restarted_runtime_is_found_again_at_once_and_counted_once(tmp_path: object) -> None:
+    """The runtime goes away for 3 s (a backoff would have grown to its 2 s cap) and comes
+    back on the same socket: the cache subscribes again within a knock or two (50 ms each)."""
+    path = f"{tmp_path}/rt.sock"
+    clock = FakeClock()
+    first = SimRuntime(5, seed=1, socket=path).start()
+    try:
+        with (
+            CRIRuntime(first.endpoint) as runtime,
+            RuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+        ):
+            cache.get_pods()
+            eventually(lambda: cache.stats().events_state == "subscribed")
+            first.stop()
+            eventually(lambda: cache.stats().events_state == "reconnecting")
+            time.sleep(3.0)
+            with SimRuntime(7, seed=2, socket=path) as second:
+                back = time.monotonic()
+                eventually(lambda: cache.stats().resubscriptions == 1)
+                took = time.monotonic() - back
+                eventually(lambda: not cache.stats().in_flight)
+                with CRIRuntime(second.endpoint) as direct:
+                    assert cache.get_pods() == direct.get_pods()  # the new runtime's pods
+                assert took < 0.5, f"subscribed again {took:.2f} s after the runtime's return"
+                time.sleep(0.2)
+                assert cache.stats().resubscriptions == 1
+    finally:
+        first.stop()

@@ -1,0 +1,76 @@
+"""``podcache serve --events auto|on|off`` over the simulated runtime: the subscription and its
+numbers in /metrics, and ``on`` refusing a runtime without container events."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from podcache.sim import PodShape, SimRuntime
+from tests.serve.conftest import Client, ServeProcess, free_port, run_serve, settle_subscription
+
+
+def metric(client: Client, name: str) -> float:
+    text = client.get("/metrics").body.decode()
+    found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert found is not None, f"{name} not in /metrics"
+    return float(found.group(1))
+
+
+def test_auto_subscribes_and_a_change_shows_without_the_period() -> None:
+    with SimRuntime(10, seed=5) as sim:
+        port = free_port()
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+        with ServeProcess(args) as server:
+            client = Client(port=port)
+            settle_subscription(client)
+            assert "events auto" in server.stderr
+            before = {p["id"] for p in client.get("/pods").json()["items"]}
+            uid, _ = sim.population.create_pod(PodShape.RUNNING)
+            deadline = time.monotonic() + 5
+            while uid not in {p["id"] for p in client.get("/pods").json()["items"]}:
+                assert time.monotonic() < deadline, "the new pod never showed"
+                time.sleep(0.01)
+            assert uid not in before
+            assert metric(client, "podcache_events_received_total") >= 1
+            assert metric(client, "podcache_event_refreshes_total") >= 1
+            assert metric(client, "podcache_event_resubscriptions_total") == 0
+            sim.cut_event_streams()
+            deadline = time.monotonic() + 5
+            while metric(client, "podcache_event_resubscriptions_total") < 1:
+                assert time.monotonic() < deadline, "never resubscribed"
+                time.sleep(0.01)
+            assert metric(client, 'podcache_events_state{state="subscribed"}') == 1.0
+
+
+def test_off_never_subscribes() -> None:
+    with SimRuntime(5, seed=5) as sim:
+        port = free_port()
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--events", "off"]
+        with ServeProcess(args):
+            client = Client(port=port)
+            client.get("/pods")
+            assert metric(client, 'podcache_events_state{state="off"}') == 1.0
+            assert sim.event_subscribers == 0
+
+
+def test_auto_over_a_runtime_without_events_polls_and_says_unsupported() -> None:
+    with SimRuntime(5, seed=5, unimplemented={"GetContainerEvents"}) as sim:
+        port = free_port()
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]
+        with ServeProcess(args):
+            client = Client(port=port)
+            deadline = time.monotonic() + 5
+            while metric(client, 'podcache_events_state{state="unsupported"}') != 1.0:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert client.get("/pods").status == 200
+
+
+def test_on_refuses_a_runtime_without_events() -> None:
+    with SimRuntime(5, seed=5, unimplemented={"GetContainerEvents"}) as sim:
+        listen = f"127.0.0.1:{free_port()}"
+        done = run_serve(["-r", sim.endpoint, "--listen", listen, "--events", "on"])
+    assert done.returncode == 1
+    assert "--events on" in done.stderr and "UNIMPLEMENTED" in done.stderr
+    assert sim.endpoint in done.stderr
