@@ -9,6 +9,7 @@ see the same publishes: a stream's bytes must not depend on which path carried t
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import random
 import time
@@ -407,3 +408,26 @@ def test_shutdown_ends_parked_streams_with_the_last_chunk() -> None:
                 stream.chunk()
             stream.close()
         assert streams.counters.open == 0
+
+
+def test_a_stream_dropped_unclosed_lets_the_broadcast_watch_close() -> None:
+    """An answer dropped before it was sent (its connection lost) is never iterated nor
+    closed: once collected, neither it nor the broadcast keeps a cursor in the log."""
+
+    async def scenario() -> int:
+        fake = FakeRuntime(pods_of({"u1": ("a", "web", 0)}))
+        cache = AsyncRuntimeCache(fake, 1e9)
+        await cache.get_pods()
+        streams = WatchStreams(cache)
+        response = await streams.open(request((None, None), None))
+        await asyncio.sleep(0.01)  # the broadcast follows the cache
+        assert len(cache._core.changes.cursors) == 2
+        del response
+        gc.collect()
+        await publish(fake, cache, {"u1": ("a", "web", 1)})
+        await asyncio.sleep(0.01)
+        left = cache._core.changes.prune()
+        await cache.aclose()
+        return left
+
+    assert asyncio.run(scenario()) == 0

@@ -62,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NamedTuple, cast
@@ -137,6 +138,7 @@ class _Stream:
     iterator waits (``_Broadcast``)."""
 
     __slots__ = (
+        "__weakref__",
         "_counted",
         "_done",
         "_loop",
@@ -258,7 +260,9 @@ class _Broadcast:
 
     def __init__(self, streams: WatchStreams) -> None:
         self._streams = streams
-        self._members: set[_Stream] = set()
+        # Weak: a stream dropped unclosed (its connection lost before the answer was sent)
+        # is collected, and the broadcast's watch closes at the next publish without it.
+        self._members: weakref.WeakSet[_Stream] = weakref.WeakSet()
         self._parked: dict[_Stream, asyncio.Future[None]] = {}
         """Streams whose iterator waits for the broadcast (``park``), and what wakes it."""
         self._watch: AsyncPodWatch | None = None  # its own, while it has members
@@ -280,12 +284,17 @@ class _Broadcast:
         """A stream closed; with the last one the broadcast's watch closes."""
         self._members.discard(stream)
         self._wake(stream)
-        if not self._members and self._watch is not None:
-            self._watch.close()  # its task ends
+        if not self._members:
+            self._stop()
+
+    def _stop(self) -> None:
+        """No stream left: close the broadcast's watch (its task ends) and the timer."""
+        if self._watch is not None:
+            self._watch.close()
             self._watch = None
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer, self._timer_at = None, math.inf
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
 
     async def park(self, stream: _Stream) -> None:
         """Wait until the broadcast hands ``stream`` back to its iterator."""
@@ -320,7 +329,9 @@ class _Broadcast:
                 published = self._watch is watch
                 if published:
                     self._watch = watch = self._streams.cache.watch(error.revision)
-            if published:
+            if not self._members:
+                self._stop()
+            elif published:
                 try:
                     self.send_batches()
                 except Exception:
