@@ -414,7 +414,7 @@ def test_a_stream_dropped_unclosed_lets_the_broadcast_watch_close() -> None:
     """An answer dropped before it was sent (its connection lost) is never iterated nor
     closed: once collected, neither it nor the broadcast keeps a cursor in the log."""
 
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, int]:
         fake = FakeRuntime(pods_of({"u1": ("a", "web", 0)}))
         cache = AsyncRuntimeCache(fake, 1e9)
         await cache.get_pods()
@@ -428,6 +428,6 @@ def test_a_stream_dropped_unclosed_lets_the_broadcast_watch_close() -> None:
         await asyncio.sleep(0.01)
         left = cache._core.changes.prune()
         await cache.aclose()
-        return left
+        return left, streams.counters.open
 
-    assert asyncio.run(scenario()) == 0
+    assert asyncio.run(scenario()) == (0, 0)

@@ -166,7 +166,8 @@ class _Stream:
         self.filter_key = request.filter_key()
         self._pending = first  # the first chunks, in order
         self._done = False
-        self._counted = True
+        # Counted open until closed, or collected unclosed (an answer dropped unsent).
+        self._counted = weakref.finalize(self, _uncount, streams.counters)
         self.sink: ChunkSink | None = None
         self.error: ResyncRequiredError | None = None  # found by the broadcast, raised here
         self.last_sent = self._loop.time()
@@ -243,11 +244,14 @@ class _Stream:
         self._done = True
         self.sink = None
         self.watch.close()
-        if self._counted:
-            self._counted = False
+        if self._counted.detach() is not None:
             self._streams.counters.open -= 1
             if self._streams.broadcast is not None:
                 self._streams.broadcast.leave(self)
+
+
+def _uncount(counters: WatchCounters) -> None:
+    counters.open -= 1
 
 
 _Encoded = tuple[bytes, int]  # a chunk and the change lines in it
