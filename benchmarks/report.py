@@ -1083,6 +1083,19 @@ def watch_section(data: Json) -> Section:
             f"p99 {fan['all_received_p99_ms']:.1f} ms. Server RSS idle "
             f"{fan['idle_rss_mib']:.1f} MiB, peak {fan['peak_rss_mib']:.1f} MiB.",
         ]
+        alone = fan.get("per_stream")
+        if alone is not None:
+            lines += [
+                "",
+                f"The watchers are read by {fan['clients']} client processes (their CPU: "
+                f"{fan['client_cpu_share'] * 100:.0f}% of each one's time); queued on the "
+                f"watchers' sockets by the kernel after p50 {fan['queued_p50_ms']:.1f} ms, p99 "
+                f"{fan['queued_p99_ms']:.1f} ms; errors: {fan['error_count']}. Every stream "
+                f"on its own path (no broadcast), same run: p50 {alone['p50_ms']:.1f} ms, p99 "
+                f"{alone['p99_ms']:.1f} ms, all received p99 "
+                f"{alone['all_received_p99_ms']:.1f} ms (the broadcast's p99 is "
+                f"{_x(fan['p99_vs_per_stream'])} of it).",
+            ]
     con = data.get("consistency")
     if con is not None:
         full = con["watchers"] >= 100 and con["seconds"] >= 60

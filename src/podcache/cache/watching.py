@@ -176,6 +176,17 @@ class PodWatch(Iterator[PodChange]):
                     return []
                 cache._changed.wait(remaining)
 
+    def read_nowait(self) -> list[PodChange]:
+        """The changes not yet returned, without waiting ([] when there are none, before the
+        first read has opened the watch, and once it is closed). ResyncRequiredError as
+        ``next_batch``."""
+        if self._buffer or self._closed or self._handle.cursor is None:
+            batch = list(self._buffer)
+            self._buffer.clear()
+            return batch
+        with self._cache._lock:
+            return self._read(self._cache._core.changes, self._handle.cursor)
+
     def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
         try:
             batch = log.read(cursor)
@@ -326,6 +337,16 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
                     await cache._changed_event().wait()
             except TimeoutError:
                 return []
+
+    def read_nowait(self) -> list[PodChange]:
+        """As ``PodWatch.read_nowait``: never suspends, so a callback may read a watch between
+        two publishes (``serve.watchstream``'s broadcast does)."""
+        cursor = self._handle.cursor
+        if self._buffer or self._closed or cursor is None:
+            batch = list(self._buffer)
+            self._buffer.clear()
+            return batch
+        return self._read(self._cache._core.changes, cursor)
 
     def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
         try:

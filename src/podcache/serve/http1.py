@@ -94,6 +94,11 @@ Streaming answers (for long-lived feeds such as a watch), the API a responder pl
   (SIGTERM), which ends the chunked body cleanly (the last chunk) and closes the connection.
 - An exception from the iterator is logged and resets the connection (the body cannot be
   turned into an error answer once its head is sent).
+- A stream may also be written between its iterator's yields: when the iterator has an
+  ``attach`` method, the server calls it with ``send_chunk`` (``response.ChunkSink``), which
+  writes a chunk at once under the same framing, bound and cut-off as the iterator's; it
+  writes nothing (False) once the stream's end is decided (its iterator ended, shutdown,
+  client EOF, a reset).
 
 It deliberately supports only what a read-only JSON API needs: no request bodies (refused,
 never read), no upgrades (answered as plain HTTP/1.1, then closed), no HTTP/2. Targets must be
@@ -225,6 +230,14 @@ class _Refusal(NamedTuple):
 
     status: int
     message: str
+
+
+class _Writing(NamedTuple):
+    """The stream a ``STREAMING`` connection writes: its chunks, their bound, their framing."""
+
+    chunks: AsyncIterator[bytes]
+    max_unsent: int
+    chunked: bool
 
 
 class _End(NamedTuple):
@@ -411,6 +424,7 @@ class HTTPConnection(asyncio.Protocol):
         self._queue: deque[_Queued] = deque()
         self._unparsed = b""  # input held back while MAX_PIPELINE requests wait
         self._task: asyncio.Task[None] | None = None  # ANSWERING, STREAMING
+        self._writing: _Writing | None = None  # STREAMING, until its end is decided
         self._refused = False  # over max_connections: answered 503, never parsed
         self._unsent = 0  # bytes unsent at the last look (tick or write)
         self._discarded = 0  # input bytes dropped since the connection began ending
@@ -500,6 +514,7 @@ class HTTPConnection(asyncio.Protocol):
             self._guarded(self._next)
         elif self.state is STREAMING and self._task is not None:
             # A stream (a watch) never ends by itself: the client's close ends it, cleanly.
+            self._writing = None
             self._task.cancel()
         return True
 
@@ -808,33 +823,48 @@ class HTTPConnection(asyncio.Protocol):
         if http10:
             keep_alive = False  # HTTP/1.0 has no chunked coding: the body ends with the close
         transport.write(self._head(response, keep_alive, http10))
-        self._task = self._loop.create_task(
-            self._stream(response.stream, response.max_unsent, keep_alive, chunked=not http10)
-        )
+        chunks = response.stream
+        self._writing = _Writing(chunks, response.max_unsent, not http10)
+        self._task = self._loop.create_task(self._stream(chunks, keep_alive, chunked=not http10))
         self._enter(STREAMING)
+        attach = getattr(chunks, "attach", None)
+        if attach is not None:  # a stream that writes chunks itself between its yields
+            attach(self.send_chunk)
+
+    def send_chunk(self, chunk: bytes) -> bool:
+        """Write ``chunk`` as the stream's next chunk (``response.ChunkSink``); reset the
+        connection when it leaves more than the stream's ``max_unsent`` unread. False when
+        nothing was written: no stream is being written (it ended, its end was decided, or
+        the connection is gone), or this chunk cut it off."""
+        writing = self._writing
+        transport = self._transport
+        if writing is None or self.state is not STREAMING or transport is None:
+            return False
+        if not chunk:
+            return True
+        if writing.chunked:
+            transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
+        else:
+            transport.write(chunk)
+        self.note_unsent()
+        if self._unsent > writing.max_unsent:
+            log.warning("a stream's client left over %d bytes unread: reset", writing.max_unsent)
+            self._writing = None
+            _tell_cut_off(writing.chunks)
+            self.abort()
+            return False
+        return True
 
     async def _stream(
-        self, chunks: AsyncIterator[bytes], max_unsent: int, keep_alive: bool, *, chunked: bool
+        self, chunks: AsyncIterator[bytes], keep_alive: bool, *, chunked: bool
     ) -> None:
         """Write each chunk as it comes; end the body cleanly when the iterator ends or this
-        task is cancelled by the server's shutdown; reset past ``max_unsent``."""
+        task is cancelled by the server's shutdown; reset past the stream's ``max_unsent``."""
         transport = self._transport
         assert transport is not None
         try:
             async for chunk in chunks:
-                if not chunk:
-                    continue
-                if self.state is not STREAMING:
-                    return
-                if chunked:
-                    transport.writelines((b"%x\r\n" % len(chunk), chunk, b"\r\n"))
-                else:
-                    transport.write(chunk)
-                self.note_unsent()
-                if self._unsent > max_unsent:
-                    log.warning("a stream's client left over %d bytes unread: reset", max_unsent)
-                    _tell_cut_off(chunks)
-                    self.abort()
+                if not self.send_chunk(chunk):
                     return
         except asyncio.CancelledError:
             keep_alive = False  # shutdown (or the connection is gone): end cleanly, then close
@@ -843,6 +873,7 @@ class HTTPConnection(asyncio.Protocol):
             self.abort()
             return
         finally:
+            self._writing = None
             await _close_iterator(chunks)
         self._task = None
         if self.state is STREAMING:
@@ -944,6 +975,7 @@ class HTTPConnection(asyncio.Protocol):
         elif self.state is not CLOSED:
             self._queue.append(_End("the server stops"))
             if self.state is STREAMING and self._task is not None:
+                self._writing = None
                 self._task.cancel()
 
     def abort(self) -> None:

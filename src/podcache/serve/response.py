@@ -8,7 +8,7 @@ pairs; the HTTP server (``http1``) and the ASGI entry point write them as their 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -18,6 +18,7 @@ from podcache.errors import PodcacheError
 __all__ = [
     "JSON",
     "STREAM_MAX_UNSENT",
+    "ChunkSink",
     "HTTPError",
     "Headers",
     "Response",
@@ -31,6 +32,14 @@ JSON = "application/json"
 
 STREAM_MAX_UNSENT = 4 * 1024 * 1024
 """Default bound of a streaming answer's unsent bytes: a client further behind is cut off."""
+
+ChunkSink = Callable[[bytes], bool]
+"""What an HTTP server hands a stream that has an ``attach(sink)`` method: ``sink(chunk)``
+writes ``chunk`` to the client at once, as the next chunk of the body, under the stream's own
+rules (framing, the ``max_unsent`` bound and its cut-off); False when nothing was written
+(the stream is ending, or the chunk cut it off). A stream may call it from any callback of
+the server's loop while its iterator is not producing a chunk: the body is then its chunks in
+the order of the writes and of the iterator's yields together."""
 
 _encode = msgspec.json.Encoder().encode
 

@@ -25,11 +25,44 @@ Rules of a stream:
   chunk) apply.
 
 Each change is encoded once for every watcher that sends it (a small memo by identity).
+
+Delivery: the broadcast
+-----------------------
+The per-stream path is the stream's own iterator: the HTTP server's task asks it for a chunk,
+it waits in its watch for a publish, reads, encodes and returns. With a thousand streams a
+publish would wake a thousand tasks. So (``WatchStreams(broadcast=True)``, the default) a
+stream with nothing to send *parks* in the ``_Broadcast`` instead, which follows the cache
+with one watch of its own; after each publish one pass over the parked streams reads each
+stream's cursor (``AsyncPodWatch.read_nowait``, no waiting), encodes the chunk for that
+range of the log and that filter once (its lines, then the bookmark: exactly the chunk the
+iterator would return), and writes it through the sink the server attached
+(``response.ChunkSink``: the server's framing, the stream's ``max_unsent`` bound and
+cut-off, as for the iterator's chunks). Lone bookmarks come from one timer for all parked
+streams, written the same way.
+
+THE BROADCAST RULE. The pass writes to a stream exactly when all of these hold, and
+otherwise leaves it to the per-stream path:
+
+1. the stream is parked: its iterator is waiting for news, not producing a chunk (one that
+   is producing reads the log itself when the server asks for the next, and parks after);
+2. it has a sink (else the pass wakes it, and its iterator sends the chunk);
+3. its read succeeds (a watcher further behind than ``max_lag`` is woken with the error,
+   and its iterator sends the ``ERROR`` line and ends);
+4. the read brought changes (an empty read: nothing to send, the stream stays parked).
+
+A paused transport is not skipped: the per-stream path does not wait for the client either;
+the ``max_unsent`` bound is what limits it, and it is the sink's. What the pass skips is
+therefore never lost: the changes stay in the stream's cursor until its own read. A stream
+read by every pass sends the same bytes on both paths; one read later sends the same lines
+with fewer bookmarks (tests/serve/test_watch_broadcast.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
+import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import NamedTuple, cast
@@ -39,7 +72,7 @@ from podcache.cache.changes import PodChange, visible
 from podcache.errors import PodcacheError, ResyncRequiredError
 from podcache.model import Pod
 from podcache.serve.query import LabelSelector
-from podcache.serve.response import JSON, Response, error_body
+from podcache.serve.response import JSON, ChunkSink, Response, error_body
 from podcache.watchjson import CONTENT_TYPE, bookmark_line, change_line, error_line
 
 __all__ = [
@@ -60,6 +93,11 @@ LINE_MEMO = 4096
 
 _RETRY = [("retry-after", "1")]
 
+log = logging.getLogger("podcache.serve")
+
+FilterKey = tuple[str | None, tuple[tuple[str, str | None], ...]]
+"""What a stream shows, as a value: its namespace, and its label selectors' keys and values."""
+
 
 class WatchRequest(NamedTuple):
     """A checked ``GET /pods?watch=1``: where to start and which pods to show."""
@@ -76,6 +114,10 @@ class WatchRequest(NamedTuple):
         labels = cast(tuple[tuple[str, str], ...], pod.labels)
         return all(selector.matches(labels) for selector in self.selectors)
 
+    def filter_key(self) -> FilterKey:
+        """The filters as a value: two requests with equal keys show the same pods."""
+        return self.namespace, tuple((each.key, each.value) for each in self.selectors)
+
 
 @dataclass
 class WatchCounters:
@@ -86,10 +128,29 @@ class WatchCounters:
     changes_sent: int = 0
     resyncs: int = 0
     cut_off: int = 0
+    broadcast_writes: int = 0
+    """Chunks the broadcast wrote (not a metric: tells the two paths apart in tests)."""
 
 
 class _Stream:
-    """One stream's chunks: an async iterator the HTTP server drains and closes."""
+    """One stream's chunks: an async iterator the HTTP server drains and closes. A server that
+    ``attach``es a sink (``response.ChunkSink``) lets the broadcast write to it while the
+    iterator waits (``_Broadcast``)."""
+
+    __slots__ = (
+        "__weakref__",
+        "_counted",
+        "_done",
+        "_loop",
+        "_pending",
+        "_streams",
+        "error",
+        "filter_key",
+        "last_sent",
+        "request",
+        "sink",
+        "watch",
+    )
 
     def __init__(
         self,
@@ -99,37 +160,81 @@ class _Stream:
         first: list[bytes],
     ) -> None:
         self._streams = streams
-        self._watch = watch
-        self._request = request
-        self._pending = first
+        self._loop = asyncio.get_running_loop()
+        self.watch = watch
+        self.request = request
+        self.filter_key = request.filter_key()
+        self._pending = first  # the first chunks, in order
         self._done = False
-        self._counted = True
+        # Counted open until closed, or collected unclosed (an answer dropped unsent).
+        self._counted = weakref.finalize(self, _uncount, streams.counters)
+        self.sink: ChunkSink | None = None
+        self.error: ResyncRequiredError | None = None  # found by the broadcast, raised here
+        self.last_sent = self._loop.time()
+        """When the last chunk was handed out or written: the next bookmark is due
+        ``bookmark_interval`` after it."""
         streams.counters.open += 1
+        if streams.broadcast is not None:
+            streams.broadcast.join(self)
+
+    def attach(self, sink: ChunkSink) -> None:
+        """The server writes what ``sink`` is given as this stream's next chunk."""
+        self.sink = sink
 
     def __aiter__(self) -> _Stream:
         return self
 
     async def __anext__(self) -> bytes:
         if self._pending:
-            chunk = b"".join(self._pending)
-            self._pending = []
-            return chunk
+            return self._sent(self._pending.pop(0))
         if self._done:
             await self.aclose()
             raise StopAsyncIteration
         streams = self._streams
-        try:
-            batch = await self._watch.next_batch(streams.bookmark_interval)
-        except ResyncRequiredError as error:
-            self._done = True
-            streams.counters.resyncs += 1
-            streams.counters.cut_off += 1
-            return error_line(410, str(error))
-        lines = streams.lines(batch, self._request)
-        # A bookmark after each batch, or alone when the interval passed without one: either
-        # way one at least every interval, each at a revision boundary.
-        lines.append(bookmark_line(cast(int, self._watch.revision)))
-        return b"".join(lines)
+        while True:
+            try:
+                batch = await self._next_batch()
+            except ResyncRequiredError as error:
+                self._done = True
+                streams.counters.resyncs += 1
+                streams.counters.cut_off += 1
+                return error_line(410, str(error))
+            revision = cast(int, self.watch.revision)
+            if batch:
+                chunk, count = streams.encode(batch, self.request, revision)
+                streams.counters.changes_sent += count
+                return self._sent(chunk)
+            if self.bookmark_due(self._loop.time()):
+                # A bookmark after each batch (in its chunk), or alone when the interval
+                # passed without one: either way one at least every interval, each at a
+                # revision boundary.
+                return self._sent(bookmark_line(revision))
+
+    def bookmark_due(self, now: float) -> bool:
+        """Whether a bookmark is due at ``now``."""
+        return now - self.last_sent >= self._streams.bookmark_interval
+
+    def _sent(self, chunk: bytes) -> bytes:
+        self.last_sent = self._loop.time()
+        return chunk
+
+    async def _next_batch(self) -> list[PodChange]:
+        """The changes not yet sent; [] when a bookmark may be due. Waits in the watch (the
+        per-stream path), or parked in the broadcast until it hands the stream back."""
+        batch = self.watch.read_nowait()
+        if batch:
+            return batch
+        remaining = self.last_sent + self._streams.bookmark_interval - self._loop.time()
+        if remaining <= 0:
+            return []
+        broadcast = self._streams.broadcast
+        if broadcast is None:
+            return await self.watch.next_batch(remaining)
+        await broadcast.park(self)
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
+        return self.watch.read_nowait()
 
     def cut_off(self) -> None:
         """The server resets this stream: its client left too much unread."""
@@ -137,14 +242,181 @@ class _Stream:
 
     async def aclose(self) -> None:
         self._done = True
-        self._watch.close()
-        if self._counted:
-            self._counted = False
+        self.sink = None
+        self.watch.close()
+        if self._counted.detach() is not None:
             self._streams.counters.open -= 1
+            if self._streams.broadcast is not None:
+                self._streams.broadcast.leave(self)
+
+
+def _uncount(counters: WatchCounters) -> None:
+    counters.open -= 1
+
+
+_Encoded = tuple[bytes, int]  # a chunk and the change lines in it
+
+
+class _Broadcast:
+    """Writes each publish's chunk to every parked stream in one pass; see the module
+    docstring for the rule. One watch of its own tells it of publishes (and counts as a
+    watcher: the cache keeps refreshing while streams are open, as each stream's does)."""
+
+    def __init__(self, streams: WatchStreams) -> None:
+        self._streams = streams
+        # Weak: a stream dropped unclosed (its connection lost before the answer was sent)
+        # is collected, and the broadcast's watch closes at the next publish without it.
+        self._members: weakref.WeakSet[_Stream] = weakref.WeakSet()
+        self._parked: dict[_Stream, asyncio.Future[None]] = {}
+        """Streams whose iterator waits for the broadcast (``park``), and what wakes it."""
+        self._watch: AsyncPodWatch | None = None  # its own, while it has members
+        self._timer: asyncio.TimerHandle | None = None  # the next bookmark due
+        self._timer_at = math.inf
+
+    def join(self, stream: _Stream) -> None:
+        """A stream opened; the first one starts the broadcast's watch."""
+        self._members.add(stream)
+        if self._watch is None:
+            self._watch = watch = self._streams.cache.watch(stream.watch.revision)
+            task = asyncio.get_running_loop().create_task(
+                self._follow(watch), name="podcache-watch-broadcast"
+            )
+            _TASKS.add(task)  # a reference until it is done (the loop keeps a weak one)
+            task.add_done_callback(_TASKS.discard)
+
+    def leave(self, stream: _Stream) -> None:
+        """A stream closed; with the last one the broadcast's watch closes."""
+        self._members.discard(stream)
+        self._wake(stream)
+        if not self._members:
+            self._stop()
+
+    def _stop(self) -> None:
+        """No stream left: close the broadcast's watch (its task ends) and the timer."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
+
+    async def park(self, stream: _Stream) -> None:
+        """Wait until the broadcast hands ``stream`` back to its iterator."""
+        woken = asyncio.get_running_loop().create_future()
+        self._parked[stream] = woken
+        self._arm(stream.last_sent + self._streams.bookmark_interval)
+        try:
+            await woken
+        finally:
+            if self._parked.get(stream) is woken:
+                del self._parked[stream]
+
+    def _wake(self, stream: _Stream, error: ResyncRequiredError | None = None) -> None:
+        """Hand ``stream`` back to its iterator (with the error its read raised)."""
+        woken = self._parked.pop(stream, None)
+        if woken is not None and not woken.done():
+            stream.error = error
+            woken.set_result(None)
+
+    def _wake_all(self) -> None:
+        for stream in list(self._parked):
+            self._wake(stream)
+
+    async def _follow(self, watch: AsyncPodWatch) -> None:
+        """Broadcast after every publish of the cache, while ``watch`` is the current one."""
+        while self._watch is watch:
+            try:
+                published = bool(await watch.next_batch())
+            except ResyncRequiredError as error:
+                # One publish brought more than max_lag changes: follow on from the current
+                # revision; the pass finds each parked stream that must resync.
+                published = self._watch is watch
+                if published:
+                    self._watch = watch = self._streams.cache.watch(error.revision)
+            if not self._members:
+                self._stop()
+            elif published:
+                try:
+                    self.send_batches()
+                except Exception:
+                    log.exception("the watch broadcast failed; each stream sends its own")
+                    self._wake_all()
+
+    def send_batches(self) -> None:
+        """The broadcast pass: each parked stream's unread changes, encoded once per range of
+        the log and filter, written through its sink; the streams it may not serve are woken."""
+        streams = self._streams
+        counters = streams.counters
+        now = asyncio.get_running_loop().time()
+        # Keys hold the id of a batch's first change: the log holds that object for the
+        # whole pass (nothing is published during it), so an id names one range of the log.
+        encoded: dict[tuple[int, int, FilterKey], _Encoded] = {}
+        for stream in list(self._parked):
+            sink = stream.sink
+            if sink is None:
+                self._wake(stream)
+                continue
+            try:
+                batch = stream.watch.read_nowait()
+            except ResyncRequiredError as error:
+                self._wake(stream, error)
+                continue
+            if not batch:
+                continue
+            key = (id(batch[0]), len(batch), stream.filter_key)
+            found = encoded.get(key)
+            if found is None:
+                revision = cast(int, stream.watch.revision)
+                found = encoded[key] = streams.encode(batch, stream.request, revision)
+            if sink(found[0]):
+                counters.changes_sent += found[1]
+                counters.broadcast_writes += 1
+                stream.last_sent = now
+
+    def _arm(self, when: float) -> None:
+        """Make sure the bookmark pass runs at ``when`` at the latest."""
+        if when < self._timer_at:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer_at = when
+            self._timer = asyncio.get_running_loop().call_at(when, self.send_bookmarks)
+
+    def send_bookmarks(self) -> None:
+        """The bookmark pass: a bookmark to each parked stream due one (written, or the stream
+        woken to send it itself); then the timer for the next one due."""
+        self._timer, self._timer_at = None, math.inf
+        now = asyncio.get_running_loop().time()
+        interval = self._streams.bookmark_interval
+        lines: dict[int, bytes] = {}
+        following = math.inf
+        for stream in list(self._parked):
+            if not stream.bookmark_due(now):
+                following = min(following, stream.last_sent + interval)
+                continue
+            sink = stream.sink
+            if sink is None:
+                self._wake(stream)
+                continue
+            revision = cast(int, stream.watch.revision)
+            line = lines.get(revision)
+            if line is None:
+                line = lines[revision] = bookmark_line(revision)
+            if sink(line):
+                self._streams.counters.broadcast_writes += 1
+                stream.last_sent = now
+                following = min(following, now + interval)
+        if following < math.inf:
+            self._arm(following)
+
+
+_TASKS: set[asyncio.Task[None]] = set()
 
 
 class WatchStreams:
-    """Opens the streams of one application's cache and counts them."""
+    """Opens the streams of one application's cache and counts them. ``broadcast`` (True by
+    default): publishes reach parked streams in one pass (``_Broadcast``); False: every stream
+    waits in its own watch (the per-stream path alone, the reference the broadcast is tested
+    against)."""
 
     def __init__(
         self,
@@ -153,14 +425,16 @@ class WatchStreams:
         bookmark_interval: float = BOOKMARK_INTERVAL,
         max_unsent: int = MAX_UNSENT,
         wait: float = 10.0,
+        broadcast: bool = True,
     ) -> None:
         if not bookmark_interval > 0:
             raise ValueError(f"bookmark_interval must be > 0 seconds, got {bookmark_interval!r}")
-        self._cache = cache
+        self.cache = cache
         self.bookmark_interval = bookmark_interval
         self.max_unsent = max_unsent
         self._wait = wait
         self.counters = WatchCounters()
+        self.broadcast = _Broadcast(self) if broadcast else None
         self._memo: dict[int, tuple[PodChange, bytes]] = {}
         self._first: tuple[int, bytes] | None = None  # the unfiltered first chunk, by revision
         self._listing_size = 0  # bytes of the last unfiltered first chunk built
@@ -183,13 +457,20 @@ class WatchStreams:
                 memo.clear()
             memo[id(change)] = (change, line)
             lines.append(line)
-        self.counters.changes_sent += len(lines)
         return lines
+
+    def encode(self, batch: list[PodChange], request: WatchRequest, revision: int) -> _Encoded:
+        """The chunk that sends ``batch`` to ``request``'s stream: its lines, then a bookmark
+        at ``revision`` (the one they bring the stream to); and how many change lines."""
+        lines = self.lines(batch, request)
+        count = len(lines)
+        lines.append(bookmark_line(revision))
+        return b"".join(lines), count
 
     async def open(self, request: WatchRequest) -> Response:
         """The answer to a watch request: 200 and its stream, or the error (410, 503)."""
         headers = [("content-type", CONTENT_TYPE), ("cache-control", "no-store")]
-        watch = self._cache.watch(request.since)
+        watch = self.cache.watch(request.since)
         try:
             first = await asyncio.wait_for(watch.next_batch(0), self._wait)
         except ResyncRequiredError as error:
@@ -204,30 +485,30 @@ class WatchStreams:
             return _error(503, message, _RETRY)
         revision = cast(int, watch.revision)
         headers.append(("x-podcache-revision", str(revision)))
-        lines = self.first_lines(first, request, revision)
-        stream: AsyncIterator[bytes] = _Stream(self, watch, request, lines)
+        chunks = self.first_chunks(first, request, revision)
+        stream: AsyncIterator[bytes] = _Stream(self, watch, request, chunks)
         # A chunk is written at once, and one can hold every pod of a large node (megabytes:
         # the first, or a batch in which every pod changed): the bound is on what the client
         # leaves unread beyond two listings.
         bound = self.max_unsent + 2 * self._listing_size
         return Response(200, headers, stream=stream, max_unsent=bound)
 
-    def first_lines(
+    def first_chunks(
         self, first: list[PodChange], request: WatchRequest, revision: int
     ) -> list[bytes]:
-        """The first chunk's lines, then its bookmark; an unfiltered first batch (every pod)
-        is encoded once per revision for every watch opened at it."""
+        """The first chunks: the first batch's lines, then its bookmark. An unfiltered first
+        batch (every pod) is encoded once per revision for every watch opened at it, and sent
+        as a chunk of its own: every stream opened at that revision holds the one object."""
         if first and request.since is None and not request.namespace and not request.selectors:
             cached = self._first
             if cached is None or cached[0] != revision:
                 cached = self._first = (revision, b"".join(self.lines(first, request)))
                 self._listing_size = len(cached[1])
-            else:
-                self.counters.changes_sent += len(first)
+            self.counters.changes_sent += len(first)
             return [cached[1], bookmark_line(revision)]
-        lines = self.lines(first, request)
-        lines.append(bookmark_line(revision))
-        return lines
+        chunk, count = self.encode(first, request, revision)
+        self.counters.changes_sent += count
+        return [chunk]
 
 
 def _error(status: int, message: str, extra_headers: list[tuple[str, str]]) -> Response:
