@@ -37,6 +37,7 @@ __all__ = [
     "output_options",
     "parse_duration",
     "runtime_options",
+    "sim_churn_option",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -307,5 +308,19 @@ def events_option(f: F) -> F:
             "Subscribe to the runtime's container events so changes show at once (auto: when "
             "it has them; on: require them; off: poll by the period only)."
         ),
+    )
+    return option(f)
+
+
+def sim_churn_option(f: F) -> F:
+    """Add ``--sim-churn RATE`` (default 0.2) for the commands that follow a live runtime; the
+    command receives ``sim_churn=``."""
+    option = click.option(
+        "--sim-churn",
+        type=click.FloatRange(min=0),
+        default=0.2,
+        show_default=True,
+        metavar="RATE",
+        help="With --sim: pods the simulated runtime replaces per second.",
     )
     return option(f)

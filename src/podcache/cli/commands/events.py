@@ -19,6 +19,7 @@ from podcache.cli.options import (
     events_option,
     filter_options,
     runtime_options,
+    sim_churn_option,
 )
 
 if TYPE_CHECKING:
@@ -78,14 +79,7 @@ class EventLines:
     show_default=True,
     help="How often the runtime is listed to find changes.",
 )
-@click.option(
-    "--sim-churn",
-    type=click.FloatRange(min=0),
-    default=0.2,
-    show_default=True,
-    metavar="RATE",
-    help="With --sim: pods the simulated runtime replaces per second.",
-)
+@sim_churn_option
 @events_option
 @runtime_options
 def events_command(

@@ -18,10 +18,11 @@ from podcache.cli.options import (
     OutputOptions,
     PodFilter,
     RuntimeSettings,
+    events_option,
     filter_options,
     runtime_options,
+    sim_churn_option,
 )
-from podcache.defaults import EVENTS_MODES
 
 if TYPE_CHECKING:
     from rich.console import Group
@@ -57,26 +58,10 @@ _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
     show_default=True,
     help="Redraw interval (each redraw reads the cache; most reads are hits).",
 )
-@click.option(
-    "--sim-churn",
-    type=click.FloatRange(min=0),
-    default=0.2,
-    show_default=True,
-    metavar="RATE",
-    help="With --sim: pods the simulated runtime replaces per second.",
-)
+@sim_churn_option
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
 @click.option("--no-trunc", is_flag=True, help="Show full IDs.")
-@click.option(
-    "--events",
-    type=click.Choice(EVENTS_MODES),
-    default="auto",
-    show_default=True,
-    help=(
-        "Subscribe to the runtime's container events so changes show at once (auto: when it "
-        "has them; on: require them; off: poll by the cache period only)."
-    ),
-)
+@events_option
 @runtime_options
 def watch_command(
     *,
