@@ -110,7 +110,10 @@ def _truth(runtime: CRIRuntime) -> dict[str, Any]:
 
 def test_events_json_rebuilds_the_runtimes_pods(run: Runner, own_sim: SimRuntime) -> None:
     population = own_sim.population
-    proc = Running(run, "events", "-o", "json", "-r", own_sim.endpoint, "--period", PERIOD)
+    # --events off: polled, each step below is one change; with events a refresh may also land
+    # between the container stops of one pod (real intermediate states, more MODIFIED lines).
+    args = ("-o", "json", "-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")
+    proc = Running(run, "events", *args)
     try:
         with CRIRuntime(own_sim.endpoint) as runtime:
             proc.wait_until(lambda lines: _rebuild(lines) == _truth(runtime))
@@ -129,7 +132,8 @@ def test_events_json_rebuilds_the_runtimes_pods(run: Runner, own_sim: SimRuntime
 
 def test_events_table_says_what_changed(run: Runner, own_sim: SimRuntime) -> None:
     population = own_sim.population
-    proc = Running(run, "events", "-r", own_sim.endpoint, "--period", PERIOD)
+    # --events off: one line per step (events could also show a pod half stopped)
+    proc = Running(run, "events", "-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")
     try:
         proc.wait_until(lambda lines: len(lines) == 7)  # the header and six pods
         assert re.fullmatch(r"TIME\s+TYPE\s+POD\s+NAMESPACE\s+CHANGE", proc.lines[0])
@@ -189,7 +193,8 @@ def test_events_ends_with_status_1_when_the_runtime_goes_away(run: Runner) -> No
 def test_pods_watch_prints_the_table_then_a_row_per_change(
     run: Runner, own_sim: SimRuntime
 ) -> None:
-    proc = Running(run, "pods", "-w", "-r", own_sim.endpoint, "--period", PERIOD)
+    args = ("-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")  # one row per step
+    proc = Running(run, "pods", "-w", *args)
     try:
         proc.wait_until(lambda lines: len(lines) == 7)
         header = re.split(r" {3,}", proc.lines[0])
