@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="benchmarks/run", description=(__doc__ or "").splitlines()[0]
     )
-    parser.add_argument("--quick", action="store_true", help="short runs (under 2 minutes)")
+    parser.add_argument("--quick", action="store_true", help="short runs (a few minutes)")
     parser.add_argument(
         "--only",
         type=lambda text: [k.strip() for k in text.split(",") if k.strip()],
