@@ -19,17 +19,19 @@ from podcache.cli.query import matches
 if TYPE_CHECKING:
     from podcache.cache.changes import PodChange
     from podcache.cli.source import Source
+    from podcache.cri.eventstream import ContainerEventStream
     from podcache.model import PodList
 
-__all__ = ["POLL", "follow"]
+__all__ = ["POLL", "EventListing", "Listing", "follow", "listing", "require_events"]
 
 POLL = 0.25
 """Seconds between checks for a failed refresh while no change arrives."""
 
 
-class _Listing:
-    """The runtime's pods with a fixed ``all``; remembers the last error it raised. It offers
-    no container events: a cache over it polls by its period (``--events off``)."""
+class Listing:
+    """The runtime's pods with a fixed ``all`` (a RuntimeCache always asks for ``all=False``);
+    remembers the last error it raised. It offers no container events: a cache over it polls
+    by its period (``--events off``)."""
 
     def __init__(self, source: Source, all_: bool) -> None:
         self._runtime = source.runtime
@@ -44,12 +46,28 @@ class _Listing:
             raise
 
 
-class _EventListing(_Listing):
-    """A ``_Listing`` that also offers the runtime's container events (``--events auto|on``):
+class EventListing(Listing):
+    """A ``Listing`` that also offers the runtime's container events (``--events auto|on``):
     the cache then refreshes on every event, not only every period."""
 
-    def container_events(self) -> object:
+    def container_events(self) -> ContainerEventStream:
         return self._runtime.container_events()
+
+
+def listing(source: Source, all_: bool, events: bool) -> Listing:
+    """The getter that ``watch``, ``events`` and ``pods -w`` give their RuntimeCache."""
+    return (EventListing if events else Listing)(source, all_)
+
+
+def require_events(source: Source) -> None:
+    """``--events on``: a runtime without container events is an error (exit status 1)."""
+    import click
+
+    from podcache.cri.support import events_unsupported
+
+    unsupported = events_unsupported(source.endpoint, source.runtime.timeout)
+    if unsupported is not None:
+        raise click.ClickException(f"--events on: {unsupported}")
 
 
 def follow(
@@ -73,18 +91,15 @@ def follow(
         return matches(pod, where)  # type: ignore[arg-type]
 
     if events == "on":
-        from podcache.cli.commands.watch import require_events
-
         require_events(source)
-    offered = events != "off" and callable(getattr(source.runtime, "container_events", None))
-    listing = (_EventListing if offered else _Listing)(source, all_)
-    cache = RuntimeCache(listing, period, events=offered)
+    getter = listing(source, all_, events != "off")
+    cache = RuntimeCache(getter, period, events=events != "off")
     first = True
     with cache, cache.watch() as watch:
         while True:
             batch = watch.next_batch(POLL)
-            if listing.error is not None:
-                raise listing.error
+            if getter.error is not None:
+                raise getter.error
             kept = [c for c in (visible(change, shown) for change in batch) if c is not None]
             if kept or (first and watch.revision is not None):
                 first = False

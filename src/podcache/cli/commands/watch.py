@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from podcache.cache import RuntimeCache
     from podcache.cli.source import Source
-    from podcache.cri import ContainerEventStream, CRIRuntime
     from podcache.model import Pod, PodList
 
 __all__ = ["watch_command"]
@@ -81,6 +80,7 @@ def watch_command(
 
     Quit with q or Ctrl-C (exit status 0); the terminal is restored.
     """
+    from podcache.cli.follow import require_events
     from podcache.cli.source import open_source
 
     def on_term(signum: int, frame: object) -> None:
@@ -106,29 +106,6 @@ def watch_command(
         signal.signal(signal.SIGTERM, previous)
 
 
-def require_events(source: Source) -> None:
-    """``--events on``: a runtime without container events is an error (exit status 1)."""
-    from podcache.cri.support import events_unsupported
-
-    unsupported = events_unsupported(source.endpoint, source.runtime.timeout)
-    if unsupported is not None:
-        raise click.ClickException(f"--events on: {unsupported}")
-
-
-class _Listing:
-    """A getter that lists with a fixed ``all`` (RuntimeCache always asks for ``all=False``)."""
-
-    def __init__(self, runtime: CRIRuntime, all_: bool) -> None:
-        self._runtime = runtime
-        self._all = all_
-
-    def get_pods(self, all: bool) -> PodList:
-        return self._runtime.get_pods(self._all)
-
-    def container_events(self) -> ContainerEventStream:
-        return self._runtime.container_events()
-
-
 def _run(
     source: Source,
     *,
@@ -142,9 +119,10 @@ def _run(
     from rich.live import Live
 
     from podcache.cache import RuntimeCache
+    from podcache.cli.follow import listing
     from podcache.cli.terminal import KeyReader
 
-    cache = RuntimeCache(_Listing(source.runtime, all_), period, stats=True, events=events)
+    cache = RuntimeCache(listing(source, all_, events), period, stats=True, events=events)
     screen = _Screen(cache, source, period=period, where=where, out=out)
     # The first read fails the command (exit 1, like every other command); later failures are
     # shown in the footer and retried, over the last pods read.
