@@ -4,6 +4,7 @@ The rows' fields are the ``*_ROW_FIELDS`` tables of ``_wire.c``, in the same ord
 holds the two to each other). Absent strings are ``""``.
 """
 
+from collections.abc import Sequence
 from typing import final
 
 class MalformedError(ValueError):
@@ -77,3 +78,9 @@ def sandboxes(data: bytes, /) -> list[SandboxRow]:
 
 def containers(data: bytes, /) -> list[ContainerRow]:
     """The items of a ListContainersResponse as rows."""
+
+def newest_first(created: Sequence[int], ids: Sequence[str], /) -> list[int]:
+    """The positions ``0..n-1`` ordered by ``created`` descending, then by ``ids`` ascending,
+    then by position: what two stable sorts (by id, then by created, reversed) give. The
+    sort runs with the GIL released. TypeError unless ints and strs; OverflowError past 64
+    bits; UnicodeEncodeError for a str without UTF-8 (a lone surrogate)."""

@@ -530,6 +530,17 @@ def split_items(data: bytes, piece: int) -> list[bytes] | None:
     return pieces
 
 
+def _converted(
+    runtime_name: str, sandboxes: Listing, containers: Listing, memo: Memo | None
+) -> PodList:
+    """The pods of two listings, which are released (``Listing.release``) in any case."""
+    try:
+        return pods_from_listings(runtime_name, sandboxes, containers, memo)
+    finally:
+        sandboxes.release()
+        containers.release()
+
+
 class _GCPause:
     """Pauses Python's cyclic garbage collector while listings are read and converted.
 
@@ -920,7 +931,7 @@ class CRIRuntime(_Base):
         sandbox_request, container_request = _list_requests(all)
         sandboxes, _ = self._call("ListPodSandbox", sandbox_request, Listing)
         containers, _ = self._call("ListContainers", container_request, Listing)
-        return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
+        return _converted(runtime_name, sandboxes, containers, self._memo)
 
     def container_events(self) -> ContainerEventStream:
         """The runtime's container events (GetContainerEvents), from now on, as an iterator.
@@ -1175,8 +1186,8 @@ class AsyncCRIRuntime(_Base):
 
         The list calls are made in worker threads (``_ListCaller``) and their answers read and
         converted in another, never on the event loop (at 5,000 pods the answers are 8-12 MB
-        and converting them takes about 100 ms); the sandboxes are read while ListContainers
-        runs. Cancelling the caller cancels the list call in flight.
+        and converting them takes about 100 ms); the sandboxes are read before ListContainers
+        is called. Cancelling the caller cancels the list call in flight.
         """
         runtime_name = (await self.version()).runtime_name
         lister = self._lister()
@@ -1184,12 +1195,11 @@ class AsyncCRIRuntime(_Base):
         sandbox_bytes = await lister.list_bytes("ListPodSandbox", sandbox_request)
         convert = self._converter
         sandboxes = _Held()
-        read = convert.run(self._read_sandboxes, sandboxes, sandbox_bytes)
+        # Read before the second call, not while it runs: the two would contend for the GIL
+        # with the event loop at once, and the loop loses the most (docs/architecture.md §4).
+        await convert.run(self._read_sandboxes, sandboxes, sandbox_bytes)
         del sandbox_bytes
-        try:
-            container_bytes = await lister.list_bytes("ListContainers", container_request)
-        finally:
-            await read  # a malformed first answer is the error to report
+        container_bytes = await lister.list_bytes("ListContainers", container_request)
         return await convert.run(self._convert, runtime_name, sandboxes, container_bytes)
 
     def _lister(self) -> _ListCaller:
@@ -1209,7 +1219,7 @@ class AsyncCRIRuntime(_Base):
         sandboxes, held.listing = held.listing, None
         assert sandboxes is not None
         containers = self._converter.read("ListContainers", container_bytes)
-        return pods_from_listings(runtime_name, sandboxes, containers, self._memo)
+        return _converted(runtime_name, sandboxes, containers, self._memo)
 
     def container_events(self) -> AsyncContainerEventStream:
         """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
