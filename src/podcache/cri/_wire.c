@@ -908,6 +908,64 @@ static PyObject *containers(PyObject *self, PyObject *args) {
     return read_list(args, "ListContainersResponse", 1);
 }
 
+/* -- item_cuts: where a list answer is cut between its items ----------------------------- */
+
+#define LIST_ITEM_TAG 0x0A /* field 1, length-delimited: the items of both list answers */
+
+/* The end of the item at `position` (its tag, length and bytes), or -1 when it is not a
+ * field-1 length-delimited item wholly inside `size` bytes with a length of at most 5 bytes. */
+static Py_ssize_t item_end(const uint8_t *data, Py_ssize_t size, Py_ssize_t position) {
+    if (data[position] != LIST_ITEM_TAG) return -1;
+    position++;
+    uint64_t length = 0;
+    for (int shift = 0;; shift += 7) {
+        if (position >= size || shift > 7 * (MAX_LENGTH_BYTES - 1)) return -1;
+        uint8_t byte = data[position++];
+        length |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80) break;
+    }
+    if (length > (uint64_t)(size - position)) return -1;
+    return position + (Py_ssize_t)length;
+}
+
+static int append_cut(PyObject *cuts, Py_ssize_t position) {
+    PyObject *cut = PyLong_FromSsize_t(position);
+    if (cut == NULL) return -1;
+    int failed = PyList_Append(cuts, cut) < 0;
+    Py_DECREF(cut);
+    return failed ? -1 : 0;
+}
+
+/* item_cuts(data, piece) -> list of int, or None: where convert.split_items cuts `data`
+ * (the end of each piece). One pass over the items' tags and lengths, nothing copied. */
+static PyObject *item_cuts(PyObject *self, PyObject *args) {
+    Py_buffer data;
+    Py_ssize_t piece;
+    if (!PyArg_ParseTuple(args, "y*n", &data, &piece)) return NULL;
+    const uint8_t *bytes = data.buf;
+    Py_ssize_t size = data.len, start = 0, position = 0;
+    PyObject *cuts = size > piece ? PyList_New(0) : NULL;
+    while (cuts != NULL && position < size) {
+        position = item_end(bytes, size, position);
+        if (position < 0) {
+            Py_CLEAR(cuts);
+            break;
+        }
+        if (position - start >= piece) {
+            if (append_cut(cuts, position) < 0) goto failed;
+            start = position;
+        }
+    }
+    if (cuts != NULL && start < size && append_cut(cuts, size) < 0) goto failed;
+    PyBuffer_Release(&data);
+    if (cuts == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return cuts;
+failed:
+    Py_DECREF(cuts);
+    PyBuffer_Release(&data);
+    return NULL;
+}
+
 /* -- newest_first: an order computed without the GIL ------------------------------------ */
 
 /* One item to order: its creation time, its ID's UTF-8 bytes, its position in the input. */
@@ -999,6 +1057,9 @@ static PyMethodDef methods[] = {
      "sandboxes(data) -> the items of a ListPodSandboxResponse (wire bytes) as SandboxRows."},
     {"containers", containers, METH_VARARGS,
      "containers(data) -> the items of a ListContainersResponse (wire bytes) as ContainerRows."},
+    {"item_cuts", item_cuts, METH_VARARGS,
+     "item_cuts(data, piece) -> the end of each piece of at least piece bytes the answer is "
+     "cut into between its items, or None (see convert.split_items)."},
     {"newest_first", newest_first, METH_VARARGS,
      "newest_first(created, ids) -> positions ordered newest first, then by id, then by "
      "position (sorted with the GIL released)."},

@@ -73,11 +73,15 @@ class ContainerRow:
     def hash(self) -> str:
         """The annotation ``io.kubernetes.container.hash``."""
 
-def sandboxes(data: bytes, /) -> list[SandboxRow]:
+def sandboxes(data: bytes | memoryview, /) -> list[SandboxRow]:
     """The items of a ListPodSandboxResponse as rows."""
 
-def containers(data: bytes, /) -> list[ContainerRow]:
+def containers(data: bytes | memoryview, /) -> list[ContainerRow]:
     """The items of a ListContainersResponse as rows."""
+
+def item_cuts(data: bytes | memoryview, piece: int, /) -> list[int] | None:
+    """Where ``convert.split_items`` cuts ``data``: the end of each piece
+    (``convert._item_cuts_python`` is the reference)."""
 
 def newest_first(created: Sequence[int], ids: Sequence[str], /) -> list[int]:
     """The positions ``0..n-1`` ordered by ``created`` descending, then by ``ids`` ascending,

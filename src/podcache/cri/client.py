@@ -60,6 +60,7 @@ from podcache.cri.convert import (
     pods_from_listings,
     read_containers,
     read_sandboxes,
+    split_items,
 )
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
 from podcache.cri.eventstream import (
@@ -89,7 +90,6 @@ __all__ = [
     "RuntimeStatus",
     "RuntimeVersion",
     "channel_options",
-    "split_items",
 ]
 
 CRI_VERSION = "0.1.0"
@@ -486,48 +486,6 @@ async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
 
 READ_PIECE_BYTES = 128 * 1024
 """Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
-_LIST_ITEM_TAG = 0x0A  # field 1 (the repeated items of both list answers), length-delimited
-_MAX_LENGTH_SHIFT = 28  # a length varint of at most 5 bytes
-
-
-def split_items(data: bytes, piece: int) -> list[bytes] | None:
-    """``data``, a list answer, cut between its top-level items into pieces of at least
-    ``piece`` bytes (the last may be shorter); None when it is not longer than ``piece``.
-
-    Both list answers are one repeated message field, and the items of a repeated field are
-    independent: reading the pieces and joining the rows in order is reading the whole. Only
-    answers made solely of field-1 length-delimited items, each within the bytes, are cut;
-    anything else (unknown fields, groups, a truncated item) gives None, and the answer is
-    read whole, so the reader alone decides what is malformed.
-    """
-    size = len(data)
-    if size <= piece:
-        return None
-    pieces: list[bytes] = []
-    start = position = 0
-    while position < size:
-        if data[position] != _LIST_ITEM_TAG:
-            return None
-        position += 1
-        length = shift = 0
-        while True:
-            if position >= size or shift > _MAX_LENGTH_SHIFT:
-                return None
-            byte = data[position]
-            position += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
-        position += length
-        if position > size:
-            return None
-        if position - start >= piece:
-            pieces.append(data[start:position])
-            start = position
-    if start < size:
-        pieces.append(data[start:])
-    return pieces
 
 
 def _converted(
@@ -665,7 +623,7 @@ _ASYNC_METHODS: dict[str, tuple[type[Message], Callable[[bytes], object] | None]
     "ListPodSandbox": (pb.ListPodSandboxRequest, None),
     "ListContainers": (pb.ListContainersRequest, None),
 }
-_READERS: dict[str, Callable[[bytes], Listing]] = {
+_READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
     "ListPodSandbox": read_sandboxes,
     "ListContainers": read_containers,
 }

@@ -28,6 +28,7 @@ in small steps: facts, groups, placement in each group, pods, their order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
@@ -66,15 +67,17 @@ __all__ = [
     "read_containers",
     "read_sandboxes",
     "sandbox_state",
+    "split_items",
 ]
 
 
 class _CReader(NamedTuple):
     """The C extension's entry points."""
 
-    sandboxes: Callable[[bytes], list[SandboxRow]]
-    containers: Callable[[bytes], list[ContainerRow]]
+    sandboxes: Callable[[bytes | memoryview], list[SandboxRow]]
+    containers: Callable[[bytes | memoryview], list[ContainerRow]]
     error: type[ValueError]
+    item_cuts: Callable[[bytes | memoryview, int], list[int] | None]
     newest_first: Callable[[Sequence[int], Sequence[str]], list[int]]
 
 
@@ -83,7 +86,13 @@ def _load_wire() -> _CReader | None:
         from podcache.cri import _wire  # noqa: PLC0415 -- optional: built only with a C compiler
     except ImportError:  # not compiled here: protobuf reads the bytes
         return None
-    return _CReader(_wire.sandboxes, _wire.containers, _wire.MalformedError, _wire.newest_first)
+    return _CReader(
+        _wire.sandboxes,
+        _wire.containers,
+        _wire.MalformedError,
+        _wire.item_cuts,
+        _wire.newest_first,
+    )
 
 
 _WIRE = _load_wire()
@@ -436,28 +445,90 @@ class Listing:
         return cls(rows, parts[0]._reader)
 
 
-def read_sandboxes(data: bytes) -> Listing:
+_LIST_ITEM_TAG = 0x0A  # field 1 (the repeated items of both list answers), length-delimited
+_MAX_LENGTH_SHIFT = 28  # a length varint of at most 5 bytes
+
+
+def split_items(data: bytes, piece: int) -> list[memoryview] | None:
+    """``data``, a list answer, cut between its top-level items into pieces of at least
+    ``piece`` bytes (the last may be shorter); None when it is not longer than ``piece``.
+
+    Both list answers are one repeated message field, and the items of a repeated field are
+    independent: reading the pieces and joining the rows in order is reading the whole. Only
+    answers made solely of field-1 length-delimited items, each within the bytes, are cut;
+    anything else (unknown fields, groups, a truncated item) gives None, and the answer is
+    read whole, so the reader alone decides what is malformed.
+
+    The pieces are views of ``data``, nothing is copied (copies of a 12 MB answer cost 7-10 ms
+    in page faults); the C extension finds the cuts in one pass (``_item_cuts_python`` is
+    the reference it is tested against, 20 ms of Python at 5,000 pods).
+    """
+    find_cuts = _item_cuts_python if _WIRE is None else _WIRE.item_cuts
+    cuts = find_cuts(data, piece)
+    if cuts is None:
+        return None
+    view = memoryview(data)
+    return [view[start:end] for start, end in pairwise([0, *cuts])]
+
+
+def _item_cuts_python(data: bytes | memoryview, piece: int) -> list[int] | None:
+    """Where ``split_items`` cuts ``data``: the end of each piece, the last ``len(data)``."""
+    size = len(data)
+    if size <= piece:
+        return None
+    cuts: list[int] = []
+    start = position = 0
+    while position < size:
+        if data[position] != _LIST_ITEM_TAG:
+            return None
+        position += 1
+        length = shift = 0
+        while True:
+            if position >= size or shift > _MAX_LENGTH_SHIFT:
+                return None
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                break
+            shift += 7
+        position += length
+        if position > size:
+            return None
+        if position - start >= piece:
+            cuts.append(position)
+            start = position
+    if start < size:
+        cuts.append(size)
+    return cuts
+
+
+def read_sandboxes(data: bytes | memoryview) -> Listing:
     """Read a ListPodSandboxResponse's bytes (a MalformedListingError if they are not one)."""
     if _WIRE is None:
         return Listing(_parse(pb.ListPodSandboxResponse, data).items, _MESSAGES)
     return _read(_WIRE.sandboxes, _WIRE.error, data)
 
 
-def read_containers(data: bytes) -> Listing:
+def read_containers(data: bytes | memoryview) -> Listing:
     """Read a ListContainersResponse's bytes (a MalformedListingError if they are not one)."""
     if _WIRE is None:
         return Listing(_parse(pb.ListContainersResponse, data).containers, _MESSAGES)
     return _read(_WIRE.containers, _WIRE.error, data)
 
 
-def _read(read: Callable[[bytes], Sequence[Any]], error: type[ValueError], data: bytes) -> Listing:
+def _read(
+    read: Callable[[bytes | memoryview], Sequence[Any]],
+    error: type[ValueError],
+    data: bytes | memoryview,
+) -> Listing:
     try:
         return Listing(read(data), _WIRE_ROWS)
     except error as exc:
         raise MalformedListingError(str(exc)) from None
 
 
-def _parse(message: Any, data: bytes) -> Any:
+def _parse(message: Any, data: bytes | memoryview) -> Any:
     try:
         return message.FromString(data)
     except DecodeError as exc:

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import client
-from podcache.cri.client import split_items
+from podcache.cri import client, convert
 from podcache.cri.convert import (
     Listing,
     MalformedListingError,
     pods_from_listings,
     read_containers,
     read_sandboxes,
+    split_items,
 )
 from podcache.errors import RuntimeProtocolError
 from podcache.model import PodList
@@ -83,7 +83,9 @@ def test_pieces_are_whole_items_that_join_to_the_answer() -> None:
     items = [b"\x0a\x03abc", b"\x0a\x00", b"\x0a\x81\x01" + b"x" * 129, b"\x0a\x01z"]
     data = b"".join(items)
     pieces = split_items(data, 4)
-    assert pieces == [items[0], items[1] + items[2], items[3]]
+    assert pieces is not None
+    assert [bytes(piece) for piece in pieces] == [items[0], items[1] + items[2], items[3]]
+    assert all(piece.obj is data for piece in pieces)  # views of the answer, not copies
     assert split_items(data, len(data)) is None  # small enough to read at once
 
 
@@ -99,3 +101,53 @@ def test_pieces_are_whole_items_that_join_to_the_answer() -> None:
 )
 def test_anything_but_plain_items_is_read_whole(data: bytes) -> None:
     assert split_items(data, 2) is None
+
+
+# -- the C splitter against the Python reference ----------------------------------------------
+
+needs_c = pytest.mark.skipif(convert._WIRE is None, reason="the C extension is not built here")
+
+# Bytes that look like items, almost: the tag, lengths of 1-6 bytes (continuation bits set or
+# not), lengths past the end, other tags, and arbitrary bytes.
+_item_like = st.one_of(
+    st.builds(
+        lambda body, extra: b"\x0a" + _length(len(body), extra) + body,
+        st.binary(max_size=40),
+        st.integers(0, 5),
+    ),
+    st.builds(lambda n: b"\x0a" + bytes([0x80] * n), st.integers(0, 7)),
+    st.builds(lambda length: b"\x0a" + _length(length, 0), st.integers(0, 1 << 36)),
+    st.binary(min_size=1, max_size=6),
+)
+
+
+def _length(value: int, extra: int) -> bytes:
+    """``value`` as a varint padded with ``extra`` non-minimal continuation bytes."""
+    out = bytearray()
+    while True:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+        if not value:
+            break
+    out += b"\x80" * extra
+    out[-1] &= 0x7F
+    return bytes(out)
+
+
+@needs_c
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(_item_like, max_size=12), st.integers(-2, 120))
+def test_c_splitter_is_the_python_reference(parts: list[bytes], piece: int) -> None:
+    data = b"".join(parts)
+    assert convert._WIRE is not None
+    expected = convert._item_cuts_python(data, piece)
+    assert convert._WIRE.item_cuts(data, piece) == expected
+    assert convert._WIRE.item_cuts(memoryview(data), piece) == expected
+
+
+def test_without_the_extension_the_python_reference_splits(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"\x0a\x03abc\x0a\x00\x0a\x01z"
+    monkeypatch.setattr(convert, "_WIRE", None)
+    pieces = split_items(data, 3)
+    assert pieces is not None
+    assert [bytes(piece) for piece in pieces] == [b"\x0a\x03abc", b"\x0a\x00\x0a\x01z"]
