@@ -928,42 +928,60 @@ static Py_ssize_t item_end(const uint8_t *data, Py_ssize_t size, Py_ssize_t posi
     return position + (Py_ssize_t)length;
 }
 
-static int append_cut(PyObject *cuts, Py_ssize_t position) {
-    PyObject *cut = PyLong_FromSsize_t(position);
-    if (cut == NULL) return -1;
-    int failed = PyList_Append(cuts, cut) < 0;
-    Py_DECREF(cut);
-    return failed ? -1 : 0;
+/* The cuts of `size` bytes into pieces of at least `piece` bytes between whole items, into
+ * `*cuts` (PyMem_RawMalloc'd, `*count` of them); 1 when found, 0 when the bytes are not plain
+ * items, -1 when out of memory. Touches no Python object: runs with the GIL released. */
+static int find_cuts(const uint8_t *data, Py_ssize_t size, Py_ssize_t piece, Py_ssize_t **cuts,
+                     Py_ssize_t *count) {
+    Py_ssize_t start = 0, position = 0, cap = 0;
+    *cuts = NULL;
+    *count = 0;
+    while (position < size || start < size) {
+        if (position < size) {
+            position = item_end(data, size, position);
+            if (position < 0) return 0;
+            if (position - start < piece && position < size) continue;
+        }
+        if (*count == cap) {
+            cap = cap ? 2 * cap : 64;
+            Py_ssize_t *grown = PyMem_RawRealloc(*cuts, (size_t)cap * sizeof(Py_ssize_t));
+            if (grown == NULL) return -1;
+            *cuts = grown;
+        }
+        (*cuts)[(*count)++] = position;
+        start = position;
+    }
+    return 1;
 }
 
 /* item_cuts(data, piece) -> list of int, or None: where convert.split_items cuts `data`
- * (the end of each piece). One pass over the items' tags and lengths, nothing copied. */
+ * (the end of each piece). One pass over the items' tags and lengths with the GIL released
+ * (the buffer is held meanwhile); nothing is copied. */
 static PyObject *item_cuts(PyObject *self, PyObject *args) {
     Py_buffer data;
     Py_ssize_t piece;
     if (!PyArg_ParseTuple(args, "y*n", &data, &piece)) return NULL;
-    const uint8_t *bytes = data.buf;
-    Py_ssize_t size = data.len, start = 0, position = 0;
-    PyObject *cuts = size > piece ? PyList_New(0) : NULL;
-    while (cuts != NULL && position < size) {
-        position = item_end(bytes, size, position);
-        if (position < 0) {
-            Py_CLEAR(cuts);
-            break;
-        }
-        if (position - start >= piece) {
-            if (append_cut(cuts, position) < 0) goto failed;
-            start = position;
-        }
+    if (data.len <= piece) {
+        PyBuffer_Release(&data);
+        Py_RETURN_NONE;
     }
-    if (cuts != NULL && start < size && append_cut(cuts, size) < 0) goto failed;
+    Py_ssize_t *cuts, count;
+    int found;
+    Py_BEGIN_ALLOW_THREADS
+    found = find_cuts(data.buf, data.len, piece, &cuts, &count);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&data);
-    if (cuts == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
-    return cuts;
-failed:
-    Py_DECREF(cuts);
-    PyBuffer_Release(&data);
-    return NULL;
+    PyObject *result = NULL;
+    if (found < 0) PyErr_NoMemory();
+    else if (found == 0) result = Py_NewRef(Py_None);
+    else result = PyList_New(count);
+    for (Py_ssize_t i = 0; found > 0 && result != NULL && i < count; i++) {
+        PyObject *cut = PyLong_FromSsize_t(cuts[i]);
+        if (cut == NULL) Py_CLEAR(result);
+        else PyList_SET_ITEM(result, i, cut);
+    }
+    PyMem_RawFree(cuts);
+    return result;
 }
 
 /* -- newest_first: an order computed without the GIL ------------------------------------ */

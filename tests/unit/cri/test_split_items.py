@@ -107,14 +107,14 @@ def test_anything_but_plain_items_is_read_whole(data: bytes) -> None:
 
 needs_c = pytest.mark.skipif(convert._WIRE is None, reason="the C extension is not built here")
 
-# Bytes that look like items, almost: the tag, lengths of 1-6 bytes (continuation bits set or
-# not), lengths past the end, other tags, and arbitrary bytes.
-_item_like = st.one_of(
-    st.builds(
-        lambda body, extra: b"\x0a" + _length(len(body), extra) + body,
-        st.binary(max_size=40),
-        st.integers(0, 5),
-    ),
+# Whole items with lengths of 1-6 bytes (non-minimal ones too), and now and then one part that
+# is almost an item: a length cut short, a length past the end, another tag, arbitrary bytes.
+_items = st.builds(
+    lambda body, extra: b"\x0a" + _length(len(body), extra) + body,
+    st.binary(max_size=40),
+    st.integers(0, 5),
+)
+_almost_items = st.one_of(
     st.builds(lambda n: b"\x0a" + bytes([0x80] * n), st.integers(0, 7)),
     st.builds(lambda length: b"\x0a" + _length(length, 0), st.integers(0, 1 << 36)),
     st.binary(min_size=1, max_size=6),
@@ -136,8 +136,12 @@ def _length(value: int, extra: int) -> bytes:
 
 @needs_c
 @settings(max_examples=1000, deadline=None)
-@given(st.lists(_item_like, max_size=12), st.integers(-2, 120))
-def test_c_splitter_is_the_python_reference(parts: list[bytes], piece: int) -> None:
+@given(st.lists(_items, max_size=12), st.none() | _almost_items, st.data(), st.integers(-2, 120))
+def test_c_splitter_is_the_python_reference(
+    parts: list[bytes], odd: bytes | None, data_: st.DataObject, piece: int
+) -> None:
+    if odd is not None:
+        parts.insert(data_.draw(st.integers(0, len(parts))), odd)
     data = b"".join(parts)
     assert convert._WIRE is not None
     expected = convert._item_cuts_python(data, piece)
