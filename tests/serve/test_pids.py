@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, procs
+from podcache.errors import RuntimeUnavailableError
 from podcache.jsonview import container_to_json, pod_to_json
 from podcache.serve import App
 from tests.serve.test_app import WALL_OFFSET, Clocks, call, error
@@ -158,3 +159,28 @@ async def test_the_document_describes_the_route(app: App) -> None:
     assert set(operation["responses"]) >= {"200", "400", "404", "503"}
     schema = document["components"]["schemas"]["ProcessResponse"]
     assert set(schema["required"]) == {"pid", "pod", "container", "cache_time", "age_seconds"}
+
+
+async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
+    app: App, runtime: AsyncFakeRuntime, clocks: Clocks, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staleness is the request's own: while this lookup awaits, another request is answered
+    from a fresh snapshot, and this answer (from the stale one) still says it is stale."""
+    assert (await call(app, "/pids/100")).status == 200
+    clocks.now += 11.0  # past the 10 s period
+    runtime.error = RuntimeUnavailableError("unix:///x.sock", "gone")
+    lookup = app._lookup_pid
+
+    async def lookup_then_recover(pid: int) -> procs.LookupResult:
+        result = await lookup(pid)  # answered from the last good (stale) snapshot
+        runtime.error = None
+        runtime.set_pods([A])  # the same state, as a new listing (a real runtime's is new)
+        fresh = await app.respond("GET", "/pods", "fresh=1", [])
+        assert fresh.status == 200 and ("x-podcache-stale", "true") not in fresh.headers
+        return result
+
+    monkeypatch.setattr(app, "_lookup_pid", lookup_then_recover)
+    reply = await call(app, "/pids/100")
+    assert reply.status == 200, reply.body
+    assert reply.headers.get("x-podcache-stale") == "true"
+    assert float(reply.headers["x-podcache-age"]) >= 11.0

@@ -96,9 +96,6 @@ _PARAMS = {
     "/pids/{pid}": _FRESHNESS,
 }
 """The query parameters each route accepts (none where not listed)."""
-_NOT_KEPT = frozenset({"/readyz"})
-"""Routes whose answers the memo never keeps: /readyz depends on whether the snapshot is
-stale for this request (``max_stale``), not on the snapshot alone."""
 _PID_MISSES = {
     "not_in_container": "is in no container (its cgroup names none)",
     "unknown": "is in a container or pod the runtime does not list",
@@ -200,11 +197,6 @@ class App:
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
         only thing kept between requests; replaced with its snapshot)."""
-        self._stale_view: SnapshotView | None = None
-        """The view the request being answered was found to be older than the period with
-        (``max_stale`` standing in for a failed runtime), else None. Decided per request, by
-        ``_snapshot`` (``respond_now`` answers only fresh snapshots: None); every answer is
-        built right after, with no await in between, so the flag is still its own."""
         self.cache = AsyncRuntimeCache(
             _Prepared(self.watch, self._prepare, self._offer),
             cache_period,
@@ -267,7 +259,7 @@ class App:
                 looked = True
                 replayable, authorization = _replayable(header_items)
                 if pods is memo.pods and replayable and self._allowed(answer.route, authorization):
-                    self._stale_view = None  # get_pods_nowait hands out fresh snapshots only
+                    # get_pods_nowait hands out fresh snapshots only: never a stale answer
                     response = self._from_answer(memo, answer, _NO_HEADERS)
                     self.metrics.count(answer.route, response.status)
                     return response
@@ -280,8 +272,7 @@ class App:
             pods = self.cache.get_pods_nowait()
         if pods is None:
             return None
-        self._stale_view = None
-        return self._finish(lookup, self._view(pods))
+        return self._finish(lookup, self._view(pods))  # fresh: from get_pods_nowait
 
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
@@ -297,13 +288,13 @@ class App:
                 self.metrics.count(lookup.route, response.status)
                 return response
             assert type(lookup) is _Lookup
-            view = await self._snapshot(lookup.need)
+            view, stale = await self._snapshot(lookup.need)
         except HTTPError as error:
             return self._failed(lookup.route, error)
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
             return self._failed(lookup.route, HTTPError(500, _INTERNAL))
-        return self._finish(lookup, view)
+        return self._finish(lookup, view, stale=stale)
 
     def _begin(
         self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
@@ -339,7 +330,7 @@ class App:
             if type(outcome) is _Deferred:
                 return outcome._replace(route=route, need=need)
             build = cast(Callable[[SnapshotView], Answer], outcome)
-            kept = not ("fresh" in params or "newer_than" in params or route in _NOT_KEPT)
+            kept = not ("fresh" in params or "newer_than" in params)
             target = (f"{path}?{query}" if query else path) if kept else None
             return _Lookup(route, target, need, headers, build)
         except HTTPError as error:
@@ -348,8 +339,9 @@ class App:
             log.exception("internal error answering %s %.200s", method[:16], path)
             return self._failed(route, HTTPError(500, _INTERNAL))
 
-    def _finish(self, lookup: _Lookup, view: SnapshotView) -> Response:
-        """The answer to ``lookup`` from ``view``, kept in the memo when it may be replayed."""
+    def _finish(self, lookup: _Lookup, view: SnapshotView, *, stale: bool = False) -> Response:
+        """The answer to ``lookup`` from ``view``, kept in the memo when it may be replayed;
+        ``stale``: the view was past its period when the request arrived (see ``_snapshot``)."""
         try:
             target = lookup.target
             answer = None
@@ -360,7 +352,7 @@ class App:
                 answer = lookup.build(view)._replace(route=lookup.route)
                 if kept:
                     view.remember(cast(str, target), answer)
-            response = self._from_answer(view, answer, lookup.headers)
+            response = self._from_answer(view, answer, lookup.headers, stale=stale)
         except HTTPError as error:
             return self._failed(lookup.route, error)
         except Exception:
@@ -424,8 +416,12 @@ class App:
             need = now_wall if need is None else max(need, now_wall)
         return need
 
-    async def _snapshot(self, need: float | None) -> SnapshotView:
-        """The snapshot a request may be answered from, after any read-your-writes wait."""
+    async def _snapshot(self, need: float | None) -> tuple[SnapshotView, bool]:
+        """The snapshot a request may be answered from, after any read-your-writes wait, and
+        whether it is stale for this request (``_stale_for``).
+
+        Staleness belongs to the request, never to the app: other requests are answered while
+        this one awaits, from other snapshots."""
         arrival = self._clock()
         cache = self.cache
         try:
@@ -444,10 +440,12 @@ class App:
                 headers=_RETRY,
             ) from exc
         view = self._view(pods)
-        # Older than the period when this request arrived: only max_stale serves that (the
-        # runtime failed).
-        self._stale_view = view if arrival - view.monotonic > cache.cache_period else None
-        return view
+        return view, self._stale_for(view, arrival)
+
+    def _stale_for(self, view: SnapshotView, arrival: float) -> bool:
+        """Whether ``view`` was older than the period when a request arrived at ``arrival``
+        (the cache clock): only ``max_stale`` serves that, standing in for a failed runtime."""
+        return arrival - view.monotonic > self.cache.cache_period
 
     def _prepare(self, pods: PodList) -> SnapshotView:
         """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
@@ -488,8 +486,11 @@ class App:
             fetched = now
         return fetched, fetched + (self._wall() - now)
 
-    def _from_answer(self, view: SnapshotView, answer: Answer, headers: dict[str, str]) -> Response:
-        """``answer`` completed with the snapshot's age; 304 when If-None-Match names it."""
+    def _from_answer(
+        self, view: SnapshotView, answer: Answer, headers: dict[str, str], *, stale: bool = False
+    ) -> Response:
+        """``answer`` completed with the snapshot's age, and ``X-Podcache-Stale`` when it is
+        ``stale`` for the request; 304 when If-None-Match names it."""
         age = f"{max(self._clock() - view.monotonic, 0.0):.3f}"
         # Read at answer time: the cache numbers a snapshot as it publishes it, after its view
         # was prepared.
@@ -510,16 +511,14 @@ class App:
             ]
             match = headers.get("if-none-match")
             if match is not None and etag_matches(match, view.etag):
-                return Response(304, response_headers[1:] + self._stale(view))
-        if view is self._stale_view:
+                return Response(
+                    304, [*response_headers[1:], _STALE] if stale else response_headers[1:]
+                )
+        if stale:
             response_headers.append(_STALE)
         # A list says its revision (a watch goes on from it: since=).
         suffix = f'{age},"revision":{revision}}}' if answer.route == "/pods" else f"{age}}}"
         return Response(answer.status, response_headers, answer.head, suffix=suffix.encode())
-
-    def _stale(self, view: SnapshotView) -> list[tuple[str, str]]:
-        """The stale header, when this request's snapshot was older than the period."""
-        return [_STALE] if view is self._stale_view else []
 
     def _age_header(self) -> str | None:
         cache_time = self.cache.cache_time
@@ -609,6 +608,7 @@ class App:
     async def _answer_pid(self, pid: int, need: float | None, headers: dict[str, str]) -> Response:
         """The pod and container of process ``pid``; never kept in the memo (the same PID
         names another process later)."""
+        arrival = self._clock()
         await self._snapshot(need)  # read-your-writes first, as on every route
         result = await self._lookup_pid(pid)
         pods = result.pods
@@ -621,7 +621,7 @@ class App:
         else:
             head = view.process_head(pid, found.pod, found.container)
             answer = Answer("/pids/{pid}", 200, head, etag=False)
-        return self._from_answer(view, answer, headers)
+        return self._from_answer(view, answer, headers, stale=self._stale_for(view, arrival))
 
     async def _lookup_pid(self, pid: int) -> LookupResult:
         """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
@@ -657,18 +657,23 @@ class App:
         return response
 
     def _readyz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
-        def build(view: SnapshotView) -> Answer:
-            if view is self._stale_view:
-                error = self.watch.last_error
-                raise HTTPError(
-                    503,
-                    "not ready: serving a stale snapshot, the last runtime call failed"
-                    + ("" if error is None else f" ({error})"),
-                    headers=[*_RETRY, _STALE],
-                )
-            return Answer("", 200, view.ready_head(), etag=False)
+        return _Deferred(lambda need: self._answer_ready(need, headers))
 
-        return build
+    async def _answer_ready(self, need: float | None, headers: dict[str, str]) -> Response:
+        """Ready with a snapshot within its period; never kept in the memo (the answer depends
+        on the request's staleness, not on the snapshot alone)."""
+        view, stale = await self._snapshot(need)
+        if stale:
+            error = self.watch.last_error
+            raise HTTPError(
+                503,
+                "not ready: serving a stale snapshot, the last runtime call failed"
+                + ("" if error is None else f" ({error})"),
+                headers=[*_RETRY, _STALE],
+            )
+        return self._from_answer(
+            view, Answer("/readyz", 200, view.ready_head(), etag=False), headers
+        )
 
     def _metrics(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         headers_out = [("content-type", METRICS_CONTENT_TYPE)]
