@@ -18,6 +18,7 @@ from podcache.errors import RuntimeUnavailableError
 from podcache.jsonview import pod_to_json
 from podcache.serve import App
 from podcache.serve.auth import BearerAuth
+from podcache.serve.response import Response
 
 WALL_OFFSET = 1_700_000_000.0
 TOKEN = b"0123456789abcdef-token"
@@ -75,7 +76,8 @@ ENTRY = {"point": "server"}
 @pytest.fixture(autouse=True, params=["server", "asgi"])
 def entry_point(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test runs through both ways in: as podcache's server calls the app
-    (``respond_now``, then ``respond`` when that returns None) and through ASGI."""
+    (``respond_now``, awaiting the coroutine it returns when it cannot answer at once) and
+    through ASGI (``respond``)."""
     ENTRY["point"] = request.param
     yield
     ENTRY["point"] = "server"
@@ -103,11 +105,10 @@ async def call_server(
     method: str = "GET",
     headers: Sequence[tuple[str, str]] = (),
 ) -> Reply:
-    """One request as ``http1`` makes it: ``respond_now``, else ``respond``."""
+    """One request as ``http1`` makes it: ``respond_now``, else what it returned awaited."""
     items = [(k.lower(), v) for k, v in headers]
-    response = app.respond_now(method, path, query, items)
-    if response is None:
-        response = await app.respond(method, path, query, items)
+    answer = app.respond_now(method, path, query, items)
+    response = answer if isinstance(answer, Response) else await answer
     assert response.stream is None
     response_headers = dict(response.headers)
     assert len(response_headers) == len(response.headers)
@@ -546,7 +547,7 @@ async def test_a_replay_skips_routing_and_parsing(
 
     monkeypatch.setattr(app, "_route", no_routing)
     response = app.respond_now("GET", "/pods", "namespace=data", [("host", "x")])
-    assert response is not None and response.status == 200
+    assert isinstance(response, Response) and response.status == 200
     # If-None-Match is not replayed: the full path routes it (and fails here, as a 500).
     assert (
         await call_server(app, "/pods", "namespace=data", headers=[("if-none-match", "*")])
@@ -565,6 +566,28 @@ async def test_answers_to_freshness_requests_are_not_remembered(make: Make) -> N
     await call(app, "/pods", "fresh=1")
     await call(app, "/pods/uid-db", f"newer_than={WALL_OFFSET}")
     assert app.memo is not None and app.memo.answers == {}
+
+
+@pytest.mark.parametrize(
+    ("path", "query"),
+    [("/pods", "fresh=1"), ("/pods/uid-db", f"newer_than={WALL_OFFSET + 1e6}"), ("/readyz", "")],
+)
+async def test_a_request_that_waits_is_checked_and_parsed_once(
+    make: Make, clocks: Clocks, monkeypatch: pytest.MonkeyPatch, path: str, query: str
+) -> None:
+    app = make(2.0)
+    assert (await call(app, "/pods")).status == 200
+    clocks.now += 3  # past the period: every route waits for a refresh
+    begun: list[str] = []
+    begin = app._begin
+
+    def counted(method: str, path: str, *args: Any) -> Any:
+        begun.append(path)
+        return begin(method, path, *args)
+
+    monkeypatch.setattr(app, "_begin", counted)
+    assert (await call(app, path, query)).status == 200
+    assert begun == [path]
 
 
 async def test_a_new_snapshot_is_not_answered_from_the_old_one(

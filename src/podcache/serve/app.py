@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
 
@@ -227,8 +227,9 @@ class App:
     # -- the API: at once when no waiting is needed, else as a coroutine ----------------------
     def respond_now(
         self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
-    ) -> Response | None:
-        """The answer when it needs no waiting, else None (then await ``respond``).
+    ) -> Response | Coroutine[Any, Any, Response]:
+        """The answer when it needs no waiting, else the coroutine that answers (to await in
+        a task: the request is checked and parsed once, here).
 
         THE REPLAY RULE. A request is answered from the memo, skipping routing, parameter
         parsing and lookups, exactly when all of these hold:
@@ -264,15 +265,17 @@ class App:
                     self.metrics.count(answer.route, response.status)
                     return response
         lookup = self._begin(method, path, query, header_items)
-        if type(lookup) is not _Lookup:
-            return lookup if type(lookup) is Response else None  # _Deferred: respond() runs it
-        if lookup.need is not None:
-            return None  # waits for a refresh, in respond()
-        if not looked:
-            pods = self.cache.get_pods_nowait()
-        if pods is None:
-            return None
-        return self._finish(lookup, self._view(pods))  # fresh: from get_pods_nowait
+        if type(lookup) is Response:
+            return lookup
+        if type(lookup) is _Deferred:
+            return self._run_deferred(lookup, method, path)
+        assert type(lookup) is _Lookup
+        if lookup.need is None:
+            if not looked:
+                pods = self.cache.get_pods_nowait()
+            if pods is not None:
+                return self._finish(lookup, self._view(pods))  # fresh: from get_pods_nowait
+        return self._wait_and_finish(lookup, method, path)  # a refresh to wait for
 
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
@@ -280,14 +283,29 @@ class App:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
         items = header_items if type(header_items) is list else list(header_items)
         lookup = self._begin(method, path, query, items)
-        if isinstance(lookup, Response):
+        if type(lookup) is Response:
             return lookup
+        if type(lookup) is _Deferred:
+            return await self._run_deferred(lookup, method, path)
+        assert type(lookup) is _Lookup
+        return await self._wait_and_finish(lookup, method, path)
+
+    async def _run_deferred(self, deferred: _Deferred, method: str, path: str) -> Response:
+        """A deferred answer (``/pids/{pid}``, ``/readyz``, a watch), counted; never raises."""
         try:
-            if type(lookup) is _Deferred:
-                response = await lookup.run(lookup.need)
-                self.metrics.count(lookup.route, response.status)
-                return response
-            assert type(lookup) is _Lookup
+            response = await deferred.run(deferred.need)
+        except HTTPError as error:
+            return self._failed(deferred.route, error)
+        except Exception:
+            log.exception("internal error answering %s %.200s", method[:16], path)
+            return self._failed(deferred.route, HTTPError(500, _INTERNAL))
+        self.metrics.count(deferred.route, response.status)
+        return response
+
+    async def _wait_and_finish(self, lookup: _Lookup, method: str, path: str) -> Response:
+        """The answer to ``lookup`` once a snapshot it may be answered from is there (after a
+        refresh, or a read-your-writes wait); never raises."""
+        try:
             view, stale = await self._snapshot(lookup.need)
         except HTTPError as error:
             return self._failed(lookup.route, error)

@@ -8,7 +8,8 @@ one connection. ``server`` binds the sockets and hands ``HTTPServer.connection``
 Theory of operation. Bytes go to httptools' (llhttp's) parser; each complete request head joins
 the connection's queue, and requests are answered one at a time, in order. An answer comes
 from ``respond_now`` when it needs no waiting (a cache hit: no task, no suspension), else from
-the coroutine ``respond`` run in an asyncio task; the queue waits meanwhile. A response is one
+the coroutine ``respond_now`` returned instead (or ``respond``'s, when it returned None) run in
+an asyncio task; the queue waits meanwhile. A response is one
 ``bytes`` head (status line and headers) and the body, handed to the transport together: a
 large body is never copied in user space. What the server answers itself (a ``_Refusal``:
 malformed, too large, has a body, wrong version, too slow, a bad or foreign Host) is JSON from
@@ -146,9 +147,12 @@ log = logging.getLogger("podcache.serve")
 
 Responder = Callable[[str, str, str, Iterable[tuple[str, str]]], Coroutine[Any, Any, Response]]
 """``respond(method, path, query, headers)``, i.e. ``App.respond``: answers every request."""
-RespondNow = Callable[[str, str, str, list[tuple[str, str]]], Response | None]
+RespondNow = Callable[
+    [str, str, str, list[tuple[str, str]]], Response | Coroutine[Any, Any, Response] | None
+]
 """``respond_now(method, path, query, headers)``, i.e. ``App.respond_now``: the answer when
-it needs no waiting, else None (then ``respond`` answers, in a task)."""
+it needs no waiting, else the coroutine that gives it (awaited in a task, so the request is
+parsed once), or None (then ``respond`` answers, in a task)."""
 
 HEAD_TIMEOUT = 10.0
 """Seconds from the start of a request's target to the blank line ending its head: a slowloris
@@ -700,28 +704,34 @@ class HTTPConnection(asyncio.Protocol):
     def _answer(self, request: _Request) -> bool:
         """Answer ``request`` now if ``respond_now`` can; else start a task for it. True when
         the answer was written."""
-        response = None
+        answer = None
         if self._respond_now is not None:
             try:
-                response = self._respond_now(
+                answer = self._respond_now(
                     request.method, request.path, request.query, request.headers
                 )
             except Exception:
                 log.exception("the responder failed on %s %.200s", request.method, request.path)
                 self._send_refusal(_Refusal(500, _INTERNAL_ERROR))
                 return True
-        if response is None:
-            self._task = self._loop.create_task(self._complete(request))
-            self._enter(ANSWERING)
-            return False
-        return self._send(request, response)
+        if type(answer) is Response:
+            return self._send(request, answer)
+        waiting = cast(Coroutine[Any, Any, Response] | None, answer)
+        self._task = self._loop.create_task(self._complete(request, waiting))
+        self._enter(ANSWERING)
+        return False
 
-    async def _complete(self, request: _Request) -> None:
-        """The answer that had to wait, in its task; then the queue goes on."""
+    async def _complete(
+        self, request: _Request, waiting: Coroutine[Any, Any, Response] | None
+    ) -> None:
+        """The answer that had to wait (``waiting``, else ``respond``'s), in its task; then
+        the queue goes on."""
         try:
-            response = await self._respond(
-                request.method, request.path, request.query, request.headers
-            )
+            if waiting is None:
+                waiting = self._respond(
+                    request.method, request.path, request.query, request.headers
+                )
+            response = await waiting
         except Exception:
             log.exception("the responder failed on %s %.200s", request.method, request.path)
             self._task = None
