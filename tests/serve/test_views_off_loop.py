@@ -3,6 +3,7 @@ and reuses the JSON of pods a refresh handed over unchanged (issue 12 section 7)
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any
 
@@ -97,3 +98,23 @@ async def test_the_app_builds_views_in_a_worker_thread_before_publishing(
     assert runtime.calls == 2
     assert len(built_in) == 2  # one view per snapshot, none built by a request
     assert all(thread is not threading.current_thread() for thread in built_in)
+
+
+def test_the_same_pods_again_keep_the_etag_without_hashing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pods = [make_pod(n) for n in range(4)]
+    first = SnapshotView(PodList(pods), 1.0, 1.0)
+
+    def no_hashing(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("hashed again")
+
+    monkeypatch.setattr(hashlib, "blake2b", no_hashing)
+    again = SnapshotView(PodList(list(pods)), 2.0, 2.0, previous=first)  # a new list, same pods
+    assert again.etag == first.etag
+    assert again.items_head != first.items_head  # its own cache_time
+    monkeypatch.undo()
+    for changed in (pods[:3], [*pods[:3], make_pod(3)], pods[::-1]):
+        view = SnapshotView(PodList(changed), 3.0, 3.0, previous=first)
+        assert view.etag == SnapshotView(PodList(changed), 3.0, 3.0).etag  # hashed afresh
+        assert view.etag != first.etag or changed == pods
