@@ -15,7 +15,7 @@ pods, in a process of its own so its gRPC server does not share the server's int
 two setups, interleaved per round:
 
 - ``refreshing``: cache period 500 ms, refresh-ahead 400 ms: a refresh starts whenever the
-  snapshot is 100 ms old, so refreshes run back to back while wrk runs (one takes 100-300 ms
+  snapshot is 100 ms old, so refreshes run back to back while wrk runs (one takes 150-330 ms
   on the loaded 2-core machine), and readers are answered from the snapshot meanwhile. A
   snapshot is already one refresh old when it is published (its time is the fetch's start),
   so once two refreshes in a row take longer than the period together, readers must wait for
