@@ -265,17 +265,14 @@ class App:
                     self.metrics.count(answer.route, response.status)
                     return response
         lookup = self._begin(method, path, query, header_items)
-        if type(lookup) is Response:
+        if isinstance(lookup, Response):
             return lookup
-        if type(lookup) is _Deferred:
-            return self._run_deferred(lookup, method, path)
-        assert type(lookup) is _Lookup
-        if lookup.need is None:
+        if type(lookup) is _Lookup and lookup.need is None:
             if not looked:
                 pods = self.cache.get_pods_nowait()
             if pods is not None:
                 return self._finish(lookup, self._view(pods))  # fresh: from get_pods_nowait
-        return self._wait_and_finish(lookup, method, path)  # a refresh to wait for
+        return self._answer_later(lookup, method, path)
 
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
@@ -283,29 +280,20 @@ class App:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
         items = header_items if type(header_items) is list else list(header_items)
         lookup = self._begin(method, path, query, items)
-        if type(lookup) is Response:
+        if isinstance(lookup, Response):
             return lookup
-        if type(lookup) is _Deferred:
-            return await self._run_deferred(lookup, method, path)
-        assert type(lookup) is _Lookup
-        return await self._wait_and_finish(lookup, method, path)
+        return await self._answer_later(lookup, method, path)
 
-    async def _run_deferred(self, deferred: _Deferred, method: str, path: str) -> Response:
-        """A deferred answer (``/pids/{pid}``, ``/readyz``, a watch), counted; never raises."""
+    async def _answer_later(self, lookup: _Lookup | _Deferred, method: str, path: str) -> Response:
+        """The answer that waits: a deferred one (``/pids/{pid}``, ``/readyz``, a watch), or
+        ``lookup``'s once a snapshot it may be answered from is there (after a refresh, or a
+        read-your-writes wait). Never raises (but for cancellation)."""
         try:
-            response = await deferred.run(deferred.need)
-        except HTTPError as error:
-            return self._failed(deferred.route, error)
-        except Exception:
-            log.exception("internal error answering %s %.200s", method[:16], path)
-            return self._failed(deferred.route, HTTPError(500, _INTERNAL))
-        self.metrics.count(deferred.route, response.status)
-        return response
-
-    async def _wait_and_finish(self, lookup: _Lookup, method: str, path: str) -> Response:
-        """The answer to ``lookup`` once a snapshot it may be answered from is there (after a
-        refresh, or a read-your-writes wait); never raises."""
-        try:
+            if type(lookup) is _Deferred:
+                response = await lookup.run(lookup.need)
+                self.metrics.count(lookup.route, response.status)
+                return response
+            assert type(lookup) is _Lookup
             view, stale = await self._snapshot(lookup.need)
         except HTTPError as error:
             return self._failed(lookup.route, error)
