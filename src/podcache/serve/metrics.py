@@ -162,14 +162,18 @@ class _Collector(Collector):
                     "Watches told to list again (410): a since out of the history, or too far "
                     "behind.",
                 ),
-                (
-                    "podcache_watchers_cut_off",
-                    watchers.cut_off,
-                    "Watch streams ended because the client fell behind (max_lag changes, or "
-                    "max_unsent bytes unread).",
-                ),
             ):
                 yield CounterMetricFamily(name, help_text, value=value)
+            cut_off = CounterMetricFamily(
+                "podcache_watchers_cut_off",
+                "Watch streams the server ended early, by reason: lagged (over max_lag "
+                "changes behind), unread (over max_unsent bytes unread), budget (reset for "
+                "--max-buffered), stalled (unsent bytes stuck for --idle-timeout).",
+                labels=["reason"],
+            )
+            for reason, count in watchers.cut_off_by.items():
+                cut_off.add_metric([reason], count)
+            yield cut_off
         lookups = CounterMetricFamily(
             "podcache_pid_lookups",
             "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "
