@@ -60,6 +60,7 @@ import errno
 import math
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -181,12 +182,22 @@ def check_pid(pid: object) -> int:
 
 def _read(path: str, limit: int) -> bytes:
     """At most ``limit`` bytes of ``path``; a longer file is a ProcFormatError. A process that
-    is gone (no file, or ESRCH while reading) is a ProcessLookupError."""
+    is gone (no file, or ESRCH while reading) is a ProcessLookupError.
+
+    Never blocks: the file is opened with ``O_NONBLOCK`` (a FIFO put in a crafted proc root
+    would otherwise block ``open`` until a writer came, and the event loop with it) and must
+    be a regular file (the kernel's ``/proc`` files are): a FIFO, socket, device or directory
+    is a ProcFormatError, before anything is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ProcessLookupError(errno.ESRCH, "no such process", path) from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProcFormatError(
+                f"{path} is not a regular file (a FIFO, socket, device or directory): "
+                "refusing to read it"
+            )
         chunks: list[bytes] = []
         size = 0
         while True:

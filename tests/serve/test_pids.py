@@ -3,6 +3,7 @@ shapes, 404s, 400s, no replay across PID reuse, one refresh for a newer process,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,18 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
     assert reply.status == 200, reply.body
     assert reply.headers.get("x-podcache-stale") == "true"
     assert float(reply.headers["x-podcache-age"]) >= 11.0
+
+
+@pytest.mark.timeout(30)  # on the code before the fix, open() blocked the loop for good
+@pytest.mark.parametrize("name", ["cgroup", "stat"])
+async def test_a_fifo_in_the_proc_root_is_503_and_blocks_nothing(
+    app: App, tree: ProcTree, name: str
+) -> None:
+    """A crafted proc root holding a FIFO (issue 20 §5): refused without opening it for a
+    blocking read; the loop goes on (the same request path, /healthz, answers after)."""
+    tree.add(106, hybrid(f"/kubepods/pod{A.id}/{cid(1)}"))
+    fifo = Path(tree.path) / "106" / name
+    fifo.unlink()
+    os.mkfifo(fifo)
+    assert "not a regular file" in error(await call(app, "/pids/106"), 503)
+    assert (await call(app, "/healthz")).status == 200
