@@ -313,7 +313,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         assert self._subscription is not None
         step = self._subscription.on(signal)
         if step is Step.REFRESH:
-            refresh, scheduled = self._core.hint(self._clock())
+            now = self._clock()
+            refresh, scheduled = self._core.hint(now)
+            self._arm(self._core.arm(now))  # one waiting for the event budget
             self._subscription.counted_refresh(scheduled)
             if refresh is not None:
                 self._spawn(refresh)

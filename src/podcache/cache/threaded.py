@@ -437,11 +437,15 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Tell the subscription what happened; start the refresh it asks for."""
         assert self._subscription is not None
         refresh = None
+        delay = None
         with self._lock:
             step = self._subscription.on(signal)
             if step is Step.REFRESH:
-                refresh, scheduled = self._core.hint(self._clock())
+                now = self._clock()
+                refresh, scheduled = self._core.hint(now)
+                delay = self._core.arm(now)  # one waiting for the event budget
                 self._subscription.counted_refresh(scheduled)
+        self._arm(delay)
         if refresh is not None:
             self._spawn(refresh)
         return step
