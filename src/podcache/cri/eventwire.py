@@ -18,8 +18,10 @@ for the container statuses, which are skipped whole.
   read in order, the last of each winning); a known field with another wire type is an unknown
   field, skipped, as protobuf does; unknown fields (groups too) are skipped;
 - malformed wire data anywhere (a truncated or over-long varint, a length past the end, a
-  field number 0, wire type 6 or 7, an unmatched group end, groups nested past
-  ``MAX_DEPTH``) and a field it reads that is not UTF-8 are an ``EventWireError``.
+  field number 0 outside an unknown group, wire type 6 or 7, an unmatched group end, groups
+  nested past ``MAX_DEPTH``) and a field it reads that is not UTF-8 are an
+  ``EventWireError``. Where protobuf is stricter still (a tag or length of more than 5
+  bytes) this reader accepts: it is never stricter than protobuf.
 
 The one difference from protobuf, by design: a string podcache does not read (a label, a
 container status) is never decoded, so one that is not valid UTF-8 is not noticed. The
@@ -71,11 +73,14 @@ def _varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
             raise EventWireError("a varint is longer than 10 bytes")
 
 
-def _tag(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int, int]:
-    """(field number, wire type, position after the tag)."""
+def _tag(
+    data: bytes | memoryview, pos: int, end: int, *, in_group: bool = False
+) -> tuple[int, int, int]:
+    """(field number, wire type, position after the tag). Field number 0 is an error but
+    inside an unknown group, as protobuf (upb) has it."""
     key, pos = _varint(data, pos, end)
     field, wire = key >> 3, key & 7
-    if field == 0 or key > _INT32_MASK:
+    if (field == 0 and not in_group) or key > _INT32_MASK:
         raise EventWireError(f"a field number of {field} is not valid")
     if wire in (6, 7):
         raise EventWireError(f"wire type {wire} does not exist")
@@ -112,7 +117,7 @@ def _skip_group(data: bytes | memoryview, group: int, pos: int, end: int, depth:
     if depth > MAX_DEPTH:
         raise EventWireError(f"groups nested deeper than {MAX_DEPTH}")
     while pos < end:
-        field, wire, pos = _tag(data, pos, end)
+        field, wire, pos = _tag(data, pos, end, in_group=True)
         if wire == _END_GROUP:
             if field != group:
                 raise EventWireError(f"group {group} ended by the end of group {field}")

@@ -174,6 +174,11 @@ def test_malformed_wire_data_is_refused_naming_the_problem(data: bytes, words: s
         pb.ContainerEventResponse.FromString(data)
 
 
+def test_field_number_0_is_allowed_inside_an_unknown_group_as_protobuf_allows_it() -> None:
+    data = b"\x0a\x01c\x10\x01" + b"\x33" + b"\x00\x05" + b"\x34"  # group 6 holding field 0
+    assert event_fields(data) == _reference(data) == EventFields(1, "c", 0, "", "")
+
+
 def test_strings_it_does_not_read_are_not_decoded() -> None:
     """The one leniency: a label that is not UTF-8 (protobuf refuses the message)."""
     entry = b"\x0a\x01k\x12\x02\xc3\x28"  # key "k", value b"\xc3\x28"
