@@ -138,6 +138,32 @@ def _signed(value: int, bits: int) -> int:
     return value - (1 << bits) if value >> (bits - 1) else value
 
 
+_LABEL_TAGS = (0x3A, 0x42)  # fields 7 (labels) and 8 (annotations), length-delimited
+
+
+def _skip_labels(data: bytes | memoryview, pos: int, end: int) -> int:
+    """Past a run of label and annotation entries of a sandbox status (most of its bytes), in
+    one tight loop: a one-byte tag and a length of at most three bytes each, the common shape
+    of every entry; anything else is left to the general loop. The same result as reading them
+    field by field (they are skipped either way)."""
+    while pos + 1 < end and data[pos] in _LABEL_TAGS:
+        size = data[pos + 1]
+        if size < 0x80:
+            pos += 2
+        elif pos + 2 < end and data[pos + 2] < 0x80:
+            size = (size & 0x7F) | (data[pos + 2] << 7)
+            pos += 3
+        elif pos + 3 < end and data[pos + 3] < 0x80:
+            size = (size & 0x7F) | ((data[pos + 2] & 0x7F) << 7) | (data[pos + 3] << 14)
+            pos += 4
+        else:
+            return pos
+        if size > end - pos:
+            raise EventWireError("a length-delimited field runs past the end of its message")
+        pos += size
+    return pos
+
+
 class _Reading:
     """The fields read so far (the last of each wins; messages merge)."""
 
@@ -161,6 +187,9 @@ class _Reading:
 
     def sandbox(self, data: bytes | memoryview, pos: int, end: int) -> None:
         while pos < end:
+            pos = _skip_labels(data, pos, end)
+            if pos >= end:
+                return
             field, wire, pos = _tag(data, pos, end)
             if wire == _LENGTH and field in (1, 2):
                 start, pos = _length(data, pos, end)
