@@ -14,7 +14,10 @@ Rules:
   no connection) from a failure of a runtime that was reached (True).
 - Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
   iteration; one that fails raises the runtime's error class naming the endpoint; one that
-  was ``close()``d stops the iteration.
+  was ``close()``d stops the iteration. containerd 2.x ends a subscription it closes itself
+  (its CRI service stopping) with UNAVAILABLE "container events subscription closed by
+  server" where 1.7 ends it cleanly: that status (``_ended_by_server``) is a clean end too,
+  in ``open()`` as in the iteration.
 - Every response is hostile until checked (``event_from``): a known event type, IDs of at most
   ``MAX_ID_LENGTH`` characters of ``[A-Za-z0-9_.+-]`` (a container ID is required), a
   ``created_at`` that is not negative. A response that breaks a rule ends the stream with
@@ -46,6 +49,8 @@ __all__ = [
 
 CONFIRM_SECONDS = 0.05
 """How long a new event stream must stay open before it counts as subscribed."""
+_SERVER_CLOSED = "subscription closed by server"
+"""What containerd 2.x's UNAVAILABLE says when it ends a subscription itself (lowercase)."""
 
 _EVENT_TYPES: dict[int, ContainerEventType] = {
     pb.CONTAINER_CREATED_EVENT: ContainerEventType.CREATED,
@@ -100,6 +105,13 @@ def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
     return error.code(), error.details() or ""
 
 
+def _ended_by_server(code: grpc.StatusCode | None, details: str) -> bool:
+    """Whether a stream's final status is the runtime closing the subscription on purpose
+    (containerd 2.x: UNAVAILABLE, "container events subscription closed by server"), an end
+    like 1.7's clean one, not a failure."""
+    return code is grpc.StatusCode.UNAVAILABLE and _SERVER_CLOSED in details.lower()
+
+
 class ContainerEventStream:
     """The runtime's container events, for one thread to iterate (``close()`` from any thread).
 
@@ -139,9 +151,9 @@ class ContainerEventStream:
         ended = threading.Event()
         call.add_done_callback(lambda _: ended.set())
         if ended.wait(self._confirm) and not self._closed:
-            code = call.code()
-            if code is not grpc.StatusCode.OK:
-                raise self._error(code, call.details() or "") from None
+            code, details = call.code(), call.details() or ""
+            if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
+                raise self._error(code, details) from None
 
     def __iter__(self) -> Self:
         return self
@@ -154,7 +166,7 @@ class ContainerEventStream:
         try:
             response = next(self._call)
         except grpc.RpcError as e:
-            if self._closed:
+            if self._closed or _ended_by_server(*_failure(e)):
                 raise StopIteration from None
             raise self._error(*_failure(e)) from e
         return event_from(self._url, response)
@@ -219,9 +231,10 @@ class AsyncContainerEventStream:
             await asyncio.wait_for(ended.wait(), self._confirm)
         except TimeoutError:
             return
-        code = await call.code()
-        if code is not grpc.StatusCode.OK and not self._closed:
-            raise self._error(code, await call.details() or "") from None
+        code, details = await call.code(), await call.details() or ""
+        if code is grpc.StatusCode.OK or self._closed or _ended_by_server(code, details):
+            return
+        raise self._error(code, details) from None
 
     def __aiter__(self) -> Self:
         return self
@@ -243,7 +256,7 @@ class AsyncContainerEventStream:
             # or its channel replaced): a failure of the stream, not of the task.
             raise self._error(grpc.StatusCode.CANCELLED, "channel closed") from None
         except grpc.RpcError as e:
-            if self._closed:
+            if self._closed or _ended_by_server(*_failure(e)):
                 raise StopAsyncIteration from None
             raise self._error(*_failure(e)) from e
         if response is _EOF:
