@@ -53,19 +53,22 @@ LAYERS: dict[str, set[str]] = {
     "cri": {"model", "errors", "cri.proto"},
     "podcache": {"model", "errors", "cache", "fake", "jsonview", "procs"},
     "sim": {"podcache", "cri.proto", "unixsocket", "defaults"},
-    "serve": _BELOW_SERVE,
+    "serve.response": {"errors"},
+    "serve.http1": {"serve.response"},
+    "serve": _BELOW_SERVE | {"serve.http1", "serve.response"},
     "cli": _BELOW_SERVE,
 }
 """Layer -> the layers it may import (docs/architecture.md §2). Within a layer, imports are free."""
 
 
 def layer_of(module: str) -> str:
-    """``podcache.cri.proto.api_pb2`` -> ``cri.proto``; ``podcache.serve.app`` -> ``serve``."""
+    """``podcache.cri.proto.api_pb2`` -> ``cri.proto``; ``podcache.serve.app`` -> ``serve``;
+    ``podcache.serve.http1.parsing`` -> ``serve.http1``."""
     parts = module.split(".")
     if parts[0] != "podcache":
         raise ValueError(f"{module} is not a podcache module")
-    if parts[1:3] == ["cri", "proto"]:
-        return "cri.proto"
+    if parts[1:3] in (["cri", "proto"], ["serve", "http1"], ["serve", "response"]):
+        return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "podcache"
 
 

@@ -882,7 +882,7 @@ def test_connections_past_the_cap_get_a_503_and_are_closed(recorder: Recorder) -
 def test_refusals_themselves_are_bounded(
     recorder: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("podcache.serve.http1._REFUSING", 1)
+    monkeypatch.setattr("podcache.serve.http1.connection._REFUSING", 1)
     with serving(recorder, max_connections=1) as served:
         first = served.client()
         first.get("/echo")

@@ -22,7 +22,9 @@ from podcache.errors import PodcacheError
 from podcache.serve import auth, server
 
 NOT_ERRORS = {
-    "podcache.serve.http1._Stop": "ends parsing a request on purpose; never leaves http1",
+    "podcache.serve.http1.parsing._Stop": "ends parsing a request on purpose; never leaves http1",
+    "podcache.serve.http1.states.UnlistedTransitionError": "a bug in a connection's state "
+    "machine (an AssertionError); never leaves http1: the connection is reset",
     "podcache.cri._wire.MalformedError": "the C reader's own; convert.py raises it as a "
     "MalformedListingError at the boundary",
     "podcache.cri.eventwire.EventWireError": "the event reader's own; eventstream raises it "
