@@ -2,7 +2,7 @@
 garbage collector is paused while a listing is read and converted (issue 12 section 7).
 
 Over real gRPC to the simulated runtime. The list calls go through a sync channel in worker
-threads (``client._ListCaller``): the event loop only receives the finished bytes. Cancelling
+threads (``listcalls._ListCaller``): the event loop only receives the finished bytes. Cancelling
 the awaiting task cancels the gRPC call it waits for.
 """
 
@@ -18,8 +18,7 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime
-from podcache.cri import client as client_module
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, converter, listcalls
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError
 from podcache.sim import SimRuntime
@@ -35,13 +34,13 @@ async def test_list_calls_are_made_in_worker_threads_and_give_the_sync_twins_pod
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls: list[tuple[str, threading.Thread]] = []
-    invoke = client_module._ListCaller._invoke
+    invoke = listcalls._ListCaller._invoke
 
     def recording(self: Any, line: Any, method: str, request: Any, timeout: float) -> object:
         calls.append((method, threading.current_thread()))
         return invoke(self, line, method, request, timeout)
 
-    monkeypatch.setattr(client_module._ListCaller, "_invoke", recording)
+    monkeypatch.setattr(listcalls._ListCaller, "_invoke", recording)
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         first = await runtime.get_pods()
         second = await runtime.get_pods(all=True)
@@ -72,13 +71,13 @@ async def test_cancelling_get_pods_cancels_the_list_call_in_flight(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     attached: list[grpc.Future[Any]] = []
-    attach = client_module._CallHandle.attach
+    attach = listcalls._CallHandle.attach
 
     def recording(self: Any, call: grpc.Future[Any]) -> None:
         attached.append(call)
         attach(self, call)
 
-    monkeypatch.setattr(client_module._CallHandle, "attach", recording)
+    monkeypatch.setattr(listcalls._CallHandle, "attach", recording)
     async with AsyncCRIRuntime(sim.endpoint, timeout=10.0) as runtime:
         await runtime.version()
         sim.faults.hang()
@@ -111,11 +110,11 @@ async def test_a_handle_cancelled_before_its_call_cancels_the_call_at_once(
         sync_runtime.version()
         sim.faults.hang()
         try:
-            line = sync_runtime._line
+            line = sync_runtime._caller.line
             call = line.rpcs["Version"].future(
                 pb.VersionRequest(), timeout=10.0, wait_for_ready=True
             )
-            handle = client_module._CallHandle()
+            handle = listcalls._CallHandle()
             handle.cancel()
             handle.attach(call)  # a retry made after the task gave up
             assert call.cancelled()
@@ -127,13 +126,13 @@ async def test_the_collector_is_paused_while_a_listing_is_converted(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: list[bool] = []
-    convert = getattr(client_module, "pods_from_listings")  # noqa: B009 (not exported)
+    convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
 
     def recording(*args: Any) -> Any:
         seen.append(gc.isenabled())
         return convert(*args)
 
-    monkeypatch.setattr(client_module, "pods_from_listings", recording)
+    monkeypatch.setattr(converter, "pods_from_listings", recording)
     assert gc.isenabled()
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         await runtime.get_pods()
@@ -142,7 +141,7 @@ async def test_the_collector_is_paused_while_a_listing_is_converted(
 
 
 def test_gc_pauses_nest_across_threads_and_keep_a_disabled_collector_off() -> None:
-    pause = client_module._GCPause()
+    pause = converter._GCPause()
     assert gc.isenabled()
     inner_entered, outer_may_leave, inner_may_leave = (threading.Event() for _ in range(3))
     states: list[tuple[str, bool]] = []

@@ -14,8 +14,7 @@ from typing import Any
 
 import pytest
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime
-from podcache.cri import client as client_module
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, converter
 from podcache.sim import SimRuntime
 
 SLOW = 0.3  # seconds each slowed conversion step sleeps
@@ -42,10 +41,10 @@ async def test_list_answers_are_read_and_converted_off_the_event_loop(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[threading.Thread] = []
-    for method, reader in list(client_module._READERS.items()):
-        monkeypatch.setitem(client_module._READERS, method, _recording(reader, threads))
-    convert = getattr(client_module, "pods_from_listings")  # noqa: B009 (not exported)
-    monkeypatch.setattr(client_module, "pods_from_listings", _recording(convert, threads))
+    for method, reader in list(converter._READERS.items()):
+        monkeypatch.setitem(converter._READERS, method, _recording(reader, threads))
+    convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
+    monkeypatch.setattr(converter, "pods_from_listings", _recording(convert, threads))
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         pods = await runtime.get_pods()
     loop_thread = threading.current_thread()
@@ -59,8 +58,8 @@ async def test_the_event_loop_keeps_ticking_while_a_slow_conversion_runs(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[threading.Thread] = []
-    convert = getattr(client_module, "pods_from_listings")  # noqa: B009 (not exported)
-    monkeypatch.setattr(client_module, "pods_from_listings", _recording(convert, threads, SLOW))
+    convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
+    monkeypatch.setattr(converter, "pods_from_listings", _recording(convert, threads, SLOW))
     lags: list[float] = []
     done = asyncio.Event()
 
@@ -87,8 +86,8 @@ async def test_close_during_a_conversion_does_not_hang(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[threading.Thread] = []
-    convert = getattr(client_module, "pods_from_listings")  # noqa: B009 (not exported)
-    monkeypatch.setattr(client_module, "pods_from_listings", _recording(convert, threads, SLOW))
+    convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
+    monkeypatch.setattr(converter, "pods_from_listings", _recording(convert, threads, SLOW))
     runtime = AsyncCRIRuntime(sim.endpoint)
     call = asyncio.create_task(runtime.get_pods())
     while not threads:

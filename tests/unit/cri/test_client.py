@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 import pytest
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime, RuntimeVersion, client
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, RuntimeVersion, caller, diagnosis, listcalls
 from podcache.cri.convert import pods_from_responses
 from podcache.cri.proto import api_pb2 as pb
 from podcache.model import PodList
@@ -172,13 +172,13 @@ def test_sync_calls_on_a_ready_channel_check_nothing_first(
 ) -> None:
     runtime, endpoint = served
     checks: list[object] = []
-    real = client._unreachable
+    real = diagnosis._unreachable
 
     def counted(*args: Any) -> str | None:
         checks.append(args)
         return real(*args)
 
-    monkeypatch.setattr(client, "_unreachable", counted)
+    monkeypatch.setattr("podcache.cri.caller._unreachable", counted)
     with CRIRuntime(endpoint) as cri:
         cri.get_pods(False)
         assert checks, "a channel that is not READY yet is checked first"
@@ -194,13 +194,13 @@ async def test_async_calls_on_a_ready_channel_check_nothing_first(
 ) -> None:
     runtime, endpoint = served
     checks: list[object] = []
-    real = client._unreachable_async
+    real = diagnosis._unreachable_async
 
     async def counted(*args: Any) -> str | None:
         checks.append(args)
         return await real(*args)
 
-    monkeypatch.setattr(client, "_unreachable_async", counted)
+    monkeypatch.setattr("podcache.cri.client._unreachable_async", counted)
     async with AsyncCRIRuntime(endpoint) as cri:
         await cri.get_pods(False)
         assert checks, "a channel that is not READY yet is checked first"
@@ -212,11 +212,25 @@ async def test_async_calls_on_a_ready_channel_check_nothing_first(
 
 
 def test_sync_state_reader_reads_the_channel(served: tuple[CannedRuntime, str]) -> None:
-    """Pins the one gRPC internal the sync client reads (see ``client._state_reader``): should
+    """Pins the one gRPC internal the sync client reads (see ``channels._state_reader``): should
     a gRPC release move it, the reader would fall back to IDLE and this test fails."""
     _, endpoint = served
     with CRIRuntime(endpoint) as cri:
-        line = cri._line
+        line = cri._caller.line
         assert line.state(False) == grpc.ChannelConnectivity.IDLE.value[0]
         cri.version()
         assert line.state(False) == grpc.ChannelConnectivity.READY.value[0]
+
+
+def test_the_list_calls_hold_a_sync_caller_instead_of_being_a_sync_getter() -> None:
+    """Composition (issue 21 §4): both twins' sync calls are one ``SyncCaller``'s, which
+    ``CRIRuntime`` and the asyncio getter's ``_ListCaller`` each hold; neither inherits it."""
+    assert not issubclass(listcalls._ListCaller, CRIRuntime)
+    assert not issubclass(CRIRuntime, caller.SyncCaller)
+    with CRIRuntime("unix:///nonexistent/podcache.sock") as cri:
+        assert type(cri._caller) is caller.SyncCaller
+    lister = listcalls._ListCaller(cri._endpoint, 1.0)
+    try:
+        assert type(lister._caller) is caller.SyncCaller
+    finally:
+        lister.close()

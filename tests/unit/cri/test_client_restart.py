@@ -112,7 +112,7 @@ class Getter:
     def _ready(self) -> bool:
         ready = grpc.ChannelConnectivity.READY
         if self.sync is not None:
-            return bool(self.sync._line.state(False) == ready.value[0])
+            return bool(self.sync._caller.line.state(False) == ready.value[0])
         assert self.aio is not None and self.aio._line is not None
         return self.aio._line.channel.get_state() is ready
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import client, convert
+from podcache.cri import convert, converter
 from podcache.cri.convert import (
     Listing,
     MalformedListingError,
@@ -43,8 +43,8 @@ def whole(method: str, data: bytes) -> PodList | None:
 
 
 def in_pieces(method: str, data: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> PodList:
-    monkeypatch.setattr(client, "READ_PIECE_BYTES", piece)
-    return pods_of(method, client._Converter("unix:///x.sock").read(method, data))
+    monkeypatch.setattr(converter, "READ_PIECE_BYTES", piece)
+    return pods_of(method, converter._Converter("unix:///x.sock").read(method, data))
 
 
 def agree(method: str, data: bytes, piece: int, monkeypatch: pytest.MonkeyPatch) -> None:

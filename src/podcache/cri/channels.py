@@ -1,0 +1,180 @@
+"""Channels: one gRPC channel to the runtime, its methods, its state, the Version asked on it.
+
+Holds the channel options (the kubelet's: 16 MiB receive limit, reconnect backoff, a
+subchannel of its own), the methods and how each answer is decoded (list answers read by
+``convert``'s reader, or left as bytes for the asyncio getter), ``_Line`` (a sync channel and
+its state reader) and ``_AsyncLine``. Deliberately not here: when a channel is replaced and
+how calls on it fail (the callers and ``failures``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from podcache.cri.convert import (
+    read_containers,
+    read_sandboxes,
+)
+from podcache.cri.endpoint import Endpoint
+from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.values import RuntimeVersion
+
+__all__ = ["MAX_RECEIVE_MESSAGE_BYTES", "channel_options"]
+
+
+MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+_SERVICE = "/runtime.v1.RuntimeService/"
+
+
+def channel_options(endpoint: Endpoint) -> list[tuple[str, Any]]:
+    """gRPC channel options matching the kubelet's CRI client."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 3_000),
+        # In gRPC core this is the minimum connect timeout (Go: MinConnectTimeout 5 s).
+        ("grpc.min_reconnect_backoff_ms", 5_000),
+        ("grpc.enable_http_proxy", 0),
+        # A subchannel of its own: gRPC otherwise shares one (with its reconnect backoff) among
+        # every channel to the same target in the process, so a fresh channel would inherit the
+        # backoff it is meant to escape (see ``_usable``).
+        ("grpc.use_local_subchannel_pool", 1),
+    ]
+    if endpoint.path is not None:
+        options.append(("grpc.default_authority", "localhost"))
+    return options
+
+
+_READY = grpc.ChannelConnectivity.READY
+
+
+_BACKING_OFF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+
+
+# The same states as gRPC core's numbers, which is what the sync channel's state reader gives.
+_CORE_IDLE: int = grpc.ChannelConnectivity.IDLE.value[0]
+
+
+_CORE_READY: int = _READY.value[0]
+
+
+_CORE_BACKING_OFF: int = _BACKING_OFF.value[0]
+
+
+# Each method's request type and how its answer is decoded. The list answers are read straight
+# from their bytes (convert's C reader), in gRPC's deserializer: bytes that are not a valid
+# message fail the call as any decoding failure does.
+_Methods = Mapping[str, tuple[type[Message], Callable[[bytes], object] | None]]
+"""Each method's request type and its answer's decoder (None: the answer's bytes)."""
+
+
+_METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
+    "Version": (pb.VersionRequest, pb.VersionResponse.FromString),
+    "Status": (pb.StatusRequest, pb.StatusResponse.FromString),
+    "ListPodSandbox": (pb.ListPodSandboxRequest, read_sandboxes),
+    "ListContainers": (pb.ListContainersRequest, read_containers),
+}
+
+
+# AsyncCRIRuntime receives the list answers as bytes: they are read in the converter's thread.
+_ASYNC_METHODS: dict[str, tuple[type[Message], Callable[[bytes], object] | None]] = {
+    **_METHODS,
+    "ListPodSandbox": (pb.ListPodSandboxRequest, None),
+    "ListContainers": (pb.ListContainersRequest, None),
+}
+
+
+_EVENTS_METHOD = "GetContainerEvents"
+
+
+def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
+    """The sync channel's connectivity reader: ``read(False)`` is gRPC core's state number.
+
+    grpc.aio channels have ``get_state()``; sync channels only have ``subscribe()``, whose
+    polling thread (one per channel) makes ``close()`` wait up to 0.2 s for it, races it (a
+    thread traceback "Cannot monitor channel state: Channel closed!") and delivers each change
+    from a new thread. So this asks the core channel under the sync one directly, as
+    ``get_state()`` and that thread do: one C call, well under a microsecond. Should a gRPC
+    release move it, every state reads IDLE: each call then checks the endpoint first (correct,
+    a little slower), but a channel in backoff is no longer replaced; a test pins the reader.
+    """
+    read = getattr(getattr(channel, "_channel", None), "check_connectivity_state", None)
+    if read is None:
+        return lambda try_to_connect: _CORE_IDLE
+    return read  # type: ignore[no-any-return]
+
+
+class _Line:
+    """A sync channel, its methods, its state reader and the Version asked on it.
+
+    ``retired``: replaced by a fresh channel, or closed.
+    """
+
+    __slots__ = ("channel", "events", "retired", "rpcs", "state", "version")
+
+    def __init__(self, endpoint: Endpoint, methods: _Methods | None = None) -> None:
+        self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
+        self.rpcs: dict[str, grpc.UnaryUnaryMultiCallable[Any, Any]] = {
+            method: self.channel.unary_unary(
+                _SERVICE + method,
+                request_serializer=request.SerializeToString,
+                response_deserializer=decode,
+            )
+            for method, (request, decode) in (methods or _METHODS).items()
+        }
+        # Its answers stay bytes: eventstream reads them (eventwire), off any event loop.
+        self.events = self.channel.unary_stream(
+            _SERVICE + _EVENTS_METHOD,
+            request_serializer=pb.GetEventsRequest.SerializeToString,
+            response_deserializer=None,
+        )
+        self.state = _state_reader(self.channel)
+        self.version: RuntimeVersion | None = None
+        self.retired = False
+
+    def close(self) -> None:
+        """Close the channel: calls still waiting on it end with CANCELLED."""
+        self.retired = True
+        self.channel.close()
+
+
+class _AsyncLine:
+    """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
+
+    __slots__ = ("channel", "retired", "rpcs", "version")
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
+        self.rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {
+            method: self.channel.unary_unary(
+                _SERVICE + method,
+                request_serializer=request.SerializeToString,
+                response_deserializer=decode,
+            )
+            for method, (request, decode) in _ASYNC_METHODS.items()
+        }
+        self.version: RuntimeVersion | None = None
+        self.retired = False
+
+    async def close(self) -> None:
+        """Close the channel: calls still waiting on it are cancelled."""
+        self.retired = True
+        await self.channel.close(None)
+
+
+def _cancelled_by_caller() -> bool:
+    """Whether the running task itself is being cancelled (not just a call of a closed channel).
+
+    grpc.aio ends a call of a channel being closed with CancelledError in the awaiting task,
+    though nobody cancelled that task: ``cancelling()`` tells the two apart.
+    """
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0

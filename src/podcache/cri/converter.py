@@ -1,0 +1,163 @@
+"""Conversion of list answers, and the thread and GC pause it runs under for the asyncio getter.
+
+Holds ``_converted`` (two listings to pods, released in any case), ``_Converter``
+(``AsyncCRIRuntime``'s one worker thread, which reads answers in pieces of
+``READ_PIECE_BYTES`` and converts them off the event loop), ``_GCPause`` (the process-wide
+pause of the cyclic collector during a conversion) and ``_Held``. Deliberately not here: the
+grouping rules (``convert``) and the calls that fetch the answers (the getters).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from podcache.cri.convert import (
+    Listing,
+    MalformedListingError,
+    Memo,
+    pods_from_listings,
+    read_containers,
+    read_sandboxes,
+    split_items,
+)
+from podcache.cri.failures import _not_cri_message
+from podcache.errors import (
+    RuntimeProtocolError,
+)
+from podcache.model import PodList
+
+__all__ = ["READ_PIECE_BYTES"]
+
+
+_R = TypeVar("_R")
+
+
+READ_PIECE_BYTES = 128 * 1024
+"""Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
+
+
+_READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
+    "ListPodSandbox": read_sandboxes,
+    "ListContainers": read_containers,
+}
+
+
+def _read_both(
+    converter: _Converter, runtime_name: str, sandbox_bytes: bytes, container_bytes: bytes
+) -> PodList:
+    """In the converter's thread: both answers read and converted without a memo."""
+    sandboxes = converter.read("ListPodSandbox", sandbox_bytes)
+    containers = converter.read("ListContainers", container_bytes)
+    return _converted(runtime_name, sandboxes, containers, None)
+
+
+def _converted(
+    runtime_name: str, sandboxes: Listing, containers: Listing, memo: Memo | None
+) -> PodList:
+    """The pods of two listings, which are released (``Listing.release``) in any case."""
+    try:
+        return pods_from_listings(runtime_name, sandboxes, containers, memo)
+    finally:
+        sandboxes.release()
+        containers.release()
+
+
+class _GCPause:
+    """Pauses Python's cyclic garbage collector while listings are read and converted.
+
+    A conversion at 5,000 pods allocates some 100,000 container objects (the reader's rows)
+    that reference counting frees when it ends. Collections triggered meanwhile scan them,
+    hold the GIL for the whole scan (5-15 ms for a young one) and promote the live rows to
+    older generations, which then need full collections (40-70 ms, the event loop stopped)
+    every few refreshes. Paused, the rows are gone before the next collection looks.
+
+    Process-wide (the collector has one switch): pauses nest across threads and runtimes; the
+    collector is enabled again when the last one ends, and only if it was enabled when the
+    first began. The longest a pause lasts is one conversion (bounded by the listing size).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._active = 0
+        self._resume = False
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._active == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._active -= 1
+                if self._active == 0 and self._resume:
+                    gc.enable()
+
+
+_gc_paused = _GCPause()
+
+
+def _without_gc(function: Callable[..., _R], args: tuple[Any, ...]) -> _R:
+    with _gc_paused():
+        return function(*args)
+
+
+class _Held:
+    """A listing kept for the converter's thread while the event loop waits for the next call:
+    the loop never holds the last reference to it, so it is never freed there."""
+
+    __slots__ = ("listing",)
+
+    def __init__(self) -> None:
+        self.listing: Listing | None = None
+
+
+class _Converter:
+    """``AsyncCRIRuntime``'s worker thread: reads and converts list answers off the event loop.
+
+    One thread, started on first use: conversions of one runtime run one at a time (the cache
+    has at most one refresh in flight) and share its memo. The reader and the conversion hold
+    the GIL while they run; the event loop gets it back at least every ``sys.getswitchinterval()``
+    seconds during the conversion's Python code (``podcache serve`` shortens that interval).
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._pool: ThreadPoolExecutor | None = None
+
+    def run(self, function: Callable[..., _R], *args: Any) -> asyncio.Future[_R]:
+        """``function(*args)`` in the worker thread, as a future of the running loop; the
+        cyclic garbage collector is paused while it runs (``_GCPause``)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="podcache-convert")
+        return asyncio.get_running_loop().run_in_executor(self._pool, _without_gc, function, args)
+
+    def read(self, method: str, data: bytes) -> Listing:
+        """``data``, the answer of ``method``, read (a protocol error when it is not one).
+
+        A large answer is read in pieces of whole items (see ``split_items``): the reader
+        holds the GIL for one piece at a time, not for the whole answer (~30 ms at 5,000
+        pods), so the event loop is never kept waiting longer than a piece takes.
+        """
+        read = _READERS[method]
+        try:
+            pieces = split_items(data, READ_PIECE_BYTES)
+            if pieces is None:
+                return read(data)
+            return Listing.joined([read(piece) for piece in pieces])
+        except MalformedListingError as exc:
+            raise RuntimeProtocolError(self._url, _not_cri_message(method)) from exc
+
+    def close(self) -> None:
+        """Stop the thread once a conversion running now ends (its caller is gone anyway)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
