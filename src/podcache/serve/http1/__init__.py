@@ -116,13 +116,13 @@ Streaming answers (for long-lived feeds such as a watch), the API a responder pl
   client EOF, a reset).
 
 Modules, one concept each: ``limits`` (the bounds), ``states`` (``State`` and the data of
-the tables above, ``states.TRANSITIONS``, which ``_enter`` checks: an unlisted transition raises),
-``items`` (what a connection queues), ``admission`` (``HTTPServer``'s base: the connection cap,
-the byte budget, the tick, shutdown), ``lifecycle`` (a connection's state, timeouts, unsent
-bytes and end), ``parsing`` (httptools' callbacks and the head checks), ``answering`` (the
-queue, heads, refusals), ``streaming`` (streaming answers) and ``connection``
-(``HTTPConnection``, the ``asyncio.Protocol`` made of those parts, and ``HTTPServer``). This
-package imports nothing of podcache but ``serve.response``.
+the tables above, ``states.TRANSITIONS``, which ``_enter`` checks: an unlisted transition
+raises), ``items`` (what a connection queues), ``admission`` (``HTTPServer``'s base: the
+connection cap, the byte budget, the tick, shutdown), ``lifecycle`` (a connection's state,
+timeouts, unsent bytes and end), ``parsing`` (httptools' callbacks and the head checks),
+``answering`` (the queue, heads, refusals), ``streaming`` (streaming answers) and
+``connection`` (``HTTPConnection``, the ``asyncio.Protocol`` made of those parts, and
+``HTTPServer``). This package imports nothing of podcache but ``serve.response``.
 
 It deliberately supports only what a read-only JSON API needs: no request bodies (refused,
 never read), no upgrades (answered as plain HTTP/1.1, then closed), no HTTP/2. Targets must be
