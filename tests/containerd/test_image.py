@@ -15,11 +15,13 @@ is measured and printed (the 2 s target is reported, never asserted: timing is n
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import uuid
@@ -40,8 +42,9 @@ pytestmark = [
     pytest.mark.containerd,
     # A cold build (the Debian base, then the image) takes about 4 minutes on a loaded machine.
     pytest.mark.timeout(900),
-    pytest.mark.parametrize("containerd", ["1.7"], indirect=True),
 ]
+# The containerd the pod runs on.
+on_the_runtime = pytest.mark.parametrize("containerd", ["1.7"], indirect=True)
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = REPO / "scripts" / "image-build"
@@ -68,6 +71,10 @@ class Deployed:
     client: Client
     agent: SandboxRecord
     agent_container: ContainerRecord
+    early: SandboxRecord
+    """A pod that ran before podcache started: its root filesystem is mounted below the runtime
+    directory podcache's pod mounts, so the mount's copy holds it too."""
+    early_container: ContainerRecord
 
 
 def _build() -> BuiltImage:
@@ -145,6 +152,9 @@ def deployed(
     )
     made: list[SandboxRecord] = []
     try:
+        early = cri_harness.run_pod("early", "default")
+        made.append(early)
+        early_container = cri_harness.create_container(early, "main")
         pod = run_pod(
             cri_harness,
             the("base", "DaemonSet"),
@@ -159,9 +169,11 @@ def deployed(
         agent_container = cri_harness.create_container(agent, "main")
         client = Client(path=_socket_on_host(pod))
         wait_until(lambda: _answers(client, "/readyz"), "podcache ready", READY_TIMEOUT)
-        yield Deployed(pod, pod.containers["podcache"], client, agent, agent_container)
+        yield Deployed(
+            pod, pod.containers["podcache"], client, agent, agent_container, early, early_container
+        )
     finally:
-        cri_harness.remove_all([s.id for s in made])
+        cri_harness.remove_all([s.id for s in made if not s.removed])
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -183,6 +195,66 @@ def _uids(reply: Reply) -> set[str]:
     return {pod["id"] for pod in reply.json()["items"]}
 
 
+def _copied_sources() -> list[str]:
+    """The context paths deploy/Containerfile's COPY lines copy (not those from a stage)."""
+    found = []
+    for line in (REPO / "deploy" / "Containerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["COPY"] and not words[1].startswith("--from="):
+            found += [w for w in words[1:-1] if not w.startswith("--")]
+    return found
+
+
+def _expected_context() -> set[str]:
+    """Every file under the copied paths but what is built or cached in place."""
+    expected = set()
+    for source in _copied_sources():
+        root = REPO / source
+        files = [root] if root.is_file() else [f for f in root.rglob("*") if f.is_file()]
+        for f in files:
+            relative = f.relative_to(REPO)
+            cached = "__pycache__" in relative.parts or any(
+                part.endswith(".egg-info") for part in relative.parts
+            )
+            if not cached and f.suffix not in (".pyc", ".so"):
+                expected.add(str(relative))
+    return expected
+
+
+def _layer_files(archive: Path) -> set[str]:
+    with tarfile.open(archive) as outer:
+        manifest = json.load(outer.extractfile("manifest.json"))  # type: ignore[arg-type]
+        (layer,) = manifest[0]["Layers"]
+        with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+            return {m.name.removeprefix("context/") for m in inner.getmembers() if m.isfile()}
+
+
+def test_the_build_context_is_what_the_containerfile_copies(
+    image: BuiltImage, tmp_path: Path
+) -> None:
+    """What podman sends from this checkout, which has a .venv, caches and a built extension
+    in place (.containerignore): exactly the files the build copies."""
+    assert (REPO / ".venv").is_dir() and list((REPO / "src").rglob("*.so"))  # a used checkout
+    (tmp_path / "Containerfile").write_text("FROM scratch\nCOPY . /context\n")
+    tag = f"localhost/podcache-context-test:{uuid.uuid4().hex[:12]}"
+    archive = tmp_path / "context.tar"
+    try:
+        for command in (
+            ["build", "-q", "-f", str(tmp_path / "Containerfile"), "-t", tag, str(REPO)],
+            ["save", "--format", "docker-archive", "-o", str(archive), tag],
+        ):
+            done = subprocess.run(
+                ["podman", *command], capture_output=True, text=True, timeout=120, check=False
+            )
+            assert done.returncode == 0, (command, done.stderr)
+    finally:
+        subprocess.run(["podman", "rmi", "-f", tag], capture_output=True, timeout=60, check=False)
+    sent = _layer_files(archive)
+    assert not [name for name in sent if name.startswith(".venv/")]
+    assert sent == _expected_context()
+
+
+@on_the_runtime
 def test_the_image_has_the_c_list_reader(cri_harness: CRIHarness, deployed: Deployed) -> None:
     code = "import podcache.cri._wire as w; print(w.__file__)"
     result = cri_harness.exec_sync(deployed.podcache, [IMAGE_PYTHON, "-I", "-c", code])
@@ -190,6 +262,7 @@ def test_the_image_has_the_c_list_reader(cri_harness: CRIHarness, deployed: Depl
     assert result.stdout.decode().strip().endswith(".so"), result.stdout
 
 
+@on_the_runtime
 def test_the_pod_runs_as_the_daemonset_says(cri_harness: CRIHarness, deployed: Deployed) -> None:
     (pid,) = wait_pids(deployed.podcache.id)
     status = _status(f"/proc/{pid}/status")
@@ -212,6 +285,7 @@ def test_the_pod_runs_as_the_daemonset_says(cri_harness: CRIHarness, deployed: D
     assert (socket_stat.st_uid, socket_stat.st_mode & 0o777) == (SERVICE_UID, 0o600)
 
 
+@on_the_runtime
 def test_healthz_pods_and_pids_from_outside(deployed: Deployed) -> None:
     client = deployed.client
     health = client.get("/healthz")
@@ -232,6 +306,26 @@ def test_healthz_pods_and_pids_from_outside(deployed: Deployed) -> None:
     assert body["container"]["name"] == "main"
 
 
+@on_the_runtime
+def test_the_runtime_directory_mount_lets_removed_pods_go(
+    cri_harness: CRIHarness, deployed: Deployed
+) -> None:
+    """The bind mount of the runtime's directory copied the mounts below it, the root
+    filesystems of the pods already running; a pod removed later must not stay mounted in
+    podcache's mount namespace (the kernel detaches a copy whose directory is removed)."""
+    (pid,) = wait_pids(deployed.podcache.id)
+    ids = (deployed.early.id, deployed.early_container.id)
+
+    def mounted() -> list[str]:
+        text = Path(f"/proc/{pid}/mountinfo").read_text()
+        return [line for line in text.splitlines() if any(i in line for i in ids)]
+
+    assert mounted(), "the early pod's root filesystems were never in podcache's mounts"
+    cri_harness.remove_pod(deployed.early)
+    assert mounted() == []
+
+
+@on_the_runtime
 @pytest.mark.parametrize("kind", ["livenessProbe", "readinessProbe"])
 def test_the_probes_pass_run_as_the_kubelet_runs_them(
     cri_harness: CRIHarness, deployed: Deployed, kind: str
@@ -245,6 +339,7 @@ def _fresh_with(client: Client, uid: str) -> bool:
     return reply.status == 200 and "x-podcache-stale" not in reply.headers and uid in _uids(reply)
 
 
+@on_the_runtime
 def test_a_runtime_restart_is_survived_without_a_pod_restart(
     containerd: Containerd, cri_harness: CRIHarness, deployed: Deployed
 ) -> None:
