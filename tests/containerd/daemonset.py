@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -199,6 +200,34 @@ def run_pod(
     for spec in pod_spec["containers"]:
         _create(harness, pod, spec, pod_spec, image)
     return pod
+
+
+def import_image(archive: Path, socket_path: str, env: Mapping[str, str]) -> None:
+    """``ctr images import`` of an image archive into the runtime's CRI namespace (k8s.io);
+    ``env`` names the ctr to use (a privately fetched containerd's comes first on PATH)."""
+    done = subprocess.run(
+        ["ctr", "--address", socket_path, "-n", "k8s.io", "images", "import", str(archive)],
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"ctr images import {archive}: {done.stderr.strip()}")
+
+
+def socket_on_host(pod: RunningPod, container: str = "podcache") -> str:
+    """Where the container's ``--listen unix:PATH`` socket is on the host: PATH under the host
+    directory of the volume mounted over it."""
+    spec = pod.specs[container]
+    args = spec["args"]
+    listen = args[args.index("--listen") + 1].removeprefix("unix:")
+    for mount in spec.get("volumeMounts", []):
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if listen.startswith(prefix):
+            return os.path.join(pod.volumes[mount["name"]], listen.removeprefix(prefix))
+    raise LookupError(f"--listen {listen} is on no volume of the pod")
 
 
 def probe(harness: CRIHarness, pod: RunningPod, container: str, kind: str) -> criwire.ExecResult:

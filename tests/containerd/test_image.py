@@ -32,7 +32,15 @@ from pathlib import Path
 import pytest
 
 from tests.containerd.conftest import Containerd, cannot_run
-from tests.containerd.daemonset import HostPaths, RunningPod, probe, run_pod, wait_until
+from tests.containerd.daemonset import (
+    HostPaths,
+    RunningPod,
+    import_image,
+    probe,
+    run_pod,
+    socket_on_host,
+    wait_until,
+)
 from tests.containerd.harness import ContainerRecord, CRIHarness, SandboxRecord
 from tests.containerd.test_pids import wait_pids
 from tests.deploy.test_manifests import the
@@ -104,32 +112,6 @@ def image() -> BuiltImage:
     return _build()
 
 
-def _import(containerd: Containerd, harness: CRIHarness, built: BuiltImage) -> None:
-    ctr = ["ctr", "--address", containerd.socket_path, "-n", "k8s.io"]
-    done = subprocess.run(
-        [*ctr, "images", "import", str(built.archive)],
-        env=containerd.env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, f"ctr images import {built.archive}: {done.stderr}"
-    harness.image_id(built.name)  # CRI finds it by the name the pod asks for
-
-
-def _socket_on_host(pod: RunningPod) -> str:
-    """The listen socket's path on the host: --listen's path under its volume's host directory."""
-    spec = pod.specs["podcache"]
-    args = spec["args"]
-    listen = args[args.index("--listen") + 1].removeprefix("unix:")
-    for mount in spec["volumeMounts"]:
-        prefix = mount["mountPath"].rstrip("/") + "/"
-        if listen.startswith(prefix):
-            return os.path.join(pod.volumes[mount["name"]], listen.removeprefix(prefix))
-    raise LookupError(f"--listen {listen} is on no volume of the pod")
-
-
 def _answers(client: Client, target: str, status: int = 200) -> bool:
     try:
         return client.get(target).status == status
@@ -141,7 +123,8 @@ def _answers(client: Client, target: str, status: int = 200) -> bool:
 def deployed(
     containerd: Containerd, cri_harness: CRIHarness, image: BuiltImage
 ) -> Iterator[Deployed]:
-    _import(containerd, cri_harness, image)
+    import_image(image.archive, containerd.socket_path, containerd.env())
+    cri_harness.image_id(image.name)  # CRI finds it by the name the pod asks for
     scratch = Path(tempfile.mkdtemp(prefix="pc-img-", dir="/tmp"))  # short: a socket path
     paths = HostPaths(
         {
@@ -167,7 +150,7 @@ def deployed(
         agent = cri_harness.run_pod("agent", "default", labels={"app": "agent"})
         made.append(agent)
         agent_container = cri_harness.create_container(agent, "main")
-        client = Client(path=_socket_on_host(pod))
+        client = Client(path=socket_on_host(pod))
         wait_until(lambda: _answers(client, "/readyz"), "podcache ready", READY_TIMEOUT)
         yield Deployed(
             pod, pod.containers["podcache"], client, agent, agent_container, early, early_container

@@ -306,9 +306,7 @@ def test_no_socket_file_is_mounted(name: str) -> None:
 
 def test_cri_o_socket_is_the_commented_alternative() -> None:
     text = (DEPLOY / "base" / "daemonset.yaml").read_text()
-    assert re.search(
-        rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_DIR_ON_HOST)}\s*$", text, re.MULTILINE
-    )
+    assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_DIR_ON_HOST)}\s*$", text, re.MULTILINE)
     assert "unix:///run/cri/crio.sock" in text
 
 
