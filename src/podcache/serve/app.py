@@ -30,7 +30,7 @@ from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.cache.threaded import offers_events
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
-from podcache.procs import LookupResult, ProcFormatError, alookup_pod
+from podcache.procs import LookupResult, ProcFormatError, UnknownIDs, alookup_pod, async_probe
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -185,6 +185,10 @@ class App:
         first_revision: int | None = None,
     ) -> None:
         self._proc_root = proc_root
+        # A lookup of a container missing from the snapshot asks the runtime about it alone
+        # (never a relist of the node) when the getter can list one pod (issue 20 §2).
+        self._probe = async_probe(getter)
+        self._unknown = UnknownIDs()
         self._clock = clock
         self._wall = wall
         self._auth = auth
@@ -633,7 +637,13 @@ class App:
         """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
         try:
             result = await alookup_pod(
-                self.cache, self._clock, pid, proc_root=self._proc_root, timeout=self._wait
+                self.cache,
+                self._clock,
+                pid,
+                proc_root=self._proc_root,
+                timeout=self._wait,
+                probe=self._probe,
+                unknown=self._unknown,
             )
         except ProcessLookupError:
             self.metrics.count_pid_lookup("no_process", False)
@@ -647,7 +657,7 @@ class App:
             ) from exc
         except OSError as exc:
             raise self._unreadable(pid, exc) from exc
-        self.metrics.count_pid_lookup(result.outcome, result.refreshed)
+        self.metrics.count_pid_lookup(result.outcome, result.refreshed, result.probed)
         return result
 
     def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
