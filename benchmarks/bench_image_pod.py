@@ -51,6 +51,7 @@ from tests.containerd.daemonset import (  # noqa: E402 -- after sys.path names t
     probe,
     run_pod,
     socket_on_host,
+    wait_for_image,
     wait_until,
 )
 from tests.containerd.harness import CRIHarness, SandboxRecord  # noqa: E402 -- after sys.path names the repository
@@ -363,6 +364,7 @@ def main() -> None:
     try:
         import_image(archive, ctrd.socket_path, ctrd.env())
         with CRIHarness(ctrd.socket_path, cgroup_parent=CGROUP_PARENT) as harness:
+            wait_for_image(harness, image)
             phases = measure(harness, ctrd, image, args.quick)
     finally:
         if not reused:

@@ -217,6 +217,21 @@ def import_image(archive: Path, socket_path: str, env: Mapping[str, str]) -> Non
         raise RuntimeError(f"ctr images import {archive}: {done.stderr.strip()}")
 
 
+def wait_for_image(harness: CRIHarness, image: str, timeout: float = 60.0) -> None:
+    """Wait until CRI's ImageStatus finds ``image``: containerd's CRI plugin learns of an
+    imported image from an event, after ``ctr images import`` has returned (2.1 on a loaded
+    machine answered "not found" just after an import)."""
+
+    def known() -> bool:
+        try:
+            harness.image_id(image)
+        except LookupError:
+            return False
+        return True
+
+    wait_until(known, f"CRI ImageStatus of the imported {image}", timeout)
+
+
 def socket_on_host(pod: RunningPod, container: str = "podcache") -> str:
     """Where the container's ``--listen unix:PATH`` socket is on the host: PATH under the host
     directory of the volume mounted over it."""

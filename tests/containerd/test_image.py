@@ -39,6 +39,7 @@ from tests.containerd.daemonset import (
     probe,
     run_pod,
     socket_on_host,
+    wait_for_image,
     wait_until,
 )
 from tests.containerd.harness import ContainerRecord, CRIHarness, SandboxRecord
@@ -126,7 +127,7 @@ def deployed(
     containerd: Containerd, cri_harness: CRIHarness, image: BuiltImage
 ) -> Iterator[Deployed]:
     import_image(image.archive, containerd.socket_path, containerd.env())
-    cri_harness.image_id(image.name)  # CRI finds it by the name the pod asks for
+    wait_for_image(cri_harness, image.name)  # by the name the pod asks for
     scratch = Path(tempfile.mkdtemp(prefix="pc-img-", dir="/tmp"))  # short: a socket path
     paths = HostPaths(
         {
