@@ -27,7 +27,7 @@ import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
-from podcache.cache.threaded import offers_events
+from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.model import Pod, PodList
 from podcache.procs import LookupResult, ProcFormatError, UnknownIDs, alookup_pod, async_probe
