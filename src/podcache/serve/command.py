@@ -344,6 +344,18 @@ def _simulation(sim_pods: int, sim_churn: float) -> Any:
     return simulation
 
 
+def _warn_if_slow_decoder() -> None:
+    """Say once, at start-up, when this install reads listings without the C list reader."""
+    from podcache.cri import DECODER
+
+    if DECODER != "c":
+        _say(
+            "warning: the C list reader (podcache.cri._wire) is not built in this install, so "
+            f"listings are read with the {DECODER} decoder, about 1.5x slower per refresh "
+            "(reinstall with a C compiler and the Python headers: gcc, python3-dev)"
+        )
+
+
 def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
     """The ``AsyncCRIRuntime`` to serve; with ``--events on``, one that has container events."""
     from podcache.cri import AsyncCRIRuntime
@@ -384,6 +396,7 @@ def _run(
     from podcache.serve.server import ServeError, run
 
     assert auth is None or isinstance(auth, BearerAuth)
+    _warn_if_slow_decoder()
     # Refreshes run in worker threads that hold the GIL while they convert; the event loop
     # gets it back after at most this long (CPython's default is 5 ms per hand-over).
     sys.setswitchinterval(SWITCH_INTERVAL)
