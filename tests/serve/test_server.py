@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import signal
 import socket
 import stat
 import time
@@ -402,6 +403,38 @@ def test_unix_socket_is_0600_serves_and_is_removed_on_sigterm(
     assert status == 0, server.stderr
     assert not path.exists()
     assert "Traceback" not in server.stderr
+
+
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"]
+)
+def test_each_ending_signal_removes_the_socket_and_the_simulations_directory(
+    tmp_socket_dir: Path, signum: int
+) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    server = ServeProcess(["--sim", "--sim-pods", "2", "--listen", f"unix:{path}"]).start()
+    try:
+        assert Client(path=str(path)).get("/healthz").status == 200
+        found = re.search(r"at unix://(\S+)/sim\.sock", server.stderr)
+        assert found is not None, server.stderr
+        sim_dir = Path(found[1])
+        assert sim_dir.is_dir()
+    finally:
+        assert server.process is not None
+        server.process.send_signal(signum)
+    assert server.wait_exit() == 0, server.stderr
+    assert not path.exists()
+    assert not sim_dir.exists()
+
+
+def test_sim_without_churn_says_how_to_get_changes(tmp_socket_dir: Path) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    with ServeProcess(["--sim", "--listen", f"unix:{path}"]) as server:
+        pass
+    assert "churn 0/s: nothing changes; --sim-churn R replaces R pods a second" in server.stderr
+    with ServeProcess(["--sim", "--sim-churn", "2", "--listen", f"unix:{path}"]) as churning:
+        pass
+    assert "churn 2/s" in churning.stderr and "nothing changes" not in churning.stderr
 
 
 def test_sigterm_on_tcp_exits_0(sim: SimRuntime) -> None:

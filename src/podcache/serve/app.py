@@ -315,6 +315,7 @@ class App:
                 raise HTTPError(414, f"query string is longer than {MAX_QUERY} characters")
             headers = collect_headers(header_items)
             if method not in _METHODS:
+                route = self._route_label(path)
                 raise HTTPError(
                     405,
                     f"method {method[:16]} is not allowed: the API is read-only (GET, HEAD)",
@@ -376,6 +377,13 @@ class App:
         response = self._error(error)
         self.metrics.count(route, response.status)
         return response
+
+    def _route_label(self, path: str) -> str:
+        """The route ``path`` is counted under (its template, or ``unmatched``)."""
+        try:
+            return self._route(path)[0]
+        except HTTPError:
+            return "unmatched"
 
     def _route(self, path: str) -> tuple[str, Handler, tuple[str, ...]]:
         exact = self._exact.get(path)

@@ -337,9 +337,12 @@ def _simulation(sim_pods: int, sim_churn: float) -> Any:
         simulation.start()
     except OSError as exc:
         raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    churn = f"churn {sim_churn:g}/s"
+    if not sim_churn:  # a watch of the demo would show nothing at all
+        churn += ": nothing changes; --sim-churn R replaces R pods a second"
     _say(
-        f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
-        f"at {simulation.endpoint}, not this node's"
+        f"serving a SIMULATED runtime ({sim_pods} pods, {churn}) at {simulation.endpoint}, "
+        "not this node's"
     )
     return simulation
 

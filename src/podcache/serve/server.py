@@ -5,10 +5,10 @@
 httptools' parser), in the same event loop and process as the cache and the app. This module
 binds the socket itself: a unix socket is created with mode 0600 (umask held during bind, then
 checked), a stale one is replaced, a live one is an error; a TCP port already in use is an
-error (no SO_REUSEPORT: two servers never share a port silently). SIGTERM and SIGINT stop
-accepting, let requests in progress finish (at most ``SHUTDOWN_GRACE``), close idle
-connections, remove the socket and return normally. The token policy (which addresses need
-one) is the command's; routing is the app's; HTTP is ``http1``'s.
+error (no SO_REUSEPORT: two servers never share a port silently). SIGTERM, SIGINT and SIGHUP
+(a closed terminal) stop accepting, let requests in progress finish (at most
+``SHUTDOWN_GRACE``), close idle connections, remove the socket and return normally. The token
+policy (which addresses need one) is the command's; routing is the app's; HTTP is ``http1``'s.
 """
 
 # ruff: noqa: PLC0415 -- uvloop and the HTTP server are imported when serving starts: the CLI stays fast
@@ -202,7 +202,7 @@ async def serve(
     hosts: frozenset[str] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``app`` on ``address`` until SIGTERM or SIGINT; ``hosts``: the Host values
+    """Serve ``app`` on ``address`` until SIGTERM, SIGINT or SIGHUP; ``hosts``: the Host values
     served (``allowed_hosts``), None for any.
 
     The unix socket, if any, is removed on the way out. Raises ServeError when the server
@@ -220,7 +220,7 @@ async def serve(
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
     sock: socket.socket | None = None
