@@ -611,3 +611,58 @@ def test_with_a_token_any_host_is_served(sim: SimRuntime, tmp_path: Path) -> Non
     args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)]
     with ServeProcess(args):
         assert status_for_host(Client(port=port), "evil.example") == 200  # /healthz: no token
+
+
+# -- several listeners -----------------------------------------------------------------------------
+def test_listen_twice_serves_a_unix_socket_and_a_port_with_their_own_host_rules(
+    sim: SimRuntime, tmp_socket_dir: Path
+) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"unix:{path}", "--listen", f"127.0.0.1:{port}"]
+    server = ServeProcess(args).start()
+    try:
+        unix, tcp = Client(path=str(path)), Client(port=port)
+        assert status_for_host(unix, "evil.example") == 200  # a unix socket serves any Host
+        assert status_for_host(tcp, "evil.example") == 421  # the port only its own names
+        assert status_for_host(tcp, f"127.0.0.1:{port}") == 200
+        first = unix.get("/pods").json()
+        assert tcp.get("/pods").json()["revision"] == first["revision"]  # one cache
+        metrics = tcp.get("/metrics").body.decode()
+        assert "podcache_cache_refreshes_total 1.0" in metrics
+        assert f"listening on unix:{path}, http://127.0.0.1:{port} " in server.stderr
+    finally:
+        status = server.terminate()
+    assert status == 0, server.stderr
+    assert not path.exists()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+
+
+def test_listen_given_twice_the_same_is_a_usage_error(sim: SimRuntime) -> None:
+    port = free_port()
+    result = run_serve(["-r", sim.endpoint, *2 * ("--listen", f"127.0.0.1:{port}")])
+    assert result.returncode == 2
+    assert f"127.0.0.1:{port} is given twice" in result.stderr
+
+
+def test_every_listener_beyond_loopback_needs_the_token(
+    sim: SimRuntime, tmp_socket_dir: Path
+) -> None:
+    result = run_serve(
+        ["-r", sim.endpoint, "--listen", f"unix:{tmp_socket_dir}/s.sock", "--listen", "0.0.0.0:1"]
+    )
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0:1 without a token" in result.stderr
+
+
+def test_a_listener_that_cannot_bind_stops_the_start_and_leaves_no_socket_behind(
+    sim: SimRuntime, served: ServedFixture, tmp_socket_dir: Path
+) -> None:
+    _, client = served
+    path = tmp_socket_dir / "podcache.sock"
+    args = ["--listen", f"unix:{path}", "--listen", f"127.0.0.1:{client.port}"]  # the port's taken
+    result = run_serve(["-r", sim.endpoint, *args])
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{client.port}" in result.stderr
+    assert not path.exists()

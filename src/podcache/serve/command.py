@@ -24,6 +24,7 @@ from podcache.serve.server import (
     DEFAULT_LISTEN,
     ConnectionLimits,
     ListenAddress,
+    Listener,
     allowed_hosts,
     parse_listen,
 )
@@ -139,9 +140,11 @@ def _say(message: str) -> None:
 @click.option(
     "--listen",
     type=_Listen(),
-    default=DEFAULT_LISTEN,
+    multiple=True,
+    default=(DEFAULT_LISTEN,),
     show_default=True,
-    help="HOST:PORT (an IP or localhost) or unix:PATH.",
+    help="HOST:PORT (an IP or localhost) or unix:PATH; repeat to listen on several (e.g. a "
+    "unix socket for node agents and a TCP port for Prometheus), one server behind them all.",
 )
 @click.option(
     "--cache-period",
@@ -260,7 +263,7 @@ def serve_command(
     sim: bool,
     sim_pods: int,
     sim_churn: float,
-    listen: ListenAddress,
+    listen: tuple[ListenAddress, ...],
     cache_period: float,
     min_refresh_interval: float,
     max_stale: float,
@@ -295,12 +298,7 @@ def serve_command(
             f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",
             param_hint="--refresh-ahead",
         )
-    if not listen.loopback and auth is None:
-        raise click.UsageError(
-            f"refusing to listen on {listen} without a token: it is reachable from other "
-            "hosts. Pass --token-file FILE (clients then send 'Authorization: Bearer <token>'), "
-            "or listen on loopback (127.0.0.1:PORT) or a unix socket (unix:/run/podcache.sock)."
-        )
+    _check_listeners(listen, token=auth is not None)
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.WARNING,
@@ -311,7 +309,6 @@ def serve_command(
         sim=sim,
         sim_pods=sim_pods,
         sim_churn=sim_churn,
-        listen=listen,
         cache_period=cache_period,
         freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
         auth=auth,
@@ -321,11 +318,30 @@ def serve_command(
             max_connections=max_connections,
             max_buffered=max_buffered,
         ),
-        hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
+        listeners=[
+            Listener(address, allowed_hosts(address, allow_hosts, token=auth is not None))
+            for address in listen
+        ],
         events=events,
         proc_root=proc_root,
         bookmark_interval=bookmark_interval,
     )
+
+
+def _check_listeners(addresses: tuple[ListenAddress, ...], *, token: bool) -> None:
+    """Each address once; one reachable from other hosts only with a token (usage errors)."""
+    seen: set[ListenAddress] = set()
+    for address in addresses:
+        if address in seen:
+            raise click.BadParameter(f"{address} is given twice", param_hint="--listen")
+        seen.add(address)
+        if not address.loopback and not token:
+            raise click.UsageError(
+                f"refusing to listen on {address} without a token: it is reachable from other "
+                "hosts. Pass --token-file FILE (clients then send 'Authorization: Bearer "
+                "<token>'), or listen on loopback (127.0.0.1:PORT) or a unix socket "
+                "(unix:/run/podcache.sock)."
+            )
 
 
 def _simulation(sim_pods: int, sim_churn: float) -> Any:
@@ -383,13 +399,12 @@ def _run(
     sim: bool,
     sim_pods: int,
     sim_churn: float,
-    listen: ListenAddress,
+    listeners: list[Listener],
     cache_period: float,
     freshness: _Freshness,
     auth: object,
     timeout: float,
     limits: ConnectionLimits,
-    hosts: frozenset[str] | None,
     events: str = "auto",
     proc_root: str = "/proc",
     bookmark_interval: float = 15.0,
@@ -428,7 +443,8 @@ def _run(
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"
             _say(
-                f"listening on {listen.url} (runtime {runtime.endpoint}, cache period "
+                f"listening on {', '.join(each.address.url for each in listeners)} (runtime "
+                f"{runtime.endpoint}, cache period "
                 f"{cache_period:g}s, events {events}, {token})"
             )
 
@@ -439,9 +455,8 @@ def _run(
         try:
             run(
                 make_app,
-                listen,
+                listeners,
                 limits=limits,
-                hosts=hosts,
                 on_listening=listening,
                 on_warm=warmed,
                 cleanup=runtime.close,
