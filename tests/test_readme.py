@@ -95,3 +95,13 @@ def test_the_sample_table_is_the_whole_real_output_of_pods_sim() -> None:
     notice = re.sub(r"podcache-sim-\w+", "podcache-sim-XXXXXXXX", done.stderr.strip())
     assert sample[0] == notice
     assert sample[1:] == done.stdout.splitlines()  # every row: nothing cut
+
+
+def test_the_changelog_names_this_version_and_gives_upgrade_notes() -> None:
+    from podcache import __version__
+
+    text = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert headings[0] == "Unreleased" and __version__ in headings, headings
+    unreleased = text.split("\n## ")[1]
+    assert "### Upgrade notes" in unreleased
