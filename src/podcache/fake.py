@@ -163,6 +163,10 @@ class _FakeBase:
         """New event streams fail to open with this error while set."""
         self.subscriptions = 0
         """Event streams opened so far."""
+        self.pod_calls = 0
+        """``get_pod`` calls so far (one pod's relist; not counted in ``calls``)."""
+        self.probe_calls = 0
+        """``pod_uid_of`` calls so far (a lookup of one ID; not counted in ``calls``)."""
         self._streams: list[_FakeStreamBase] = []
         self._lock = threading.Lock()
         self._init_gate()
@@ -207,6 +211,25 @@ class _FakeBase:
             self.all_args.append(all)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def _one_pod(self, uid: str, all: bool) -> Pod | None:
+        with self._lock:
+            self.pod_calls += 1
+        if self.error is not None:
+            raise self.error
+        pods = self.all_pods if all and self.all_pods is not None else self.pods
+        return pods.by_uid(uid)
+
+    def _owner(self, ident: str) -> str | None:
+        with self._lock:
+            self.probe_calls += 1
+        if self.error is not None:
+            raise self.error
+        pods = self.all_pods if self.all_pods is not None else self.pods
+        for pod in pods:
+            if any(part.id.id == ident for part in (*pod.containers, *pod.sandboxes)):
+                return pod.id
+        return None
 
     def _leave(self, all: bool) -> PodList:
         with self._lock:
@@ -269,6 +292,14 @@ class FakeRuntime(_FakeBase):
             raise
         return self._leave(all)
 
+    def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        """The pod with ``uid`` in ``pods`` (``all_pods`` with ``all``), or None; or ``error``."""
+        return self._one_pod(uid, all)
+
+    def pod_uid_of(self, ident: str) -> str | None:
+        """The UID of the pod holding the container or sandbox ``ident``; or ``error``."""
+        return self._owner(ident)
+
 
 class AsyncFakeRuntime(_FakeBase):
     """The asyncio twin of FakeRuntime; use it (block, release, await) from one event loop."""
@@ -330,3 +361,11 @@ class AsyncFakeRuntime(_FakeBase):
                 self.in_flight -= 1
             raise
         return self._leave(all)
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        """The twin of ``FakeRuntime.get_pod``."""
+        return self._one_pod(uid, all)
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        """The twin of ``FakeRuntime.pod_uid_of``."""
+        return self._owner(ident)

@@ -57,12 +57,14 @@ no container may still be on its way into one, as ``runc init`` is).
 from __future__ import annotations
 
 import errno
+import inspect
 import math
 import os
 import re
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, cast
 
 from podcache.errors import PodcacheError
 from podcache.model import Container, Pod, PodList
@@ -72,6 +74,8 @@ __all__ = [
     "MAX_STAT_BYTES",
     "MEMO_SIZE",
     "PID_MAX",
+    "UNKNOWN_FOR",
+    "UNKNOWN_MAX",
     "CgroupOwner",
     "LookupOutcome",
     "LookupResult",
@@ -80,7 +84,9 @@ __all__ = [
     "PodProcess",
     "ProcFormatError",
     "ProcessIdentity",
+    "UnknownIDs",
     "alookup_pod",
+    "async_probe",
     "cgroup_owner",
     "check_pid",
     "container_of_pid",
@@ -88,6 +94,7 @@ __all__ = [
     "owner_from_cgroup",
     "read_identity",
     "refresh_time",
+    "sync_probe",
 ]
 
 PID_MAX = 4_194_304
@@ -100,6 +107,11 @@ MAX_UPTIME_BYTES = 256
 """Most bytes read of ``/proc/uptime``."""
 MEMO_SIZE = 8192
 """Most owners ``OwnerMemo`` keeps (then it starts over: bounded memory)."""
+UNKNOWN_FOR = 10.0
+"""Seconds an ID the runtime said it lists nothing for is remembered (``UnknownIDs``): lookups
+naming it meanwhile ask the runtime nothing."""
+UNKNOWN_MAX = 4096
+"""Most IDs ``UnknownIDs`` remembers (then it starts over: bounded memory)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Ticks per second of ``/proc/<pid>/stat``'s start time (USER_HZ, 100 on Linux)."""
 
@@ -181,12 +193,22 @@ def check_pid(pid: object) -> int:
 
 def _read(path: str, limit: int) -> bytes:
     """At most ``limit`` bytes of ``path``; a longer file is a ProcFormatError. A process that
-    is gone (no file, or ESRCH while reading) is a ProcessLookupError."""
+    is gone (no file, or ESRCH while reading) is a ProcessLookupError.
+
+    Never blocks: the file is opened with ``O_NONBLOCK`` (a FIFO put in a crafted proc root
+    would otherwise block ``open`` until a writer came, and the event loop with it) and must
+    be a regular file (the kernel's ``/proc`` files are): a FIFO, socket, device or directory
+    is a ProcFormatError, before anything is read."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ProcessLookupError(errno.ESRCH, "no such process", path) from None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ProcFormatError(
+                f"{path} is not a regular file (a FIFO, socket, device or directory): "
+                "refusing to read it"
+            )
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -357,6 +379,36 @@ class OwnerMemo:
         self._owners.pop((proc_root, identity.pid, identity.start_ticks), None)
 
 
+class UnknownIDs:
+    """IDs the runtime listed nothing for when asked (a container ID, or a pod UID), each with
+    the clock reading it was asked at: remembered ``keep_for`` seconds, at most ``limit`` of
+    them (then it starts over). Single dict operations: safe across threads and tasks.
+
+    Anyone who can make a cgroup can name an ID the runtime never heard of; each new ID costs
+    one probe of the runtime (two small filtered list calls), and a repeated one nothing for
+    ``keep_for`` seconds."""
+
+    __slots__ = ("_asked", "keep_for", "limit")
+
+    def __init__(self, limit: int = UNKNOWN_MAX, keep_for: float = UNKNOWN_FOR) -> None:
+        self.limit = limit
+        self.keep_for = keep_for
+        self._asked: dict[str, float] = {}
+
+    def __len__(self) -> int:
+        return len(self._asked)
+
+    def holds(self, ident: str, now: float) -> bool:
+        """Whether ``ident`` was found unknown less than ``keep_for`` seconds before ``now``."""
+        asked = self._asked.get(ident)
+        return asked is not None and now - asked < self.keep_for
+
+    def add(self, ident: str, now: float) -> None:
+        if len(self._asked) >= self.limit:
+            self._asked = {}
+        self._asked[ident] = now
+
+
 # -- the lookup through a cache ---------------------------------------------------------------
 
 LookupOutcome = Literal["found", "pod_only", "not_in_container", "unknown", "no_process"]
@@ -449,16 +501,74 @@ class _AsyncCache(Protocol):
 
 _MEMO = OwnerMemo()
 """The process-wide memo of owners (facts about processes, shared by every cache)."""
+_UNKNOWN = UnknownIDs()
+"""IDs found unknown by lookups given no ``unknown`` of their own (caches bring theirs)."""
 
 
 @dataclass(slots=True)
 class LookupResult:
-    """What a lookup found, how it ended, whether it refreshed, and the pods it read."""
+    """What a lookup found, how it ended, whether it refreshed (or, with a probe, asked the
+    runtime about its one container: ``probed``), and the snapshot it read."""
 
     process: PodProcess | None
     outcome: LookupOutcome
     refreshed: bool
     pods: PodList | None
+    probed: bool = False
+
+
+class PodProbe(Protocol):
+    """A getter that can list one pod and find an item's pod (``podcache.cri.CRIRuntime``)."""
+
+    def get_pod(self, uid: str, all: bool = False) -> Pod | None: ...
+    def pod_uid_of(self, ident: str) -> str | None: ...
+
+
+class AsyncPodProbe(Protocol):
+    """The asyncio twin of ``PodProbe`` (``podcache.cri.AsyncCRIRuntime``)."""
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None: ...
+    async def pod_uid_of(self, ident: str) -> str | None: ...
+
+
+def sync_probe(getter: object) -> PodProbe | None:
+    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as plain methods."""
+    if all(
+        callable(getattr(getter, name, None))
+        and not inspect.iscoroutinefunction(getattr(getter, name))
+        for name in ("get_pod", "pod_uid_of")
+    ):
+        return cast(PodProbe, getter)
+    return None
+
+
+def async_probe(getter: object) -> AsyncPodProbe | None:
+    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as coroutines."""
+    if all(
+        inspect.iscoroutinefunction(getattr(getter, name, None))
+        for name in ("get_pod", "pod_uid_of")
+    ):
+        return cast(AsyncPodProbe, getter)
+    return None
+
+
+def probe_key(lookup: PodLookup) -> str:
+    """What a probe asks about: the container the cgroup names, else its pod."""
+    owner = lookup.owner
+    key = owner.container_id or owner.pod_uid
+    assert key is not None  # in_container
+    return key
+
+
+def _probe_answer(
+    lookup: PodLookup, pod: Pod | None, key: str, now: float, unknown: UnknownIDs
+) -> PodProcess | None:
+    """The probe's pod matched against the process; an ID it does not hold is remembered."""
+    found = None if pod is None else lookup.match(PodList([pod]))
+    if found is None:
+        lookup.outcome = "unknown"
+        unknown.add(key, now)
+    return found
 
 
 def _needs_refresh(lookup: PodLookup, cache_time: float | None, now: float) -> float | None:
@@ -489,14 +599,19 @@ def lookup_pod(
     proc_root: str = "/proc",
     timeout: float | None = None,
     memo: OwnerMemo = _MEMO,
+    probe: PodProbe | None = None,
+    unknown: UnknownIDs | None = None,
 ) -> LookupResult:
     """``RuntimeCache.pod_of_pid``: look; if the container is missing and the snapshot predates
-    the process, look again after the refresh in flight (or a new one), and only if that one
-    began before the process, after one more. A lookup starts at most one refresh: the one it
-    joins first was started by someone else, or else it began after the process. (Containers
-    are listed by their runtime before any of their processes start, so joining first lets a
-    burst of processes of one new container share one refresh.) ProcessLookupError when there
-    is no such process."""
+    the process: with a ``probe`` (a getter with ``get_pod``), ask the runtime about that
+    container only (``pod_uid_of`` unless the cgroup names the pod, then ``get_pod``; an ID it
+    does not list is remembered in ``unknown`` for ``UNKNOWN_FOR`` seconds and costs nothing
+    meanwhile), never relisting the node; without one, look again after the refresh in flight
+    (or a new one), and only if that one began before the process, after one more. A lookup
+    starts at most one refresh: the one it joins first was started by someone else, or else
+    it began after the process. (Containers are listed by their runtime before any of their
+    processes start, so joining first lets a burst of processes of one new container share
+    one refresh.) ProcessLookupError when there is no such process."""
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
@@ -505,10 +620,21 @@ def lookup_pod(
     if found is not None:
         return LookupResult(found, lookup.outcome, False, pods)
     cache_time = cache.cache_time
-    target = _needs_refresh(lookup, cache_time, clock())
+    now = clock()
+    target = _needs_refresh(lookup, cache_time, now)
     if target is None:
         memo.forget(lookup.proc_root, lookup.identity)
         return LookupResult(None, lookup.outcome, False, pods)
+    if probe is not None:
+        memo.forget(lookup.proc_root, lookup.identity)
+        unknown = _UNKNOWN if unknown is None else unknown
+        key = probe_key(lookup)
+        if unknown.holds(key, now):
+            return LookupResult(None, "unknown", False, pods)
+        uid = lookup.owner.pod_uid or probe.pod_uid_of(key)
+        pod = None if uid is None else probe.get_pod(uid)
+        found = _probe_answer(lookup, pod, key, now, unknown)
+        return LookupResult(found, lookup.outcome, False, pods, probed=True)
     # First the refresh in flight, if any (or a new one, which then starts after ``target``).
     cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
     pods = cache.get_pods(timeout=timeout)
@@ -530,6 +656,8 @@ async def alookup_pod(
     proc_root: str = "/proc",
     timeout: float | None = None,
     memo: OwnerMemo = _MEMO,
+    probe: AsyncPodProbe | None = None,
+    unknown: UnknownIDs | None = None,
 ) -> LookupResult:
     """The asyncio twin of ``lookup_pod`` (the same steps; the ``/proc`` reads are small and
     never block on a disk, so they run on the loop)."""
@@ -541,10 +669,21 @@ async def alookup_pod(
     if found is not None:
         return LookupResult(found, lookup.outcome, False, pods)
     cache_time = cache.cache_time
-    target = _needs_refresh(lookup, cache_time, clock())
+    now = clock()
+    target = _needs_refresh(lookup, cache_time, now)
     if target is None:
         memo.forget(lookup.proc_root, lookup.identity)
         return LookupResult(None, lookup.outcome, False, pods)
+    if probe is not None:
+        memo.forget(lookup.proc_root, lookup.identity)
+        unknown = _UNKNOWN if unknown is None else unknown
+        key = probe_key(lookup)
+        if unknown.holds(key, now):
+            return LookupResult(None, "unknown", False, pods)
+        uid = lookup.owner.pod_uid or await probe.pod_uid_of(key)
+        pod = None if uid is None else await probe.get_pod(uid)
+        found = _probe_answer(lookup, pod, key, now, unknown)
+        return LookupResult(found, lookup.outcome, False, pods, probed=True)
     await cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
     pods = await cache.get_pods(timeout=timeout)
     found = lookup.match(pods)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod
+from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, PodList
 from podcache.jsonview import pod_to_json
 from podcache.serve import App
 from podcache.serve.app import ALL_REVISIONS_FROM
@@ -46,11 +46,19 @@ def clocks() -> Clocks:
     return Clocks()
 
 
+UPTIME = 3000.0
+
+
 @pytest.fixture
-def app(runtime: AsyncFakeRuntime, clocks: Clocks, tmp_path: Path) -> Iterator[App]:
-    tree = ProcTree(tmp_path, uptime=3000.0)
+def tree(tmp_path: Path) -> ProcTree:
+    tree = ProcTree(tmp_path, uptime=UPTIME)
     # 100 runs in the container the runtime reports exited (a process that outlives its exit)
     tree.add(100, hybrid(f"/kubepods/pod{STOPPED.id}/{'d' * 64}"), start_ticks=100)
+    return tree
+
+
+@pytest.fixture
+def app(runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree) -> Iterator[App]:
     yield App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, proc_root=tree.path)
 
 
@@ -121,6 +129,35 @@ async def test_pids_with_all_finds_a_process_of_a_not_ready_pod(app: App) -> Non
     assert found.status == 200, found.body
     assert found.json()["pod"] == pod_to_json(STOPPED)
     assert found.json()["container"]["state"] == "exited"
+
+
+async def test_pids_with_all_asks_the_runtime_about_one_pod_never_the_node(
+    app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree
+) -> None:
+    """The all view keeps issue 20 §2's rule: a process newer than its snapshot, in a container
+    that snapshot lacks, costs one pod's listing (``get_pod(uid, all=True)``)."""
+    assert (await call(app, "/pods", "all=1")).status == 200
+    assert runtime.all_args == [True]
+    running = Container(
+        id=ContainerID("containerd", "7" * 64), name="c", state=ContainerState.RUNNING
+    )
+    late = Pod(
+        id="0f0f0f0f-0000-4000-8000-000000000002",
+        name="late",
+        namespace="batch",
+        containers=[running],
+    )
+    runtime.all_pods = PodList([*ALL, late])
+    clocks.now += 1.0
+    tree.set_uptime(UPTIME + 1.0)
+    tree.add(
+        200, hybrid(f"/kubepods/pod{late.id}/{'7' * 64}"), start_ticks=int((UPTIME + 0.5) * 100)
+    )
+    reply = await call(app, "/pids/200", "all=1")
+    assert reply.status == 200, reply.body
+    assert reply.json()["pod"]["id"] == late.id
+    assert runtime.all_args == [True]  # no relist of the node
+    assert runtime.pod_calls == 1
 
 
 async def test_all_requests_count_in_the_one_metrics(app: App) -> None:

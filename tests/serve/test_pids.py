@@ -3,6 +3,7 @@ shapes, 404s, 400s, no replay across PID reuse, one refresh for a newer process,
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -134,9 +135,11 @@ async def test_a_reused_pid_is_never_answered_from_a_remembered_reply(
     assert "is in no container" in error(await call(app, "/pids/100"), 404)
 
 
-async def test_a_process_newer_than_the_snapshot_costs_one_refresh(
+async def test_a_process_newer_than_the_snapshot_asks_the_runtime_about_its_pod_only(
     app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree
 ) -> None:
+    """Issue 20 §2: a container missing from a snapshot older than its process costs one pod's
+    listing (``get_pod``), never a relist of the node."""
     assert (await call(app, "/pids/100")).status == 200
     assert runtime.calls == 1
     runtime.set_pods([B, A])
@@ -146,15 +149,54 @@ async def test_a_process_newer_than_the_snapshot_costs_one_refresh(
     reply = await call(app, "/pids/200")
     assert reply.status == 200, reply.body
     assert reply.json()["pod"]["id"] == B.id
-    assert runtime.calls == 2
-    # An unknown container in an older process: no refresh at all.
+    assert (runtime.calls, runtime.pod_calls, runtime.probe_calls) == (1, 1, 0)  # uid in path
+    # An unknown container in an older process: the runtime is not asked at all.
     assert (await call(app, "/pids/104")).status == 404
-    assert runtime.calls == 2
+    assert (runtime.calls, runtime.pod_calls) == (1, 1)
     metrics = (await call(app, "/metrics")).body.decode()
     assert 'podcache_pid_lookups_total{outcome="found"} 2.0' in metrics
     assert 'podcache_pid_lookups_total{outcome="unknown"} 1.0' in metrics
-    assert "podcache_pid_lookup_refreshes_total 1.0" in metrics
+    assert "podcache_pid_lookup_refreshes_total 0.0" in metrics
+    assert "podcache_pid_lookup_probes_total 1.0" in metrics
     assert 'podcache_http_requests_total{code="200",route="/pids/{pid}"} 2.0' in metrics
+
+
+@pytest.mark.parametrize("named", ["scope", "pod-and-id"])
+async def test_a_crafted_cgroup_naming_an_unknown_container_costs_one_probe_then_nothing(
+    app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree, named: str
+) -> None:
+    """The attack of issue 20 §2: processes in a cgroup named like a container the runtime
+    does not know, each newer than the snapshot. The first lookup asks the runtime about that
+    one ID; later ones (new processes in it, for ``procs.UNKNOWN_FOR`` seconds) ask nothing;
+    no lookup ever relists the node."""
+    fake_id = cid(77)
+    path = (
+        f"/system.slice/cri-containerd-{fake_id}.scope"
+        if named == "scope"
+        else f"/kubepods/pod{A.id}/{fake_id}"
+    )
+    await call(app, "/pods")
+    assert runtime.calls == 1
+    for n in range(50):
+        clocks.now += 0.01
+        tree.set_uptime(UPTIME + 1.0 + n)
+        tree.add(300 + n, hybrid(path), start_ticks=int((UPTIME + 0.5 + n) * 100))
+        assert (await call(app, f"/pids/{300 + n}")).status == 404
+    assert runtime.calls == 1  # never a relist of the node
+    assert runtime.probe_calls + runtime.pod_calls == 1  # one probe for the ID, then none
+
+
+async def test_a_start_time_in_the_future_is_taken_as_now(
+    app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree
+) -> None:
+    """A crafted proc root whose stat says the process starts after now: one probe, then the
+    ID is remembered; the same PID queried again costs nothing."""
+    await call(app, "/pods")
+    tree.add(500, hybrid(f"/kubepods/pod{uid(9)}/{cid(9)}"), start_ticks=int((UPTIME * 10) * 100))
+    for _ in range(20):
+        clocks.now += 0.01  # the process is always "newer" than the snapshot
+        assert (await call(app, "/pids/500")).status == 404
+    assert runtime.calls == 1 and runtime.probe_calls + runtime.pod_calls == 1
 
 
 async def test_the_document_describes_the_route(app: App) -> None:
@@ -188,3 +230,18 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
     assert reply.status == 200, reply.body
     assert reply.headers.get("x-podcache-stale") == "true"
     assert float(reply.headers["x-podcache-age"]) >= 11.0
+
+
+@pytest.mark.timeout(30)  # on the code before the fix, open() blocked the loop for good
+@pytest.mark.parametrize("name", ["cgroup", "stat"])
+async def test_a_fifo_in_the_proc_root_is_503_and_blocks_nothing(
+    app: App, tree: ProcTree, name: str
+) -> None:
+    """A crafted proc root holding a FIFO (issue 20 §5): refused without opening it for a
+    blocking read; the loop goes on (the same request path, /healthz, answers after)."""
+    tree.add(106, hybrid(f"/kubepods/pod{A.id}/{cid(1)}"))
+    fifo = Path(tree.path) / "106" / name
+    fifo.unlink()
+    os.mkfifo(fifo)
+    assert "not a regular file" in error(await call(app, "/pids/106"), 503)
+    assert (await call(app, "/healthz")).status == 200

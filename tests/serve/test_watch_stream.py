@@ -238,7 +238,7 @@ def test_a_watcher_that_does_not_read_is_cut_off() -> None:
             time.sleep(0.06)
             if app.streams.counters.cut_off:
                 break
-        assert app.streams.counters.cut_off == 1
+        assert app.streams.counters.cut_off == app.streams.counters.cut_off_by["unread"] == 1
         assert app.streams.counters.open == 0
         stream.sock.settimeout(2)
         with pytest.raises((ConnectionResetError, EOFError, AssertionError, ValueError)):
@@ -262,7 +262,8 @@ def test_a_watcher_too_far_behind_gets_an_error_line_then_the_end() -> None:
             fake.set_pods([make_pod(n)])
             await cache.force_update_if_older(float("inf") * 0 + time.monotonic())
         chunks += [chunk async for chunk in response.stream]
-        assert streams.counters.cut_off == 1 and streams.counters.open == 0
+        assert streams.counters.cut_off == streams.counters.cut_off_by["lagged"] == 1
+        assert streams.counters.open == 0
         await cache.aclose()
         return chunks
 

@@ -29,7 +29,7 @@ from podcache.cache.threaded import (
 from podcache.cache.watching import AsyncPodWatch, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
-from podcache.procs import PodProcess, alookup_pod
+from podcache.procs import PodProcess, UnknownIDs, alookup_pod, async_probe
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 
@@ -97,6 +97,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._stream: Any = None
         self._wake: asyncio.Event | None = None
         self._closed = False
+        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         if events and offers_events(getter):
             endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
             self._subscription = Subscription(endpoint, clock)
@@ -169,7 +170,15 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self, pid: int, *, proc_root: str = "/proc", timeout: float | None = None
     ) -> PodProcess | None:
         """The twin of ``RuntimeCache.pod_of_pid``."""
-        found = await alookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout)
+        found = await alookup_pod(
+            self,
+            self._clock,
+            pid,
+            proc_root=proc_root,
+            timeout=timeout,
+            probe=async_probe(self._getter),
+            unknown=self._unknown,
+        )
         return found.process
 
     def stats(self) -> CacheStats:
@@ -313,7 +322,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         assert self._subscription is not None
         step = self._subscription.on(signal)
         if step is Step.REFRESH:
-            refresh, scheduled = self._core.hint(self._clock())
+            now = self._clock()
+            refresh, scheduled = self._core.hint(now)
+            self._arm(self._core.arm(now))  # one waiting for the event budget
             self._subscription.counted_refresh(scheduled)
             if refresh is not None:
                 self._spawn(refresh)

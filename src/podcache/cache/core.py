@@ -29,6 +29,13 @@ ends at or after it. A ``get_pods`` caller that needs it (or a routine start whi
 starts it at once: routine refreshes are bounded by the period, not by this rule. Either way it
 begins after every waiting caller arrived, so each still gets data fetched after its need.
 
+Refreshes the runtime's events ask for (``hint``) have a time budget instead: one that only
+hints need (no reader and no forced caller waits for it) begins at least ``EVENT_BUDGET``
+times the last successful listing's duration after that listing ended, so listings caused by
+events take at most a tenth of the time however fast events come (a runtime sending thousands
+of events a second for IDs it never lists cannot keep the cache relisting back to back). A
+reader or a forced caller that needs it starts it by its own rule, as above.
+
 Invariants
 ----------
 1. At most one refresh is in flight; at most one more is queued (behind it, or until its time).
@@ -37,8 +44,9 @@ Invariants
 4. Every caller of one refresh gets the same ``PodList`` object.
 5. A refresh runs to completion even if all its callers stopped waiting (timeout, cancel).
 6. A refresh only forced callers need begins at least ``min_refresh_interval`` after the last
-   forced refresh began (clock readings); a queued refresh always has a way to start (a
-   refresh in flight, or the driver's armed timer).
+   forced refresh began; one only hints need begins at least ``EVENT_BUDGET`` times the last
+   successful listing's duration after that listing ended (clock readings). A queued refresh
+   always has a way to start (a refresh in flight, or the driver's timer armed for its time).
 7. Every snapshot stored is first published to the change log (``changes``), which numbers it
    with its revision: callers and watchers see the same numbered PodList.
 """
@@ -55,6 +63,7 @@ from podcache.cache.changes import HISTORY, HISTORY_AGE, MAX_LAG, ChangeLog
 from podcache.model import PodList
 
 __all__ = [
+    "EVENT_BUDGET",
     "NEVER",
     "CacheStats",
     "CoreReadings",
@@ -70,6 +79,11 @@ S = TypeVar("S")
 
 NEVER = -math.inf
 """Timestamp of the empty cache: older than any need."""
+
+EVENT_BUDGET = 9.0
+"""A refresh only events ask for waits this many times the last successful listing's duration
+after that listing ended (invariant 6): such listings use at most 1 / (1 + EVENT_BUDGET) of the
+time, a tenth."""
 
 Snapshot = tuple[PodList | None, float, float]
 """``(pods, timestamp, fresh_until)``, one immutable object so a hit is one attribute read.
@@ -114,16 +128,18 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "forced", "pods", "routine", "signal", "started_at")
+    __slots__ = ("error", "forced", "hinted", "pods", "routine", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.pods: PodList | None = None
         self.error: BaseException | None = None
-        # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine).
+        # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine),
+        # the runtime's events (hinted).
         self.forced = False
         self.routine = False
+        self.hinted = False
 
     def need(self, forced: bool) -> None:
         """One more caller needs this refresh."""
@@ -134,8 +150,8 @@ class Refresh(Generic[S]):
 
     @property
     def deferrable(self) -> bool:
-        """Only forced callers need it: the rate limit applies."""
-        return self.forced and not self.routine
+        """No reader needs it: a rate limit applies (the forced one, or the event budget)."""
+        return not self.routine
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,8 +210,12 @@ class FreshnessCore(Generic[S]):
             else period_seconds(min_refresh_interval, "min_refresh_interval")
         )
         self.last_forced_start = NEVER
-        # A driver timer is pending for the queued refresh (see ``arm`` and ``fire``).
-        self.timer_armed = False
+        # The last successful listing: when it ended and how long it took (the event budget).
+        self.last_listing_end = NEVER
+        self.last_listing_duration = 0.0
+        # When the driver's pending timer for the queued refresh ends, NEVER when none is
+        # (see ``arm`` and ``fire``).
+        self.timer_at = NEVER
         # Snapshots younger than this are served without looking at anything else.
         self.refresh_ahead = ahead
         self.fresh_for = NEVER if period == 0 else max(period - ahead, 0.0)
@@ -276,6 +296,8 @@ class FreshnessCore(Generic[S]):
         if error is None:
             assert pods is not None
             self.refreshes += 1
+            self.last_listing_end = now
+            self.last_listing_duration = self.last_duration
             if refresh.started_at >= self.snapshot[1]:
                 pods = self.changes.publish(pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
@@ -289,11 +311,16 @@ class FreshnessCore(Generic[S]):
 
     def arm(self, now: float) -> float | None:
         """Seconds after which the driver must call ``fire``, when a queued refresh waits for
-        its time with nothing in flight and no timer armed yet; else None (arm nothing)."""
-        if self.queued is None or self.inflight is not None or self.timer_armed:
+        its time with nothing in flight and no timer armed for that time or sooner; else None
+        (arm nothing: a timer set for a later time, if any, finds nothing to start)."""
+        queued = self.queued
+        if queued is None or self.inflight is not None:
             return None
-        self.timer_armed = True
-        return max(self.forced_due() - now, 0.0)
+        due = self.due(queued)
+        if self.timer_at != NEVER and self.timer_at <= due:
+            return None
+        self.timer_at = due
+        return max(due - now, 0.0)
 
     def fire(self, now: float) -> tuple[Refresh[S] | None, float | None]:
         """The driver's timer ended at ``now``: ``(refresh to start now, seconds to arm again)``.
@@ -301,7 +328,7 @@ class FreshnessCore(Generic[S]):
         A timer may end early on a clock other than the one it was armed with (a test's fake
         clock): it is then armed again for the rest.
         """
-        self.timer_armed = False
+        self.timer_at = NEVER
         if self.inflight is not None:
             return None, None  # ``complete`` starts the queued refresh when it is due
         started = self._start_queued(now)
@@ -310,6 +337,23 @@ class FreshnessCore(Generic[S]):
     def forced_due(self) -> float:
         """The earliest clock reading at which a forced refresh may begin."""
         return self.last_forced_start + self.min_refresh_interval
+
+    def hinted_due(self) -> float:
+        """The earliest clock reading at which a refresh only events need may begin."""
+        return self.last_listing_end + EVENT_BUDGET * self.last_listing_duration
+
+    def due(self, refresh: Refresh[S]) -> float:
+        """The earliest clock reading at which ``refresh`` may begin (invariant 6): at once for
+        a reader; else the earliest that one of its needs allows (a forced caller's rate limit,
+        the event budget of a hint)."""
+        if refresh.routine:
+            return NEVER
+        due = math.inf
+        if refresh.forced:
+            due = self.forced_due()
+        if refresh.hinted:
+            due = min(due, self.hinted_due())
+        return due
 
     def stale_fallback(self, now: float) -> PodList | None:
         """With ``max_stale``, the last good pods if at most ``period + max_stale`` old."""
@@ -350,27 +394,29 @@ class FreshnessCore(Generic[S]):
         refresh (started one, or queued one behind the refresh in flight). A refresh in flight
         that started strictly after ``now`` already covers the change; a queued one will start
         after it. An empty cache with nothing in flight or queued needs nothing: its first
-        reader fetches. The refresh is a routine one (the period's, not rate-limited): a queued
-        forced refresh it joins starts as soon as it may, its callers riding along. Readers'
-        counters (misses, joins) are not touched.
+        reader fetches. A refresh only hints need waits for the event budget (``hinted_due``):
+        queued, with the driver's timer armed (``arm``), when its time has not come; a queued
+        refresh a hint joins begins at the earlier of its callers' time and the budget's.
+        Readers' counters (misses, joins) are not touched.
         """
         inflight, queued = self.inflight, self.queued
-        if inflight is None:
-            if queued is None and (self.snapshot[0] is None or self.snapshot[1] > now):
+        if inflight is not None:
+            assert inflight.started_at is not None
+            if inflight.started_at > now:
                 return None, False
-            refresh = queued or self._new_refresh()
-            self.queued = None
-            refresh.need(forced=False)
-            return self._begin(refresh, now), queued is None
-        assert inflight.started_at is not None
-        if inflight.started_at > now:
-            return None, False
-        if queued is not None:
-            queued.need(forced=False)  # no longer deferrable: it starts when the flight ends
-            return None, False
-        self.queued = self._new_refresh()
-        self.queued.need(forced=False)
-        return None, True
+            if queued is not None:
+                queued.hinted = True  # it starts after now, when the flight ends or it is due
+                return None, False
+            self.queued = self._new_refresh()
+            self.queued.hinted = True
+            return None, True
+        scheduled = queued is None
+        if queued is None:
+            if self.snapshot[0] is None or self.snapshot[1] > now:
+                return None, False
+            queued = self.queued = self._new_refresh()
+        queued.hinted = True
+        return self._start_queued(now), scheduled
 
     # -- internals -----------------------------------------------------------------------
     def _new_refresh(self) -> Refresh[S]:
@@ -393,7 +439,7 @@ class FreshnessCore(Generic[S]):
                 return None, self._begin(refresh, now), True
             queued = self.queued = self._new_refresh()
         self._join(queued, forced)
-        if queued.deferrable and now < self.forced_due():
+        if now < self.due(queued):
             return None, queued, False
         # Its time has come, or a routine caller starts it: the waiting callers ride along.
         self.queued = None
@@ -402,7 +448,7 @@ class FreshnessCore(Generic[S]):
     def _start_queued(self, now: float) -> Refresh[S] | None:
         """Begin the queued refresh, unless it is forced only and its time has not come."""
         queued = self.queued
-        if queued is None or (queued.deferrable and now < self.forced_due()):
+        if queued is None or now < self.due(queued):
             return None
         self.queued = None
         return self._begin(queued, now)

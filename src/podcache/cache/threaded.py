@@ -22,7 +22,7 @@ from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.watching import PodWatch, ThreadRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import ContainerEvent, PodList
-from podcache.procs import PodProcess, lookup_pod
+from podcache.procs import PodProcess, UnknownIDs, lookup_pod, sync_probe
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
 
@@ -234,6 +234,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._publish = hit_path.publish
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
+        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -286,12 +287,24 @@ class RuntimeCache(CoreReadings[threading.Event]):
         container the runtime lists; ProcessLookupError when there is no such process.
 
         When the container is not in the snapshot and the snapshot predates the process, the
-        cache refreshes (at most once) and looks again. The process's start goes onto the
-        cache's clock as ``clock() - age``, the age measured since boot (``/proc/<pid>/stat``
-        against ``<proc_root>/uptime``, CLOCK_BOOTTIME): exact for the default
-        ``time.monotonic`` (but for suspend); a custom clock is taken to count real seconds.
+        cache asks the runtime about that container alone when the getter offers ``get_pod``
+        and ``pod_uid_of`` (the CRI getters do; an ID the runtime does not list is remembered
+        for ``procs.UNKNOWN_FOR`` seconds), else it refreshes (at most once) and looks again.
+        The process's start goes onto the cache's clock as ``clock() - age``, the age measured
+        since boot (``/proc/<pid>/stat`` against ``<proc_root>/uptime``, CLOCK_BOOTTIME): exact
+        for the default ``time.monotonic`` (but for suspend); a custom clock is taken to count
+        real seconds.
         """
-        return lookup_pod(self, self._clock, pid, proc_root=proc_root, timeout=timeout).process
+        probe = sync_probe(self._getter)
+        return lookup_pod(
+            self,
+            self._clock,
+            pid,
+            proc_root=proc_root,
+            timeout=timeout,
+            probe=probe,
+            unknown=self._unknown,
+        ).process
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
@@ -437,11 +450,15 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Tell the subscription what happened; start the refresh it asks for."""
         assert self._subscription is not None
         refresh = None
+        delay = None
         with self._lock:
             step = self._subscription.on(signal)
             if step is Step.REFRESH:
-                refresh, scheduled = self._core.hint(self._clock())
+                now = self._clock()
+                refresh, scheduled = self._core.hint(now)
+                delay = self._core.arm(now)  # one waiting for the event budget
                 self._subscription.counted_refresh(scheduled)
+        self._arm(delay)
         if refresh is not None:
             self._spawn(refresh)
         return step

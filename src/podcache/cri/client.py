@@ -76,7 +76,7 @@ from podcache.errors import (
     RuntimeProtocolError,
     RuntimeUnavailableError,
 )
-from podcache.model import PodList
+from podcache.model import Pod, PodList
 
 __all__ = [
     "CRI_VERSION",
@@ -191,6 +191,42 @@ def _list_requests(all: bool) -> tuple[pb.ListPodSandboxRequest, pb.ListContaine
             filter=pb.ContainerFilter(state=pb.ContainerStateValue(state=pb.CONTAINER_RUNNING))
         ),
     )
+
+
+POD_UID_LABEL = "io.kubernetes.pod.uid"
+"""The kubelet's label naming a sandbox's or container's pod (``get_pod``'s filter)."""
+
+
+def _pod_requests(uid: str, all: bool) -> tuple[pb.ListPodSandboxRequest, pb.ListContainersRequest]:
+    """``_list_requests`` narrowed to one pod: the kubelet's pod-UID label as a selector, so
+    every sandbox and container the kubelet would group into that pod is listed."""
+    sandbox_request, container_request = _list_requests(all)
+    sandbox_request.filter.label_selector[POD_UID_LABEL] = uid
+    container_request.filter.label_selector[POD_UID_LABEL] = uid
+    return sandbox_request, container_request
+
+
+def _id_requests(ident: str) -> tuple[pb.ListPodSandboxRequest, pb.ListContainersRequest]:
+    """Both list calls filtered by one ID, in every state: a container or a sandbox."""
+    return (
+        pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=ident)),
+        pb.ListContainersRequest(filter=pb.ContainerFilter(id=ident)),
+    )
+
+
+def _check_uid(uid: object) -> str:
+    if not isinstance(uid, str) or not uid:
+        raise ValueError(f"uid must be a non-empty pod UID string, not {uid!r}")
+    return uid
+
+
+def _owner_of(pods: PodList, ident: str) -> str | None:
+    """The UID of the pod of ``ident`` in a listing filtered by that ID (the runtime's filter
+    is not trusted: the ID must be the item's own)."""
+    for pod in pods:
+        if any(part.id.id == ident for part in (*pod.containers, *pod.sandboxes)):
+            return pod.id
+    return None
 
 
 def channel_options(endpoint: Endpoint) -> list[tuple[str, Any]]:
@@ -486,6 +522,15 @@ async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
 
 READ_PIECE_BYTES = 128 * 1024
 """Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
+
+
+def _read_both(
+    converter: _Converter, runtime_name: str, sandbox_bytes: bytes, container_bytes: bytes
+) -> PodList:
+    """In the converter's thread: both answers read and converted without a memo."""
+    sandboxes = converter.read("ListPodSandbox", sandbox_bytes)
+    containers = converter.read("ListContainers", container_bytes)
+    return _converted(runtime_name, sandboxes, containers, None)
 
 
 def _converted(
@@ -891,6 +936,27 @@ class CRIRuntime(_Base):
         containers, _ = self._call("ListContainers", container_request, Listing)
         return _converted(runtime_name, sandboxes, containers, self._memo)
 
+    def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        """The pod with ``uid`` as ``get_pods(all)`` would list it, or None: the same two list
+        calls, each filtered by the kubelet's pod-UID label, converted by the same rules (and
+        reader). Its cost is that pod's, not the node's. The listing memo is left alone."""
+        _check_uid(uid)
+        runtime_name = self.version().runtime_name
+        sandbox_request, container_request = _pod_requests(uid, all)
+        sandboxes, _ = self._call("ListPodSandbox", sandbox_request, Listing)
+        containers, _ = self._call("ListContainers", container_request, Listing)
+        return _converted(runtime_name, sandboxes, containers, None).by_uid(uid)
+
+    def pod_uid_of(self, ident: str) -> str | None:
+        """The UID of the pod whose container or sandbox has the bare ID ``ident``, as the
+        runtime lists it now (any state): ListPodSandbox and ListContainers filtered by that
+        ID. None when the runtime lists no such item."""
+        runtime_name = self.version().runtime_name
+        sandbox_request, container_request = _id_requests(ident)
+        sandboxes, _ = self._call("ListPodSandbox", sandbox_request, Listing)
+        containers, _ = self._call("ListContainers", container_request, Listing)
+        return _owner_of(_converted(runtime_name, sandboxes, containers, None), ident)
+
     def container_events(self) -> ContainerEventStream:
         """The runtime's container events (GetContainerEvents), from now on, as an iterator.
 
@@ -1159,6 +1225,31 @@ class AsyncCRIRuntime(_Base):
         del sandbox_bytes
         container_bytes = await lister.list_bytes("ListContainers", container_request)
         return await convert.run(self._convert, runtime_name, sandboxes, container_bytes)
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made and read
+        off the event loop as ``get_pods``' are."""
+        _check_uid(uid)
+        sandbox_request, container_request = _pod_requests(uid, all)
+        pods = await self._filtered(sandbox_request, container_request)
+        return pods.by_uid(uid)
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        """The twin of ``CRIRuntime.pod_uid_of``."""
+        pods = await self._filtered(*_id_requests(ident))
+        return _owner_of(pods, ident)
+
+    async def _filtered(
+        self, sandbox_request: pb.ListPodSandboxRequest, container_request: pb.ListContainersRequest
+    ) -> PodList:
+        """The pods of two filtered list calls (small answers), without the listing memo."""
+        runtime_name = (await self.version()).runtime_name
+        lister = self._lister()
+        sandbox_bytes = await lister.list_bytes("ListPodSandbox", sandbox_request)
+        container_bytes = await lister.list_bytes("ListContainers", container_request)
+        return await self._converter.run(
+            _read_both, self._converter, runtime_name, sandbox_bytes, container_bytes
+        )
 
     def _lister(self) -> _ListCaller:
         self._check_open()

@@ -32,7 +32,14 @@ from podcache.cache.threaded import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
-from podcache.procs import LookupResult, ProcFormatError, alookup_pod
+from podcache.procs import (
+    AsyncPodProbe,
+    LookupResult,
+    ProcFormatError,
+    UnknownIDs,
+    alookup_pod,
+    async_probe,
+)
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -203,6 +210,10 @@ class App:
         all_pods: bool = False,
     ) -> None:
         self._proc_root = proc_root
+        # A lookup of a container missing from the snapshot asks the runtime about it alone
+        # (never a relist of the node) when the getter can list one pod (issue 20 §2).
+        self._probe = async_probe(getter)
+        self._unknown = UnknownIDs()
         self._clock = clock
         self._wall = wall
         self._auth = auth
@@ -240,7 +251,7 @@ class App:
         self._make_all_view: Callable[[], App] | None = None
         if not all_pods:
             self._make_all_view = lambda: App(
-                _AllPods(getter),
+                _all_pods_getter(getter),
                 cache_period,
                 auth=auth,
                 wait=wait,
@@ -714,7 +725,13 @@ class App:
         """``pod_of_pid`` with its outcome counted; failures as HTTP errors."""
         try:
             result = await alookup_pod(
-                self.cache, self._clock, pid, proc_root=self._proc_root, timeout=self._wait
+                self.cache,
+                self._clock,
+                pid,
+                proc_root=self._proc_root,
+                timeout=self._wait,
+                probe=self._probe,
+                unknown=self._unknown,
             )
         except ProcessLookupError:
             self.metrics.count_pid_lookup("no_process", False)
@@ -730,7 +747,7 @@ class App:
             ) from exc
         except OSError as exc:
             raise self._unreadable(pid, exc) from exc
-        self.metrics.count_pid_lookup(result.outcome, result.refreshed)
+        self.metrics.count_pid_lookup(result.outcome, result.refreshed, result.probed)
         return result
 
     def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
@@ -872,6 +889,22 @@ class _AllPods:
     def container_events(self) -> Any:
         """The runtime's event stream (asked for only when ``getter`` offers one)."""
         return self._getter.container_events()  # type: ignore[attr-defined]
+
+
+class _AllPodsProbe(_AllPods):
+    """``_AllPods`` over a getter that can list one pod (``procs.async_probe``): the all view's
+    ``/pids`` lookups ask the runtime about one container too, never the node."""
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        return await cast(AsyncPodProbe, self._getter).get_pod(uid, True)
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        return await cast(AsyncPodProbe, self._getter).pod_uid_of(ident)
+
+
+def _all_pods_getter(getter: AsyncPodGetter) -> _AllPods:
+    """The all view's getter over ``getter``, a probe when ``getter`` is one."""
+    return _AllPods(getter) if async_probe(getter) is None else _AllPodsProbe(getter)
 
 
 class _Prepared:

@@ -187,7 +187,9 @@ def _say(message: str) -> None:
     "--token-file",
     type=click.Path(dir_okay=False),
     metavar="FILE",
-    help="Require 'Authorization: Bearer <token in FILE>' (needed to listen beyond loopback).",
+    help="Require 'Authorization: Bearer <token in FILE>' (needed to listen beyond loopback). "
+    "The file is followed: a replaced file's token is accepted within 2 s, the old one no "
+    "longer; an unreadable, empty or invalid file refuses every token (401) until fixed.",
 )
 @click.option(
     "--timeout",
@@ -279,7 +281,7 @@ def serve_command(
     bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
-    from podcache.serve.auth import BearerAuth, TokenFileError, read_token_file
+    from podcache.serve.auth import BearerAuth, TokenFileError
 
     source = ctx.get_parameter_source("runtime_endpoint")
     if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
@@ -287,12 +289,11 @@ def serve_command(
     auth = None
     if token_file is not None:
         try:
-            token, warning = read_token_file(token_file)
+            auth, warning = BearerAuth.following(token_file)
         except TokenFileError as exc:
             raise click.BadParameter(str(exc), param_hint="--token-file") from None
         if warning:
             _say(f"warning: {warning}")
-        auth = BearerAuth(token)
     if refresh_ahead is not None and refresh_ahead > cache_period:
         raise click.BadParameter(
             f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",

@@ -58,10 +58,15 @@ the answering task finishes               ``ANSWERING``          answer written;
 the stream ends (or is cut off cleanly)   ``STREAMING``          ``_next()``
 ``resume_writing``                        ``BLOCKED``            ``_next()``
 client EOF                                ``IDLE``, ``HEAD``     closed (``CLOSED``)
-client EOF                                others                 an end marker is queued
+client EOF                                others                 an end marker is queued;
+                                                                 a stream ends cleanly
+client EOF again (uvloop repeats it)      any                    unchanged
 ``shutdown()``                            ``IDLE``, ``HEAD``     ``ENDING``
 ``shutdown()``                            others                 an end marker is queued;
                                                                  a stream ends cleanly
+a stream starts with an end marker        ``ANSWERING``          ``STREAMING``, its end
+queued (EOF or shutdown came while its                           decided: head, last chunk,
+answer was prepared)                                             ``ENDING``
 over the byte budget, or a stream's own   any open               reset (``CLOSED``)
 bound
 ``connection_lost``                       any                    ``CLOSED``
@@ -93,6 +98,15 @@ Streaming answers (for long-lived feeds such as a watch), the API a responder pl
   for its end. Its iterator is closed (``aclose``, so a generator's ``finally`` runs) when it
   ends, when it is cut off, when the connection is lost, and on the server's shutdown
   (SIGTERM), which ends the chunked body cleanly (the last chunk) and closes the connection.
+  The client's close or half-close ends it the same way, in every state: one that came while
+  the answer was still being prepared ends the stream as soon as it begins (a stream never
+  ends by itself, so an end left queued behind it would never be reached), and an answer
+  whose connection was lost meanwhile has its iterator closed unwritten. The end of a stream
+  whose task has not yet run is decided by a flag its task reads first, never by cancelling
+  it: a task cancelled before it runs skips its body, ``finally`` included.
+- A reset by one of the server's bounds tells an iterator that has ``cut_off(reason)`` why:
+  ``unread`` (past ``max_unsent``), ``budget`` (``max_buffered``), ``stalled`` (unsent bytes
+  stuck for ``idle_timeout``).
 - An exception from the iterator is logged and resets the connection (the body cannot be
   turned into an error answer once its head is sent).
 - A stream may also be written between its iterator's yields: when the iterator has an
@@ -390,7 +404,7 @@ class HTTPServer:
                 break
             self.dropped += 1
             self.buffered -= self.unsent.pop(connection, 0)
-            connection.abort()
+            connection.abort(cut_off="budget")
 
     def _tick(self) -> None:
         loop = self._loop
@@ -447,6 +461,8 @@ class HTTPConnection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None  # ANSWERING, STREAMING
         self._writing: _Writing | None = None  # STREAMING, until its end is decided
         self._refused = False  # over max_connections: answered 503, never parsed
+        self._eof = False  # the client closed its side (uvloop may report it more than once)
+        self._stream_began = False  # the STREAMING task started running (see _end_stream)
         self._unsent = 0  # bytes unsent at the last look (tick or write)
         self._discarded = 0  # input bytes dropped since the connection began ending
         # The head being parsed.
@@ -524,6 +540,9 @@ class HTTPConnection(asyncio.Protocol):
         # the connection. True: answer what was asked before the client half-closed, then close.
         if self.state in _OVER:
             return False
+        if self._eof:  # told again (uvloop does when reading resumes): decided the first time
+            return True
+        self._eof = True
         if self._unparsed:  # held back while the queue was full: the client sends no more
             held, self._unparsed = self._unparsed, b""
             self._parse(held)
@@ -533,10 +552,9 @@ class HTTPConnection(asyncio.Protocol):
         self._queue.append(_End("the client closed its side"))
         if self.state in _WAITING_FOR_INPUT:
             self._guarded(self._next)
-        elif self.state is STREAMING and self._task is not None:
+        elif self.state is STREAMING:
             # A stream (a watch) never ends by itself: the client's close ends it, cleanly.
-            self._writing = None
-            self._task.cancel()
+            self._end_stream()
         return True
 
     def pause_writing(self) -> None:
@@ -552,7 +570,9 @@ class HTTPConnection(asyncio.Protocol):
         self._queue.clear()
         self._unparsed = b""
         self._server.forget(self, refused=self._refused)
-        if self._task is not None:
+        if self._writing is not None:
+            self._end_stream()
+        elif self._task is not None:
             # Only this request's wait ends: App shields the cache refresh it may wait for.
             self._task.cancel()
 
@@ -757,6 +777,8 @@ class HTTPConnection(asyncio.Protocol):
         self._task = None
         if self.state is ANSWERING:
             self._guarded(lambda: self._deliver(request, response))
+        elif response.stream is not None:  # the connection ended meanwhile: never written
+            await _close_iterator(response.stream)
 
     def _deliver(self, request: _Request, response: Response) -> None:
         """Write the answer that waited; unless it is a stream, go on with the queue."""
@@ -852,11 +874,26 @@ class HTTPConnection(asyncio.Protocol):
         transport.write(self._head(response, keep_alive, http10))
         chunks = response.stream
         self._writing = _Writing(chunks, response.max_unsent, not http10)
+        self._stream_began = False
         self._task = self._loop.create_task(self._stream(chunks, keep_alive, chunked=not http10))
         self._enter(STREAMING)
+        if any(type(item) is _End for item in self._queue):
+            # The client's EOF (or the server's shutdown) came while the answer was being
+            # prepared: the stream it began ends at once, cleanly (its head, then its end).
+            self._end_stream()
+            return
         attach = getattr(chunks, "attach", None)
         if attach is not None:  # a stream that writes chunks itself between its yields
             attach(self.send_chunk)
+
+    def _end_stream(self) -> None:
+        """Decide the stream's end: nothing more is written, and its task ends it (closes its
+        iterator, writes its last chunk and closes the connection). A task cancelled before it
+        first ran would never run its body, so one that has not begun is left to see the end
+        decided when it does."""
+        self._writing = None
+        if self._task is not None and self._stream_began:
+            self._task.cancel()
 
     def send_chunk(self, chunk: bytes) -> bool:
         """Write ``chunk`` as the stream's next chunk (``response.ChunkSink``); reset the
@@ -876,9 +913,7 @@ class HTTPConnection(asyncio.Protocol):
         self.note_unsent()
         if self._unsent > writing.max_unsent:
             log.warning("a stream's client left over %d bytes unread: reset", writing.max_unsent)
-            self._writing = None
-            _tell_cut_off(writing.chunks)
-            self.abort()
+            self.abort(cut_off="unread")
             return False
         return True
 
@@ -889,10 +924,15 @@ class HTTPConnection(asyncio.Protocol):
         task is cancelled by the server's shutdown; reset past the stream's ``max_unsent``."""
         transport = self._transport
         assert transport is not None
+        self._stream_began = True
         try:
-            async for chunk in chunks:
-                if not self.send_chunk(chunk):
-                    return
+            if self._writing is None:  # its end was decided before this task first ran
+                keep_alive = False
+            else:
+                async for chunk in chunks:
+                    if not self.send_chunk(chunk):  # cut off (then CLOSED), or its end decided
+                        keep_alive = False
+                        break
         except asyncio.CancelledError:
             keep_alive = False  # shutdown (or the connection is gone): end cleanly, then close
         except Exception:
@@ -925,7 +965,7 @@ class HTTPConnection(asyncio.Protocol):
         self._enter(ENDING)
         if transport.is_closing():
             return
-        if half_close and transport.can_write_eof():
+        if half_close and not self._eof and transport.can_write_eof():
             transport.write_eof()
         else:
             transport.close()
@@ -988,7 +1028,7 @@ class HTTPConnection(asyncio.Protocol):
             limit = server.linger_timeout if state is ENDING else server.idle_timeout
             stuck = state is not STREAMING or self._unsent > 0
             if stuck and now - self._since >= limit:
-                self.abort()
+                self.abort(cut_off="stalled")
 
     def shutdown(self) -> None:
         """The server stops: close now if idle, else after answering the requests queued (a
@@ -1001,22 +1041,28 @@ class HTTPConnection(asyncio.Protocol):
                 self._transport.close()  # stop waiting for the client to close; sends what is left
         elif self.state is not CLOSED:
             self._queue.append(_End("the server stops"))
-            if self.state is STREAMING and self._task is not None:
-                self._writing = None
-                self._task.cancel()
+            if self.state is STREAMING:
+                self._end_stream()
 
-    def abort(self) -> None:
-        """Reset the connection now: nothing more is written or read."""
+    def abort(self, *, cut_off: str | None = None) -> None:
+        """Reset the connection now: nothing more is written or read. ``cut_off``: why, when a
+        bound of the server's resets it; a stream being written is told (``cut_off(reason)``)."""
+        writing = self._writing
+        if writing is not None and cut_off is not None:
+            self._writing = None
+            _tell_cut_off(writing.chunks, cut_off)
         if self._transport is not None and self.state is not CLOSED:
             self._transport.abort()
             self._enter(CLOSED)
 
 
-def _tell_cut_off(chunks: AsyncIterator[bytes]) -> None:
-    """Tell a stream that has a ``cut_off()`` (a watch counts them) it is being reset."""
+def _tell_cut_off(chunks: AsyncIterator[bytes], reason: str) -> None:
+    """Tell a stream that has a ``cut_off(reason)`` (a watch counts them) it is being reset:
+    ``unread`` (past its ``max_unsent``), ``budget`` (``max_buffered``), ``stalled`` (unsent
+    bytes stuck for ``idle_timeout``)."""
     cut_off = getattr(chunks, "cut_off", None)
     if cut_off is not None:
-        cut_off()
+        cut_off(reason)
 
 
 async def _close_iterator(chunks: AsyncIterator[bytes]) -> None:

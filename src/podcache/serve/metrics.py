@@ -48,6 +48,9 @@ class Metrics:
         self.pid_lookups: dict[str, int] = {}
         """``/pids/{pid}`` lookups by outcome (``podcache.procs.PodLookup.OUTCOMES``, and
         ``error`` when the runtime failed)."""
+        self.pid_lookup_probes = 0
+        """Lookups that asked the runtime about their one container (``get_pod``), never
+        relisting the node: their container was not in the snapshot, which predated them."""
         self.pid_lookup_refreshes = 0
         """Lookups that needed a snapshot newer than their process (each waited for a refresh;
         lookups at the same moment share one)."""
@@ -69,11 +72,13 @@ class Metrics:
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
 
-    def count_pid_lookup(self, outcome: str, refreshed: bool) -> None:
+    def count_pid_lookup(self, outcome: str, refreshed: bool, probed: bool = False) -> None:
         """Record one ``/pids/{pid}`` lookup."""
         self.pid_lookups[outcome] = self.pid_lookups.get(outcome, 0) + 1
         if refreshed:
             self.pid_lookup_refreshes += 1
+        if probed:
+            self.pid_lookup_probes += 1
 
     def render(self) -> bytes:
         """The text exposition of every metric."""
@@ -174,14 +179,18 @@ class _Collector(Collector):
                     "Watches told to list again (410): a since out of the history, or too far "
                     "behind.",
                 ),
-                (
-                    "podcache_watchers_cut_off",
-                    watchers.cut_off,
-                    "Watch streams ended because the client fell behind (max_lag changes, or "
-                    "max_unsent bytes unread).",
-                ),
             ):
                 yield CounterMetricFamily(name, help_text, value=value)
+            cut_off = CounterMetricFamily(
+                "podcache_watchers_cut_off",
+                "Watch streams the server ended early, by reason: lagged (over max_lag "
+                "changes behind), unread (over max_unsent bytes unread), budget (reset for "
+                "--max-buffered), stalled (unsent bytes stuck for --idle-timeout).",
+                labels=["reason"],
+            )
+            for reason, count in watchers.cut_off_by.items():
+                cut_off.add_metric([reason], count)
+            yield cut_off
         lookups = CounterMetricFamily(
             "podcache_pid_lookups",
             "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "
@@ -196,4 +205,11 @@ class _Collector(Collector):
             "PID lookups that waited for a refresh because their process was newer than the "
             "snapshot (lookups at the same moment share one refresh).",
             value=self._metrics.pid_lookup_refreshes,
+        )
+        yield CounterMetricFamily(
+            "podcache_pid_lookup_probes",
+            "PID lookups that asked the runtime about their one container or pod (filtered list "
+            "calls), because it was not in a snapshot older than the process; repeated "
+            "unknown IDs are remembered and ask nothing.",
+            value=self._metrics.pid_lookup_probes,
         )

@@ -64,7 +64,7 @@ import logging
 import math
 import weakref
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
 from podcache.cache import AsyncPodWatch, AsyncRuntimeCache
@@ -77,6 +77,7 @@ from podcache.watchjson import CONTENT_TYPE, bookmark_line, change_line, error_l
 
 __all__ = [
     "BOOKMARK_INTERVAL",
+    "CUT_OFF_REASONS",
     "LINE_MEMO",
     "MAX_UNSENT",
     "WatchCounters",
@@ -119,17 +120,39 @@ class WatchRequest(NamedTuple):
         return self.namespace, tuple((each.key, each.value) for each in self.selectors)
 
 
+CUT_OFF_REASONS = ("lagged", "unread", "budget", "stalled")
+"""Why a stream ended early, the server's doing (``podcache_watchers_cut_off_total{reason}``):
+
+- ``lagged``: more than ``max_lag`` changes behind (its last line is the 410 ``ERROR``);
+- ``unread``: its client left more than the stream's ``max_unsent`` bytes unread (reset);
+- ``budget``: reset to bring all connections' unsent bytes under ``--max-buffered``;
+- ``stalled``: unsent bytes that did not drain for ``--idle-timeout`` (reset).
+
+A stream the client closes, or that SIGTERM ends, is not cut off."""
+
+
 @dataclass
 class WatchCounters:
     """What the metrics report about streams: open now, change lines sent, 410s (before or
-    during a stream), streams cut off (too far behind, or too much left unread)."""
+    during a stream), streams cut off by reason (``CUT_OFF_REASONS``)."""
 
     open: int = 0
     changes_sent: int = 0
     resyncs: int = 0
-    cut_off: int = 0
+    cut_off_by: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CUT_OFF_REASONS, 0))
     broadcast_writes: int = 0
     """Chunks the broadcast wrote (not a metric: tells the two paths apart in tests)."""
+
+    @property
+    def cut_off(self) -> int:
+        """Streams cut off, for every reason."""
+        return sum(self.cut_off_by.values())
+
+    def count_cut_off(self, reason: str) -> None:
+        """One stream cut off for ``reason`` (one of ``CUT_OFF_REASONS``)."""
+        if reason not in self.cut_off_by:
+            raise ValueError(f"unknown cut-off reason {reason!r}; known: {CUT_OFF_REASONS}")
+        self.cut_off_by[reason] += 1
 
 
 class _Stream:
@@ -197,7 +220,7 @@ class _Stream:
             except ResyncRequiredError as error:
                 self._done = True
                 streams.counters.resyncs += 1
-                streams.counters.cut_off += 1
+                streams.counters.count_cut_off("lagged")
                 return error_line(410, str(error))
             revision = cast(int, self.watch.revision)
             if batch:
@@ -236,9 +259,9 @@ class _Stream:
             raise error
         return self.watch.read_nowait()
 
-    def cut_off(self) -> None:
-        """The server resets this stream: its client left too much unread."""
-        self._streams.counters.cut_off += 1
+    def cut_off(self, reason: str) -> None:
+        """The server resets this stream, for ``reason`` (``CUT_OFF_REASONS``)."""
+        self._streams.counters.count_cut_off(reason)
 
     async def aclose(self) -> None:
         self._done = True
@@ -473,6 +496,9 @@ class WatchStreams:
         watch = self.cache.watch(request.since)
         try:
             first = await asyncio.wait_for(watch.next_batch(0), self._wait)
+        except asyncio.CancelledError:  # the connection is gone: its cursor holds no history
+            watch.close()
+            raise
         except ResyncRequiredError as error:
             self.counters.resyncs += 1
             return _error(410, str(error), [])

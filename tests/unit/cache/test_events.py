@@ -200,7 +200,7 @@ def test_hint_coalesces_to_one_in_flight_and_one_queued() -> None:
     assert core.hint(1.0) == (None, False)  # empty cache: its first reader fetches
     _, first, start = core.plan(1.0)
     assert start and first is not None
-    core.complete(first, make_pods(1), None, 2.0)
+    core.complete(first, make_pods(1), None, 1.0)  # took no time: no event budget to wait out
     refresh, scheduled = core.hint(3.0)
     assert refresh is not None and scheduled
     assert core.hint(4.0) == (None, True)  # queued behind it
@@ -321,7 +321,9 @@ def test_events_false_or_a_getter_without_events_means_no_subscription() -> None
 # -- the asyncio driver --------------------------------------------------------------------------
 async def test_async_event_refreshes_in_background_and_coalesces() -> None:
     fake = AsyncFakeRuntime([make_pod(1)])
-    async with AsyncRuntimeCache(fake, 60.0, events=True) as cache:
+    # A clock that stands still: listings take no time, so no event budget holds one back
+    # (test_event_budget.py tests the budget).
+    async with AsyncRuntimeCache(fake, 60.0, events=True, clock=FakeClock()) as cache:
         assert await fake.wait_for_subscriptions(1)
         await eventually_async(lambda: cache.stats().events_state == "subscribed")
         await cache.get_pods()
@@ -376,7 +378,7 @@ def test_async_cache_over_a_thread_getter_reads_the_stream_in_threads() -> None:
     fake = FakeRuntime([make_pod(1)])
 
     async def use() -> None:
-        async with AsyncRuntimeCache(fake, 60.0, events=True) as cache:
+        async with AsyncRuntimeCache(fake, 60.0, events=True, clock=FakeClock()) as cache:
             await cache.get_pods()
             assert await asyncio.to_thread(fake.wait_for_subscriptions, 1)
             await eventually_async(lambda: cache.stats().events_state == "subscribed")

@@ -1,0 +1,62 @@
+"""``get_pod(uid, all)`` and ``pod_uid_of(id)`` over real CRI (the simulated runtime on a unix
+socket), both twins: one pod listed with the kubelet's pod-UID label as the filter equals that
+pod in a full listing of the same moment (same rules, same reader), for every pod of a
+population with multi-attempt pods, exited containers and NotReady sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from podcache.cri import AsyncCRIRuntime, CRIRuntime
+from podcache.sim import SimRuntime
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimRuntime]:
+    with SimRuntime(60, seed=11) as runtime:
+        yield runtime
+
+
+@pytest.mark.parametrize("all_", [False, True], ids=["running", "all"])
+def test_every_pod_relisted_alone_equals_its_full_listing(sim: SimRuntime, all_: bool) -> None:
+    with sim.pause_churn(), CRIRuntime(sim.endpoint) as runtime:
+        full = runtime.get_pods(all_)
+        assert len(full) > 10
+        for pod in full:
+            assert runtime.get_pod(pod.id, all_) == pod
+        assert runtime.get_pod("no-such-uid", all_) is None
+
+
+@pytest.mark.parametrize("all_", [False, True], ids=["running", "all"])
+def test_the_asyncio_twin_agrees(sim: SimRuntime, all_: bool) -> None:
+    async def check() -> None:
+        async with AsyncCRIRuntime(sim.endpoint) as runtime:
+            full = await runtime.get_pods(all_)
+            for pod in full:
+                assert await runtime.get_pod(pod.id, all_) == pod
+            assert await runtime.get_pod("no-such-uid", all_) is None
+
+    with sim.pause_churn():
+        asyncio.run(check())
+
+
+def test_pod_uid_of_finds_containers_and_sandboxes_and_nothing_else(sim: SimRuntime) -> None:
+    with sim.pause_churn(), CRIRuntime(sim.endpoint) as runtime:
+        full = runtime.get_pods(True)
+        for pod in list(full)[:10]:
+            for part in (*pod.containers, *pod.sandboxes):
+                assert runtime.pod_uid_of(part.id.id) == pod.id
+        assert runtime.pod_uid_of("f" * 64) is None
+
+    async def twin() -> None:
+        async with AsyncCRIRuntime(sim.endpoint) as runtime:
+            pod = next(iter(full))
+            assert await runtime.pod_uid_of(pod.sandboxes[0].id.id) == pod.id
+            assert await runtime.pod_uid_of("f" * 64) is None
+
+    with sim.pause_churn():
+        asyncio.run(twin())
