@@ -22,6 +22,7 @@ import pytest
 
 from podcache.cri import CRIRuntime
 from podcache.jsonview import pods_document
+from podcache.serve.server import SHUTDOWN_GRACE
 from podcache.sim import PodShape, SimRuntime
 from tests.serve.conftest import Client, ServeProcess, free_port, run_serve
 
@@ -456,7 +457,7 @@ def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: Si
         assert b"\r\nconnection: close\r\n" not in answer.lower()  # kept alive
         started = time.monotonic()
         assert server.terminate() == 0, server.stderr
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < SHUTDOWN_GRACE  # closed at once, not at the grace
         assert idle.recv(65536) == b""  # closed by the server, not left hanging
     assert "Traceback" not in server.stderr
 
@@ -472,7 +473,7 @@ def test_idle_timeout_closes_an_idle_keep_alive_connection(sim: SimRuntime) -> N
         assert idle.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
         started = time.monotonic()
         assert idle.recv(65536) == b""  # closed by the server
-        assert 0.9 <= time.monotonic() - started < 3.0
+        assert time.monotonic() - started >= 0.9  # by the idle timer, never before it
 
 
 def test_max_connections_answers_one_more_with_a_503(sim: SimRuntime) -> None:
