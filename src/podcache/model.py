@@ -406,13 +406,15 @@ class ContainerEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     ``container_id``: the container's bare ID, or the sandbox's for a sandbox event (as
     containerd reports them). ``pod_sandbox_id``: the sandbox it belongs to ("" when the runtime
     sent no sandbox status). ``created_at``: when the runtime made the event, in nanoseconds
-    since the epoch.
+    since the epoch. ``pod_uid``: the pod's UID from the sandbox status's metadata ("" when the
+    runtime sent none; containerd 1.7 and 2.x send it on every event).
     """
 
     type: ContainerEventType
     container_id: str
     pod_sandbox_id: str = ""
     created_at: int = 0
+    pod_uid: str = ""
 
 
 def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:

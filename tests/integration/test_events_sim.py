@@ -45,6 +45,7 @@ def expected(events: list[SimEvent]) -> list[ContainerEvent]:
             container_id=e.container_id,
             pod_sandbox_id=e.sandbox.id if e.sandbox is not None else "",
             created_at=e.created_at,
+            pod_uid=e.sandbox.uid if e.sandbox is not None and e.sandbox.has_metadata else "",
         )
         for e in events
     ]

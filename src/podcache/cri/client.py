@@ -734,10 +734,11 @@ class _Line:
             )
             for method, (request, decode) in (methods or _METHODS).items()
         }
+        # Its answers stay bytes: eventstream reads them (eventwire), off any event loop.
         self.events = self.channel.unary_stream(
             _SERVICE + _EVENTS_METHOD,
             request_serializer=pb.GetEventsRequest.SerializeToString,
-            response_deserializer=pb.ContainerEventResponse.FromString,
+            response_deserializer=None,
         )
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
@@ -752,7 +753,7 @@ class _Line:
 class _AsyncLine:
     """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
 
-    __slots__ = ("channel", "events", "retired", "rpcs", "version")
+    __slots__ = ("channel", "retired", "rpcs", "version")
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -764,11 +765,6 @@ class _AsyncLine:
             )
             for method, (request, decode) in _ASYNC_METHODS.items()
         }
-        self.events = self.channel.unary_stream(
-            _SERVICE + _EVENTS_METHOD,
-            request_serializer=pb.GetEventsRequest.SerializeToString,
-            response_deserializer=pb.ContainerEventResponse.FromString,
-        )
         self.version: RuntimeVersion | None = None
         self.retired = False
 
@@ -1274,33 +1270,12 @@ class AsyncCRIRuntime(_Base):
         """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
 
         ``async for event in runtime.container_events()``; ``await stream.open()`` subscribes
-        without waiting for an event, ``await stream.aclose()`` ends it.
+        without waiting for an event, ``await stream.aclose()`` ends it. The call is made on the
+        list calls' sync channel and read in a thread of its own: no message, whatever its
+        size, is received or read on the event loop (``eventstream``).
         """
         self._check_open()
-        holder: list[_AsyncLine] = []
-
-        async def start() -> Any:
-            line = self._current()
-            if line.channel.get_state() is not _READY:
-                line = await self._connected(await self._usable(line))
-            holder.append(line)
-            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
-
-        def error(code: grpc.StatusCode | None, details: str) -> CRIError:
-            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
-
-        return AsyncContainerEventStream(self.endpoint, start, error, CONFIRM_SECONDS)
-
-    async def _connected(self, line: _AsyncLine) -> _AsyncLine:
-        """``CRIRuntime._connected`` for the event loop."""
-        deadline = time.monotonic() + self._timeout
-        while (state := line.channel.get_state(try_to_connect=True)) is not _READY:
-            if state is _BACKING_OFF or time.monotonic() > deadline:
-                problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
-                raise self._unreachable_error(problem or _NOT_CONNECTED.format(self._timeout))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(line.channel.wait_for_state_change(state), 0.05)
-        return line
+        return AsyncContainerEventStream(self._lister().container_events())
 
     async def close(self) -> None:
         """Close the channels; calls in flight are cancelled (a list call then fails with

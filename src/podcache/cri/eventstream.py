@@ -15,37 +15,58 @@ Rules:
 - Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
   iteration; one that fails raises the runtime's error class naming the endpoint; one that
   was ``close()``d stops the iteration.
-- Every response is hostile until checked (``event_from``): a known event type, IDs of at most
-  ``MAX_ID_LENGTH`` characters of ``[A-Za-z0-9_.+-]`` (a container ID is required), a
+- Every response is hostile until checked (``event_from_bytes``): read from its bytes by
+  ``eventwire`` (only the fields used; protobuf's decoder would hold the GIL for the whole of a
+  sandbox status's labels), then a known event type, IDs of at most ``MAX_ID_LENGTH``
+  characters of ``[A-Za-z0-9_.+-]`` (a container ID is required; the pod UID too), a
   ``created_at`` that is not negative. A response that breaks a rule ends the stream with
-  ``RuntimeProtocolError``. Messages are bounded by the channel's receive limit (16 MiB).
+  ``RuntimeProtocolError``.
+- The receive limit: an event message is at most the channel's ``MAX_RECEIVE_MESSAGE_BYTES``
+  (16 MiB, the list calls' limit too; a legitimate pod's labels and annotations make a sandbox
+  status of about 1.5 MB). A larger one fails the stream (RESOURCE_EXHAUSTED): the cache
+  resubscribes with its backoff and relists, within its event budget.
+- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (a
+  sync call on the runtime's list channel) in a thread of its own, which receives, reads and
+  checks every message and hands the loop only the finished ``ContainerEvent``. The thread
+  reads the runtime promptly whatever the loop does (containerd 2.x blocks delivery to every
+  subscriber while one reads slowly): up to ``MAX_PENDING_EVENTS`` events wait for the loop;
+  past that the oldest are dropped and counted (``dropped``). A dropped event loses nothing a
+  full listing needs: the refresh the events still queued ask for starts after it was dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import re
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Self
 
 import grpc
 import grpc.aio
 
+from podcache.cri.eventwire import EventFields, EventWireError, event_fields
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
 
 __all__ = [
     "CONFIRM_SECONDS",
+    "MAX_PENDING_EVENTS",
     "AsyncContainerEventStream",
     "ContainerEventStream",
     "event_from",
+    "event_from_bytes",
 ]
 
 CONFIRM_SECONDS = 0.05
 """How long a new event stream must stay open before it counts as subscribed."""
+MAX_PENDING_EVENTS = 10_000
+"""Most events an ``AsyncContainerEventStream``'s thread holds for the loop (then it drops the
+oldest)."""
 
 _EVENT_TYPES: dict[int, ContainerEventType] = {
     pb.CONTAINER_CREATED_EVENT: ContainerEventType.CREATED,
@@ -78,21 +99,52 @@ def _checked_id(url: str, field: str, value: str, *, required: bool) -> str:
     return value
 
 
-def event_from(url: str, response: pb.ContainerEventResponse) -> ContainerEvent:
-    """The checked event of one response; ``RuntimeProtocolError`` naming ``url`` if malformed."""
-    kind = _EVENT_TYPES.get(response.container_event_type)
+def _checked(url: str, fields: EventFields) -> ContainerEvent:
+    kind = _EVENT_TYPES.get(fields.container_event_type)
     if kind is None:
-        raise _bad(url, f"an unknown event type {response.container_event_type}")
-    if response.created_at < 0:
-        raise _bad(url, f"a negative created_at ({response.created_at})")
+        raise _bad(url, f"an unknown event type {fields.container_event_type}")
+    if fields.created_at < 0:
+        raise _bad(url, f"a negative created_at ({fields.created_at})")
     return ContainerEvent(
         type=kind,
-        container_id=_checked_id(url, "container_id", response.container_id, required=True),
-        pod_sandbox_id=_checked_id(
-            url, "pod_sandbox_status.id", response.pod_sandbox_status.id, required=False
-        ),
-        created_at=response.created_at,
+        container_id=_checked_id(url, "container_id", fields.container_id, required=True),
+        pod_sandbox_id=_checked_id(url, "pod_sandbox_status.id", fields.sandbox_id, required=False),
+        created_at=fields.created_at,
+        pod_uid=_checked_id(url, "pod_sandbox_status.metadata.uid", fields.pod_uid, required=False),
     )
+
+
+def event_from(url: str, response: pb.ContainerEventResponse) -> ContainerEvent:
+    """The checked event of one decoded response (the reference ``event_from_bytes`` is held
+    to); ``RuntimeProtocolError`` naming ``url`` if malformed."""
+    status = response.pod_sandbox_status
+    fields = EventFields(
+        response.container_event_type,
+        response.container_id,
+        response.created_at,
+        status.id,
+        status.metadata.uid,
+    )
+    return _checked(url, fields)
+
+
+def event_from_bytes(url: str, data: bytes) -> ContainerEvent:
+    """The checked event of one response's wire bytes (``eventwire``); ``RuntimeProtocolError``
+    naming ``url`` when they are not a valid message or break a rule."""
+    try:
+        fields = event_fields(data)
+    except EventWireError as error:
+        raise RuntimeProtocolError(url, f"its {_METHOD} sent a malformed event: {error}") from None
+    return _checked(url, fields)
+
+
+def _event(url: str, response: object) -> ContainerEvent:
+    """A response as the call gave it: bytes (podcache's channels), or a decoded message."""
+    if isinstance(response, bytes):
+        return event_from_bytes(url, response)
+    if isinstance(response, pb.ContainerEventResponse):
+        return event_from(url, response)
+    raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message")
 
 
 def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
@@ -157,7 +209,7 @@ class ContainerEventStream:
             if self._closed:
                 raise StopIteration from None
             raise self._error(*_failure(e)) from e
-        return event_from(self._url, response)
+        return _event(self._url, response)
 
     def close(self) -> None:
         """End the stream; an iteration in progress stops. Idempotent."""
@@ -180,83 +232,103 @@ class ContainerEventStream:
 
 
 class AsyncContainerEventStream:
-    """The asyncio twin of ``ContainerEventStream``: ``async for``, ``open()``, ``aclose()``."""
+    """The asyncio twin of ``ContainerEventStream``: ``async for``, ``open()``, ``aclose()``.
 
-    def __init__(
-        self,
-        url: str,
-        start: Callable[[], Awaitable[Any]],
-        error: ErrorMapper,
-        confirm: float,
-    ) -> None:
-        self._url = url
-        self._start = start
-        self._error = error
-        self._confirm = confirm
-        self._call: Any = None
+    It reads ``stream`` (a ``ContainerEventStream``) in a thread of its own, which receives,
+    reads and checks each message, so that nothing of a message's size reaches the event loop
+    (see the module docstring: its pending bound, and what a dropped event costs). Failures
+    reach the iteration as ``stream``'s errors.
+    """
+
+    def __init__(self, stream: ContainerEventStream, pending: int = MAX_PENDING_EVENTS) -> None:
+        self._stream = stream
+        self._pending_bound = pending
+        self._pending: collections.deque[ContainerEvent] = collections.deque()
+        self._end: BaseException | None = None
+        self._ended = False
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._opened = False
         self._closed = False
-        self.connected = False
-        """Whether the call was made on a connected channel (the runtime was reached)."""
+        self.dropped = 0
+        """Events dropped because ``pending`` waited for the loop already."""
 
     @property
     def endpoint(self) -> str:
         """The runtime's endpoint URL."""
-        return self._url
+        return self._stream.endpoint
+
+    @property
+    def connected(self) -> bool:
+        """Whether the call was made on a connected channel (the runtime was reached)."""
+        return self._stream.connected
 
     async def open(self) -> None:
         """Subscribe (once): returns when the stream is open, raises the runtime's error if not."""
-        if self._call is not None:
+        if self._opened or self._closed:
             return
-        call = await self._start()
-        self.connected = True
+        await asyncio.to_thread(self._stream.open)
+        self._opened = True
         if self._closed:
-            call.cancel()
             return
-        self._call = call
-        ended = asyncio.Event()
-        call.add_done_callback(lambda _: ended.set())
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        threading.Thread(target=self._pump, name="podcache-events", daemon=True).start()
+
+    def _pump(self) -> None:
+        """In the stream's thread: every event to the loop, then how the stream ended."""
+        loop = self._loop
+        assert loop is not None
+        end: BaseException | None = None
         try:
-            await asyncio.wait_for(ended.wait(), self._confirm)
-        except TimeoutError:
-            return
-        code = await call.code()
-        if code is not grpc.StatusCode.OK and not self._closed:
-            raise self._error(code, await call.details() or "") from None
+            for event in self._stream:
+                loop.call_soon_threadsafe(self._arrived, event)
+        except BaseException as error:  # the stream's failure, for the iteration to raise
+            end = error
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody iterates any more
+            loop.call_soon_threadsafe(self._finished, end)
+
+    def _arrived(self, event: ContainerEvent) -> None:
+        pending = self._pending
+        if len(pending) >= self._pending_bound:
+            pending.popleft()
+            self.dropped += 1
+        pending.append(event)
+        assert self._wake is not None
+        self._wake.set()
+
+    def _finished(self, end: BaseException | None) -> None:
+        self._ended = True
+        self._end = end
+        assert self._wake is not None
+        self._wake.set()
 
     def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> ContainerEvent:
-        if self._call is None:
+        if not self._opened:
             await self.open()
-        if self._closed:
-            raise StopAsyncIteration
-        try:
-            response = await self._call.read()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling() > 0:
-                raise  # the iterating task itself is cancelled
+        while True:
             if self._closed:
-                raise StopAsyncIteration from None
-            # grpc.aio cancels the reads of a channel being closed (the runtime was closed,
-            # or its channel replaced): a failure of the stream, not of the task.
-            raise self._error(grpc.StatusCode.CANCELLED, "channel closed") from None
-        except grpc.RpcError as e:
-            if self._closed:
-                raise StopAsyncIteration from None
-            raise self._error(*_failure(e)) from e
-        if response is _EOF:
-            raise StopAsyncIteration
-        if not isinstance(response, pb.ContainerEventResponse):
-            raise RuntimeProtocolError(self._url, f"its {_METHOD} answer is not a CRI message")
-        return event_from(self._url, response)
+                raise StopAsyncIteration
+            if self._pending:
+                return self._pending.popleft()
+            if self._ended:
+                if self._end is not None:
+                    raise self._end
+                raise StopAsyncIteration
+            wake = self._wake
+            assert wake is not None
+            wake.clear()
+            await wake.wait()
 
     async def aclose(self) -> None:
         """End the stream; an iteration in progress stops. Idempotent."""
         self._closed = True
-        if self._call is not None:
-            self._call.cancel()
+        self._stream.close()
+        if self._wake is not None:
+            self._wake.set()
 
     async def __aenter__(self) -> Self:
         return self

@@ -206,6 +206,15 @@ class SimRuntime:
     def churn(self, rate: float) -> None:
         self._churn.rate = rate
 
+    def send_events(self, events: Sequence[SimEvent]) -> int:
+        """Send ``events`` to every open GetContainerEvents stream as they are, whether or not
+        the population holds what they name (a hostile or confused runtime, for fault tests
+        and benchmarks: events are only hints); returns how many streams got them."""
+        server = self._server
+        if server is None:
+            return 0
+        return server.servicer.send_events(events)
+
     def pause_churn(self) -> ChurnPause:
         """Hold background churn now, until ``resume()`` on the result or the end of ``with``.
 

@@ -407,10 +407,15 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         return len(self._subscribers)
 
     def _fan_out(self, events: Sequence[SimEvent]) -> None:
+        self.send_events(events)
+
+    def send_events(self, events: Sequence[SimEvent]) -> int:
+        """Queue ``events`` for every open stream; how many streams there are."""
         with self._subscribers_lock:
             for subscriber in self._subscribers:
                 for event in events:
                     subscriber.put(event)
+            return len(self._subscribers)
 
     def _entries(self, records: Sequence[SimSandbox | SimContainer]) -> list[bytes]:
         # Keyed by id(): the cache holds each record, so an id cannot be reused while cached.
