@@ -242,3 +242,52 @@ def test_the_readme_links_the_document() -> None:
     readme = (ROOT / "README.md").read_text()
     development = readme[readme.index("## Development") :]
     assert "](docs/architecture.md)" in development
+
+
+def _module_imports(module: str, path: Path, known: set[str]) -> set[str]:
+    """The podcache modules ``module`` imports (every import: in functions and under
+    TYPE_CHECKING too); ``from pkg import name`` counts as importing ``pkg.name`` when that is a
+    module (a C extension with its .pyi stub included), else ``pkg``."""
+    home = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = home.split(".")
+                kept = parts[: len(parts) - node.level + 1]
+                base = ".".join([*kept, node.module] if node.module else kept)
+            names = []
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                stub = SRC.joinpath(*full.split(".")).with_suffix(".pyi")
+                names.append(full if full in known or stub.exists() else base)
+        else:
+            continue
+        found |= {name for name in names if name in known and name != module}
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the podcache modules it imports, over src/podcache (the stubs left out)."""
+    paths = {_module_name(path): path for path in _source_files()}
+    known = set(paths)
+    return {module: _module_imports(module, path, known) for module, path in paths.items()}
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import cycle between modules, not only between layers (issue 21 §2): each module
+    can be read knowing only what it imports."""
+    try:
+        list(TopologicalSorter(import_graph()).static_order())
+    except CycleError as error:
+        pytest.fail(f"an import cycle: {' -> '.join(error.args[1])}")
+
+
+def test_the_cycle_check_finds_a_cycle() -> None:
+    graph = import_graph()
+    graph["podcache.cache.core"] = {*graph["podcache.cache.core"], "podcache.cache.aio"}
+    with pytest.raises(CycleError):
+        list(TopologicalSorter(graph).static_order())

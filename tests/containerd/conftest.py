@@ -1,12 +1,13 @@
-"""The real containerds for tests: one per version (1.6 and 1.7) and session, started by
+"""The real containerds for tests: one per version (1.6, 1.7 and 2.1) and session, started by
 scripts/containerd-up, torn down by scripts/containerd-down; tests may SIGKILL one and start it
 again on the same state.
 
-Every test that uses the ``containerd`` fixture runs against both versions (test IDs end in
-``[1.6]`` / ``[1.7]``); a test about one version only says so with
-``@pytest.mark.parametrize("containerd", ["1.7"], indirect=True)``. 1.6 lacks
-GetContainerEvents (UNIMPLEMENTED), 1.7 has it. The instances run one after the other: pytest
-groups the tests by version and tears the first instance down before the second comes up.
+Every test that uses the ``containerd`` fixture runs against every version (test IDs end in
+``[1.6]`` / ``[1.7]`` / ``[2.1]``); a test about some versions only says so with
+``@pytest.mark.parametrize("containerd", EVENT_VERSIONS, indirect=True)`` (or a list of its
+own). 1.6 lacks GetContainerEvents (UNIMPLEMENTED), 1.7 and 2.1 have it. The instances run one
+after the other: pytest groups the tests by version and tears each instance down before the
+next comes up.
 
 Skip rules: a machine that cannot run it (not Linux, not root, the packages cannot be
 installed, no package registry) skips these tests with the reason in the summary (``-ra``);
@@ -14,8 +15,8 @@ with ``CI=true`` the same reasons fail them instead, so CI never passes by skipp
 else that goes wrong (the daemon does not come up) is an error, never a skip.
 
 Environment: ``CONTAINERD_TEST_DIR`` (default /tmp/podcache-containerd) is the base directory;
-each version's instance lives in its own subdirectory (``DIR/1.6``, ``DIR/1.7``). A daemon
-already running there is reused and left running; ``CONTAINERD_TEST_KEEP=1`` keeps
+each version's instance lives in its own subdirectory (``DIR/1.6``, ``DIR/1.7``, ``DIR/2.1``).
+A daemon already running there is reused and left running; ``CONTAINERD_TEST_KEEP=1`` keeps
 one this session started. Sessions that share a directory take turns (a lock file).
 """
 
@@ -43,8 +44,10 @@ REPO = Path(__file__).resolve().parents[2]
 UP = REPO / "scripts" / "containerd-up"
 DOWN = REPO / "scripts" / "containerd-down"
 DEFAULT_DIR = "/tmp/podcache-containerd"
-VERSIONS = ("1.6", "1.7")
-"""containerd minor versions the suite runs against: 1.6 (no events) and 1.7 (events)."""
+VERSIONS = ("1.6", "1.7", "2.1")
+"""containerd minor versions the suite runs against: 1.6 (no events), 1.7 and 2.1 (events)."""
+EVENT_VERSIONS = ("1.7", "2.1")
+"""The versions with GetContainerEvents."""
 UP_TIMEOUT = 240.0  # a fresh machine installs packages first (about 10 s here)
 LOCK_WAIT = 90.0
 EXIT_CANNOT_RUN = 2  # scripts/containerd-up: this machine cannot run containerd
@@ -91,7 +94,7 @@ class Containerd:
         self.directory = directory
         self.endpoint = endpoint
         self.version = version
-        """The minor version asked of scripts/containerd-up: "1.6" or "1.7"."""
+        """The minor version asked of scripts/containerd-up: one of ``VERSIONS``."""
         self.socket_path = str(directory / "containerd.sock")
         self.config_path = directory / "config.toml"
         self.pid_path = directory / "containerd.pid"

@@ -27,7 +27,17 @@ from podcache.cri.proto import api_pb2, api_pb2_grpc
 
 BUSYBOX_IMAGE = "localhost/busybox:test"
 PAUSE_IMAGE = "localhost/pause:test"
-DEFAULT_CGROUP_PARENT = "podcachetest"
+CGROUP_PARENT_PREFIX = "podcachetest"
+
+
+def instance_cgroup_parent(socket_path: str) -> str:
+    """The cgroup parent of one instance's pods: ``podcachetest-`` and the first 12 hex digits
+    of the SHA-256 of the instance's directory (the socket's), as scripts/containerd-down
+    computes it. One shared parent let any instance's teardown kill every instance's pods
+    (containerd-down kills the processes left under its parent)."""
+    directory = os.path.dirname(os.path.abspath(socket_path))
+    return f"{CGROUP_PARENT_PREFIX}-{hashlib.sha256(directory.encode()).hexdigest()[:12]}"
+
 
 LABEL_POD_NAME = "io.kubernetes.pod.name"
 LABEL_POD_NAMESPACE = "io.kubernetes.pod.namespace"
@@ -102,8 +112,10 @@ class CRIHarness:
         timeout: float = 30.0,
     ) -> None:
         self.socket_path = socket_path
-        self.cgroup_parent = cgroup_parent or os.environ.get(
-            "CONTAINERD_TEST_CGROUP_PARENT", DEFAULT_CGROUP_PARENT
+        self.cgroup_parent = (
+            cgroup_parent
+            or os.environ.get("CONTAINERD_TEST_CGROUP_PARENT")
+            or instance_cgroup_parent(socket_path)
         )
         self.timeout = timeout
         # Tests SIGKILL and restart the runtime: reconnect quickly, and let every call wait for

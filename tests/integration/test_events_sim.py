@@ -126,6 +126,36 @@ def test_a_cut_stream_raises_unavailable_naming_the_endpoint(sim: SimRuntime) ->
     assert sim.endpoint in str(caught.value)
 
 
+def test_a_stream_the_server_closes_like_containerd_2_ends_the_iteration(
+    sim: SimRuntime,
+) -> None:
+    """containerd 2.x closes a subscription with UNAVAILABLE "container events subscription
+    closed by server" where 1.7 ends it OK: an end of the stream, not a failure (the events
+    before it are delivered)."""
+    with CRIRuntime(sim.endpoint) as runtime, runtime.container_events() as stream:
+        stream.open()
+        sim.wait_for_event_subscribers(1)
+        made = sim.churn_step(1)
+        assert sim.close_event_streams() == 1
+        assert list(stream) == expected(made)
+
+
+def test_an_async_stream_the_server_closes_like_containerd_2_ends_the_iteration(
+    sim: SimRuntime,
+) -> None:
+    async def read() -> tuple[list[ContainerEvent], list[SimEvent]]:
+        async with AsyncCRIRuntime(sim.endpoint) as runtime:
+            stream = runtime.container_events()
+            await stream.open()
+            await asyncio.to_thread(sim.wait_for_event_subscribers, 1)
+            made = sim.churn_step(1)
+            sim.close_event_streams()
+            return [event async for event in stream], made
+
+    got, made = asyncio.run(read())
+    assert got == expected(made)
+
+
 def test_close_from_another_thread_ends_the_iteration(sim: SimRuntime) -> None:
     with CRIRuntime(sim.endpoint) as runtime:
         stream = runtime.container_events()
@@ -181,6 +211,21 @@ def test_stream_cut_midway_resubscribes_and_catches_up(
     eventually(lambda: cache.stats().resubscriptions == 1)
     eventually(lambda: new <= running_ids(cache))
     assert cache.stats().events_state == "subscribed"
+
+
+def test_a_stream_the_server_closes_like_containerd_2_is_resubscribed_and_refreshed(
+    sim: SimRuntime, subscribed: tuple[RuntimeCache, FakeClock]
+) -> None:
+    cache, _ = subscribed
+    sim.faults.event_drop_rate = 1.0  # nothing reaches the cache by events...
+    new = start_pod(sim)
+    assert sim.close_event_streams() == 1  # ...but the resubscription refreshes
+    eventually(lambda: cache.stats().resubscriptions == 1)
+    eventually(lambda: new <= running_ids(cache))
+    assert cache.stats().events_state == "subscribed"
+    sim.faults.event_drop_rate = 0.0
+    newer = start_pod(sim)  # the new stream carries events again
+    eventually(lambda: newer <= running_ids(cache))
 
 
 def test_stream_cut_after_n_events_every_time_never_stops_the_subscription(

@@ -25,6 +25,8 @@ NOT_ERRORS = {
     "podcache.serve.http1._Stop": "ends parsing a request on purpose; never leaves http1",
     "podcache.cri._wire.MalformedError": "the C reader's own; convert.py raises it as a "
     "MalformedListingError at the boundary",
+    "podcache.cri.eventwire.EventWireError": "the event reader's own; eventstream raises it "
+    "as a RuntimeProtocolError naming the endpoint",
 }
 """Exception classes outside the tree, and why."""
 

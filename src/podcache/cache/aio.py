@@ -19,14 +19,14 @@ from typing import Any, Protocol, Self, cast
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.events import Signal, Step, Subscription, failure, log
-from podcache.cache.threaded import (
+from podcache.cache.shared import (
     PodGetter,
     check_getter,
     check_timeout,
     offers_events,
     with_events,
 )
-from podcache.cache.watching import AsyncPodWatch, TaskRefresher
+from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, RefreshHost, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 from podcache.procs import PodProcess, UnknownIDs, alookup_pod, async_probe
@@ -88,7 +88,23 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         )
         self._timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
-        self._refresher = TaskRefresher(self)
+        self._refresher = TaskRefresher(
+            RefreshHost(
+                self._watched,
+                self._clock,
+                self._core.period,
+                lambda: self.cache_time,
+                self.force_update_if_older,
+            )
+        )
+        self._watch_host = AsyncWatchHost(
+            self._core.changes,
+            self._changed_event,
+            self._wake_watchers,
+            self.get_pods,
+            self._watch_opened,
+            self._watch_closed,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
@@ -188,7 +204,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     def watch(self, since: int | None = None) -> AsyncPodWatch:
         """The pods' changes as they are published: an async iterator of ``PodChange``; the
         twin of ``RuntimeCache.watch`` (same arguments, same errors, same changes)."""
-        return AsyncPodWatch(self, since)
+        return AsyncPodWatch(self._watch_host, since)
 
     async def close(self) -> None:
         """End the event subscription and wait for it, then for refreshes still running or

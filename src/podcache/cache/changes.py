@@ -169,36 +169,63 @@ def moved(old: tuple[Pod, ...], new: tuple[Pod, ...]) -> tuple[list[Pod], list[P
     """
     arrivals: list[Pod] = []
     departures: list[Pod] = []
-    pending = [(0, len(old), 0, len(new))]
+    pending: list[_Slices] = [(0, len(old), 0, len(new))]
     while pending:
-        a, b, c, d = pending.pop()
-        # Equal slices hold no change; compared only when the ends are the same objects (a
-        # comparison copies both slices: most slices that differ are told by their ends).
-        if (
-            b - a == d - c
-            and (a == b or (old[a] is new[c] and old[b - 1] is new[d - 1]))
-            and old[a:b] == new[c:d]
-        ):
+        a, b, c, d = slices = pending.pop()
+        if _unchanged(old, new, slices):
             continue
         if b - a <= SMALL or d - c <= SMALL:
-            # By identity (id() reads no pod): an equal copy arrives and departs, and the
-            # caller sees its UID unchanged by value.
-            olds, news = old[a:b], new[c:d]
-            old_ids, new_ids = set(map(id, olds)), set(map(id, news))
-            arrivals += [pod for pod in news if id(pod) not in old_ids]
-            departures += [pod for pod in olds if id(pod) not in new_ids]
+            _match_small(old[a:b], new[c:d], arrivals, departures)
             continue
-        middle = (c + d) // 2
-        pivot = new[middle]
-        at = _near(old, pivot, a + (middle - c), a, b)
-        if at is None:
-            at = bisect.bisect_left(old, _order(pivot), a, b, key=_order)
-        if at < b and old[at] is pivot:
-            pending += [(a, at, c, middle), (at + 1, b, middle + 1, d)]
-        else:
-            arrivals.append(pivot)
-            pending += [(a, at, c, middle), (at, b, middle + 1, d)]
-    if arrivals and departures:  # out of order: a pod met on both sides stayed
+        pending += _split(old, new, slices, arrivals)
+    return _cancel_both(arrivals, departures)
+
+
+_Slices = tuple[int, int, int, int]
+"""``old[a:b]`` against ``new[c:d]``, as ``(a, b, c, d)``."""
+
+
+def _unchanged(old: tuple[Pod, ...], new: tuple[Pod, ...], slices: _Slices) -> bool:
+    """Whether the two slices hold no change. Compared only when the ends are the same objects
+    (a comparison copies both slices: most slices that differ are told by their ends)."""
+    a, b, c, d = slices
+    return (
+        b - a == d - c
+        and (a == b or (old[a] is new[c] and old[b - 1] is new[d - 1]))
+        and old[a:b] == new[c:d]
+    )
+
+
+def _match_small(
+    olds: tuple[Pod, ...], news: tuple[Pod, ...], arrivals: list[Pod], departures: list[Pod]
+) -> None:
+    """Short slices matched by identity (id() reads no pod): an equal copy arrives and departs,
+    and the caller sees its UID unchanged by value."""
+    old_ids, new_ids = set(map(id, olds)), set(map(id, news))
+    arrivals += [pod for pod in news if id(pod) not in old_ids]
+    departures += [pod for pod in olds if id(pod) not in new_ids]
+
+
+def _split(
+    old: tuple[Pod, ...], new: tuple[Pod, ...], slices: _Slices, arrivals: list[Pod]
+) -> list[_Slices]:
+    """The middle pod of the new slice looked up in the old one (near its place, else by
+    bisection in the getters' order); the two halves on each side, to match in turn."""
+    a, b, c, d = slices
+    middle = (c + d) // 2
+    pivot = new[middle]
+    at = _near(old, pivot, a + (middle - c), a, b)
+    if at is None:
+        at = bisect.bisect_left(old, _order(pivot), a, b, key=_order)
+    if at < b and old[at] is pivot:
+        return [(a, at, c, middle), (at + 1, b, middle + 1, d)]
+    arrivals.append(pivot)
+    return [(a, at, c, middle), (at, b, middle + 1, d)]
+
+
+def _cancel_both(arrivals: list[Pod], departures: list[Pod]) -> tuple[list[Pod], list[Pod]]:
+    """Out of order, a pod may be met on both sides: it stayed."""
+    if arrivals and departures:
         both = {id(pod) for pod in arrivals} & {id(pod) for pod in departures}
         if both:
             arrivals = [pod for pod in arrivals if id(pod) not in both]
@@ -303,9 +330,7 @@ class ChangeLog:
     outlives its clients' memory starts from the clock, so a ``since`` from before a restart
     is older than anything it numbers (410), never a revision it reuses.
 
-    ``history``/``history_age``/``max_lag`` as in the module docstring. Counters for metrics:
-    ``changes`` (published), ``sent`` (handed to watchers), ``resyncs`` (every
-    ``ResyncRequiredError``), ``lagged`` (of which: watchers too far behind).
+    ``history``/``history_age``/``max_lag`` as in the module docstring.
     """
 
     def __init__(
@@ -334,10 +359,6 @@ class ChangeLog:
         self._log: list[PodChange] = []
         self._at: list[float] = []  # when each change in the log was published
         self._base = 0  # sequence number of _log[0]
-        self.changes = 0
-        self.sent = 0
-        self.resyncs = 0
-        self.lagged = 0
 
     @property
     def head(self) -> int:
@@ -357,7 +378,6 @@ class ChangeLog:
             self.revision += 1
             self._log.extend(changes)
             self._at.extend([now] * len(changes))
-            self.changes += len(changes)
             self._trim(now)
         self.pods = numbered = with_revision(pods, self.revision)
         return numbered
@@ -398,7 +418,6 @@ class ChangeLog:
             if isinstance(since, bool) or not isinstance(since, int):
                 raise TypeError(f"since must be an int revision or None, not {since!r}")
             if since < self.oldest or since > self.revision:
-                self.resyncs += 1
                 reason = (
                     "it is older than the history kept"
                     if since < self.oldest
@@ -431,7 +450,6 @@ class ChangeLog:
             return []
         if cursor.pending:
             batch, cursor.pending = cursor.pending, []
-            self.sent += len(batch)
             return batch
         head = self.head
         unread = head - cursor.next_seq
@@ -439,8 +457,6 @@ class ChangeLog:
             return []
         if unread > self.max_lag or cursor.next_seq < self._base:
             self.close(cursor)
-            self.resyncs += 1
-            self.lagged += 1
             raise ResyncRequiredError(
                 cursor.revision,
                 self.oldest,
@@ -450,7 +466,6 @@ class ChangeLog:
         batch = self._log[cursor.next_seq - self._base :]
         cursor.next_seq = head
         cursor.revision = self.revision
-        self.sent += len(batch)
         return batch
 
     def unread(self, cursor: Cursor) -> int:

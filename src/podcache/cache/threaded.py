@@ -8,10 +8,9 @@ a daemon thread, so the caller can stop waiting while the refresh completes for 
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
@@ -19,60 +18,20 @@ from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.events import Signal, Step, Subscription, failure, log
-from podcache.cache.watching import PodWatch, ThreadRefresher
+from podcache.cache.shared import (
+    EventStream,
+    PodGetter,
+    check_getter,
+    check_timeout,
+    offers_events,
+    with_events,
+)
+from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, WatchHost
 from podcache.errors import EventsUnsupportedError
-from podcache.model import ContainerEvent, PodList
+from podcache.model import PodList
 from podcache.procs import PodProcess, UnknownIDs, lookup_pod, sync_probe
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
-
-
-class PodGetter(Protocol):
-    """Anything that lists pods: a CRI runtime, a fake. ``all`` includes exited containers."""
-
-    def get_pods(self, all: bool) -> PodList: ...
-
-
-class EventStream(Protocol):
-    """What ``container_events()`` returns: ``podcache.cri.ContainerEventStream``, a fake."""
-
-    def open(self) -> None: ...
-    def __iter__(self) -> Iterator[ContainerEvent]: ...
-    def close(self) -> None: ...
-
-
-def offers_events(getter: object) -> bool:
-    """Whether the getter has a ``container_events()`` the cache can subscribe to."""
-    return callable(getattr(getter, "container_events", None))
-
-
-def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:
-    """``stats`` with the subscription's state and counters (unchanged without one)."""
-    if subscription is None:
-        return stats
-    counters = subscription.counters()
-    return dataclasses.replace(
-        stats,
-        events_state=counters.state.value,
-        events_received=counters.received,
-        event_refreshes=counters.refreshes,
-        resubscriptions=counters.resubscriptions,
-    )
-
-
-def check_getter(getter: object, attribute: str = "get_pods") -> None:
-    """Reject at construction a getter that cannot list pods (clear TypeError)."""
-    if not callable(getattr(getter, attribute, None)):
-        raise TypeError(
-            f"getter {getter!r} has no callable {attribute}(all) method: pass a runtime such as "
-            "podcache.cri.CRIRuntime or podcache.FakeRuntime"
-        )
-
-
-def check_timeout(timeout: float | None) -> None:
-    """A caller's timeout must be None or a non-negative number of seconds."""
-    if timeout is not None and not timeout >= 0:
-        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
 
 
 class GetPods(Protocol):
@@ -227,7 +186,23 @@ class RuntimeCache(CoreReadings[threading.Event]):
             min_refresh_interval=min_refresh_interval,
         )
         self._changed = threading.Condition(self._lock)  # notified at every publish
-        self._refresher = ThreadRefresher(self)
+        self._refresher = ThreadRefresher(
+            RefreshHost(
+                self._watched,
+                self._clock,
+                self._core.period,
+                lambda: self.cache_time,
+                self.force_update_if_older,
+            )
+        )
+        self._watch_host = WatchHost(
+            self._core.changes,
+            self._lock,
+            self._changed,
+            self._fill,
+            self._watch_opened,
+            self._watch_closed,
+        )
         # Counting hits is opt-in so the default hit path stays one read, one clock call.
         hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
         self.get_pods = hit_path.get_pods
@@ -349,7 +324,12 @@ class RuntimeCache(CoreReadings[threading.Event]):
         watcher falls more than ``max_lag`` changes behind: list again, watch from the list's
         revision. While a watch is open the cache refreshes itself every period.
         """
-        return PodWatch(self, since)
+        return PodWatch(self._watch_host, since)
+
+    def _fill(self) -> PodList:
+        """``get_pods()`` (a watch's ``WatchHost.fill``; the bound method is set per instance
+        later in ``__init__``)."""
+        return self.get_pods()
 
     def _watch_opened(self) -> None:  # under the lock
         self._refresher.ensure()

@@ -15,6 +15,12 @@ A watch left unclosed (a ``break`` out of a ``for`` loop) is closed when it is g
 collected: the finaliser only marks its cursor closed (no lock: it may run in any thread, even
 one holding the cache's lock), and the log forgets closed cursors at its next publish or the
 refresher's next turn.
+
+The drivers are reached through stated interfaces, never their attributes: ``WatchHost`` and
+``AsyncWatchHost`` (what a watch uses: the change log, the driver's lock and wake-ups, a way to
+fill the cache, and the open/close notices) and ``RefreshHost`` (what the refresher uses: the
+clock, the period, the snapshot's time, and a forced refresh). Each driver builds its hosts
+once; this module imports neither driver.
 """
 
 from __future__ import annotations
@@ -25,17 +31,65 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Generic, NamedTuple, TypeVar
 
 from podcache.cache.changes import ChangeLog, Cursor, PodChange
 from podcache.errors import ResyncRequiredError
 
-if TYPE_CHECKING:
-    from podcache.cache.aio import AsyncRuntimeCache
-    from podcache.cache.threaded import RuntimeCache
+__all__ = [
+    "WATCH_MIN_PERIOD",
+    "AsyncPodWatch",
+    "AsyncWatchHost",
+    "PodWatch",
+    "RefreshHost",
+    "WatchHost",
+    "next_refresh",
+]
 
-__all__ = ["WATCH_MIN_PERIOD", "AsyncPodWatch", "PodWatch", "next_refresh"]
+_Forced = TypeVar("_Forced")  # what a forced refresh returns: None, or an awaitable of it
+
+
+class WatchHost(NamedTuple):
+    """What a ``PodWatch`` uses of its ``RuntimeCache``."""
+
+    log: ChangeLog
+    """The cache's change log (read and changed under ``lock``)."""
+    lock: threading.Lock
+    changed: threading.Condition
+    """On ``lock``; notified at every publish."""
+    fill: Callable[[], object]
+    """Make sure the cache holds a snapshot (``get_pods()``; raises the getter's error)."""
+    opened: Callable[[], None]
+    """A watch opened (under ``lock``): the refresher runs."""
+    closed: Callable[[], None]
+    """A watch closed (under ``lock``): the refresher stops with the last one."""
+
+
+class AsyncWatchHost(NamedTuple):
+    """What an ``AsyncPodWatch`` uses of its ``AsyncRuntimeCache`` (one loop: no lock)."""
+
+    log: ChangeLog
+    changed: Callable[[], asyncio.Event]
+    """The event the next publish sets."""
+    wake: Callable[[], None]
+    """Wake every waiting watch now."""
+    fill: Callable[[], Awaitable[object]]
+    opened: Callable[[], None]
+    closed: Callable[[], None]
+
+
+class RefreshHost(NamedTuple, Generic[_Forced]):
+    """What a refresher uses of its cache."""
+
+    watched: Callable[[], bool]
+    """Whether a watch is still open (forgetting abandoned ones)."""
+    clock: Callable[[], float]
+    period: float
+    cache_time: Callable[[], float | None]
+    force: Callable[[float], _Forced]
+    """``force_update_if_older(t)``."""
+
 
 WATCH_MIN_PERIOD = 0.1
 """Shortest time between the refreshes a watch causes (a cache period of 0 included)."""
@@ -74,10 +128,10 @@ def _check_since(since: int | None) -> None:
 
 
 class ThreadRefresher:
-    """Refreshes ``cache`` every period in a daemon thread while watches are open."""
+    """Refreshes its cache (``host``) every period in a daemon thread while watches are open."""
 
-    def __init__(self, cache: RuntimeCache) -> None:
-        self._cache = cache
+    def __init__(self, host: RefreshHost[None]) -> None:
+        self._host = host
         self._stop: threading.Event | None = None
 
     def ensure(self) -> None:
@@ -95,16 +149,16 @@ class ThreadRefresher:
             self._stop = None
 
     def _loop(self, stop: threading.Event) -> None:
-        cache = self._cache
+        host = self._host
         while not stop.is_set():
-            if not cache._watched():
+            if not host.watched():
                 return
-            delay = next_refresh(cache.cache_period, _age(cache._clock(), cache.cache_time))
+            delay = next_refresh(host.period, _age(host.clock(), host.cache_time()))
             if delay == 0:
                 # A failure is counted in the cache's stats and retried a period later.
                 with contextlib.suppress(Exception):
-                    cache.force_update_if_older(cache._clock())
-                delay = max(cache.cache_period, WATCH_MIN_PERIOD)
+                    host.force(host.clock())
+                delay = max(host.period, WATCH_MIN_PERIOD)
             stop.wait(delay)
 
 
@@ -116,9 +170,9 @@ class PodWatch(Iterator[PodChange]):
     far bring a consumer to. ``close()`` (or ``with``) ends it; iterating then stops.
     """
 
-    def __init__(self, cache: RuntimeCache, since: int | None) -> None:
+    def __init__(self, host: WatchHost, since: int | None) -> None:
         _check_since(since)
-        self._cache = cache
+        self._host = host
         self._since = since
         self._handle = _Handle()
         self._buffer: deque[PodChange] = deque()
@@ -161,20 +215,20 @@ class PodWatch(Iterator[PodChange]):
             return batch
         if self._closed:
             return []
-        cache = self._cache
+        host = self._host
         cursor = self._handle.cursor or self._open()
         if cursor is None:
             return []  # closed while it opened
         deadline = None if timeout is None else time.monotonic() + timeout
-        with cache._changed:
+        with host.changed:
             while True:
-                batch = self._read(cache._core.changes, cursor)
+                batch = self._read(host.log, cursor)
                 if batch or self._closed:
                     return batch
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return []
-                cache._changed.wait(remaining)
+                host.changed.wait(remaining)
 
     def read_nowait(self) -> list[PodChange]:
         """The changes not yet returned, without waiting ([] when there are none, before the
@@ -184,54 +238,54 @@ class PodWatch(Iterator[PodChange]):
             batch = list(self._buffer)
             self._buffer.clear()
             return batch
-        with self._cache._lock:
-            return self._read(self._cache._core.changes, self._handle.cursor)
+        with self._host.lock:
+            return self._read(self._host.log, self._handle.cursor)
 
     def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
         try:
             batch = log.read(cursor)
         except ResyncRequiredError:
             self._closed = True
-            self._cache._watch_closed()
+            self._host.closed()
             raise
         if batch:
             self._revision = batch[-1].revision
         return batch
 
     def _open(self) -> Cursor | None:
-        cache = self._cache
+        host = self._host
         if self._since is None:
-            cache.get_pods()
-        with cache._lock:
+            host.fill()
+        with host.lock:
             if self._closed:
                 return None
-            cursor = cache._core.changes.open(self._since)
+            cursor = host.log.open(self._since)
             self._handle.cursor = cursor
             self._revision = cursor.revision
-            cache._watch_opened()
+            host.opened()
         return cursor
 
     def close(self) -> None:
         """End the watch; a thread waiting in it returns (idempotent)."""
-        cache = self._cache
-        with cache._changed:
+        host = self._host
+        with host.changed:
             self._closed = True
             self._buffer.clear()
             cursor = self._handle.cursor
             if cursor is not None:
-                cache._core.changes.close(cursor)
-                cache._watch_closed()
-            cache._changed.notify_all()
+                host.log.close(cursor)
+                host.closed()
+            host.changed.notify_all()
 
 
 # -- asyncio -----------------------------------------------------------------------------------
 
 
 class TaskRefresher:
-    """Refreshes ``cache`` every period in a task while watches are open."""
+    """Refreshes its cache (``host``) every period in a task while watches are open."""
 
-    def __init__(self, cache: AsyncRuntimeCache) -> None:
-        self._cache = cache
+    def __init__(self, host: RefreshHost[Awaitable[None]]) -> None:
+        self._host = host
         self._task: asyncio.Task[None] | None = None
 
     def ensure(self) -> None:
@@ -255,13 +309,13 @@ class TaskRefresher:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _loop(self) -> None:
-        cache = self._cache
-        while cache._watched():
-            delay = next_refresh(cache.cache_period, _age(cache._clock(), cache.cache_time))
+        host = self._host
+        while host.watched():
+            delay = next_refresh(host.period, _age(host.clock(), host.cache_time()))
             if delay == 0:
                 with contextlib.suppress(Exception):  # counted in stats; retried
-                    await cache.force_update_if_older(cache._clock())
-                delay = max(cache.cache_period, WATCH_MIN_PERIOD)
+                    await host.force(host.clock())
+                delay = max(host.period, WATCH_MIN_PERIOD)
             await asyncio.sleep(delay)
 
 
@@ -269,9 +323,9 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
     """The changes of an ``AsyncRuntimeCache``, in order, as an async iterator: the twin of
     ``PodWatch`` (``await next_batch(timeout)``, ``revision``, ``close()`` / ``async with``)."""
 
-    def __init__(self, cache: AsyncRuntimeCache, since: int | None) -> None:
+    def __init__(self, host: AsyncWatchHost, since: int | None) -> None:
         _check_since(since)
-        self._cache = cache
+        self._host = host
         self._since = since
         self._handle = _Handle()
         self._buffer: deque[PodChange] = deque()
@@ -317,14 +371,14 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             return batch
         if self._closed:
             return []
-        cache = self._cache
+        host = self._host
         cursor = self._handle.cursor or await self._open()
         if cursor is None:
             return []  # closed while it opened
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:
-            batch = self._read(cache._core.changes, cursor)
+            batch = self._read(host.log, cursor)
             if batch or self._closed:
                 return batch
             remaining = None if deadline is None else deadline - loop.time()
@@ -334,7 +388,7 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
                 # asyncio.timeout, not wait_for: no task of its own per wait (a thousand
                 # watchers wake on one publish).
                 async with asyncio.timeout(remaining):
-                    await cache._changed_event().wait()
+                    await host.changed().wait()
             except TimeoutError:
                 return []
 
@@ -346,29 +400,29 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             batch = list(self._buffer)
             self._buffer.clear()
             return batch
-        return self._read(self._cache._core.changes, cursor)
+        return self._read(self._host.log, cursor)
 
     def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
         try:
             batch = log.read(cursor)
         except ResyncRequiredError:
             self._closed = True
-            self._cache._watch_closed()
+            self._host.closed()
             raise
         if batch:
             self._revision = batch[-1].revision
         return batch
 
     async def _open(self) -> Cursor | None:
-        cache = self._cache
+        host = self._host
         if self._since is None:
-            await cache.get_pods()
+            await host.fill()
         if self._closed:
             return None
-        cursor = cache._core.changes.open(self._since)
+        cursor = host.log.open(self._since)
         self._handle.cursor = cursor
         self._revision = cursor.revision
-        cache._watch_opened()
+        host.opened()
         return cursor
 
     def close(self) -> None:
@@ -376,11 +430,11 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
         self._closed = True
         self._buffer.clear()
         cursor = self._handle.cursor
-        cache = self._cache
+        host = self._host
         if cursor is not None:
-            cache._core.changes.close(cursor)
-            cache._watch_closed()
-        cache._wake_watchers()
+            host.log.close(cursor)
+            host.closed()
+        host.wake()
 
 
 def _age(now: float, cache_time: float | None) -> float | None:

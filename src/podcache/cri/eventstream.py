@@ -14,7 +14,10 @@ Rules:
   no connection) from a failure of a runtime that was reached (True).
 - Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
   iteration; one that fails raises the runtime's error class naming the endpoint; one that
-  was ``close()``d stops the iteration.
+  was ``close()``d stops the iteration. containerd 2.x ends a subscription it closes itself
+  (its CRI service stopping) with UNAVAILABLE "container events subscription closed by
+  server" where 1.7 ends it cleanly: that status (``_ended_by_server``) is a clean end too,
+  in ``open()`` as in the iteration.
 - Every response is hostile until checked (``event_from_bytes``): read from its bytes by
   ``eventwire`` (only the fields used; protobuf's decoder would hold the GIL for the whole of a
   sandbox status's labels), then a known event type, IDs of at most ``MAX_ID_LENGTH``
@@ -67,6 +70,8 @@ CONFIRM_SECONDS = 0.05
 MAX_PENDING_EVENTS = 10_000
 """Most events an ``AsyncContainerEventStream``'s thread holds for the loop (then it drops the
 oldest)."""
+_SERVER_CLOSED = "subscription closed by server"
+"""What containerd 2.x's UNAVAILABLE says when it ends a subscription itself (lowercase)."""
 
 _EVENT_TYPES: dict[int, ContainerEventType] = {
     pb.CONTAINER_CREATED_EVENT: ContainerEventType.CREATED,
@@ -152,6 +157,13 @@ def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
     return error.code(), error.details() or ""
 
 
+def _ended_by_server(code: grpc.StatusCode | None, details: str) -> bool:
+    """Whether a stream's final status is the runtime closing the subscription on purpose
+    (containerd 2.x: UNAVAILABLE, "container events subscription closed by server"), an end
+    like 1.7's clean one, not a failure."""
+    return code is grpc.StatusCode.UNAVAILABLE and _SERVER_CLOSED in details.lower()
+
+
 class ContainerEventStream:
     """The runtime's container events, for one thread to iterate (``close()`` from any thread).
 
@@ -191,9 +203,9 @@ class ContainerEventStream:
         ended = threading.Event()
         call.add_done_callback(lambda _: ended.set())
         if ended.wait(self._confirm) and not self._closed:
-            code = call.code()
-            if code is not grpc.StatusCode.OK:
-                raise self._error(code, call.details() or "") from None
+            code, details = call.code(), call.details() or ""
+            if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
+                raise self._error(code, details) from None
 
     def __iter__(self) -> Self:
         return self
@@ -206,7 +218,7 @@ class ContainerEventStream:
         try:
             response = next(self._call)
         except grpc.RpcError as e:
-            if self._closed:
+            if self._closed or _ended_by_server(*_failure(e)):
                 raise StopIteration from None
             raise self._error(*_failure(e)) from e
         return _event(self._url, response)

@@ -28,7 +28,7 @@ import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
-from podcache.cache.threaded import offers_events
+from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList

@@ -69,11 +69,6 @@ class ChurnDriver:
             raise ValueError(f"churn rate must be >= 0 pods/s, not {value!r}")
         self._rate = float(value)
 
-    @property
-    def paused(self) -> bool:
-        """Whether at least one pause holds churn."""
-        return self._pauses > 0
-
     def pause(self) -> None:
         """Hold churn (counted: each ``pause`` needs its ``resume``); returns after any step in
         progress has finished."""

@@ -366,15 +366,3 @@ class Faults:
             if rate <= 0:
                 return False
             return self._rng.random() < rate
-
-    def reset(self) -> None:
-        """Back to no faults at all (and release a hang)."""
-        with self._lock:
-            self._latency = 0.0
-            self._fail_rate = 0.0
-            self._unimplemented = frozenset()
-            self._malformed = frozenset()
-            self._event_delay = 0.0
-            self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
-            self._event_cut_after = None
-        self.release()

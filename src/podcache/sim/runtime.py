@@ -244,6 +244,12 @@ class SimRuntime:
         cut mid-way); returns how many were open. Events already queued are sent first."""
         return self._server.servicer.cut() if self._server is not None else 0
 
+    def close_event_streams(self) -> int:
+        """End every open GetContainerEvents stream the way containerd 2.x closes a
+        subscription itself: UNAVAILABLE "container events subscription closed by server" (not
+        a fault: 1.7 ends the same case with OK); returns how many were open."""
+        return self._server.servicer.cut(by_server=True) if self._server is not None else 0
+
     def wait_for_event_subscribers(self, count: int = 1, timeout: float = 5.0) -> None:
         """Block until at least ``count`` event streams are open (TimeoutError after timeout).
 

@@ -67,6 +67,9 @@ _EVENT_BACKLOG = 100_000
 _MEMO_SIZE = 64
 _END = object()
 _CUT = object()
+_SERVER_CLOSE = object()
+_SERVER_CLOSED_DETAILS = "container events subscription closed by server"
+"""containerd 2.x's UNAVAILABLE details when it closes a subscription itself (1.7 ends it OK)."""
 _SANDBOX_STATES = {
     SimSandboxState.READY: pb.SANDBOX_READY,
     SimSandboxState.NOTREADY: pb.SANDBOX_NOTREADY,
@@ -646,6 +649,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 continue
             if item is _CUT:
                 _abort(context, grpc.StatusCode.UNAVAILABLE, "podcache-sim: stream cut")
+            if item is _SERVER_CLOSE:
+                _abort(context, grpc.StatusCode.UNAVAILABLE, _SERVER_CLOSED_DETAILS)
             if item is _END:
                 continue  # the client left, or the server is stopping: the loop decides
             if inbox.qsize() > _EVENT_BACKLOG:
@@ -657,12 +662,13 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             assert isinstance(item, SimEvent)
             yield item
 
-    def cut(self) -> int:
+    def cut(self, *, by_server: bool = False) -> int:
         """End every open event stream with UNAVAILABLE (events queued before are sent);
-        returns how many were cut."""
+        returns how many were cut. ``by_server``: with containerd 2.x's details for a
+        subscription it closes itself, not the sim's "stream cut"."""
         with self._subscribers_lock:
             for subscriber in self._subscribers:
-                subscriber.put(_CUT)
+                subscriber.put(_SERVER_CLOSE if by_server else _CUT)
             return len(self._subscribers)
 
 

@@ -50,6 +50,29 @@ def test_every_cri_event_type(value: int, kind: ContainerEventType) -> None:
     assert event_from(URL, response(container_event_type=value)).type is kind
 
 
+GO_ZERO_TIME = -6_795_364_578_871_345_152
+"""Go's zero time.Time in Unix nanoseconds: containerd 2.x's sandbox DELETED event carries it
+as ``pod_sandbox_status.created_at``."""
+
+
+@pytest.mark.parametrize(
+    "kind", [pb.CONTAINER_CREATED_EVENT, pb.CONTAINER_DELETED_EVENT], ids=["created", "deleted"]
+)
+def test_a_containerd_2_sandbox_event_is_an_event_of_the_sandbox(kind: int) -> None:
+    """containerd 2.x (and 1.7) send a sandbox's own events with its ID as ``container_id``;
+    2.x's DELETED one has no container statuses and a sandbox created_at of Go's zero time,
+    which is no reason to reject the event (only its own created_at is checked)."""
+    r = response(
+        container_id=SID,
+        container_event_type=kind,
+        pod_sandbox_status=pb.PodSandboxStatus(
+            id=SID, created_at=GO_ZERO_TIME, metadata=pb.PodSandboxMetadata(uid="u", name="p")
+        ),
+    )
+    event = event_from(URL, r)
+    assert (event.container_id, event.pod_sandbox_id) == (SID, SID)
+
+
 def test_no_sandbox_status_is_an_empty_sandbox_id() -> None:
     r = response()
     r.ClearField("pod_sandbox_status")

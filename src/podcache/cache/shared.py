@@ -1,0 +1,73 @@
+"""What both cache drivers share and nothing else: the getter protocols, the checks of
+constructor arguments and timeouts, and the event counters added to the stats.
+
+``threaded`` and ``aio`` (and serve) import these from here, never from each other: neither
+driver is the other's base.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Protocol
+
+from podcache.cache.core import CacheStats
+from podcache.cache.events import Subscription
+from podcache.model import ContainerEvent, PodList
+
+__all__ = [
+    "EventStream",
+    "PodGetter",
+    "check_getter",
+    "check_timeout",
+    "offers_events",
+    "with_events",
+]
+
+
+class PodGetter(Protocol):
+    """Anything that lists pods: a CRI runtime, a fake. ``all`` includes exited containers."""
+
+    def get_pods(self, all: bool) -> PodList: ...
+
+
+class EventStream(Protocol):
+    """What ``container_events()`` returns: ``podcache.cri.ContainerEventStream``, a fake."""
+
+    def open(self) -> None: ...
+    def __iter__(self) -> Iterator[ContainerEvent]: ...
+    def close(self) -> None: ...
+
+
+def offers_events(getter: object) -> bool:
+    """Whether the getter has a ``container_events()`` the cache can subscribe to."""
+    return callable(getattr(getter, "container_events", None))
+
+
+def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:
+    """``stats`` with the subscription's state and counters (unchanged without one)."""
+    if subscription is None:
+        return stats
+    counters = subscription.counters()
+    return dataclasses.replace(
+        stats,
+        events_state=counters.state.value,
+        events_received=counters.received,
+        event_refreshes=counters.refreshes,
+        resubscriptions=counters.resubscriptions,
+    )
+
+
+def check_getter(getter: object, attribute: str = "get_pods") -> None:
+    """Reject at construction a getter that cannot list pods (clear TypeError)."""
+    if not callable(getattr(getter, attribute, None)):
+        raise TypeError(
+            f"getter {getter!r} has no callable {attribute}(all) method: pass a runtime such as "
+            "podcache.cri.CRIRuntime or podcache.FakeRuntime"
+        )
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A caller's timeout must be None or a non-negative number of seconds."""
+    if timeout is not None and not timeout >= 0:
+        raise ValueError(f"timeout must be None or >= 0 seconds, got {timeout!r}")
