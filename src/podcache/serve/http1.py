@@ -331,7 +331,18 @@ class HTTPServer:
     def connection(self) -> HTTPConnection:
         """A protocol for one new connection: the factory for ``loop.create_server``."""
         assert self._loop is not None, "HTTPServer.start() first"
-        return HTTPConnection(self, self._loop)
+        return HTTPConnection(self, self._loop, self.allowed_hosts)
+
+    def listener(self, allowed_hosts: frozenset[str] | None) -> Callable[[], HTTPConnection]:
+        """The protocol factory of one listener of several, serving ``allowed_hosts`` (None:
+        any) instead of the server's: each listener has its own names (``--listen`` given more
+        than once); the bounds stay the server's, for all of them together."""
+
+        def connection() -> HTTPConnection:
+            assert self._loop is not None, "HTTPServer.start() first"
+            return HTTPConnection(self, self._loop, allowed_hosts)
+
+        return connection
 
     async def shutdown(self, grace: float) -> None:
         """Close idle connections now and busy ones after their queued requests; reset any still
@@ -426,9 +437,15 @@ class HTTPConnection(asyncio.Protocol):
     sees a traceback.
     """
 
-    def __init__(self, server: HTTPServer, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        server: HTTPServer,
+        loop: asyncio.AbstractEventLoop,
+        allowed_hosts: frozenset[str] | None,
+    ) -> None:
         self._server = server
         self._loop = loop
+        self._allowed_hosts = allowed_hosts  # the listener's Host values (None: any)
         self._respond = server.respond
         self._respond_now = server.respond_now
         self.state = IDLE
@@ -636,7 +653,7 @@ class HTTPConnection(asyncio.Protocol):
             headers.append((lower.decode("latin-1"), text))
         if host is None or hosts > 1:
             self._stop(400, "no Host header" if host is None else "more than one Host header")
-        allowed = self._server.allowed_hosts
+        allowed = self._allowed_hosts
         if allowed is not None and host.lower() not in allowed:
             self._stop(
                 421,
