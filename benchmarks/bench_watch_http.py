@@ -66,7 +66,7 @@ def serve_instrumented(
     (monotonic, wall clock); ``broadcast`` False: every stream on its own path."""
     from podcache.cri import AsyncCRIRuntime
     from podcache.serve.app import App
-    from podcache.serve.server import ConnectionLimits, ListenAddress, run
+    from podcache.serve.server import ConnectionLimits, ListenAddress, Listener, run
     from podcache.serve.watchstream import WatchStreams
 
     published: dict[int, tuple[float, float]] = {}
@@ -95,7 +95,7 @@ def serve_instrumented(
     try:
         run(
             make_app,
-            ListenAddress("127.0.0.1", port),
+            [Listener(ListenAddress("127.0.0.1", port))],
             limits=ConnectionLimits(max_connections=4096),
             on_listening=listening,
         )

@@ -11,3 +11,6 @@ frame
 
 # grpc's check_connectivity_state(try_to_connect) signature, kept by its stand-in lambda.
 try_to_connect
+
+# pytest fixtures imported into a test module so that they apply there (autouse, by name).
+entry_point

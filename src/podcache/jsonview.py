@@ -23,7 +23,16 @@ from typing import Any
 
 from podcache.model import Container, Pod
 
-__all__ = ["container_to_json", "pod_to_json", "pods_document"]
+__all__ = ["PID_MISS_REASONS", "container_to_json", "pod_to_json", "pods_document"]
+
+PID_MISS_REASONS = {
+    "no_process": "no_process",
+    "not_in_container": "not_in_container",
+    "unknown": "container_unknown",
+}
+"""Why a PID has no pod, machine-readably (``"reason"`` in a ``/pids/{pid}`` 404 and in
+``podcache which -o json``), by ``podcache.procs.PodLookup`` outcome: no such process; its
+cgroup names no container or pod; it names one the runtime does not list."""
 
 
 def container_to_json(container: Container) -> dict[str, Any]:

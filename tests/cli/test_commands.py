@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from podcache import __version__
-from podcache.cri import CRIRuntime
+from podcache.cri import DECODER, CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import Runner, newest_sandbox_id, parse
 
@@ -65,6 +65,7 @@ def test_version_reports_the_runtimes_version_answer(run: Runner, sim: SimRuntim
     fields = dict(re.split(r":\s+", line, maxsplit=1) for line in table.lines())
     assert fields == {
         "PodcacheVersion": __version__,
+        "Decoder": DECODER,
         "Endpoint": sim.endpoint,
         "Version": answer.version,
         "RuntimeName": answer.runtime_name,
@@ -73,6 +74,24 @@ def test_version_reports_the_runtimes_version_answer(run: Runner, sim: SimRuntim
     }
     as_json = run("version", "-r", sim.endpoint, "-o", "json")
     assert json.loads(as_json.stdout)["runtime_name"] == answer.runtime_name == "podcache-sim"
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_version_without_a_runtime_prints_podcaches_own_then_fails(
+    run: Runner, output: str
+) -> None:
+    gone = f"unix://{run.scratch}/no-runtime.sock"
+    result = run("version", "-r", gone, "-o", output)
+    assert result.returncode == 1, result
+    own = {"podcache_version": __version__, "decoder": DECODER}
+    if output == "json":
+        assert json.loads(result.stdout) == own
+    else:
+        assert result.lines() == [
+            f"PodcacheVersion:   {__version__}",
+            f"Decoder:           {DECODER}",
+        ]
+    assert "no-runtime.sock" in result.stderr  # the error names the endpoint
 
 
 def test_version_with_sim_reports_the_simulation(run: Runner) -> None:

@@ -211,6 +211,60 @@ def test_pods_watch_prints_the_table_then_a_row_per_change(
         proc.stop()
 
 
+def column_starts(line: str) -> list[int]:
+    """Where each cell of a table line begins (cells are three or more spaces apart)."""
+    return [0, *(match.end() for match in re.finditer(r" {3,}", line))]
+
+
+def test_events_table_keeps_its_columns_when_a_deleted_row_comes(
+    run: Runner, own_sim: SimRuntime
+) -> None:
+    proc = Running(run, "events", "-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")
+    try:
+        proc.wait_until(lambda lines: len(lines) == 7)  # the header and six ADDED
+        own_sim.population.remove_pod(own_sim.population.pod_uids()[0])
+        proc.wait_until(lambda lines: len(lines) >= 8)
+        assert proc.lines[7].split()[1] == "DELETED"
+        pod_columns = {tuple(column_starts(line)[:3]) for line in proc.lines[:8]}
+        assert len(pod_columns) == 1, "\n".join(proc.lines)  # TIME, TYPE and POD line up
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+def test_pods_watch_keeps_its_columns_when_a_modified_row_comes(
+    run: Runner, own_sim: SimRuntime
+) -> None:
+    args = ("-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")
+    proc = Running(run, "pods", "-w", "-a", *args)
+    try:
+        proc.wait_until(lambda lines: len(lines) == 7)
+        own_sim.population.stop_pod(own_sim.population.pod_uids()[0])
+        proc.wait_until(lambda lines: len(lines) >= 8)
+        assert proc.lines[7].split()[0] == "MODIFIED"
+        assert len({column_starts(line)[1] for line in proc.lines[:8]}) == 1, "\n".join(proc.lines)
+        assert proc.interrupt() == 130
+    finally:
+        proc.stop()
+
+
+def test_watch_into_a_pipe_prints_the_rows_of_pods_w(run: Runner, own_sim: SimRuntime) -> None:
+    args = ("-r", own_sim.endpoint, "--period", PERIOD, "--events", "off")
+    proc = Running(run, "watch", *args)  # stdout is a pipe
+    try:
+        proc.wait_until(lambda lines: len(lines) == 7)
+        header = re.split(r" {3,}", proc.lines[0])
+        assert header == ["EVENT", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+        assert all(line.startswith("ADDED ") for line in proc.lines[1:])
+        own_sim.population.create_pod()
+        proc.wait_until(lambda lines: len(lines) == 8)
+        assert proc.lines[7].startswith("ADDED ")
+        assert proc.interrupt() == 0  # watch's Ctrl-C, as in a terminal
+        assert "standard output is not a terminal" in proc.stderr
+    finally:
+        proc.stop()
+
+
 # -- a real terminal ---------------------------------------------------------------------------
 
 needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

@@ -29,11 +29,11 @@ def assert_clean_error(result: Result, code: int, *needles: str) -> None:
 
 def test_missing_socket_is_exit_1_naming_the_endpoint_at_once(run: Runner, scratch: str) -> None:
     path = f"{scratch}/nothing-here.sock"
-    result = run("pods", "-r", f"unix://{path}", "--timeout", "10s")
+    result = run("pods", "-r", f"unix://{path}", "--timeout", "60s", timeout=90)
     assert_clean_error(
         result, 1, f"podcache: error: runtime at unix://{path} is not reachable", "does not exist"
     )
-    assert result.seconds < 5  # the socket check fails before any deadline
+    assert result.seconds < 30  # the socket check fails long before the 60 s deadline
 
 
 def test_watch_fails_at_once_when_the_first_read_fails(run: Runner, scratch: str) -> None:

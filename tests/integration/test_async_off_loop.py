@@ -1,14 +1,13 @@
 """AsyncCRIRuntime never reads or converts a listing on the event loop (issue 12 section 7).
 
 Over real gRPC to the simulated runtime: the readers and the conversion run in the runtime's
-worker thread, and the event loop keeps ticking while a (deliberately slowed) conversion runs.
+worker thread, and the event loop keeps running while a conversion is held in its worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,8 +16,6 @@ import pytest
 from podcache.cri import AsyncCRIRuntime, CRIRuntime, converter
 from podcache.sim import SimRuntime
 
-SLOW = 0.3  # seconds each slowed conversion step sleeps
-
 
 @pytest.fixture
 def sim() -> Iterator[SimRuntime]:
@@ -26,12 +23,9 @@ def sim() -> Iterator[SimRuntime]:
         yield runtime
 
 
-def _recording(
-    function: Callable[..., Any], threads: list[threading.Thread], delay: float = 0.0
-) -> Callable[..., Any]:
+def _recording(function: Callable[..., Any], threads: list[threading.Thread]) -> Callable[..., Any]:
     def wrapper(*args: Any) -> Any:
         threads.append(threading.current_thread())
-        time.sleep(delay)
         return function(*args)
 
     return wrapper
@@ -54,45 +48,62 @@ async def test_list_answers_are_read_and_converted_off_the_event_loop(
         assert pods == sync_runtime.get_pods()  # the same answer as the thread twin
 
 
+class HeldConversion:
+    """The conversion, held in its worker until the test releases it: what the loop does
+    meanwhile, and whether the test (not ``GATE_TIMEOUT``) released it, show whether anything
+    waited for the conversion. A conversion run on the loop would block the loop until the
+    timeout: ``released_by_test`` would then be ``[False]``."""
+
+    GATE_TIMEOUT = 30.0
+
+    def __init__(self, convert: Callable[..., Any]) -> None:
+        self._convert = convert
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.released_by_test: list[bool] = []
+
+    def __call__(self, *args: Any) -> Any:
+        self.threads.append(threading.current_thread())
+        self.started.set()
+        self.released_by_test.append(self.gate.wait(self.GATE_TIMEOUT))
+        return self._convert(*args)
+
+    async def wait_started(self) -> None:
+        while not self.started.is_set():
+            await asyncio.sleep(0.005)  # the loop runs while the worker gets there
+
+
 async def test_the_event_loop_keeps_ticking_while_a_slow_conversion_runs(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threads: list[threading.Thread] = []
     convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
-    monkeypatch.setattr(converter, "pods_from_listings", _recording(convert, threads, SLOW))
-    lags: list[float] = []
-    done = asyncio.Event()
-
-    async def ticker() -> None:
-        while not done.is_set():
-            before = time.monotonic()
-            await asyncio.sleep(0.005)
-            lags.append(time.monotonic() - before - 0.005)
-
+    held = HeldConversion(convert)
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         await runtime.get_pods()  # connect and learn the version first
-        tick = asyncio.create_task(ticker())
-        started = time.monotonic()
-        await runtime.get_pods()
-        elapsed = time.monotonic() - started
-        done.set()
-        await tick
-    assert elapsed >= SLOW  # the slow conversion did run inside this call
-    assert len(lags) >= 10
-    assert max(lags) < SLOW / 2, f"the loop stalled {max(lags):.3f} s"
+        monkeypatch.setattr(converter, "pods_from_listings", held)
+        call = asyncio.create_task(runtime.get_pods())
+        await held.wait_started()
+        for _ in range(3):  # the loop goes on while the conversion is held in its worker
+            await asyncio.sleep(0.005)
+        assert not call.done()
+        held.gate.set()
+        pods = await call
+    assert held.released_by_test == [True]
+    assert held.threads[0] is not threading.current_thread()
+    assert len(pods) > 0
 
 
 async def test_close_during_a_conversion_does_not_hang(
     sim: SimRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    threads: list[threading.Thread] = []
     convert = getattr(converter, "pods_from_listings")  # noqa: B009 (not exported)
-    monkeypatch.setattr(converter, "pods_from_listings", _recording(convert, threads, SLOW))
+    held = HeldConversion(convert)
+    monkeypatch.setattr(converter, "pods_from_listings", held)
     runtime = AsyncCRIRuntime(sim.endpoint)
     call = asyncio.create_task(runtime.get_pods())
-    while not threads:
-        await asyncio.sleep(0.01)
-    started = time.monotonic()
-    await runtime.close()
-    assert time.monotonic() - started < SLOW
+    await held.wait_started()
+    await runtime.close()  # returns while the conversion is still held
+    held.gate.set()
     await call  # the conversion already running ends normally
+    assert held.released_by_test == [True]

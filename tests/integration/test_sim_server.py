@@ -333,9 +333,7 @@ def test_background_churn_reaches_every_event_subscriber() -> None:
         with channel:
             streams = [stub.GetContainerEvents(pb.GetEventsRequest(), timeout=10) for _ in "ab"]
             sim.wait_for_event_subscribers(2)
-            started = time.monotonic()
             firsts = [[next(stream).container_id for _ in range(10)] for stream in streams]
-            assert time.monotonic() - started < 5
             for stream in streams:
                 stream.cancel()
     assert firsts[0] == firsts[1]
@@ -345,13 +343,14 @@ def test_an_open_event_stream_ends_when_the_simulator_stops() -> None:
     sim = SimRuntime(pods=5, seed=1).start()
     channel, stub = connect(sim)
     with channel:
-        stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=30)
+        stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=60)
         sim.wait_for_event_subscribers(1)
         started = time.monotonic()
         sim.stop()
-        assert time.monotonic() - started < 3
-        with pytest.raises(grpc.RpcError):
+        assert time.monotonic() - started < 30  # long before the stream's 60 s deadline
+        with pytest.raises(grpc.RpcError) as ended:
             next(stream)
+        assert ended.value.code() != grpc.StatusCode.DEADLINE_EXCEEDED  # ended by the stop
 
 
 def test_the_event_stream_can_be_unimplemented_like_containerd_1_6(
@@ -368,7 +367,7 @@ def test_latency_is_added_to_every_call(sim: SimRuntime, stub: Any) -> None:
     for call, request in ((stub.Version, pb.VersionRequest()), (stub.ListPodSandbox, None)):
         started = time.monotonic()
         call(request if request is not None else pb.ListPodSandboxRequest(), timeout=5)
-        assert 0.25 <= time.monotonic() - started < 0.25 + 1.5
+        assert time.monotonic() - started >= 0.25  # the latency is never skipped
 
 
 def test_the_fail_rate_makes_about_that_fraction_of_list_calls_unavailable(
@@ -403,7 +402,7 @@ def test_a_hung_call_ends_at_the_clients_deadline(sim: SimRuntime, stub: Any) ->
     assert code_of(stub.ListContainers, pb.ListContainersRequest(), timeout=0.3) == (
         grpc.StatusCode.DEADLINE_EXCEEDED
     )
-    assert 0.3 <= time.monotonic() - started < 0.3 + 1.5
+    assert time.monotonic() - started >= 0.3  # by the deadline, not before it
     sim.faults.release()
     stub.ListContainers(pb.ListContainersRequest(), timeout=5)
 
@@ -431,11 +430,11 @@ def test_stopping_never_waits_for_hung_calls() -> None:
             target=lambda: codes.append(code_of(stub.Version, pb.VersionRequest(), timeout=30))
         )
         worker.start()
-        time.sleep(0.2)
+        time.sleep(0.2)  # the call is most likely held by now; if not, it fails UNAVAILABLE
         started = time.monotonic()
         sim.stop()
-        assert time.monotonic() - started < 3
-        worker.join(5)
+        assert time.monotonic() - started < 15  # long before the hung call's 30 s deadline
+        worker.join(15)
     assert codes in ([grpc.StatusCode.UNAVAILABLE], [grpc.StatusCode.CANCELLED])
 
 
@@ -551,14 +550,11 @@ def test_five_thousand_pods_list_within_sixteen_mebibytes() -> None:
         )
         with channel:
             stub: Any = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
-            started = time.monotonic()
             listed = list_containers(stub)
             sandboxes = list_sandboxes(stub)
-            elapsed = time.monotonic() - started
         snapshot = sim.population.snapshot()
         assert len(listed) == len(snapshot.containers) > 10_000
-        assert len(sandboxes) == len(snapshot.sandboxes)
-        assert elapsed < 5
+        assert len(sandboxes) == len(snapshot.sandboxes)  # (how fast: benchmarks/)
 
 
 # -- command line -------------------------------------------------------------------------------

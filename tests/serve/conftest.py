@@ -243,17 +243,30 @@ def served(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
     assert "Traceback" not in server.stderr, server.stderr
 
 
-def settle_subscription(client: Client, timeout: float = 10.0) -> None:
+def settle_subscription(client: Client, timeout: float = 60.0) -> None:
     """Wait until serve's event subscription is open and the refresh it starts has ended, so
     tests that compare two answers see no refresh of its own in between."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = client.get("/metrics").body.decode()
         if 'podcache_events_state{state="subscribed"} 1.0' in text:
-            time.sleep(0.2)  # the refresh it started (a few ms on the simulated runtime)
-            return
+            # Every refresh an event or the subscription started or queued has ended: the
+            # first fill, then one per event refresh (none when it found the cache empty).
+            ended = _counter(text, "podcache_cache_refreshes_total") + _counter(
+                text, "podcache_cache_refresh_errors_total"
+            )
+            if ended >= 1 + _counter(text, "podcache_event_refreshes_total"):
+                return
         time.sleep(0.02)
-    raise AssertionError("podcache serve did not subscribe to the runtime's events")
+    raise AssertionError("podcache serve did not subscribe and settle: " + text[-2000:])
+
+
+def _counter(metrics: str, name: str) -> float:
+    """The value of an unlabelled counter in a text exposition."""
+    for line in metrics.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 @pytest.fixture

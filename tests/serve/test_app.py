@@ -320,6 +320,15 @@ async def test_only_get_and_head(make: Make, method: str) -> None:
     assert reply.headers["allow"] == "GET, HEAD"
 
 
+async def test_a_refused_method_is_counted_under_its_route(make: Make) -> None:
+    app = make()
+    for path in ("/pods", "/pods/abc", "/pids/1", "/nowhere"):
+        error(await call(app, path, method="POST"), 405)
+    text = (await call(app, "/metrics")).body.decode()
+    for route in ("/pods", "/pods/{uid}", "/pids/{pid}", "unmatched"):
+        assert f'podcache_http_requests_total{{code="405",route="{route}"}} 1.0' in text, text
+
+
 async def test_head_has_the_length_and_no_body(make: Make) -> None:
     app = make()
     get = await call(app, "/pods")

@@ -80,7 +80,7 @@ def _connection(loop: asyncio.AbstractEventLoop, state: State) -> HTTPConnection
     async def respond(*_: object) -> Response:
         raise AssertionError("never asked")
 
-    made = HTTPConnection(HTTPServer(respond), loop)  # no transport: nothing else changes
+    made = HTTPConnection(HTTPServer(respond), loop, None)  # no transport: nothing else changes
     made.state = state
     return made
 

@@ -91,15 +91,19 @@ async def test_a_sandbox_process_and_a_pod_only_process(app: App) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pid", "words"),
+    ("pid", "words", "reason"),
     [
-        ("103", "is in no container"),
-        ("104", "the runtime does not list"),
-        ("999", "no process 999"),
+        ("103", "is in no container", "not_in_container"),
+        ("104", "the runtime does not list", "container_unknown"),
+        ("999", "no process 999", "no_process"),
     ],
 )
-async def test_not_found_is_404_json(app: App, pid: str, words: str) -> None:
-    assert words in error(await call(app, f"/pids/{pid}"), 404)
+async def test_not_found_is_404_json_with_the_reason(
+    app: App, pid: str, words: str, reason: str
+) -> None:
+    reply = await call(app, f"/pids/{pid}")
+    assert words in error(reply, 404)
+    assert reply.json()["reason"] == reason
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import signal
 import socket
 import stat
 import time
@@ -21,6 +22,7 @@ import pytest
 
 from podcache.cri import CRIRuntime
 from podcache.jsonview import pods_document
+from podcache.serve.server import SHUTDOWN_GRACE
 from podcache.sim import PodShape, SimRuntime
 from tests.serve.conftest import Client, ServeProcess, free_port, run_serve
 
@@ -404,6 +406,38 @@ def test_unix_socket_is_0600_serves_and_is_removed_on_sigterm(
     assert "Traceback" not in server.stderr
 
 
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"]
+)
+def test_each_ending_signal_removes_the_socket_and_the_simulations_directory(
+    tmp_socket_dir: Path, signum: int
+) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    server = ServeProcess(["--sim", "--sim-pods", "2", "--listen", f"unix:{path}"]).start()
+    try:
+        assert Client(path=str(path)).get("/healthz").status == 200
+        found = re.search(r"at unix://(\S+)/sim\.sock", server.stderr)
+        assert found is not None, server.stderr
+        sim_dir = Path(found[1])
+        assert sim_dir.is_dir()
+    finally:
+        assert server.process is not None
+        server.process.send_signal(signum)
+    assert server.wait_exit() == 0, server.stderr
+    assert not path.exists()
+    assert not sim_dir.exists()
+
+
+def test_sim_without_churn_says_how_to_get_changes(tmp_socket_dir: Path) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    with ServeProcess(["--sim", "--listen", f"unix:{path}"]) as server:
+        pass
+    assert "churn 0/s: nothing changes; --sim-churn R replaces R pods a second" in server.stderr
+    with ServeProcess(["--sim", "--sim-churn", "2", "--listen", f"unix:{path}"]) as churning:
+        pass
+    assert "churn 2/s" in churning.stderr and "nothing changes" not in churning.stderr
+
+
 def test_sigterm_on_tcp_exits_0(sim: SimRuntime) -> None:
     port = free_port()
     server = ServeProcess(["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]).start()
@@ -423,7 +457,7 @@ def test_sigterm_with_an_idle_keep_alive_connection_open_exits_0_quickly(sim: Si
         assert b"\r\nconnection: close\r\n" not in answer.lower()  # kept alive
         started = time.monotonic()
         assert server.terminate() == 0, server.stderr
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < SHUTDOWN_GRACE  # closed at once, not at the grace
         assert idle.recv(65536) == b""  # closed by the server, not left hanging
     assert "Traceback" not in server.stderr
 
@@ -439,7 +473,7 @@ def test_idle_timeout_closes_an_idle_keep_alive_connection(sim: SimRuntime) -> N
         assert idle.recv(65536).startswith(b"HTTP/1.1 200 OK\r\n")
         started = time.monotonic()
         assert idle.recv(65536) == b""  # closed by the server
-        assert 0.9 <= time.monotonic() - started < 3.0
+        assert time.monotonic() - started >= 0.9  # by the idle timer, never before it
 
 
 def test_max_connections_answers_one_more_with_a_503(sim: SimRuntime) -> None:
@@ -578,3 +612,58 @@ def test_with_a_token_any_host_is_served(sim: SimRuntime, tmp_path: Path) -> Non
     args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--token-file", str(token_file)]
     with ServeProcess(args):
         assert status_for_host(Client(port=port), "evil.example") == 200  # /healthz: no token
+
+
+# -- several listeners -----------------------------------------------------------------------------
+def test_listen_twice_serves_a_unix_socket_and_a_port_with_their_own_host_rules(
+    sim: SimRuntime, tmp_socket_dir: Path
+) -> None:
+    path = tmp_socket_dir / "podcache.sock"
+    port = free_port()
+    args = ["-r", sim.endpoint, "--listen", f"unix:{path}", "--listen", f"127.0.0.1:{port}"]
+    server = ServeProcess(args).start()
+    try:
+        unix, tcp = Client(path=str(path)), Client(port=port)
+        assert status_for_host(unix, "evil.example") == 200  # a unix socket serves any Host
+        assert status_for_host(tcp, "evil.example") == 421  # the port only its own names
+        assert status_for_host(tcp, f"127.0.0.1:{port}") == 200
+        first = unix.get("/pods").json()
+        assert tcp.get("/pods").json()["revision"] == first["revision"]  # one cache
+        metrics = tcp.get("/metrics").body.decode()
+        assert "podcache_cache_refreshes_total 1.0" in metrics
+        assert f"listening on unix:{path}, http://127.0.0.1:{port} " in server.stderr
+    finally:
+        status = server.terminate()
+    assert status == 0, server.stderr
+    assert not path.exists()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        pass
+
+
+def test_listen_given_twice_the_same_is_a_usage_error(sim: SimRuntime) -> None:
+    port = free_port()
+    result = run_serve(["-r", sim.endpoint, *2 * ("--listen", f"127.0.0.1:{port}")])
+    assert result.returncode == 2
+    assert f"127.0.0.1:{port} is given twice" in result.stderr
+
+
+def test_every_listener_beyond_loopback_needs_the_token(
+    sim: SimRuntime, tmp_socket_dir: Path
+) -> None:
+    result = run_serve(
+        ["-r", sim.endpoint, "--listen", f"unix:{tmp_socket_dir}/s.sock", "--listen", "0.0.0.0:1"]
+    )
+    assert result.returncode == 2
+    assert "refusing to listen on 0.0.0.0:1 without a token" in result.stderr
+
+
+def test_a_listener_that_cannot_bind_stops_the_start_and_leaves_no_socket_behind(
+    sim: SimRuntime, served: ServedFixture, tmp_socket_dir: Path
+) -> None:
+    _, client = served
+    path = tmp_socket_dir / "podcache.sock"
+    args = ["--listen", f"unix:{path}", "--listen", f"127.0.0.1:{client.port}"]  # the port's taken
+    result = run_serve(["-r", sim.endpoint, *args])
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{client.port}" in result.stderr
+    assert not path.exists()

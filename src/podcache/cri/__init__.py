@@ -7,6 +7,7 @@ from podcache.cri.client import (
     RuntimeStatus,
     RuntimeVersion,
 )
+from podcache.cri.convert import WIRE_READER as DECODER
 from podcache.cri.convert import Memo, build_pods, pods_from_responses
 from podcache.cri.endpoint import (
     DEFAULT_ENDPOINTS,
@@ -20,6 +21,7 @@ from podcache.cri.endpoint import (
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 
 __all__ = [
+    "DECODER",
     "DEFAULT_ENDPOINTS",
     "AsyncCRIRuntime",
     "AsyncContainerEventStream",

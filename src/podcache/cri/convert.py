@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import pairwise
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, Protocol, TypeVar
 
 import msgspec
 from google.protobuf.message import DecodeError
@@ -97,8 +97,10 @@ def _load_wire() -> _CReader | None:
 
 _WIRE = _load_wire()
 
-WIRE_READER = "c" if _WIRE is not None else "protobuf"
-"""What ``pods_from_wire`` reads the bytes with: the C extension, or protobuf's decoder."""
+WIRE_READER: Literal["c", "protobuf"] = "c" if _WIRE is not None else "protobuf"
+"""What ``pods_from_wire`` reads the bytes with: the C extension, or protobuf's decoder (an
+install without a C compiler). Public as ``podcache.cri.DECODER``; ``podcache version`` and
+``/metrics`` (``podcache_build_info``) report it."""
 
 POD_UID_LABEL = "io.kubernetes.pod.uid"
 POD_NAME_LABEL = "io.kubernetes.pod.name"

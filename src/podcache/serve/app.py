@@ -22,6 +22,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from datetime import timedelta
 from typing import Any, NamedTuple, cast
+from urllib.parse import unquote_plus
 
 import msgspec
 
@@ -29,13 +30,22 @@ import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
+from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
-from podcache.procs import LookupResult, ProcFormatError, UnknownIDs, alookup_pod, async_probe
+from podcache.procs import (
+    AsyncPodProbe,
+    LookupResult,
+    ProcFormatError,
+    UnknownIDs,
+    alookup_pod,
+    async_probe,
+)
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
 from podcache.serve.openapi import document
 from podcache.serve.query import (
+    BOOLEANS,
     MAX_HEADER_BYTES,
     MAX_HEADERS,
     MAX_LABELS,
@@ -57,6 +67,7 @@ from podcache.serve.watch import RuntimeWatch
 from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
 
 __all__ = [
+    "ALL_REVISIONS_FROM",
     "DEFAULT_MAX_STALE",
     "DEFAULT_MIN_REFRESH_INTERVAL",
     "DEFAULT_WAIT",
@@ -75,9 +86,16 @@ DEFAULT_MAX_STALE = 30.0
 """Seconds past its period the last good snapshot is served (marked stale) while the runtime
 fails; requests that ask for newer data get 503 meanwhile."""
 
+ALL_REVISIONS_FROM = 2**52
+"""Where the ``?all=1`` view numbers its revisions from (plus ms since the epoch at its start,
+as the default view): the two ranges never meet, so a ``since`` from one view is always out of
+the other's history (410), never a revision it means otherwise; both stay below 2**53, exact
+in JavaScript."""
+
 _FRESHNESS = frozenset({"newer_than", "fresh"})
 _WATCH_PARAMS = frozenset({"watch", "since"})
-_POD_LIST_PARAMS = _FRESHNESS | _WATCH_PARAMS | {"namespace", "label"}
+_LOOKUP_PARAMS = _FRESHNESS | {"all"}
+_POD_LIST_PARAMS = _LOOKUP_PARAMS | _WATCH_PARAMS | {"namespace", "label"}
 _NONE: frozenset[str] = frozenset()
 _REPEATABLE = frozenset({"label"})
 _METHODS = frozenset({"GET", "HEAD"})
@@ -90,10 +108,10 @@ _STALE = ("x-podcache-stale", "true")
 _INTERNAL = "internal server error (logged by the server)"
 _PARAMS = {
     "/pods": _POD_LIST_PARAMS,
-    "/pods/{uid}": _FRESHNESS,
-    "/namespaces/{namespace}/pods/{name}": _FRESHNESS,
-    "/containers/{id}": _FRESHNESS,
-    "/pids/{pid}": _FRESHNESS,
+    "/pods/{uid}": _LOOKUP_PARAMS,
+    "/namespaces/{namespace}/pods/{name}": _LOOKUP_PARAMS,
+    "/containers/{id}": _LOOKUP_PARAMS,
+    "/pids/{pid}": _LOOKUP_PARAMS,
 }
 """The query parameters each route accepts (none where not listed)."""
 _PID_MISSES = {
@@ -165,6 +183,12 @@ class App:
     served only by ``max_stale`` (the runtime failed): such answers carry
     ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
     ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
+
+    ``?all=1`` (NotReady pods included, as ``podcache pods -a``) is answered by a second App,
+    the *all view*, built on the first such request (``_all_view``): the same options over
+    ``get_pods(True)``, with its own cache, memo and watch streams, and revisions numbered from
+    ``ALL_REVISIONS_FROM``; it counts into this App's metrics. ``all_pods`` makes an App that
+    view (it has none of its own).
     """
 
     def __init__(
@@ -183,6 +207,7 @@ class App:
         events: bool = False,
         bookmark_interval: float = BOOKMARK_INTERVAL,
         first_revision: int | None = None,
+        all_pods: bool = False,
     ) -> None:
         self._proc_root = proc_root
         # A lookup of a container missing from the snapshot asks the runtime about it alone
@@ -213,13 +238,34 @@ class App:
             events=events and offers_events(getter),
             # Revisions start from the clock (ms): a since from before a restart is then
             # always older than this process's first revision (410), never one it reuses.
-            first_revision=int(wall() * 1000) if first_revision is None else first_revision,
+            first_revision=(int(wall() * 1000) if first_revision is None else first_revision)
+            + (ALL_REVISIONS_FROM if all_pods else 0),
         )
         self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
         self.metrics.watchers = self.streams.counters
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
         self._openapi = openapi
         self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
+        self._all_view: App | None = None
+        """The App that answers ``?all=1``, once built (never in an all view itself)."""
+        self._make_all_view: Callable[[], App] | None = None
+        if not all_pods:
+            self._make_all_view = lambda: App(
+                _all_pods_getter(getter),
+                cache_period,
+                auth=auth,
+                wait=wait,
+                clock=clock,
+                wall=wall,
+                min_refresh_interval=min_refresh_interval,
+                max_stale=max_stale,
+                refresh_ahead=refresh_ahead,
+                proc_root=proc_root,
+                events=events and offers_events(getter),
+                bookmark_interval=bookmark_interval,
+                first_revision=first_revision,
+                all_pods=True,
+            )
         self._exact: dict[str, tuple[str, Handler]] = {
             "/pods": ("/pods", self._pods),
             "/healthz": ("/healthz", self._healthz),
@@ -252,8 +298,11 @@ class App:
            The Host check is the HTTP server's, done before any request reaches the app.
 
         Anything else takes the full path (``_begin``, then ``_finish``), which answers at
-        once too when the snapshot is fresh and the request asks for nothing newer.
+        once too when the snapshot is fresh and the request asks for nothing newer. A request
+        with ``all`` true goes to the all view, whole (``_wants_all``).
         """
+        if query and self._wants_all(query):
+            return self._all_pods().respond_now(method, path, query, header_items)
         memo = self.memo
         pods: PodList | None = None
         looked = False
@@ -282,6 +331,8 @@ class App:
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
     ) -> Response:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
+        if query and self._wants_all(query):
+            return await self._all_pods().respond(method, path, query, header_items)
         items = header_items if type(header_items) is list else list(header_items)
         lookup = self._begin(method, path, query, items)
         if isinstance(lookup, Response):
@@ -319,6 +370,7 @@ class App:
                 raise HTTPError(414, f"query string is longer than {MAX_QUERY} characters")
             headers = collect_headers(header_items)
             if method not in _METHODS:
+                route = self._route_label(path)
                 raise HTTPError(
                     405,
                     f"method {method[:16]} is not allowed: the API is read-only (GET, HEAD)",
@@ -332,6 +384,8 @@ class App:
                     headers=_UNAUTHORIZED,
                 )
             params = parse_query(query, _PARAMS.get(route, _NONE), _REPEATABLE) if query else {}
+            if "all" in params:  # true went to the all view (_wants_all): 0 or false, or a 400
+                parse_bool(params["all"][0], "all")
             outcome = handler(params, headers, args)
             if type(outcome) is Response:
                 self.metrics.count(route, outcome.status)
@@ -380,6 +434,38 @@ class App:
         response = self._error(error)
         self.metrics.count(route, response.status)
         return response
+
+    # -- the all view (?all=1) -----------------------------------------------------------------
+    def _wants_all(self, query: str) -> bool:
+        """Whether ``query`` sets ``all`` to a true value (``BOOLEANS``): then the all view
+        answers the whole request. Anything else stays here, where ``parse_query`` and
+        ``parse_bool`` check it (a repeated or malformed ``all`` is a 400 either way)."""
+        if self._make_all_view is None or "all" not in query or len(query) > MAX_QUERY:
+            return False
+        for piece in query.split("&"):
+            name, _, value = piece.partition("=")
+            if unquote_plus(name) == "all":
+                return BOOLEANS.get(unquote_plus(value)) is True
+        return False
+
+    def _all_pods(self) -> App:
+        """The all view, built on first use; it counts requests, refreshes and watch streams
+        into this App's metrics (one ``/metrics``)."""
+        view = self._all_view
+        if view is None:
+            assert self._make_all_view is not None
+            view = self._all_view = self._make_all_view()
+            view.metrics = self.metrics
+            view.watch.on_call = self.metrics.observe_refresh
+            view.streams.counters = self.streams.counters
+        return view
+
+    def _route_label(self, path: str) -> str:
+        """The route ``path`` is counted under (its template, or ``unmatched``)."""
+        try:
+            return self._route(path)[0]
+        except HTTPError:
+            return "unmatched"
 
     def _route(self, path: str) -> tuple[str, Handler, tuple[str, ...]]:
         exact = self._exact.get(path)
@@ -622,12 +708,14 @@ class App:
         await self._snapshot(need)  # read-your-writes first, as on every route
         result = await self._lookup_pid(pid)
         pods = result.pods
+        reason = {"reason": PID_MISS_REASONS.get(result.outcome, "")}
         if pods is None:  # the process's cgroup names nothing: the runtime was not asked
-            raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}")
+            raise HTTPError(404, f"process {pid} {_PID_MISSES[result.outcome]}", extra=reason)
         view = self._view(pods)
         found = result.process
         if found is None:
-            answer = _not_found(view, f"process {pid} {_PID_MISSES[result.outcome]}")
+            message = f"process {pid} {_PID_MISSES[result.outcome]}"
+            answer = Answer("", 404, view.not_found_head(404, message, **reason), etag=False)
         else:
             head = view.process_head(pid, found.pod, found.container)
             answer = Answer("/pids/{pid}", 200, head, etag=False)
@@ -647,7 +735,9 @@ class App:
             )
         except ProcessLookupError:
             self.metrics.count_pid_lookup("no_process", False)
-            raise HTTPError(404, f"no process {pid} (in {self._proc_root})") from None
+            raise HTTPError(
+                404, f"no process {pid} (in {self._proc_root})", extra={"reason": "no_process"}
+            ) from None
         except ProcFormatError as exc:  # before PodcacheError, which it also is
             raise self._unreadable(pid, exc) from exc
         except (PodcacheError, TimeoutError) as exc:
@@ -752,8 +842,10 @@ class App:
         return None
 
     async def aclose(self) -> None:
-        """End the event subscription, wait for refreshes still running."""
+        """End the event subscription, wait for refreshes still running (the all view's too)."""
         await self.cache.close()
+        if self._all_view is not None:
+            await self._all_view.aclose()
 
 
 def _watch_request(
@@ -782,6 +874,37 @@ def _found(head: bytes) -> Answer:
 
 def _not_found(view: SnapshotView, message: str) -> Answer:
     return Answer("", 404, view.not_found_head(404, message), etag=False)
+
+
+class _AllPods:
+    """The all view's getter: ``getter.get_pods(True)`` whatever the cache asks (a cache
+    always asks ``False``), and the same event stream."""
+
+    def __init__(self, getter: AsyncPodGetter) -> None:
+        self._getter = getter
+
+    async def get_pods(self, all: bool) -> PodList:
+        return await self._getter.get_pods(True)
+
+    def container_events(self) -> Any:
+        """The runtime's event stream (asked for only when ``getter`` offers one)."""
+        return self._getter.container_events()  # type: ignore[attr-defined]
+
+
+class _AllPodsProbe(_AllPods):
+    """``_AllPods`` over a getter that can list one pod (``procs.async_probe``): the all view's
+    ``/pids`` lookups ask the runtime about one container too, never the node."""
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        return await cast(AsyncPodProbe, self._getter).get_pod(uid, True)
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        return await cast(AsyncPodProbe, self._getter).pod_uid_of(ident)
+
+
+def _all_pods_getter(getter: AsyncPodGetter) -> _AllPods:
+    """The all view's getter over ``getter``, a probe when ``getter`` is one."""
+    return _AllPods(getter) if async_probe(getter) is None else _AllPodsProbe(getter)
 
 
 class _Prepared:

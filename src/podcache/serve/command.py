@@ -24,6 +24,7 @@ from podcache.serve.server import (
     DEFAULT_LISTEN,
     ConnectionLimits,
     ListenAddress,
+    Listener,
     allowed_hosts,
     parse_listen,
 )
@@ -139,9 +140,11 @@ def _say(message: str) -> None:
 @click.option(
     "--listen",
     type=_Listen(),
-    default=DEFAULT_LISTEN,
+    multiple=True,
+    default=(DEFAULT_LISTEN,),
     show_default=True,
-    help="HOST:PORT (an IP or localhost) or unix:PATH.",
+    help="HOST:PORT (an IP or localhost) or unix:PATH; repeat to listen on several (e.g. a "
+    "unix socket for node agents and a TCP port for Prometheus), one server behind them all.",
 )
 @click.option(
     "--cache-period",
@@ -262,7 +265,7 @@ def serve_command(
     sim: bool,
     sim_pods: int,
     sim_churn: float,
-    listen: ListenAddress,
+    listen: tuple[ListenAddress, ...],
     cache_period: float,
     min_refresh_interval: float,
     max_stale: float,
@@ -296,12 +299,7 @@ def serve_command(
             f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",
             param_hint="--refresh-ahead",
         )
-    if not listen.loopback and auth is None:
-        raise click.UsageError(
-            f"refusing to listen on {listen} without a token: it is reachable from other "
-            "hosts. Pass --token-file FILE (clients then send 'Authorization: Bearer <token>'), "
-            "or listen on loopback (127.0.0.1:PORT) or a unix socket (unix:/run/podcache.sock)."
-        )
+    _check_listeners(listen, token=auth is not None)
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.WARNING,
@@ -312,7 +310,6 @@ def serve_command(
         sim=sim,
         sim_pods=sim_pods,
         sim_churn=sim_churn,
-        listen=listen,
         cache_period=cache_period,
         freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
         auth=auth,
@@ -322,11 +319,30 @@ def serve_command(
             max_connections=max_connections,
             max_buffered=max_buffered,
         ),
-        hosts=allowed_hosts(listen, allow_hosts, token=auth is not None),
+        listeners=[
+            Listener(address, allowed_hosts(address, allow_hosts, token=auth is not None))
+            for address in listen
+        ],
         events=events,
         proc_root=proc_root,
         bookmark_interval=bookmark_interval,
     )
+
+
+def _check_listeners(addresses: tuple[ListenAddress, ...], *, token: bool) -> None:
+    """Each address once; one reachable from other hosts only with a token (usage errors)."""
+    seen: set[ListenAddress] = set()
+    for address in addresses:
+        if address in seen:
+            raise click.BadParameter(f"{address} is given twice", param_hint="--listen")
+        seen.add(address)
+        if not address.loopback and not token:
+            raise click.UsageError(
+                f"refusing to listen on {address} without a token: it is reachable from other "
+                "hosts. Pass --token-file FILE (clients then send 'Authorization: Bearer "
+                "<token>'), or listen on loopback (127.0.0.1:PORT) or a unix socket "
+                "(unix:/run/podcache.sock)."
+            )
 
 
 def _simulation(sim_pods: int, sim_churn: float) -> Any:
@@ -338,11 +354,26 @@ def _simulation(sim_pods: int, sim_churn: float) -> Any:
         simulation.start()
     except OSError as exc:
         raise click.ClickException(f"cannot start the simulated runtime: {exc}") from exc
+    churn = f"churn {sim_churn:g}/s"
+    if not sim_churn:  # a watch of the demo would show nothing at all
+        churn += ": nothing changes; --sim-churn R replaces R pods a second"
     _say(
-        f"serving a SIMULATED runtime ({sim_pods} pods, churn {sim_churn:g}/s) "
-        f"at {simulation.endpoint}, not this node's"
+        f"serving a SIMULATED runtime ({sim_pods} pods, {churn}) at {simulation.endpoint}, "
+        "not this node's"
     )
     return simulation
+
+
+def _warn_if_slow_decoder() -> None:
+    """Say once, at start-up, when this install reads listings without the C list reader."""
+    from podcache.cri import DECODER
+
+    if DECODER != "c":
+        _say(
+            "warning: the C list reader (podcache.cri._wire) is not built in this install, so "
+            f"listings are read with the {DECODER} decoder, about 1.5x slower per refresh "
+            "(reinstall with a C compiler and the Python headers: gcc, python3-dev)"
+        )
 
 
 def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
@@ -369,13 +400,12 @@ def _run(
     sim: bool,
     sim_pods: int,
     sim_churn: float,
-    listen: ListenAddress,
+    listeners: list[Listener],
     cache_period: float,
     freshness: _Freshness,
     auth: object,
     timeout: float,
     limits: ConnectionLimits,
-    hosts: frozenset[str] | None,
     events: str = "auto",
     proc_root: str = "/proc",
     bookmark_interval: float = 15.0,
@@ -385,6 +415,7 @@ def _run(
     from podcache.serve.server import ServeError, run
 
     assert auth is None or isinstance(auth, BearerAuth)
+    _warn_if_slow_decoder()
     # Refreshes run in worker threads that hold the GIL while they convert; the event loop
     # gets it back after at most this long (CPython's default is 5 ms per hand-over).
     sys.setswitchinterval(SWITCH_INTERVAL)
@@ -413,7 +444,8 @@ def _run(
         def listening(app: App) -> None:
             token = "bearer token required" if auth is not None else "no token"
             _say(
-                f"listening on {listen.url} (runtime {runtime.endpoint}, cache period "
+                f"listening on {', '.join(each.address.url for each in listeners)} (runtime "
+                f"{runtime.endpoint}, cache period "
                 f"{cache_period:g}s, events {events}, {token})"
             )
 
@@ -424,9 +456,8 @@ def _run(
         try:
             run(
                 make_app,
-                listen,
+                listeners,
                 limits=limits,
-                hosts=hosts,
                 on_listening=listening,
                 on_warm=warmed,
                 cleanup=runtime.close,

@@ -8,6 +8,7 @@ servers or tests in one process do not collide). It holds no HTTP and no cache l
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -16,8 +17,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+import podcache
 from podcache.cache import CacheStats
 from podcache.cache.events import EventState
+from podcache.cri import DECODER
 from podcache.model import PodList
 
 if TYPE_CHECKING:
@@ -96,6 +99,15 @@ class _Collector(Collector):
         self._latest = latest
 
     def collect(self) -> Iterator[Metric]:
+        build = GaugeMetricFamily(
+            "podcache_build_info",
+            "podcache's build: its version, the CRI list decoder in use (c: the C list reader; "
+            "protobuf: the fallback of an install built without a C compiler) and Python's "
+            "version; always 1.",
+            labels=["version", "decoder", "python"],
+        )
+        build.add_metric([podcache.__version__, DECODER, platform.python_version()], 1.0)
+        yield build
         stats = self._stats()
         for name, value, help_text in (
             ("podcache_cache_hits", stats.hits, "Cache lookups answered from the snapshot."),

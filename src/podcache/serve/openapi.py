@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import ContainerState
 from podcache.procs import PID_MAX
 from podcache.serve.query import (
@@ -159,21 +160,37 @@ def _schemas() -> dict[str, Any]:
             "required": ["status"],
             "additionalProperties": False,
         },
-        "Error": {
-            "type": "object",
-            "properties": {
-                "error": {"type": "string", "description": "What went wrong."},
-                "status": {"type": "integer", "description": "The HTTP status code."},
-                "cache_time": {
-                    "type": "number",
-                    "description": "When the answer came from a snapshot (404 from a "
-                    "lookup): that snapshot's time.",
-                },
-                "age_seconds": {"type": "number", "minimum": 0},
+        "Error": _error_schema(),
+        "ProcessNotFound": _error_schema(
+            reason={
+                "type": "string",
+                "enum": sorted(set(PID_MISS_REASONS.values())),
+                "description": "Why the process has no pod: no_process (no such process), "
+                "not_in_container (its cgroup names no container or pod), container_unknown "
+                "(it names one the runtime does not list, after one refresh if the process is "
+                "newer than the snapshot).",
+            }
+        ),
+    }
+
+
+def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
+    """The JSON error body, with ``required`` members more (a /pids 404's ``reason``)."""
+    return {
+        "type": "object",
+        "properties": {
+            "error": {"type": "string", "description": "What went wrong."},
+            "status": {"type": "integer", "description": "The HTTP status code."},
+            **required,
+            "cache_time": {
+                "type": "number",
+                "description": "When the answer came from a snapshot (404 from a "
+                "lookup): that snapshot's time.",
             },
-            "required": ["error", "status"],
-            "additionalProperties": False,
+            "age_seconds": {"type": "number", "minimum": 0},
         },
+        "required": ["error", "status", *required],
+        "additionalProperties": False,
     }
 
 
@@ -311,6 +328,16 @@ _FRESHNESS: list[dict[str, Any]] = [
 ]
 
 
+_ALL: dict[str, Any] = {
+    "name": "all",
+    "in": "query",
+    "description": "1 (or true): NotReady pods too, as podcache pods -a: not-ready sandboxes "
+    "and exited containers (the kubelet's GetPods(all=true)). Answered from a cache of its "
+    "own (the same period and freshness rules), whose revisions are numbered from 2**52: a "
+    "since from the other view is always 410. 0 or false: the default, running pods only.",
+    "schema": {"type": "string", "enum": list(BOOLEANS)},
+}
+
 _WATCH: list[dict[str, Any]] = [
     {
         "name": "watch",
@@ -378,7 +405,7 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
             "The node's running pods (newest first), optionally filtered; with watch=1, their "
             "changes as a stream.",
             _pods_ok(),
-            parameters=[*_POD_FILTERS, *_FRESHNESS, *_WATCH],
+            parameters=[*_POD_FILTERS, _ALL, *_FRESHNESS, *_WATCH],
             extra={
                 "410": "watch=1 with a since older than the history kept or newer than the "
                 "cache's revision: list again (the list's revision), then watch from it."
@@ -389,7 +416,7 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
         "/pods/{uid}": _operation(
             "One pod by UID.",
             _json("PodResponse", "The pod.", etag=True),
-            parameters=[_path("uid", "The pod UID."), *_FRESHNESS],
+            parameters=[_path("uid", "The pod UID."), _ALL, *_FRESHNESS],
             extra=_NOT_FOUND,
             snapshot=True,
             auth=auth,
@@ -400,6 +427,7 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
             parameters=[
                 _path("namespace", "The namespace (no '_').", POD_NAME_PATTERN),
                 _path("name", "The pod name (no '_').", POD_NAME_PATTERN),
+                _ALL,
                 *_FRESHNESS,
             ],
             extra=_NOT_FOUND,
@@ -416,6 +444,7 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
                     "of at least 4 characters.",
                     CONTAINER_ID_PATTERN,
                 ),
+                _ALL,
                 *_FRESHNESS,
             ],
             extra={
@@ -471,7 +500,7 @@ def _service_paths(auth: bool) -> dict[str, Any]:
 
 def _process_paths(auth: bool) -> dict[str, Any]:
     """The route that maps a node process to its pod (reads /proc, then the snapshot)."""
-    return {
+    paths = {
         "/pids/{pid}": _operation(
             "The pod and container of a process on this node, by PID (read from the host's "
             "/proc: the process's cgroup names its container; PID reuse is detected).",
@@ -485,16 +514,20 @@ def _process_paths(auth: bool) -> dict[str, Any]:
                     "in decimal without a sign or leading zeros.",
                     "schema": {"type": "integer", "minimum": 1, "maximum": PID_MAX},
                 },
+                _ALL,
                 *_FRESHNESS[:3],
             ],
             extra={
                 "404": "No such process, a process in no container, or one in a container or "
                 "pod the runtime does not list (after one refresh if the process is newer than "
-                "the snapshot).",
+                "the snapshot): reason says which.",
             },
             auth=auth,
         ),
     }
+    not_found = paths["/pids/{pid}"]["get"]["responses"]["404"]
+    not_found["content"]["application/json"]["schema"] = _ref("ProcessNotFound")
+    return paths
 
 
 def document(*, auth: bool, version: str) -> dict[str, Any]:

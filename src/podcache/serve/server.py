@@ -1,14 +1,16 @@
-"""Listen addresses, the listening socket, the serving loop, SIGTERM; no HTTP, no token policy.
+"""Listen addresses, the listening sockets, the serving loop, signals; no HTTP, no token policy.
 
 ``--listen`` is ``HOST:PORT`` (an IP literal or ``localhost``; ``[::1]:PORT`` for IPv6) or
-``unix:PATH``. The HTTP server is podcache's own (``http1``: an asyncio protocol on uvloop with
-httptools' parser), in the same event loop and process as the cache and the app. This module
-binds the socket itself: a unix socket is created with mode 0600 (umask held during bind, then
-checked), a stale one is replaced, a live one is an error; a TCP port already in use is an
-error (no SO_REUSEPORT: two servers never share a port silently). SIGTERM and SIGINT stop
-accepting, let requests in progress finish (at most ``SHUTDOWN_GRACE``), close idle
-connections, remove the socket and return normally. The token policy (which addresses need
-one) is the command's; routing is the app's; HTTP is ``http1``'s.
+``unix:PATH``, given once or more: one server, one app and one set of connection bounds behind
+every listener, each with its own Host rule (``Listener``). The HTTP server is podcache's own
+(``http1``: an asyncio protocol on uvloop with httptools' parser), in the same event loop and
+process as the cache and the app. This module binds the sockets itself: a unix socket is
+created with mode 0600 (umask held during bind, then checked), a stale one is replaced, a live
+one is an error; a TCP port already in use is an error (no SO_REUSEPORT: two servers never
+share a port silently). SIGTERM, SIGINT and SIGHUP (a closed terminal) stop accepting, let
+requests in progress finish (at most ``SHUTDOWN_GRACE``), close idle connections, remove the
+sockets and return normally. The token policy (which addresses need one) is the command's;
+routing is the app's; HTTP is ``http1``'s.
 """
 
 # ruff: noqa: PLC0415 -- uvloop and the HTTP server are imported when serving starts: the CLI stays fast
@@ -26,17 +28,21 @@ import stat
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from podcache.errors import ServeError
 from podcache.serve.app import App
 from podcache.unixsocket import claim_socket_path
+
+if TYPE_CHECKING:
+    from podcache.serve.http1 import HTTPServer
 
 __all__ = [
     "DEFAULT_LISTEN",
     "SHUTDOWN_GRACE",
     "ConnectionLimits",
     "ListenAddress",
+    "Listener",
     "ServeError",
     "allowed_hosts",
     "parse_listen",
@@ -81,6 +87,15 @@ class ListenAddress:
     def url(self) -> str:
         """``http://host:port`` (or ``unix:/path``), for messages."""
         return str(self) if self.path is not None else f"http://{self}"
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One address to listen on and the Host header values it serves (``allowed_hosts``;
+    None: any)."""
+
+    address: ListenAddress
+    hosts: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -196,17 +211,15 @@ def _bind(address: ListenAddress) -> socket.socket:
 
 async def serve(
     app: App,
-    address: ListenAddress,
+    listeners: Sequence[Listener],
     *,
     limits: ConnectionLimits = ConnectionLimits(),
-    hosts: frozenset[str] | None = None,
     on_listening: Callable[[], None] | None = None,
 ) -> None:
-    """Serve ``app`` on ``address`` until SIGTERM or SIGINT; ``hosts``: the Host values
-    served (``allowed_hosts``), None for any.
+    """Serve ``app`` on every listener until SIGTERM, SIGINT or SIGHUP.
 
-    The unix socket, if any, is removed on the way out. Raises ServeError when the server
-    cannot start.
+    Every socket is bound before any is served (one that cannot be is a ServeError, and the
+    others are closed again); the unix sockets are removed on the way out.
     """
     from podcache.serve import http1
 
@@ -216,40 +229,54 @@ async def serve(
         idle_timeout=_given(limits.idle_timeout, http1.IDLE_TIMEOUT),
         max_connections=_given(limits.max_connections, http1.MAX_CONNECTIONS),
         max_buffered=_given(limits.max_buffered, http1.MAX_BUFFERED),
-        allowed_hosts=hosts,
     )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT)
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
-    sock: socket.socket | None = None
-    listener: asyncio.Server | None = None
+    bound: list[tuple[Listener, socket.socket]] = []
+    servers: list[asyncio.Server] = []
     try:
-        sock = _bind(address)
+        for listener in listeners:
+            bound.append((listener, _bind(listener.address)))
         http.start()
-        if address.path is not None:
-            listener = await loop.create_unix_server(http.connection, sock=sock)
-        else:
-            listener = await loop.create_server(http.connection, sock=sock)
+        for listener, sock in bound:
+            factory = http.listener(listener.hosts)
+            if listener.address.path is not None:
+                servers.append(await loop.create_unix_server(factory, sock=sock))
+            else:
+                servers.append(await loop.create_server(factory, sock=sock))
         if on_listening is not None:
             on_listening()
         await stop.wait()
     finally:
         for signum in signals:
             loop.remove_signal_handler(signum)
-        if listener is not None:
-            listener.close()
-        elif sock is not None:
-            sock.close()
-        await http.shutdown(SHUTDOWN_GRACE)
-        if listener is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(listener.wait_closed(), 1.0)
-        if sock is not None and address.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                if stat.S_ISSOCK(os.lstat(address.path).st_mode):
-                    os.unlink(address.path)
+        await _close(http, servers, [sock for _, sock in bound[len(servers) :]])
+        for listener, _ in bound:
+            _remove_socket_file(listener.address)
+
+
+async def _close(
+    http: HTTPServer, servers: list[asyncio.Server], unserved: list[socket.socket]
+) -> None:
+    """Stop accepting, let the connections finish (``SHUTDOWN_GRACE``), close the listeners."""
+    for server in servers:
+        server.close()
+    for sock in unserved:
+        sock.close()
+    await http.shutdown(SHUTDOWN_GRACE)
+    for server in servers:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), 1.0)
+
+
+def _remove_socket_file(address: ListenAddress) -> None:
+    if address.path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISSOCK(os.lstat(address.path).st_mode):
+                os.unlink(address.path)
 
 
 def _given(value: T | None, default: T) -> T:
@@ -258,15 +285,15 @@ def _given(value: T | None, default: T) -> T:
 
 def run(
     make_app: Callable[[], App],
-    address: ListenAddress,
+    listeners: Sequence[Listener],
     *,
     limits: ConnectionLimits = ConnectionLimits(),
-    hosts: frozenset[str] | None = None,
     on_listening: Callable[[App], None] | None = None,
     on_warm: Callable[[BaseException | None], None] | None = None,
     cleanup: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Build the app in a fresh uvloop event loop and serve it until SIGTERM/SIGINT.
+    """Build the app in a fresh uvloop event loop and serve it on every listener until
+    SIGTERM, SIGINT or SIGHUP.
 
     ``on_listening`` runs once connections are accepted, ``on_warm`` when the first cache fill
     ended (with its error, if any), ``cleanup`` (awaited) after serving, e.g. to close the
@@ -290,7 +317,7 @@ def run(
                 on_warm(error)
 
         try:
-            await serve(app, address, limits=limits, hosts=hosts, on_listening=listening)
+            await serve(app, listeners, limits=limits, on_listening=listening)
         finally:
             if warm_task is not None:
                 warm_task.cancel()

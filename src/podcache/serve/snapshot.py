@@ -150,9 +150,10 @@ class SnapshotView:
         }
         return self._head(_encode(document)[:-1])
 
-    def not_found_head(self, status: int, message: str) -> bytes:
-        """An error body answered from this snapshot: it says how old the snapshot is too."""
-        return self._head(_encode({"error": message, "status": status})[:-1])
+    def not_found_head(self, status: int, message: str, **extra: str) -> bytes:
+        """An error body answered from this snapshot (with ``extra`` members, e.g. a
+        ``/pids`` 404's ``reason``): it says how old the snapshot is too."""
+        return self._head(_encode({"error": message, "status": status, **extra})[:-1])
 
     def ready_head(self) -> bytes:
         """``/readyz``'s body up to the age."""

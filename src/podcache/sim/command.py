@@ -79,7 +79,8 @@ def sim_command(
     fail_rate: float,
     namespaces: tuple[str, ...],
 ) -> None:
-    """Serve a simulated CRI runtime until SIGINT or SIGTERM."""
+    """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
+    socket and directory)."""
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
     stop = threading.Event()
@@ -89,7 +90,7 @@ def sim_command(
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[signum] = signal.signal(signum, on_signal)
     try:
         sim = SimRuntime(

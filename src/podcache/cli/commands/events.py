@@ -28,13 +28,17 @@ if TYPE_CHECKING:
 __all__ = ["EventLines", "events_command"]
 
 _COLUMNS = ("TIME", "TYPE", "POD", "NAMESPACE", "CHANGE")
+_FIXED = (len("00:00:00"), len("MODIFIED"))
+"""TIME and TYPE are as wide as their widest value from the start: a later row (a DELETED
+among the first ADDED ones, a MODIFIED) never shifts the columns after them."""
 _GAP = "   "
 
 
 class EventLines:
-    """The table's lines, written a batch of changes at a time: each column as wide as its
-    widest cell so far (the header's and the first batch's at first), columns three spaces
-    apart, no empty cells ("-"); the header comes with the first batch."""
+    """The table's lines, written a batch of changes at a time: TIME and TYPE as wide as their
+    widest values (``_FIXED``), POD and NAMESPACE as wide as their widest cell so far (the
+    header's and the first batch's at first), columns three spaces apart, no empty cells
+    ("-"); the header comes with the first batch."""
 
     def __init__(self) -> None:
         self.widths: list[int] | None = None
@@ -50,7 +54,10 @@ class EventLines:
             for c in changes
         ]
         if self.widths is None:
-            self.widths = [len(column) for column in _COLUMNS[:-1]]
+            self.widths = [
+                max(len(column), _FIXED[i] if i < len(_FIXED) else 0)
+                for i, column in enumerate(_COLUMNS[:-1])
+            ]
             rows.insert(0, _COLUMNS)
         for row in rows:
             self.widths = [max(w, len(c)) for w, c in zip(self.widths, row, strict=False)]

@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from podcache.cache.changes import PodChange
     from podcache.cli.source import Source
 
-__all__ = ["pods_command"]
+__all__ = ["EVENT_WIDTH", "pods_command", "print_changes"]
+
+EVENT_WIDTH = len("MODIFIED")
+"""The EVENT column's least width: the widest change type, so a later row never shifts it."""
 
 
 @click.command(
@@ -90,7 +93,7 @@ def pods_command(
                 "-w/--watch prints a table (or -o wide, -o json), not -q or yaml"
             )
         with open_source(runtime) as source:
-            _watch(source, all_=all_, where=where, out=out, period=period, events=events)
+            print_changes(source, all_=all_, where=where, out=out, period=period, events=events)
         return
     with open_source(runtime) as source:
         pods = select(source.runtime.get_pods(all_), where)
@@ -102,7 +105,7 @@ def pods_command(
         print_tables([pods_table(pods, out, time.time_ns())])
 
 
-def _watch(
+def print_changes(
     source: Source,
     *,
     all_: bool,
@@ -112,7 +115,8 @@ def _watch(
     events: str,
 ) -> None:
     """The pods as a table with an EVENT column (ADDED for those there at first), then one
-    row per change: each column as wide as its widest cell so far."""
+    row per change (``pods -w``, and ``watch`` when stdout is not a terminal): each column as
+    wide as its widest cell so far, EVENT as the widest type from the start."""
     from podcache.cli.follow import follow
     from podcache.cli.render import COLUMN_GAP, pods_table
     from podcache.watchjson import change_line
@@ -129,7 +133,7 @@ def _watch(
         rows = [[c.type.value, *row] for c, row in zip(batch, table.rows, strict=True)]
         if not widths:
             rows.insert(0, ["EVENT", *table.columns])
-            widths = [0] * len(rows[0])
+            widths = [EVENT_WIDTH] + [0] * (len(rows[0]) - 1)
         widths = [max(w, *(len(row[i]) for row in rows)) for i, w in enumerate(widths)]
         sys.stdout.write(
             "".join(

@@ -7,6 +7,7 @@ cache's age and refresh latency in its footer; the command and its screen only (
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["watch_command"]
 
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _QUIT_KEYS = frozenset("qQ\x03\x04")  # q, Ctrl-C and Ctrl-D typed in cbreak mode
 _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
 
@@ -78,7 +80,9 @@ def watch_command(
     its counters. A runtime that fails the first read ends the command (exit status 1); later
     failures are shown in the footer and retried, the last pods staying on screen.
 
-    Quit with q or Ctrl-C (exit status 0); the terminal is restored.
+    Quit with q or Ctrl-C (exit status 0); the terminal is restored. When standard output
+    is not a terminal (a pipe, a file), prints what `pods -w` prints instead: the table, then
+    one row per change, until Ctrl-C or SIGTERM (exit status 0).
     """
     from podcache.cli.follow import require_events
     from podcache.cli.source import open_source
@@ -86,11 +90,18 @@ def watch_command(
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    # SIGTERM and SIGHUP (the terminal closed) end it as Ctrl-C does: the terminal restored,
+    # a simulated runtime stopped and its directory removed.
+    previous = {signum: signal.signal(signum, on_term) for signum in _ENDING_SIGNALS}
     try:
         with open_source(runtime, sim_churn=sim_churn) as source:
             if events == "on":
                 require_events(source)
+            if not sys.stdout.isatty():
+                _lines(
+                    source, all_=all_, period=period, where=where, no_trunc=no_trunc, events=events
+                )
+                return
             _run(
                 source,
                 events=events != "off",
@@ -103,7 +114,23 @@ def watch_command(
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _lines(
+    source: Source, *, all_: bool, period: float, where: PodFilter, no_trunc: bool, events: str
+) -> None:
+    """The fallback without a terminal to draw on: ``pods -w``'s lines."""
+    from podcache.cli.commands.pods import print_changes
+
+    click.echo(
+        "podcache watch: standard output is not a terminal: printing the table, then a row "
+        "per change (as podcache pods -w)",
+        err=True,
+    )
+    out = OutputOptions("table", False, no_trunc)
+    print_changes(source, all_=all_, where=where, out=out, period=period, events=events)
 
 
 def _run(

@@ -21,17 +21,41 @@ ONE_SHOT_PERIOD = 3600.0
 """The command's cache period: one listing serves every PID (a PID newer than it refreshes)."""
 
 
+class _PID(click.ParamType[int, Any]):
+    """A process ID as ps shows it; anything else is a usage error that says what is taken."""
+
+    name = "PID"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            text = str(value)
+        else:
+            text = str(value).strip()
+        if text.isascii() and text.isdigit() and 1 <= int(text) <= PID_MAX:
+            return int(text)
+        self.fail(
+            f"{text[:40]!r} is not a PID: which takes process IDs, whole numbers from 1 to "
+            f"{PID_MAX:,} (as ps shows them; e.g. podcache which $(pgrep nginx))",
+            param,
+            ctx,
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """One PID's answer: the process found (``podcache.procs.PodProcess``) or why not."""
+    """One PID's answer: the process found (``podcache.procs.PodProcess``) or why not
+    (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
     pid: int
     process: Any
     problem: str | None
+    reason: str | None = None
 
 
 @click.command("which", short_help="Show the container and pod of processes, by PID.")
-@click.argument("pids", metavar="PID...", nargs=-1, required=True, type=click.IntRange(1, PID_MAX))
+@click.argument("pids", metavar="PID...", nargs=-1, required=True, type=_PID())
 @click.option(
     "--proc-root",
     default="/proc",
@@ -51,7 +75,10 @@ def which_command(
     again once. Table columns: PID, CONTAINER, POD, NAMESPACE, STATE (the container's); a
     process in a pod's cgroup but in none of its containers (CRI-O's conmon) shows the pod and
     "-" for the container. -o json prints {"items": [{"pid", "pod", "container"}]} (the shapes
-    of `podcache inspect` and the HTTP API; null where nothing was found).
+    of `podcache inspect` and the HTTP API; null where nothing was found), with "reason" null
+    for a process found, else why not: "no_process", "not_in_container" (its cgroup names no
+    container or pod) or "container_unknown" (it names one the runtime does not list), as
+    /pids/{pid} answers 404.
 
     Exit status 3 when any PID is not in a container or pod the runtime lists (each one is
     named on stderr), 1 when the runtime or /proc cannot be read.
@@ -78,17 +105,19 @@ def which_command(
 
 
 def _find(cache: Any, pid: int, proc_root: str) -> _Row:
+    from podcache.jsonview import PID_MISS_REASONS
     from podcache.procs import lookup_pod
 
     try:
         result = lookup_pod(cache, time.monotonic, pid, proc_root=proc_root)
     except ProcessLookupError:
-        return _Row(pid, None, f"does not exist (in {proc_root})")
+        return _Row(pid, None, f"does not exist (in {proc_root})", PID_MISS_REASONS["no_process"])
     if result.process is not None:
         return _Row(pid, result.process, None)
+    reason = PID_MISS_REASONS[result.outcome]
     if result.outcome == "not_in_container":
-        return _Row(pid, None, "is in no container (its cgroup names none)")
-    return _Row(pid, None, "is in a container or pod the runtime does not list")
+        return _Row(pid, None, "is in no container (its cgroup names none)", reason)
+    return _Row(pid, None, "is in a container or pod the runtime does not list", reason)
 
 
 def _print(rows: list[_Row], out: OutputOptions) -> None:
@@ -103,6 +132,7 @@ def _print(rows: list[_Row], out: OutputOptions) -> None:
                 "container": None
                 if row.process is None or row.process.container is None
                 else container_to_json(row.process.container),
+                "reason": row.reason,
             }
             for row in rows
         ]

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from typing import cast
 
 from podcache.serve.http1.admission import Admission
@@ -43,7 +44,18 @@ class HTTPServer(Admission["HTTPConnection"]):
     def connection(self) -> HTTPConnection:
         """A protocol for one new connection: the factory for ``loop.create_server``."""
         assert self._loop is not None, "HTTPServer.start() first"
-        return HTTPConnection(self, self._loop)
+        return HTTPConnection(self, self._loop, self.allowed_hosts)
+
+    def listener(self, allowed_hosts: frozenset[str] | None) -> Callable[[], HTTPConnection]:
+        """The protocol factory of one listener of several, serving ``allowed_hosts`` (None:
+        any) instead of the server's: each listener has its own names (``--listen`` given more
+        than once); the bounds stay the server's, for all of them together."""
+
+        def connection() -> HTTPConnection:
+            assert self._loop is not None, "HTTPServer.start() first"
+            return HTTPConnection(self, self._loop, allowed_hosts)
+
+        return connection
 
 
 class HTTPConnection(Parsing, Answering, Streaming, asyncio.Protocol):

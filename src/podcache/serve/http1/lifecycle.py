@@ -47,9 +47,15 @@ class Lifecycle:
     """A connection's state and everything that ends it; the base of ``HTTPConnection``'s
     parts (``parsing``, ``answering``, ``streaming``), which share its attributes."""
 
-    def __init__(self, server: Admission[Any], loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        server: Admission[Any],
+        loop: asyncio.AbstractEventLoop,
+        allowed_hosts: frozenset[str] | None,
+    ) -> None:
         self._server = server
         self._loop = loop
+        self._allowed_hosts = allowed_hosts  # the listener's Host values (None: any)
         self._respond = server.respond
         self._respond_now = server.respond_now
         self.state = IDLE

@@ -116,7 +116,7 @@ class Parsing(Lifecycle):
             headers.append((lower.decode("latin-1"), text))
         if host is None or hosts > 1:
             self._stop(400, "no Host header" if host is None else "more than one Host header")
-        allowed = self._server.allowed_hosts
+        allowed = self._allowed_hosts
         if allowed is not None and host.lower() not in allowed:
             self._stop(
                 421,
