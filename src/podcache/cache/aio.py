@@ -114,6 +114,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake: asyncio.Event | None = None
         self._closed = False
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
+        self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
         if events and offers_events(getter):
             endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
             self._subscription = Subscription(endpoint, clock)
@@ -192,7 +193,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             pid,
             proc_root=proc_root,
             timeout=timeout,
-            probe=async_probe(self._getter),
+            probe=self._probe,
             unknown=self._unknown,
         )
         return found.process

@@ -210,6 +210,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
+        self._probe = sync_probe(getter)  # pod_of_pid's way to ask about one container
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -270,14 +271,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
         for the default ``time.monotonic`` (but for suspend); a custom clock is taken to count
         real seconds.
         """
-        probe = sync_probe(self._getter)
         return lookup_pod(
             self,
             self._clock,
             pid,
             proc_root=proc_root,
             timeout=timeout,
-            probe=probe,
+            probe=self._probe,
             unknown=self._unknown,
         ).process
 
