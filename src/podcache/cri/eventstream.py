@@ -144,12 +144,10 @@ def event_from_bytes(url: str, data: bytes) -> ContainerEvent:
 
 
 def _event(url: str, response: object) -> ContainerEvent:
-    """A response as the call gave it: bytes (podcache's channels), or a decoded message."""
+    """A response as the call gave it: its bytes (podcache's channels never decode events)."""
     if isinstance(response, bytes):
         return event_from_bytes(url, response)
-    if isinstance(response, pb.ContainerEventResponse):
-        return event_from(url, response)
-    raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message")
+    raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message's bytes")
 
 
 def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
