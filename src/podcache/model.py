@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import ipaddress
 import operator
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
@@ -32,6 +33,7 @@ __all__ = [
     "ContainerState",
     "Pod",
     "PodList",
+    "normalise_ip",
     "pods_by_uid",
     "with_revision",
 ]
@@ -107,12 +109,38 @@ def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in items))
 
 
+def normalise_ip(text: str) -> str:
+    """``text`` as an IP address's canonical text (``ipaddress``'s compressed form: IPv6 in
+    lower case with the longest zero run folded, ``::ffff:`` forms kept as IPv6). A ValueError
+    naming ``text`` when it is not an IPv4 or IPv6 address (no scope IDs, no prefix lengths)."""
+    if not isinstance(text, str):
+        raise TypeError(f"IP address must be a str, not {type(text).__name__}")
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP address") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        raise ValueError(f"{text!r} is not an IP address: a pod IP has no scope ID")
+    return address.compressed
+
+
+def _as_ips(ips: Iterable[str]) -> tuple[str, ...]:
+    """Each address normalised, in order, each kept once (the first time it is given)."""
+    return tuple(dict.fromkeys(normalise_ip(ip) for ip in ips))
+
+
 class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A pod: its UID, name, namespace, creation time (ns) and its containers and sandboxes.
 
     ``labels`` (a podcache addition, not in the kubelet's list model) are the pod's own labels
     as its newest sandbox carries them, without the kubelet's ``io.kubernetes.pod.*`` keys;
     stored as ``(key, value)`` pairs sorted by key so the pod stays immutable and hashable.
+
+    ``ips`` (a podcache addition) are the IP addresses of the pod's newest READY sandbox, as
+    its ``PodSandboxStatus`` reports them: the primary first, then the additional ones, each
+    in ``normalise_ip``'s canonical text, each once; empty when the runtime has not said (or
+    for a host-network pod, which has no IPs of its own). ``host_network``: the sandbox shares
+    the node's network namespace (``NamespaceOption.network == NODE``).
     """
 
     id: str
@@ -122,6 +150,8 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     containers: Sequence[Container] = ()
     sandboxes: Sequence[Container] = ()
     labels: Labels = _NO_LABELS
+    ips: Sequence[str] = ()
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         # Lists (or any iterable) become tuples: the snapshot stays immutable all the way down.
@@ -132,6 +162,13 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         labels = self.labels
         if labels is not _NO_LABELS and (type(labels) is not tuple or not _sorted_pairs(labels)):
             msgspec.structs.force_setattr(self, "labels", _as_pairs(self.labels))
+        ips = self.ips
+        if ips:
+            normal = _as_ips(ips)
+            if ips != normal or type(ips) is not tuple:
+                msgspec.structs.force_setattr(self, "ips", normal)
+        elif type(ips) is not tuple:
+            msgspec.structs.force_setattr(self, "ips", ())
 
     def label(self, key: str) -> str | None:
         """The value of label ``key``, None when the pod has no such label."""
@@ -194,13 +231,14 @@ class _Index:
     to the same value: no lock is needed.
     """
 
-    __slots__ = ("_by_full_name", "_by_id", "_by_uid", "_pods", "_sorted_ids")
+    __slots__ = ("_by_full_name", "_by_id", "_by_ip", "_by_uid", "_pods", "_sorted_ids")
 
     def __init__(self, pods: tuple[Pod, ...]) -> None:
         self._pods = pods
         self._by_uid: dict[str, Pod] | None = None
         self._by_full_name: dict[str, Pod] | None = None
         self._by_id: dict[str, Pod] | None = None
+        self._by_ip: dict[str, Pod] | None = None
         self._sorted_ids: list[str] | None = None
 
     @property
@@ -237,6 +275,19 @@ class _Index:
                 for item in pod.containers:
                     table[item.id.id] = pod
             self._by_id = table
+        return table
+
+    @property
+    def by_ip(self) -> dict[str, Pod]:
+        """Canonical IP -> the newest pod holding it, host-network pods left out."""
+        table = self._by_ip
+        if table is None:
+            table = {}
+            for pod in reversed(self._pods):
+                if not pod.host_network:
+                    for ip in pod.ips:
+                        table[ip] = pod
+            self._by_ip = table
         return table
 
     def find(self, ident: str) -> tuple[Pod, Container] | None:
@@ -347,6 +398,17 @@ class PodList(Sequence[Pod]):
     def by_full_name(self, full_name: str) -> Pod | None:
         """The pod named ``name_namespace``; the newest wins, like the kubelet."""
         return self._idx().by_full_name.get(full_name)
+
+    def by_ip(self, ip: str) -> Pod | None:
+        """The pod holding IP address ``ip`` now (the newest, should two claim it), host-network
+        pods skipped (they have no IPs of their own). Any spelling of the address is accepted
+        (``normalise_ip``: ``2001:DB8::0:1`` finds ``2001:db8::1``); one that is not an IP
+        address is a ValueError naming it."""
+        table = self._idx().by_ip
+        pod = table.get(ip)
+        if pod is not None:
+            return pod
+        return table.get(normalise_ip(ip))
 
     def by_container_id(self, id_or_prefix: str) -> tuple[Pod, Container] | None:
         """The pod and container (or sandbox) for a full ``type://id``, a bare ID or a prefix.
