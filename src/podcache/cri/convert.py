@@ -550,7 +550,7 @@ def pods_from_listings(
     ``networks`` (a getter's ``networks.ListingPass``): each pod's IPs and host-network flag
     come from the network it knows for the pod's newest READY sandbox (none: empty, False)."""
     return _assemble(
-        runtime_name, sandboxes._rows, containers._rows, memo, sandboxes._reader, networks
+        runtime_name, sandboxes._rows, containers._rows, memo, sandboxes._reader, networks=networks
     )
 
 
@@ -604,6 +604,7 @@ def _assemble(
     container_rows: Sequence[_ContainerRow],
     memo: Memo | None,
     reader: _Reader[_SandboxRow, _ContainerRow],
+    *,
     networks: ListingPass | None = None,
 ) -> PodList:
     """Group rows into pods (see ``build_pods``); the reader turns a row into facts."""

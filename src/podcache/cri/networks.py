@@ -161,7 +161,7 @@ class NetworkMemo:
             self.status_calls += 1
         try:
             fields = call(sandbox_id)
-        except Exception:  # noqa: BLE001 -- a failed status call must never fail the listing
+        except Exception:
             with self._lock:
                 self.status_failures += 1
                 self._failures[sandbox_id] = self._failures.get(sandbox_id, 0) + 1
@@ -215,9 +215,10 @@ def with_networks(pods: PodList, fetched: dict[str, SandboxNetwork]) -> PodList:
         sandbox_id = newest_ready_sandbox(pod)
         network = fetched.get(sandbox_id) if sandbox_id is not None else None
         if network is not None and (pod.ips, pod.host_network) != network:
-            pod = with_network(msgspec.structs.replace(pod), network)
+            out.append(with_network(msgspec.structs.replace(pod), network))
             changed = True
-        out.append(pod)
+        else:
+            out.append(pod)
     return PodList(out) if changed else pods
 
 

@@ -6,15 +6,19 @@ returns the exit status. It holds no simulation logic (see ``runtime``).
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
+from typing import Any
 
 import click
 
-from podcache.sim.population import DEFAULT_NAMESPACES
+from podcache.sim.addresses import DEFAULT_POD_CIDR
+from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES
 from podcache.sim.runtime import SimRuntime
 
 __all__ = ["cli_main", "sim_command"]
@@ -68,6 +72,28 @@ __all__ = ["cli_main", "sim_command"]
     metavar="NAME",
     help=f"Namespace for pods (repeatable; default: {', '.join(DEFAULT_NAMESPACES)}).",
 )
+@click.option(
+    "--pod-cidr",
+    default=DEFAULT_POD_CIDR,
+    show_default=True,
+    metavar="CIDR",
+    help="Network pod IPs are given from (IPv4 or IPv6; freed IPs are reused first).",
+)
+@click.option(
+    "--host-network",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_HOST_NETWORK,
+    show_default=True,
+    metavar="FRACTION",
+    help="Fraction of pods on the host network.",
+)
+@click.option(
+    "--bad-ip",
+    "bad_ips",
+    multiple=True,
+    metavar="TEXT",
+    help="A hostile IP string every sandbox status carries (repeatable; a fault for tests).",
+)
 def sim_command(
     *,
     socket_path: str | None,
@@ -78,20 +104,22 @@ def sim_command(
     latency: float,
     fail_rate: float,
     namespaces: tuple[str, ...],
+    pod_cidr: str,
+    host_network: float,
+    bad_ips: tuple[str, ...],
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
-    socket and directory)."""
+    socket and directory). On SIGUSR1 it prints one JSON line of counts to standard output:
+    ``{"calls": {RPC: n}, "sandboxes_created": n, "pods": n}``."""
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
+    try:
+        ipaddress.ip_network(pod_cidr, strict=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
     stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, on_signal)
+    report = threading.Event()
+    previous = _install_signals(stop, report)
     try:
         sim = SimRuntime(
             pods,
@@ -102,6 +130,9 @@ def sim_command(
             namespaces=namespaces or DEFAULT_NAMESPACES,
             latency=latency,
             fail_rate=fail_rate,
+            pod_cidr=pod_cidr,
+            host_network=host_network,
+            bad_ips=bad_ips,
         )
         try:
             sim.start()
@@ -115,13 +146,43 @@ def sim_command(
                 "stop with Ctrl-C",
                 err=True,
             )
-            while not stop.wait(0.2):
-                pass
+            while not stop.wait(0.05):
+                if report.is_set():
+                    report.clear()
+                    _report(sim)
         finally:
             sim.stop()
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _install_signals(stop: threading.Event, report: threading.Event) -> dict[int, Any]:
+    """SIGINT, SIGTERM and SIGHUP set ``stop``, SIGUSR1 ``report`` (in the main thread only);
+    the handlers they replace, to put back."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    def on_report(signum: int, frame: FrameType | None) -> None:
+        report.set()
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, on_signal)
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_report)
+    return previous
+
+
+def _report(sim: SimRuntime) -> None:
+    counts = {
+        "calls": sim.calls(),
+        "sandboxes_created": sim.population.sandboxes_created,
+        "pods": len(sim.population),
+    }
+    click.echo(json.dumps(counts, sort_keys=True))
+    sys.stdout.flush()
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:

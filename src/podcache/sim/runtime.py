@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
+from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
 from podcache.sim.faults import Faults, Malformed
-from podcache.sim.population import DEFAULT_NAMESPACES, Population, SimEvent
+from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
 from podcache.unixsocket import claim_socket_path
 
@@ -38,6 +39,9 @@ class SimRuntime:
       ``pause_churn()`` and ``churn_step()`` for deterministic tests.
     - ``latency``, ``fail_rate``, ``malformed``, ``unimplemented``: the initial ``faults``
       (all changeable later).
+    - ``pod_cidr``: the network pods get addresses from (freed ones reused first);
+      ``host_network``: the fraction of pods on the host network (no address of their own);
+      ``bad_ips``: hostile IP strings every sandbox status carries (``Faults.bad_ips``).
     - ``clock``: nanoseconds since the epoch for new records; the wall clock by default, so
       ages look real (pass ``podcache.sim.LogicalClock()`` to fix timestamps by the seed too).
 
@@ -59,8 +63,18 @@ class SimRuntime:
         unimplemented: Iterable[str] = (),
         clock: Callable[[], int] | None = time.time_ns,
         max_workers: int = 32,
+        pod_cidr: str = DEFAULT_POD_CIDR,
+        host_network: float = DEFAULT_HOST_NETWORK,
+        bad_ips: Iterable[str] = (),
     ) -> None:
-        self.population = Population(pods, seed=seed, namespaces=namespaces, clock=clock)
+        self.population = Population(
+            pods,
+            seed=seed,
+            namespaces=namespaces,
+            clock=clock,
+            pod_cidr=pod_cidr,
+            host_network=host_network,
+        )
         """The simulated pods; read ``population.snapshot()`` for the truth."""
         self.faults = Faults(
             seed=seed,
@@ -70,6 +84,7 @@ class SimRuntime:
             unimplemented=unimplemented,
         )
         """Faults injected into calls; change them at any time."""
+        self.faults.bad_ips = bad_ips
         self._churn = ChurnDriver(self.population, churn)
         self._max_workers = max_workers
         self._server: SimServer | None = None
@@ -232,6 +247,10 @@ class SimRuntime:
         finally:
             unsubscribe()
         return events
+
+    def calls(self) -> dict[str, int]:
+        """Unary calls the server has received, by RPC name (``{"PodSandboxStatus": 12}``)."""
+        return self._server.servicer.calls() if self._server is not None else {}
 
     # -- events -------------------------------------------------------------------------------
     @property

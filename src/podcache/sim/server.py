@@ -21,6 +21,7 @@ matches nothing (an empty list; NOT_FOUND for a status).
 from __future__ import annotations
 
 import bisect
+import collections
 import queue
 import threading
 import time
@@ -110,14 +111,29 @@ def sandbox_message(sandbox: SimSandbox) -> pb.PodSandbox:
     )
 
 
-def sandbox_status_message(sandbox: SimSandbox) -> pb.PodSandboxStatus:
-    """The ``PodSandboxStatus`` of this record."""
+def _network_status(sandbox: SimSandbox, bad_ips: Sequence[str]) -> pb.PodSandboxNetworkStatus:
+    """The sandbox's address as containerd reports it ("" on the host network), with the
+    ``bad_ips`` fault's strings: the first as ``ip``, the own address after it."""
+    if not bad_ips:
+        return pb.PodSandboxNetworkStatus(ip=sandbox.ip)
+    rest = [sandbox.ip, *bad_ips[1:]] if sandbox.ip else list(bad_ips[1:])
+    return pb.PodSandboxNetworkStatus(
+        ip=bad_ips[0], additional_ips=[pb.PodIP(ip=text) for text in rest]
+    )
+
+
+def sandbox_status_message(sandbox: SimSandbox, bad_ips: Sequence[str] = ()) -> pb.PodSandboxStatus:
+    """The ``PodSandboxStatus`` of this record (``bad_ips``: see ``Faults.bad_ips``)."""
+    mode = pb.NODE if sandbox.host_network else pb.POD
     return pb.PodSandboxStatus(
         id=sandbox.id,
         metadata=_sandbox_metadata(sandbox),
         state=_SANDBOX_STATES[sandbox.state],
         created_at=sandbox.created_at,
-        network=pb.PodSandboxNetworkStatus(ip=sandbox.ip),
+        network=_network_status(sandbox, bad_ips),
+        linux=pb.LinuxPodSandboxStatus(
+            namespaces=pb.Namespace(options=pb.NamespaceOption(network=mode))
+        ),
         labels=sandbox.labels,
         annotations=sandbox.annotations,
         runtime_handler=sandbox.runtime_handler,
@@ -178,14 +194,14 @@ def container_status_message(container: SimContainer) -> pb.ContainerStatus:
     )
 
 
-def event_message(event: SimEvent) -> pb.ContainerEventResponse:
+def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerEventResponse:
     """The ``ContainerEventResponse`` for one population change."""
     return pb.ContainerEventResponse(
         container_id=event.container_id,
         container_event_type=_EVENT_TYPES[event.type],
         created_at=event.created_at,
         pod_sandbox_status=(
-            sandbox_status_message(event.sandbox) if event.sandbox is not None else None
+            sandbox_status_message(event.sandbox, bad_ips) if event.sandbox is not None else None
         ),
         containers_statuses=[container_status_message(c) for c in event.containers],
     )
@@ -376,7 +392,7 @@ class _FaultyStream:
                 f"podcache-sim: stream cut after {self._sent} events",
             )
         self._sent += 1
-        return event_message(event)
+        return event_message(event, self._faults.bad_ips)
 
 
 class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
@@ -395,6 +411,13 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._subscribers: set[queue.SimpleQueue[object]] = set()
         self._subscribers_lock = threading.Lock()
         self._unsubscribe = population.subscribe(self._fan_out)
+        self._calls: collections.Counter[str] = collections.Counter()
+        self._calls_lock = threading.Lock()
+
+    def calls(self) -> dict[str, int]:
+        """Unary calls received so far, by RPC name (faulted ones too)."""
+        with self._calls_lock:
+            return dict(self._calls)
 
     def close(self) -> None:
         """Stop listening to the population and end every event stream."""
@@ -519,6 +542,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
+            with self._calls_lock:
+                self._calls[method] += 1
             self._before(method, context)
             return behaviour(request, context)
 
@@ -592,7 +617,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             )
         sandbox = view.sandbox_by_id[found]
         return pb.PodSandboxStatusResponse(
-            status=sandbox_status_message(sandbox),
+            status=sandbox_status_message(sandbox, self._faults.bad_ips),
             containers_statuses=[
                 container_status_message(c) for c in view.containers if c.pod_sandbox_id == found
             ],
