@@ -282,6 +282,18 @@ class _View:
         self.memo: dict[tuple[str, bytes], bytes] = {}
         self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
         self._sorted: tuple[list[str], list[str]] | None = None
+        self._by_sandbox: dict[str, list[SimContainer]] | None = None
+
+    def containers_of(self, sandbox_id: str) -> list[SimContainer]:
+        """The containers of one sandbox (an index built on first use: a cold start's
+        thousands of PodSandboxStatus calls must not each scan every container)."""
+        table = self._by_sandbox
+        if table is None:
+            table = {}
+            for container in self.containers:
+                table.setdefault(container.pod_sandbox_id, []).append(container)
+            self._by_sandbox = table
+        return table.get(sandbox_id, [])
 
     # The ID indexes are built on first use: plain and state-filtered lists never need them.
     @property
@@ -618,9 +630,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         sandbox = view.sandbox_by_id[found]
         return pb.PodSandboxStatusResponse(
             status=sandbox_status_message(sandbox, self._faults.bad_ips),
-            containers_statuses=[
-                container_status_message(c) for c in view.containers if c.pod_sandbox_id == found
-            ],
+            containers_statuses=[container_status_message(c) for c in view.containers_of(found)],
             timestamp=time.time_ns(),
         )
 
