@@ -216,9 +216,7 @@ def churn(seconds: float) -> Churn:
         _refreshes(runtime, min(seconds, 10.0), set())
         steady_after = steady.status_calls() - steady_cold
     new = len(seen) - first
-    return Churn(
-        1000, seconds, CHURN, refreshes, cold, new, after, steady_after, after == new
-    )
+    return Churn(1000, seconds, CHURN, refreshes, cold, new, after, steady_after, after == new)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,8 @@ keeps the answer in a ``NetworkMemo``:
   than ``MEMO_MAX`` entries (the oldest go first);
 - a status call that fails leaves that pod's IPs empty (unknown, not wrong); the sandbox is
   asked again at later listings, at most ``STATUS_ATTEMPTS`` times in all;
-- an event's ``pod_sandbox_status`` of a READY sandbox fills the memo with no call;
+- an event's ``pod_sandbox_status`` of a READY sandbox that states an address (or the host
+  network) fills the memo with no call;
 - hostile answers: a string that is not an IP address is dropped and counted
   (``invalid_ips``), as are additional IPs past ``eventwire.MAX_ADDITIONAL_IPS``; never an
   error for the listing. A host-network sandbox has no IPs of its own: its strings are ignored.
@@ -184,9 +185,16 @@ class NetworkMemo:
 
     def learn_event(self, fields: EventFields) -> None:
         """An event's sandbox status: remembered when it is of a READY sandbox not yet known
-        (a NOTREADY one's network is torn down; a known one cannot have changed)."""
+        that states an address or the host network (a NOTREADY one's network is torn down; a
+        known one cannot have changed; one with neither may predate its network's set-up, so
+        a call asks instead)."""
         sandbox_id = fields.sandbox_id
-        if sandbox_id and fields.sandbox_state == _READY and sandbox_id not in self._known:
+        if (
+            sandbox_id
+            and fields.sandbox_state == _READY
+            and (fields.ip or fields.additional_ips or fields.network_mode == _NODE)
+            and sandbox_id not in self._known
+        ):
             self.learn(sandbox_id, fields)
 
     def finish(self, listing: ListingPass, fetched: dict[str, SandboxNetwork]) -> None:

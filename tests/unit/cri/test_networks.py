@@ -42,7 +42,10 @@ def test_only_a_ready_sandboxs_event_status_is_remembered() -> None:
     memo = NetworkMemo()
     memo.learn_event(fields("gone", ip="10.0.0.1", state=1))
     memo.learn_event(fields("", ip="10.0.0.2"))
+    memo.learn_event(fields("early", ip=""))  # no address yet: a call will ask
     assert len(memo) == 0
+    memo.learn_event(fields("host", mode=2))
+    assert memo.get("host") == SandboxNetwork((), True)
     memo.learn_event(fields("live", ip="10.0.0.3"))
     assert memo.get("live") == SandboxNetwork(("10.0.0.3",), False)
 
