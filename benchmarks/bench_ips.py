@@ -159,7 +159,7 @@ def cold_start_sync(endpoint: str) -> tuple[ColdStart, PodList]:
 
 
 def cold_start_async(endpoint: str) -> ColdStart:
-    import asyncio  # noqa: PLC0415 -- only this part needs it
+    import asyncio
 
     async def run() -> ColdStart:
         async with AsyncCRIRuntime(endpoint, timeout=30) as runtime:
