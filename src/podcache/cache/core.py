@@ -487,7 +487,7 @@ class FreshnessCore(Generic[S]):
         current, timestamp, until = self.snapshot
         assert current is not None
         relists = self.pod_relists
-        was = current.by_uid(relist.uid)  # the very object (tables carried by derive)
+        was = self.changes.state_of(relist.uid)  # O(1); no table of the snapshot built
         if was is not None and pod is not None and was == pod:
             relists.record(relist, was)  # unchanged: the same object stays (identity diffs)
             return

@@ -172,18 +172,29 @@ def _place(pods: tuple[Pod, ...], pod: Pod) -> int:
     return pods.index(pod)
 
 
+def _spliced(items: tuple[Pod, ...], start: int, end: int, pod: Pod) -> tuple[Pod, ...]:
+    """``items`` with ``items[start:end]`` replaced by ``pod``. Concatenation copies each part's
+    pointers in C; unpacking into a tuple display goes through a list first."""
+    return items[:start] + (pod,) + items[end:]  # noqa: RUF005
+
+
 def replace_pod(pods: PodList, was: Pod | None, pod: Pod | None) -> PodList:
     """``pods`` with ``was`` (one of its pods, or None) replaced by ``pod`` (or None: removed),
     ``pod`` placed in the getters' order; the lookup tables already built are carried over,
-    updated for the one pod (``model.derive``)."""
+    updated for the one pod (``model.derive``). One copy of the tuple of pointers."""
     items = pods.pods
-    if was is not None:
-        at = _place(items, was)
-        items = items[:at] + items[at + 1 :]
-    if pod is not None:
+    if was is None:
+        assert pod is not None
         at = bisect.bisect_left(items, _order(pod), key=_order)
-        items = (*items[:at], pod, *items[at:])
-    return derive(pods, items, was, pod)
+        return derive(pods, _spliced(items, at, at, pod), was, pod)
+    gone = _place(items, was)
+    if pod is None:
+        return derive(pods, items[:gone] + items[gone + 1 :], was, pod)
+    if _order(pod) == _order(was):  # a pod changed in place (the usual event)
+        return derive(pods, _spliced(items, gone, gone + 1, pod), was, pod)
+    rest = items[:gone] + items[gone + 1 :]
+    at = bisect.bisect_left(rest, _order(pod), key=_order)
+    return derive(pods, _spliced(rest, at, at, pod), was, pod)
 
 
 def merge(listing: PodList, kept: dict[str, Pod | None]) -> PodList:
