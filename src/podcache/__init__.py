@@ -6,9 +6,11 @@ from podcache.cache import (
     AsyncRuntimeCache,
     CacheStats,
     ChangeType,
+    Found,
     PodChange,
     PodGetter,
     PodWatch,
+    Publication,
     RuntimeCache,
 )
 from podcache.errors import (
@@ -51,6 +53,7 @@ __all__ = [
     "EndpointNotFoundError",
     "EventsUnsupportedError",
     "FakeRuntime",
+    "Found",
     "Pod",
     "PodChange",
     "PodGetter",
@@ -58,6 +61,7 @@ __all__ = [
     "PodProcess",
     "PodWatch",
     "PodcacheError",
+    "Publication",
     "ResyncRequiredError",
     "RuntimeCache",
     "RuntimeDeadlineError",

@@ -3,6 +3,8 @@
 from podcache.cache.aio import AsyncPodGetter, AsyncRuntimeCache
 from podcache.cache.changes import ChangeType, PodChange
 from podcache.cache.core import CacheStats
+from podcache.cache.departed import Found
+from podcache.cache.publishing import Publication
 from podcache.cache.threaded import PodGetter, RuntimeCache
 from podcache.cache.watching import AsyncPodWatch, PodWatch
 
@@ -12,8 +14,10 @@ __all__ = [
     "AsyncRuntimeCache",
     "CacheStats",
     "ChangeType",
+    "Found",
     "PodChange",
     "PodGetter",
     "PodWatch",
+    "Publication",
     "RuntimeCache",
 ]

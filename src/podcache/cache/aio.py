@@ -12,15 +12,23 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
+from podcache.cache.departed import (
+    DEPARTED_FOR,
+    DEPARTED_MAX,
+    Departed,
+    Found,
+    epoch_seconds,
+    lookup_key,
+)
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, PublishHook
+from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
     PodGetter,
     check_getter,
@@ -75,6 +83,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
+        departed_for: float = DEPARTED_FOR,
+        departed_max: int = DEPARTED_MAX,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -120,6 +131,10 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
+        # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
+        self._departed = Departed(departed_for, departed_max)
+        self._wall = wall_clock
+        self._hooks.add(self._record_departures)
         self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
         self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
             getattr(getter, "get_pod", None)
@@ -206,6 +221,21 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             unknown=self._unknown,
         )
         return found.process
+
+    async def find(
+        self,
+        *,
+        container_id: str | None = None,
+        uid: str | None = None,
+        ip: str | None = None,
+        at: float | datetime | None = None,
+        timeout: float | None = None,
+    ) -> Found | None:
+        """The twin of ``RuntimeCache.find``."""
+        key = lookup_key(container_id, uid, ip)
+        moment = epoch_seconds(at)
+        pods = await self.get_pods(timeout=timeout)
+        return self._departed.find(pods, key, moment, self._wall())
 
     def on_publish(self, hook: PublishHook) -> Callable[[], None]:
         """Call ``hook(publication)`` at every snapshot this cache stores from now on, on the
@@ -339,6 +369,10 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         refresh.signal.set_result(None)
         if queued is not None:
             self._spawn(queued)
+
+    def _record_departures(self, publication: Publication) -> None:
+        """The cache's own publish hook: the pods the publish removed depart now."""
+        self._departed.record(publication.changes, self._wall())
 
     def _published(self) -> None:
         """After the core stored a snapshot: the hooks, then the watches (the publish hook's

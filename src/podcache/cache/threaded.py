@@ -11,15 +11,23 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
+from podcache.cache.departed import (
+    DEPARTED_FOR,
+    DEPARTED_MAX,
+    Departed,
+    Found,
+    epoch_seconds,
+    lookup_key,
+)
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, PublishHook
+from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
     EventStream,
     PodGetter,
@@ -174,6 +182,9 @@ class RuntimeCache(CoreReadings[threading.Event]):
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
         events: bool = False,
+        departed_for: float = DEPARTED_FOR,
+        departed_max: int = DEPARTED_MAX,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         check_getter(getter)
         self._getter = getter
@@ -216,6 +227,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = sync_probe(getter)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
+        # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
+        self._departed = Departed(departed_for, departed_max)
+        self._wall = wall_clock
+        self._hooks.add(self._record_departures)
         self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
@@ -286,6 +301,26 @@ class RuntimeCache(CoreReadings[threading.Event]):
             probe=self._probe,
             unknown=self._unknown,
         ).process
+
+    def find(
+        self,
+        *,
+        container_id: str | None = None,
+        uid: str | None = None,
+        ip: str | None = None,
+        at: float | datetime | None = None,
+        timeout: float | None = None,
+    ) -> Found | None:
+        """The pod holding one key (a container or sandbox ID, ``type://id`` or bare; a UID;
+        an IP): from the current snapshot (as ``get_pods`` returns it) first, then from the
+        pods that left in the last ``departed_for`` seconds. ``at`` (epoch seconds or an
+        aware datetime): the pod that held the key at that moment (its holding runs from its
+        sandbox's creation to its departure). None when nobody did."""
+        key = lookup_key(container_id, uid, ip)
+        moment = epoch_seconds(at)
+        pods = self.get_pods(timeout=timeout)
+        with self._lock:
+            return self._departed.find(pods, key, moment, self._wall())
 
     def on_publish(self, hook: PublishHook) -> Callable[[], None]:
         """Call ``hook(publication)`` at every snapshot this cache stores from now on, under
@@ -436,6 +471,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):
             raise error
+
+    def _record_departures(self, publication: Publication) -> None:
+        """The cache's own publish hook: the pods the publish removed depart now."""
+        self._departed.record(publication.changes, self._wall())
 
     def _published(self) -> None:
         """Under the lock, after the core stored a snapshot: the hooks, then the hit path and
