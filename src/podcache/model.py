@@ -35,6 +35,7 @@ __all__ = [
     "PodList",
     "derive",
     "normalise_ip",
+    "pod_at_ip",
     "pods_by_uid",
     "with_revision",
 ]
@@ -551,6 +552,12 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
 
 def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:
     return PodList(pods, revision=revision)
+
+
+def pod_at_ip(pods: PodList, canonical: str) -> Pod | None:
+    """``pods.by_ip`` for an address already in ``normalise_ip``'s text: one dict lookup, no
+    parse on a miss (a lookup of a departed pod's IP misses the snapshot)."""
+    return pods._idx().by_ip.get(canonical)
 
 
 def pods_by_uid(pods: PodList) -> Mapping[str, Pod]:

@@ -24,15 +24,18 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
+
+import msgspec
 
 from podcache.cache.changes import ChangeType, PodChange
-from podcache.model import Container, ContainerID, Pod, PodList, normalise_ip
+from podcache.model import Container, ContainerID, Pod, PodList, normalise_ip, pod_at_ip
 
 __all__ = [
     "DEPARTED_FOR",
     "DEPARTED_MAX",
+    "IP_MEMO",
     "Departed",
     "Departure",
     "Found",
@@ -47,51 +50,64 @@ DEPARTED_MAX = 10_000
 """Most departed pods remembered (the ``departed_max=`` default); the oldest go first."""
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(msgspec.Struct, frozen=True, gc=False):
     """What ``find`` found: the pod, the container (or sandbox) the lookup named (None for a
-    UID or an IP), and when the pod left (None: it is in the snapshot)."""
+    UID or an IP), and when the pod left (epoch seconds; None: it is in the snapshot)."""
 
     pod: Pod
     container: Container | None
     departed_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class Departure:
-    """One pod that left the snapshot, and when the cache first saw it gone (epoch seconds)."""
+class Departure(msgspec.Struct, frozen=True, gc=False):
+    """One pod that left the snapshot: when its holding began (its sandbox's creation) and
+    when the cache first saw it gone (epoch seconds)."""
 
     pod: Pod
+    held_from: float
     departed_at: float
 
 
-@dataclass(frozen=True, slots=True)
-class Key:
-    """One lookup's key: exactly one of a container (or sandbox) ID, a UID or an IP."""
-
-    kind: str
-    """``container_id``, ``uid`` or ``ip``."""
-    value: str
+Key = tuple[str, str]
+"""One lookup's key: ``(kind, value)``, kind ``container_id``, ``uid`` or ``ip``."""
 
 
 def lookup_key(container_id: str | None, uid: str | None, ip: str | None) -> Key:
     """The one key given (a TypeError when none or several are, or one is not a str; an IP is
     normalised, a ValueError naming it when it is not one)."""
-    given = [
-        (kind, value)
-        for kind, value in (("container_id", container_id), ("uid", uid), ("ip", ip))
-        if value is not None
-    ]
-    if len(given) != 1:
+    if (container_id is None) + (uid is None) + (ip is None) != 2:
         raise TypeError("find() takes exactly one of container_id=, uid= or ip=")
-    kind, value = given[0]
-    if not isinstance(value, str):
+    if ip is not None:
+        kind, value = "ip", ip
+    elif uid is not None:
+        kind, value = "uid", uid
+    else:
+        kind, value = "container_id", cast(str, container_id)
+    if type(value) is not str:
         raise TypeError(f"{kind} must be a str, not {type(value).__name__}")
     if kind == "ip":
-        value = normalise_ip(value)
+        value = _canonical_ip(value)
     elif kind == "container_id" and "://" in value:
         value = ContainerID.parse(value).id  # matched by its bare ID, as the tables do
-    return Key(kind, value)
+    return kind, value
+
+
+IP_MEMO = 4096
+"""Most spellings of IP addresses kept with their canonical text (then the memo starts over):
+parsing one with ``ipaddress`` costs about 3 us, most of a lookup's budget."""
+
+_canonical: dict[str, str] = {}
+
+
+def _canonical_ip(text: str) -> str:
+    """``model.normalise_ip``, memoised (a bounded dict: atomic under the GIL)."""
+    known = _canonical.get(text)
+    if known is None:
+        known = normalise_ip(text)  # raises for a non-address: never memoised
+        if len(_canonical) >= IP_MEMO:
+            _canonical.clear()
+        _canonical[text] = known
+    return known
 
 
 def epoch_seconds(at: float | datetime | None) -> float | None:
@@ -103,6 +119,10 @@ def epoch_seconds(at: float | datetime | None) -> float | None:
         if at.tzinfo is None or at.utcoffset() is None:
             raise ValueError(f"at must be an aware datetime (with a time zone), not {at!r}")
         return at.timestamp()
+    if type(at) is float:
+        if math.isnan(at) or math.isinf(at):
+            raise ValueError(f"at must be a finite time, not {at!r}")
+        return at
     if isinstance(at, bool) or not isinstance(at, int | float):
         raise TypeError(f"at must be epoch seconds or an aware datetime, not {at!r}")
     seconds = float(at)
@@ -127,10 +147,10 @@ def _keys_of(pod: Pod) -> Iterable[tuple[str, str]]:
 
 def _item(pod: Pod, key: Key) -> Container | None:
     """The container (first) or sandbox of ``pod`` a container-ID key names."""
-    if key.kind != "container_id":
+    if key[0] != "container_id":
         return None
     for item in (*pod.containers, *pod.sandboxes):
-        if item.id.id == key.value:
+        if item.id.id == key[1]:
             return item
     return None
 
@@ -152,7 +172,8 @@ class Departed:
         self.departed_for = float(departed_for)
         self.departed_max = departed_max
         self._by_uid: OrderedDict[str, Departure] = OrderedDict()  # oldest departure first
-        self._holders: dict[tuple[str, str], list[Departure]] = {}
+        self._holders: dict[Key, list[Departure]] = {}
+        self._oldest_at = math.inf  # the oldest departure's time (prune looks no further)
         self.recorded = 0
         self.forgotten = 0
 
@@ -179,17 +200,22 @@ class Departed:
     def prune(self, now: float) -> None:
         """Forget departures older than ``departed_for``, and the oldest past ``departed_max``."""
         by_uid = self._by_uid
+        if len(by_uid) <= self.departed_max and now - self._oldest_at <= self.departed_for:
+            return
         while by_uid:
             oldest = next(iter(by_uid.values()))
             if len(by_uid) <= self.departed_max and now - oldest.departed_at <= self.departed_for:
                 break
             self._forget(oldest)
+        self._oldest_at = next(iter(by_uid.values())).departed_at if by_uid else math.inf
 
     def _depart(self, pod: Pod, now: float) -> None:
         earlier = self._by_uid.get(pod.id)
         if earlier is not None:
             self._forget(earlier)
-        departure = Departure(pod, now)
+        departure = Departure(pod, created_seconds(pod), now)
+        if not self._by_uid:
+            self._oldest_at = now
         self._by_uid[pod.id] = departure
         for key in _keys_of(pod):
             self._holders.setdefault(key, []).append(departure)
@@ -218,7 +244,7 @@ class Departed:
         if at is None:
             if current is not None:
                 return Found(current, _item(current, key), None)
-            holders = self._holders.get((key.kind, key.value))
+            holders = self._holders.get(key)
             if not holders:
                 return None
             latest = holders[-1]
@@ -226,22 +252,23 @@ class Departed:
         best: tuple[float, Found] | None = None
         if current is not None and created_seconds(current) <= at:
             best = (created_seconds(current), Found(current, _item(current, key), None))
-        for held in self._holders.get((key.kind, key.value), ()):
-            start = created_seconds(held.pod)
+        for held in self._holders.get(key, ()):
+            start = held.held_from
             if start <= at < held.departed_at and (best is None or start > best[0]):
                 best = (start, Found(held.pod, _item(held.pod, key), held.departed_at))
         return None if best is None else best[1]
 
     def departed_at(self, key: Key) -> float | None:
         """When the last pod that held ``key`` left, if it is remembered (a 404 says so)."""
-        holders = self._holders.get((key.kind, key.value))
+        holders = self._holders.get(key)
         return holders[-1].departed_at if holders else None
 
 
 def _in_snapshot(pods: PodList, key: Key) -> Pod | None:
-    if key.kind == "uid":
-        return pods.by_uid(key.value)
-    if key.kind == "ip":
-        return pods.by_ip(key.value)
-    found = pods.by_exact_id(key.value)
+    kind, value = key
+    if kind == "uid":
+        return pods.by_uid(value)
+    if kind == "ip":
+        return pod_at_ip(pods, value)
+    found = pods.by_exact_id(value)
     return None if found is None else found[0]
