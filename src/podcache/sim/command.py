@@ -6,6 +6,8 @@ returns the exit status. It holds no simulation logic (see ``runtime``).
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import sys
 import threading
@@ -62,6 +64,15 @@ __all__ = ["cli_main", "sim_command"]
     help="Fraction of list calls failing with UNAVAILABLE.",
 )
 @click.option(
+    "--stats-file",
+    "stats_file",
+    metavar="PATH",
+    help=(
+        "Write the call counts (calls and answer bytes per list and status RPC, filtered "
+        "and unfiltered) as JSON to PATH on SIGUSR1 and on exit."
+    ),
+)
+@click.option(
     "--namespace",
     "namespaces",
     multiple=True,
@@ -78,20 +89,27 @@ def sim_command(
     latency: float,
     fail_rate: float,
     namespaces: tuple[str, ...],
+    stats_file: str | None,
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
     socket and directory)."""
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
     stop = threading.Event()
+    sim: SimRuntime | None = None
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
+
+    def on_stats_signal(signum: int, frame: FrameType | None) -> None:
+        if sim is not None and stats_file is not None:
+            write_stats(sim, stats_file)
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             previous[signum] = signal.signal(signum, on_signal)
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_stats_signal)
     try:
         sim = SimRuntime(
             pods,
@@ -103,25 +121,49 @@ def sim_command(
             latency=latency,
             fail_rate=fail_rate,
         )
-        try:
-            sim.start()
-        except OSError as exc:
-            raise click.ClickException(str(exc)) from exc
-        try:
-            click.echo(sim.endpoint)
-            sys.stdout.flush()
-            click.echo(
-                f"podcache sim: {pods} pods, churn {churn}/s, seed {seed} on {sim.endpoint}; "
-                "stop with Ctrl-C",
-                err=True,
-            )
-            while not stop.wait(0.2):
-                pass
-        finally:
-            sim.stop()
+        banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}"
+        _serve_until(stop, sim, banner, stats_file)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _serve_until(
+    stop: threading.Event, sim: SimRuntime, banner: str, stats_file: str | None
+) -> None:
+    """Start ``sim``, print its endpoint, serve until ``stop`` is set, then stop it (and write
+    the stats file one last time)."""
+    try:
+        sim.start()
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        click.echo(sim.endpoint)
+        sys.stdout.flush()
+        click.echo(f"{banner} on {sim.endpoint}; stop with Ctrl-C", err=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        sim.stop()
+        if stats_file is not None:
+            write_stats(sim, stats_file)
+
+
+def write_stats(sim: SimRuntime, path: str) -> None:
+    """Replace ``path`` with the sim's call counts, atomically (readers never see half a file):
+    ``{"pods": n, "generation": g, "calls": {method: {"filtered"|"unfiltered": {...}}}}``."""
+    document = {
+        "pods": len(sim.population),
+        "generation": sim.population.generation,
+        "calls": sim.call_counts(),
+    }
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            json.dump(document, out)
+        os.replace(partial, path)
+    except OSError as exc:
+        click.echo(f"podcache sim: cannot write the stats file {path!r}: {exc}", err=True)
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:

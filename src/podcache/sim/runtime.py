@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
 from podcache.sim.churn import ChurnDriver, ChurnPause
+from podcache.sim.counters import CallCounters
 from podcache.sim.faults import Faults, Malformed
 from podcache.sim.population import DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
@@ -232,6 +233,20 @@ class SimRuntime:
         finally:
             unsubscribe()
         return events
+
+    # -- what was asked -----------------------------------------------------------------------
+    def call_counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Calls and answer bytes so far per list and status RPC, split filtered/unfiltered
+        (``podcache.sim.counters``): ``{method: {"filtered"|"unfiltered": {"calls", "bytes"}}}``.
+        All zero before start."""
+        if self._server is None:
+            return CallCounters().snapshot()
+        return self._server.servicer.counters.snapshot()
+
+    def reset_call_counts(self) -> None:
+        """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
+        if self._server is not None:
+            self._server.servicer.counters.reset()
 
     # -- events -------------------------------------------------------------------------------
     @property

@@ -34,6 +34,7 @@ from google.protobuf.message import Message
 from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
+from podcache.sim.counters import CallCounters, is_filtered
 from podcache.sim.faults import LIST_METHODS, Faults, Malformed
 from podcache.sim.population import (
     Population,
@@ -204,6 +205,11 @@ def _entry(message: Message) -> bytes:
     """``message`` encoded as field 1 (length-delimited) of its enclosing response."""
     body = message.SerializeToString()
     return b"\x0a" + _varint(len(body)) + body
+
+
+def _answer_size(response: Message | bytes) -> int:
+    """The bytes this answer puts on the wire (the serialized response message)."""
+    return len(response) if isinstance(response, bytes) else response.ByteSize()
 
 
 def _serialize(response: Message | bytes) -> bytes:
@@ -389,6 +395,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._population = population
         self._faults = faults
         self._stopping = stopping
+        self.counters = CallCounters()
+        """Calls and answer bytes per list and status RPC, filtered and unfiltered."""
         self._view: _View | None = None
         self._view_lock = threading.Lock()
         self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
@@ -518,9 +526,18 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def _unary(
         self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        counters = self.counters
+
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
-            self._before(method, context)
-            return behaviour(request, context)
+            filtered = is_filtered(method, request)
+            try:
+                self._before(method, context)
+                response = behaviour(request, context)
+            except BaseException:  # an error answer is counted too, with no bytes
+                counters.record(method, filtered=filtered, answer_bytes=0)
+                raise
+            counters.record(method, filtered=filtered, answer_bytes=_answer_size(response))
+            return response
 
         return handle
 
