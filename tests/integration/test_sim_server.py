@@ -353,6 +353,29 @@ def test_an_open_event_stream_ends_when_the_simulator_stops() -> None:
         assert ended.value.code() != grpc.StatusCode.DEADLINE_EXCEEDED  # ended by the stop
 
 
+def test_a_new_stream_first_receives_the_replayed_past_events_like_containerd_2(
+    sim: SimRuntime, stub: Any
+) -> None:
+    past = sim.churn_step(3)  # nobody subscribed: sent to no stream
+    sim.faults.event_replay = 4
+    stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=10)
+    sim.wait_for_event_subscribers(1)
+    live = sim.churn_step(1)
+    received = [next(stream).container_id for _ in range(4 + len(live))]
+    stream.cancel()
+    assert received == [e.container_id for e in past[-4:]] + [e.container_id for e in live]
+
+
+def test_without_replay_a_new_stream_receives_only_later_events(sim: SimRuntime, stub: Any) -> None:
+    sim.churn_step(3)
+    stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=10)
+    sim.wait_for_event_subscribers(1)
+    live = sim.churn_step(1)
+    received = [next(stream).container_id for _ in live]
+    stream.cancel()
+    assert received == [e.container_id for e in live]
+
+
 def test_the_event_stream_can_be_unimplemented_like_containerd_1_6(
     sim: SimRuntime, stub: Any
 ) -> None:
@@ -474,6 +497,11 @@ def test_fault_settings_are_validated() -> None:
         faults.fail_rate = 1.5
     with pytest.raises(ValueError, match="latency"):
         faults.latency = -1
+    faults.event_replay = 1000  # MAX_EVENT_REPLAY: at the bound
+    with pytest.raises(ValueError, match=r"event_replay must be within 0\.\.1000"):
+        faults.event_replay = 1001
+    with pytest.raises(ValueError, match="event_replay"):
+        faults.event_replay = -1
 
 
 # -- lifecycle ----------------------------------------------------------------------------------

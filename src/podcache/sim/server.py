@@ -21,6 +21,7 @@ matches nothing (an empty list; NOT_FOUND for a status).
 from __future__ import annotations
 
 import bisect
+import collections
 import queue
 import threading
 import time
@@ -35,7 +36,7 @@ from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
 from podcache.sim.counters import CallCounters, is_filtered
-from podcache.sim.faults import LIST_METHODS, Faults, Malformed
+from podcache.sim.faults import LIST_METHODS, MAX_EVENT_REPLAY, Faults, Malformed
 from podcache.sim.population import (
     Population,
     SimContainer,
@@ -402,6 +403,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
         self._subscribers: set[queue.SimpleQueue[object]] = set()
         self._subscribers_lock = threading.Lock()
+        self._recent: collections.deque[SimEvent] = collections.deque(maxlen=MAX_EVENT_REPLAY)
+        """The last events sent, for ``Faults.event_replay`` (guarded by the subscribers lock)."""
         self._unsubscribe = population.subscribe(self._fan_out)
 
     def close(self) -> None:
@@ -423,6 +426,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def send_events(self, events: Sequence[SimEvent]) -> int:
         """Queue ``events`` for every open stream; how many streams there are."""
         with self._subscribers_lock:
+            self._recent.extend(events)
             for subscriber in self._subscribers:
                 for event in events:
                     subscriber.put(event)
@@ -639,11 +643,14 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         """Every later population change, one response per event, until the client leaves.
 
         The event faults apply on the way out (``_FaultyStream``); ``cut()`` ends the stream
-        with UNAVAILABLE.
+        with UNAVAILABLE. With ``event_replay``, the stream opens with that many past events.
         """
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
+            replay = self._faults.event_replay
+            for event in list(self._recent)[len(self._recent) - replay :] if replay else ():
+                inbox.put(event)  # old events first, as containerd 2.x replays what it kept
             self._subscribers.add(inbox)
         try:
             stream = _FaultyStream(self._faults, self._stopping, context)
