@@ -102,6 +102,10 @@ def node_main(pods: int, socket_path: str) -> int:
                 sim.population.remove_pod(command["uid"])
             elif op == "crash":
                 sim.population.crash_container(command["uid"])
+            elif op == "shape":
+                snapshot = sim.population.snapshot()
+                reply |= {"pods": len(sim.population), "sandboxes": len(snapshot.sandboxes)}
+                reply["containers"] = len(snapshot.containers)
             elif op == "counts":
                 reply["counts"] = sim.call_counts()
             elif op == "reset":
@@ -283,7 +287,7 @@ def measure_per_change(n: Node, cache: RuntimeCache, changes: int) -> dict[str, 
     n.wait_quiet()
     idle = idle_cpu_rate(n, 2.0)
     n.ask("reset")
-    cpu_total = wall_total = 0.0
+    cpu_by_kind: dict[str, list[float]] = {"create": [], "remove": []}
     created: list[str] = []
     for index in range(changes):
         cpu, wall = time.process_time(), time.perf_counter()
@@ -295,13 +299,15 @@ def measure_per_change(n: Node, cache: RuntimeCache, changes: int) -> dict[str, 
             n.ask("remove", uid=uid)
         wait_until(shows(cache, uid, present=index % 2 == 0), poll=0.002)
         n.wait_quiet()
-        cpu_total += time.process_time() - cpu
-        wall_total += time.perf_counter() - wall
+        used = time.process_time() - cpu - idle * (time.perf_counter() - wall)
+        cpu_by_kind["create" if index % 2 == 0 else "remove"].append(max(0.0, used))
     counts = n.counts()
-    cpu_per_change = max(0.0, cpu_total - idle * wall_total) / changes
+    every = cpu_by_kind["create"] + cpu_by_kind["remove"]
     return {
         "changes": changes,
-        "cpu_ms_per_change": cpu_per_change * 1e3,
+        "cpu_ms_per_change": sum(every) / changes * 1e3,
+        "cpu_ms_per_create": statistics.mean(cpu_by_kind["create"]) * 1e3,
+        "cpu_ms_per_remove": statistics.mean(cpu_by_kind["remove"] or [0.0]) * 1e3,
         "idle_cpu_fraction": idle,
         **per_change_totals(counts, changes),
     }
@@ -321,6 +327,7 @@ def full_listings(n: Node, cache: RuntimeCache, began: float, baseline: int) -> 
 def measure_size(pods: int, trials: int, changes: int) -> dict[str, Any]:
     log(f"{pods} pods: starting the node")
     with node(pods) as n, CRIRuntime(n.endpoint) as runtime:
+        shape = n.ask("shape")
         cache = RuntimeCache(runtime, PERIOD, events=True, stats=True)
         with cache:
             subscribed(cache)
@@ -336,6 +343,7 @@ def measure_size(pods: int, trials: int, changes: int) -> dict[str, Any]:
             stats = cache.stats()
     return {
         "pods": pods,
+        "node": shape,
         "latency": latency,
         "per_change": per_change,
         "listings": listings,
