@@ -63,7 +63,8 @@ def log(message: str) -> None:
 
 
 def _env(directory: Path, version: str) -> dict[str, str]:
-    env = dict(os.environ, CONTAINERD_TEST_DIR=str(directory), CONTAINERD_VERSION=version)
+    where = str(directory / version)  # one instance per version, as the tests keep them
+    env = dict(os.environ, CONTAINERD_TEST_DIR=where, CONTAINERD_VERSION=version)
     env["PODCACHE_PYTHON"] = sys.executable
     env["CONTAINERD_TEST_CGROUP_PARENT"] = CGROUP_PARENT
     return env
