@@ -179,14 +179,27 @@ def sequence(cri_harness: CRIHarness) -> Iterator[tuple[Sequence, int]]:
         made.cleanup()
 
 
+def difference(seen: dict[str, Pod], truth: dict[str, Pod]) -> str:
+    """What a snapshot and a listing disagree on, briefly: pods only in one, pods that differ."""
+    only_seen = sorted(set(seen) - set(truth))
+    only_truth = sorted(set(truth) - set(seen))
+    differ = [
+        f"{uid}: cache {seen[uid]!r} != runtime {truth[uid]!r}"
+        for uid in sorted(set(seen) & set(truth))
+        if seen[uid] != truth[uid]
+    ]
+    return f"only in the cache {only_seen}; only in the runtime {only_truth}; differing {differ}"
+
+
 def seconds_to_equality(cache: RuntimeCache, endpoint: str) -> float:
     """From now (quiescence) until ``get_pods()`` equals a fresh full listing made now."""
     quiet = time.monotonic()
     with CRIRuntime(endpoint) as fresh:
         truth = by_uid(fresh.get_pods(False))
-    while by_uid(cache.get_pods()) != truth:
+    while (seen := by_uid(cache.get_pods())) != truth:
         assert time.monotonic() - quiet < EQUAL_WITHIN, (
-            f"the cache never equalled a full listing made at quiescence ({EQUAL_WITHIN} s)"
+            f"the cache never equalled a full listing made at quiescence ({EQUAL_WITHIN} s): "
+            f"{difference(seen, truth)}"
         )
         time.sleep(0.001)
     return time.monotonic() - quiet
