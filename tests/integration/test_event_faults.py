@@ -6,13 +6,14 @@ replays old ones to a new subscriber the way containerd 2.x does. The cache (eve
 period, a fake clock that moves only when told) is read after every change. Three rules are
 checked, whichever way the cache refreshes (whole node or one pod):
 
-- **never backward** (docs/architecture.md §3 rule 2): the runtime never brings a sandbox or a
-  container back once it stopped running (IDs are never reused; a crash-loop turn starts a
-  new container), so an item a read showed and a later read no longer showed must never show
-  again; and a pod once gone from the running view stays gone unless a new sandbox of it runs;
-- **never older than the period** (rule 1): after the clock moves one period on, the next read
-  holds every change made before the move (by causality: nothing changes in between, so it
-  equals a fresh full listing);
+- **never backward** (docs/architecture.md §3 rule 2; per pod, docs/architecture.md §7
+  rule 1): the runtime never brings a sandbox or a container back once it stopped running
+  (IDs are never reused; a crash-loop turn starts a new container), so an item a read showed
+  and a later read no longer showed must never show again;
+- **never older than the period** (docs/architecture.md §3 rule 1; a lost event costs at
+  most the period, docs/architecture.md §7 rule 3): after the clock moves one period on, the
+  next read holds every change made before the move (by causality: nothing changes in
+  between, so it equals a fresh full listing);
 - **quiescence plus one period**: with the faults off and the changes done, one period later
   the cache equals a fresh full listing (per pod, by UID).
 
