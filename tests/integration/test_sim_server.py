@@ -241,6 +241,28 @@ def test_a_label_selector_must_match_every_pair(sim: SimRuntime, stub: Any) -> N
     }
 
 
+def test_a_pod_uid_selector_lists_that_pods_items_in_list_order_and_nothing_else(
+    sim: SimRuntime, stub: Any
+) -> None:
+    snapshot = sim.population.snapshot()
+    for uid in {s.uid for s in snapshot.sandboxes}:  # re-created sandboxes included
+        by_uid = {"io.kubernetes.pod.uid": uid}
+        sandboxes = list_sandboxes(stub, pb.PodSandboxFilter(label_selector=by_uid))
+        containers = list_containers(stub, pb.ContainerFilter(label_selector=by_uid))
+        assert [x.id for x in sandboxes] == [x.id for x in snapshot.sandboxes if x.uid == uid]
+        assert [x.id for x in containers] == [x.id for x in snapshot.containers if x.pod_uid == uid]
+    nobody = {"io.kubernetes.pod.uid": "no-such-pod"}
+    assert list_sandboxes(stub, pb.PodSandboxFilter(label_selector=nobody)) == []
+    uid = snapshot.sandboxes[0].uid
+    ready = pb.PodSandboxFilter(
+        label_selector={"io.kubernetes.pod.uid": uid},
+        state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY),
+    )
+    assert [x.id for x in list_sandboxes(stub, ready)] == [
+        x.id for x in snapshot.sandboxes if x.uid == uid and x.state is SimSandboxState.READY
+    ]
+
+
 def test_lists_follow_changes_of_the_population(sim: SimRuntime, stub: Any) -> None:
     before = {s.id for s in list_sandboxes(stub)}
     sim.churn_step(3)

@@ -11,7 +11,8 @@ once, as its length-delimited ``repeated`` field entry (records are immutable, s
 encoding is valid as long as the record is the same object), and a response is the join of
 the entries that pass the filter; whole responses are memoised per population generation and
 filter. Listing 5,000 pods costs one pass over the records when the population changed and
-a dictionary look-up when it did not.
+a dictionary look-up when it did not. A label selector on the pod UID (a relist of one pod)
+reads only that pod's items, through an index of the view built on first use.
 
 ID filters and status look-ups follow containerd: an exact ID, or a prefix that matches
 exactly one ID, names an item (containerd's truncindex); an ambiguous or unknown prefix
@@ -38,6 +39,7 @@ from podcache.cri.proto import api_pb2_grpc
 from podcache.sim.counters import CallCounters, is_filtered
 from podcache.sim.faults import LIST_METHODS, MAX_EVENT_REPLAY, Faults, Malformed
 from podcache.sim.population import (
+    POD_UID_LABEL,
     Population,
     SimContainer,
     SimContainerState,
@@ -254,6 +256,31 @@ def _listed(
     return b"".join(parts)
 
 
+def _positions(items: Sequence[SimSandbox | SimContainer]) -> dict[str, list[int]]:
+    by_pod: dict[str, list[int]] = {}
+    for position, item in enumerate(items):
+        uid = item.labels.get(POD_UID_LABEL)
+        if uid is not None:
+            by_pod.setdefault(uid, []).append(position)
+    return by_pod
+
+
+def _narrowed(
+    items: Sequence[_Item],
+    entries: Sequence[bytes],
+    by_pod: Callable[[], tuple[dict[str, list[int]], dict[str, list[int]]]],
+    kind: int,
+    selector: Any,
+) -> tuple[Sequence[_Item], Sequence[bytes]]:
+    """The items (and entries) a selector on the pod UID label can match at all, in order:
+    every item when it names no pod UID (the other filters are applied after)."""
+    uid = selector.get(POD_UID_LABEL) if selector else None
+    if uid is None:
+        return items, entries
+    positions = by_pod()[kind].get(uid, [])
+    return [items[i] for i in positions], [entries[i] for i in positions]
+
+
 class _View:
     """The listable items of one population generation plus one malformed setting."""
 
@@ -272,6 +299,7 @@ class _View:
         self.container_entries = container_entries
         self.memo: dict[tuple[str, bytes], bytes] = {}
         self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
+        self._pod_positions: tuple[dict[str, list[int]], dict[str, list[int]]] | None = None
         self._sorted: tuple[list[str], list[str]] | None = None
 
     # The ID indexes are built on first use: plain and state-filtered lists never need them.
@@ -296,6 +324,13 @@ class _View:
             self._sorted = (sorted(self.sandbox_by_id), sorted(self.container_by_id))
         return self._sorted
 
+    def _by_pod(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """Positions of the sandboxes and containers of each pod UID label, in list order
+        (built on first use: a relist of one pod then costs that pod, not the node)."""
+        if self._pod_positions is None:
+            self._pod_positions = (_positions(self.sandboxes), _positions(self.containers))
+        return self._pod_positions
+
     def resolve_sandbox(self, wanted: str) -> str | None:
         return _resolve(self._sorted_ids()[0], self.sandbox_by_id, wanted)
 
@@ -303,9 +338,12 @@ class _View:
         return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
 
     def list_sandboxes(self, f: pb.PodSandboxFilter) -> bytes:
+        items, entries = _narrowed(
+            self.sandboxes, self.sandbox_entries, self._by_pod, 0, f.label_selector
+        )
         return _listed(
-            self.sandboxes,
-            self.sandbox_entries,
+            items,
+            entries,
             (self.resolve_sandbox(f.id) or f.id) if f.id else "",
             state=int(f.state.state) if f.HasField("state") else None,
             selector=dict(f.label_selector),
@@ -315,9 +353,12 @@ class _View:
         wanted_sandbox = (
             (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
         )
+        items, entries = _narrowed(
+            self.containers, self.container_entries, self._by_pod, 1, f.label_selector
+        )
         return _listed(
-            self.containers,
-            self.container_entries,
+            items,
+            entries,
             (self.resolve_container(f.id) or f.id) if f.id else "",
             state=int(f.state.state) if f.HasField("state") else None,
             selector=dict(f.label_selector),
