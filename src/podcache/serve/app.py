@@ -28,18 +28,12 @@ import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache.pids import AsyncPodProbe, LookupResult, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
-from podcache.procs import (
-    AsyncPodProbe,
-    LookupResult,
-    ProcFormatError,
-    UnknownIDs,
-    alookup_pod,
-    async_probe,
-)
+from podcache.procs import ProcFormatError
 from podcache.serve.auth import BearerAuth
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -892,7 +886,7 @@ class _AllPods:
 
 
 class _AllPodsProbe(_AllPods):
-    """``_AllPods`` over a getter that can list one pod (``procs.async_probe``): the all view's
+    """``_AllPods`` over a getter that can list one pod (``cache.pids.async_probe``): the all view's
     ``/pids`` lookups ask the runtime about one container too, never the node."""
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:

@@ -46,7 +46,7 @@ class Metrics:
         self.watchers: WatchCounters | None = None
         """The watch streams' counters, when the application has streams."""
         self.pid_lookups: dict[str, int] = {}
-        """``/pids/{pid}`` lookups by outcome (``podcache.procs.PodLookup.OUTCOMES``, and
+        """``/pids/{pid}`` lookups by outcome (``podcache.cache.pids.PodLookup.OUTCOMES``, and
         ``error`` when the runtime failed)."""
         self.pid_lookup_probes = 0
         """Lookups that asked the runtime about their one container (``get_pod``), never
