@@ -33,8 +33,8 @@ from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
-from podcache.procs import ProcFormatError
 from podcache.serve.auth import BearerAuth
+from podcache.serve.failures import RETRY, failure_of
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
 from podcache.serve.openapi import document
@@ -95,7 +95,6 @@ _REPEATABLE = frozenset({"label"})
 _METHODS = frozenset({"GET", "HEAD"})
 _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
-_RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 _STALE = ("x-podcache-stale", "true")
 
@@ -521,14 +520,8 @@ class App:
                 target = min(need - (self._wall() - now), now)
                 await cache.force_update_if_older(target, timeout=self._wait)
             pods = await cache.get_pods(timeout=self._wait)
-        except PodcacheError as exc:
-            raise HTTPError(503, str(exc), headers=_RETRY) from exc
-        except TimeoutError as exc:
-            raise HTTPError(
-                503,
-                str(exc) or f"the container runtime did not answer within {self._wait:g} s",
-                headers=_RETRY,
-            ) from exc
+        except (PodcacheError, TimeoutError) as exc:  # what the cache raises (§3 rules 3, 8)
+            raise failure_of(type(exc)).http_error(exc, wait=self._wait) from exc
         view = self._view(pods)
         return view, self._stale_for(view, arrival)
 
@@ -727,27 +720,14 @@ class App:
                 probe=self._probe,
                 unknown=self._unknown,
             )
-        except ProcessLookupError:
-            self.metrics.count_pid_lookup("no_process", False)
-            raise HTTPError(
-                404, f"no process {pid} (in {self._proc_root})", extra={"reason": "no_process"}
-            ) from None
-        except ProcFormatError as exc:  # before PodcacheError, which it also is
-            raise self._unreadable(pid, exc) from exc
-        except (PodcacheError, TimeoutError) as exc:
-            self.metrics.count_pid_lookup("error", False)
-            raise HTTPError(
-                503, str(exc) or "the container runtime did not answer", headers=_RETRY
+        except (PodcacheError, OSError) as exc:  # the cache's, and /proc's (TimeoutError too)
+            failure = failure_of(type(exc))
+            self.metrics.count_pid_lookup(failure.miss or "error", False)
+            raise failure.http_error(
+                exc, subject=f"process {pid}", proc_root=self._proc_root
             ) from exc
-        except OSError as exc:
-            raise self._unreadable(pid, exc) from exc
         self.metrics.count_pid_lookup(result.outcome, result.refreshed, result.probed)
         return result
-
-    def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
-        """A process whose /proc files cannot be read or parsed: counted, and a 503."""
-        self.metrics.count_pid_lookup("error", False)
-        return HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY)
 
     def _healthz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
         response = Response(200, [("content-type", JSON)], _HEALTHY)
@@ -769,7 +749,7 @@ class App:
                 503,
                 "not ready: serving a stale snapshot, the last runtime call failed"
                 + ("" if error is None else f" ({error})"),
-                headers=[*_RETRY, _STALE],
+                headers=[RETRY, _STALE],
             )
         return self._from_answer(
             view, Answer("/readyz", 200, view.ready_head(), etag=False), headers
