@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import enum
 import operator
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
 
 import msgspec
@@ -32,6 +32,7 @@ __all__ = [
     "ContainerState",
     "Pod",
     "PodList",
+    "derive",
     "pods_by_uid",
     "with_revision",
 ]
@@ -348,6 +349,10 @@ class PodList(Sequence[Pod]):
         """The pod named ``name_namespace``; the newest wins, like the kubelet."""
         return self._idx().by_full_name.get(full_name)
 
+    def by_exact_id(self, ident: str) -> tuple[Pod, Container] | None:
+        """The pod and container (or sandbox) with exactly this bare ID; no prefix matching."""
+        return self._idx().find(ident)
+
     def by_container_id(self, id_or_prefix: str) -> tuple[Pod, Container] | None:
         """The pod and container (or sandbox) for a full ``type://id``, a bare ID or a prefix.
 
@@ -415,6 +420,65 @@ class ContainerEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     pod_sandbox_id: str = ""
     created_at: int = 0
     pod_uid: str = ""
+
+
+def _ids(pod: Pod) -> list[str]:
+    return [item.id.id for item in (*pod.sandboxes, *pod.containers)]
+
+
+def _swap(
+    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod]
+) -> dict[str, Pod] | None:
+    """``table`` with the keys of ``old`` (which must map to their pod) replaced by ``new``'s
+    (which must be free, or held by the pod replaced); None when either does not hold (a key
+    held twice: the table is built again on first use)."""
+    if table is None:
+        return None
+    for key, pod in old.items():
+        if table.get(key) is not pod:
+            return None
+    table = table.copy()
+    for key in old:
+        del table[key]
+    for key in new:
+        if key in table:
+            return None
+    table.update(new)
+    return table
+
+
+def _keys(pod: Pod | None, key: Callable[[Pod], list[str]]) -> dict[str, Pod]:
+    return {} if pod is None else dict.fromkeys(key(pod), pod)
+
+
+def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | None) -> PodList:
+    """A PodList of ``items``: ``pods``'s with ``was`` replaced by ``pod`` (either None). The
+    tables ``pods`` already built are carried over with that one pod's keys changed: a copy of
+    each table (C speed, no pod read) instead of a rebuild that reads every pod."""
+    derived = PodList(items)
+    index = pods._index
+    if index is None:
+        return derived
+    new = _Index(items)
+
+    def uid(each: Pod) -> list[str]:
+        return [each.id]
+
+    def full_name(each: Pod) -> list[str]:
+        return [f"{each.name}_{each.namespace}"]
+
+    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid))
+    new._by_full_name = _swap(index._by_full_name, _keys(was, full_name), _keys(pod, full_name))
+    new._by_id = _swap(index._by_id, _keys(was, _ids), _keys(pod, _ids))
+    if new._by_id is not None and index._sorted_ids is not None:
+        ids = index._sorted_ids.copy()
+        for key in _keys(was, _ids):
+            del ids[bisect.bisect_left(ids, key)]
+        for key in _keys(pod, _ids):
+            bisect.insort(ids, key)
+        new._sorted_ids = ids
+    _set(derived, "_index", new)
+    return derived
 
 
 def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:

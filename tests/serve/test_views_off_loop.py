@@ -1,5 +1,6 @@
-"""Each snapshot's view is built off the event loop, before the cache publishes the snapshot,
-and reuses the JSON of pods a refresh handed over unchanged (issue 12 section 7)."""
+"""A snapshot's view is built when asked, or off the event loop when its publish changed many
+pods, and reuses the JSON of pods a refresh handed over unchanged (issue 12 section 7; the
+publish hook, docs/architecture.md §3 rule 10)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, PodList
 from podcache.jsonview import pod_to_json
 from podcache.serve import App
+from podcache.serve import app as app_module
 from podcache.serve import snapshot as snapshot_module
 from podcache.serve.snapshot import SnapshotView
 
@@ -50,11 +52,15 @@ def test_view_items_are_the_lists_encoding_and_unchanged_pods_are_not_encoded_ag
     encoded = counting_pod_to_json(monkeypatch)
     kept = [make_pod(n) for n in range(5)]
     first = SnapshotView(PodList(kept), 1.0, 1.0)
+    assert encoded == []  # made, not built: nothing read
+    first.build()
     assert len(encoded) == 5
     changed = make_pod(9)
     pods = PodList([kept[0], changed, kept[2], make_pod(3), kept[4]])  # 3 kept objects
     encoded.clear()
     second = SnapshotView(pods, 2.0, 2.0, previous=first)
+    assert not second.ready
+    second.build()
     assert encoded == [changed, pods[3]]  # a new object is encoded, even with equal content
     items = msgspec.json.encode({"items": [pod_to_json(pod) for pod in pods]})[:-1]
     assert second.items_head.startswith(items + b',"cache_time":')
@@ -78,41 +84,54 @@ def test_a_pod_listed_twice_is_in_the_items_twice() -> None:
     assert [item["id"] for item in document["items"]] == ["uid-1", "uid-1"]
 
 
-async def test_the_app_builds_views_in_a_worker_thread_before_publishing(
+async def test_the_app_builds_big_publishes_views_in_a_worker_thread_small_ones_when_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    built_in: list[threading.Thread] = []
-    original = SnapshotView.__init__
+    built_in: list[tuple[int, threading.Thread]] = []
+    original = SnapshotView.build
 
-    def recording(self: SnapshotView, *args: Any, **kwargs: Any) -> None:
-        built_in.append(threading.current_thread())
-        original(self, *args, **kwargs)
+    def recording(self: SnapshotView) -> None:
+        if not self.ready:
+            built_in.append((len(self.pods), threading.current_thread()))
+        original(self)
 
-    monkeypatch.setattr(SnapshotView, "__init__", recording)
+    monkeypatch.setattr(SnapshotView, "build", recording)
+    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 2)
     runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])
     app = App(runtime, 60.0)
-    for path in ("/pods", "/pods/uid-1", "/containers/00000001", "/readyz", "/pods?fresh=1"):
+    for path in ("/pods", "/pods/uid-1", "/containers/00000001", "/readyz"):
         response = await app.respond("GET", path.split("?")[0], path.partition("?")[2], [])
         assert response.status == 200, response.body
+    runtime.set_pods([make_pod(n) for n in range(4)])  # one pod more: one change
+    response = await app.respond("GET", "/pods", "fresh=1", [])
+    assert response.status == 200 and response.body.count(b'"uid-') == 4
     await app.aclose()
     assert runtime.calls == 2
-    assert len(built_in) == 2  # one view per snapshot, none built by a request
-    assert all(thread is not threading.current_thread() for thread in built_in)
+    loop_thread = threading.current_thread()
+    # 3 changes (> 2): built in a worker thread before any request used it; 1 change: on
+    # first use, on the loop.
+    assert [(size, thread is loop_thread) for size, thread in built_in] == [(3, False), (4, True)]
 
 
-def test_the_same_pods_again_keep_the_etag_without_hashing(
+def test_the_same_pods_again_keep_the_etag_without_encoding_or_hashing_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pods = [make_pod(n) for n in range(4)]
     first = SnapshotView(PodList(pods), 1.0, 1.0)
+    first.build()
+    hashed: list[int] = []
+    blake2b = hashlib.blake2b
 
-    def no_hashing(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("hashed again")
+    def measured(data: bytes, **kwargs: Any) -> Any:
+        hashed.append(len(data))
+        return blake2b(data, **kwargs)
 
-    monkeypatch.setattr(hashlib, "blake2b", no_hashing)
+    monkeypatch.setattr(hashlib, "blake2b", measured)
+    encoded = counting_pod_to_json(monkeypatch)
     again = SnapshotView(PodList(list(pods)), 2.0, 2.0, previous=first)  # a new list, same pods
     assert again.etag == first.etag
     assert again.items_head != first.items_head  # its own cache_time
+    assert encoded == [] and hashed == [8 * len(pods)]  # the pods' digests only
     monkeypatch.undo()
     for changed in (pods[:3], [*pods[:3], make_pod(3)], pods[::-1]):
         view = SnapshotView(PodList(changed), 3.0, 3.0, previous=first)

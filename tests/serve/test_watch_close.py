@@ -78,8 +78,10 @@ def _nothing_left(served: Served, app: App) -> None:
     _eventually(lambda: app.streams.counters.open == 0, "podcache_watchers is not back to 0")
     _eventually(lambda: loop.call(app.cache._core.changes.prune) == 0, "a cursor is left open")
     _eventually(lambda: _close_wait(served.port) == 0, "a server socket is in CLOSE-WAIT")
-    # The broadcast's own watch closes with the last stream too (it holds a cursor as well).
-    assert app.streams.broadcast is not None and app.streams.broadcast._watch is None
+    # The broadcast holds no stream either (parked, or a pass or bookmark due).
+    broadcast = app.streams.broadcast
+    assert broadcast is not None
+    assert not broadcast._parked and broadcast._pass is None and broadcast._timer is None
 
 
 def _connections_in(served: Served, state: State) -> int:

@@ -20,11 +20,15 @@ from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
+from podcache.cache.podrelists import PodRelist
+from podcache.cache.publishing import Hooks, PublishHook
 from podcache.cache.shared import (
     PodGetter,
     check_getter,
     check_timeout,
+    event_pod,
     offers_events,
+    offers_pod,
     with_events,
 )
 from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, RefreshHost, TaskRefresher
@@ -115,6 +119,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._closed = False
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
+        self._hooks = Hooks()
+        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+        self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
+            getattr(getter, "get_pod", None)
+        )
         if events and offers_events(getter):
             endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
             self._subscription = Subscription(endpoint, clock)
@@ -197,6 +206,12 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             unknown=self._unknown,
         )
         return found.process
+
+    def on_publish(self, hook: PublishHook) -> Callable[[], None]:
+        """Call ``hook(publication)`` at every snapshot this cache stores from now on, on the
+        event loop, before anyone is handed that snapshot; returns what removes the hook. The
+        rule a hook keeps is ``podcache.cache.publishing``'s (docs/architecture.md §3 rule 10)."""
+        return self._hooks.add(hook)
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
@@ -314,7 +329,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             error = exc
         now = self._clock()
         queued = self._core.complete(refresh, pods, error, now)
-        self._wake_watchers()
+        self._published()
         self._arm(self._core.arm(now))
         subscription = self._subscription
         if subscription is not None and subscription.refresh_done(error is None) and self._wake:
@@ -325,7 +340,65 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if queued is not None:
             self._spawn(queued)
 
+    def _published(self) -> None:
+        """After the core stored a snapshot: the hooks, then the watches (the publish hook's
+        rule 1; no await in between, so no caller runs before the hooks)."""
+        published = self._core.take_published()
+        if published is not None:
+            self._hooks.run(published)
+        self._wake_watchers()
+
+    # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
+    def _spawn_pod(self, relist: PodRelist | None) -> None:
+        if relist is not None:
+            task = asyncio.get_running_loop().create_task(
+                self._run_pod(relist), name="podcache-pod-relist"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_pod(self, relist: PodRelist) -> None:
+        """Relist one pod, store what came back, start what the core asks for next."""
+        pod = None
+        error: BaseException | None = None
+        getter: Any = self._getter
+        try:
+            if self._pod_is_async:
+                pod = await getter.get_pod(relist.uid, False)
+            else:
+                pod = await asyncio.to_thread(getter.get_pod, relist.uid, False)
+        except (Exception, asyncio.CancelledError) as exc:
+            error = exc
+        now = self._clock()
+        following, full = self._core.pod_complete(relist, pod, error, now)
+        self._published()
+        self._arm(self._core.arm(now))
+        self._spawn_pod(following)
+        if full is not None:
+            self._spawn(full)
+
     # -- the event subscription (task) ---------------------------------------------------------
+    def _event(self, event: object) -> Step:
+        """One event: relist its pod when the getter can and the event names one, else ask
+        for a full listing (``_signal``)."""
+        if not self._relists_pods:
+            return self._signal(Signal.EVENT)
+        assert self._subscription is not None
+        step = self._subscription.on(Signal.EVENT)
+        if step is Step.REFRESH:
+            now = self._clock()
+            uid = event_pod(event, self._core.snapshot[0])
+            if uid is None:
+                full, scheduled = self._core.hint(now)
+                self._subscription.counted_refresh(scheduled)
+            else:
+                relist, full = self._core.pod_hint(uid, now)
+                self._spawn_pod(relist)
+            self._arm(self._core.arm(now))
+            if full is not None:
+                self._spawn(full)
+        return step
+
     def _start_subscriber(self) -> None:
         if self._closed:
             return
@@ -367,15 +440,15 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             if inspect.iscoroutinefunction(stream.open):
                 await stream.open()
                 step = self._signal(Signal.OPENED)
-                async for _ in stream:
-                    step = self._signal(Signal.EVENT)
+                async for event in stream:
+                    step = self._event(event)
                     if step is Step.STOP:
                         return step
             else:  # a thread-side stream (a plain getter): each read in a worker thread
                 await asyncio.to_thread(stream.open)
                 step = self._signal(Signal.OPENED)
-                while await asyncio.to_thread(next, stream, None) is not None:
-                    step = self._signal(Signal.EVENT)
+                while (event := await asyncio.to_thread(next, stream, None)) is not None:
+                    step = self._event(event)
                     if step is Step.STOP:
                         return step
             return Step.STOP if self._closed else self._signal(Signal.FAILED)

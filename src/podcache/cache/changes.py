@@ -271,6 +271,27 @@ class Tracker:
         self._pods = new
         return changes
 
+    def replace(
+        self, new: PodList, was: Pod | None, pod: Pod | None, revision: int
+    ) -> list[PodChange]:
+        """The changes from the last snapshot to ``new``, which is it with ``was`` (the pod its
+        state holds for the UID, or None) replaced by ``pod`` (or None: gone); O(1). Falls
+        back to ``update`` when the last snapshot may hold a UID twice."""
+        if not self._unique or self._pods is None:
+            return self.update(new, revision)
+        self._pods = new
+        if pod is None:
+            if was is None:
+                return []
+            del self.state[was.id]
+            return [PodChange(ChangeType.DELETED, was, revision)]
+        self.state[pod.id] = pod
+        if was is None:
+            return [PodChange(ChangeType.ADDED, pod, revision)]
+        if was == pod:
+            return []
+        return [PodChange(ChangeType.MODIFIED, pod, revision, was)]
+
     def _by_identity(
         self, old: PodList | None, new: PodList, revision: int
     ) -> list[PodChange] | None:
@@ -370,17 +391,29 @@ class ChangeLog:
         return len(self._log)
 
     # -- publishing ----------------------------------------------------------------------------
-    def publish(self, pods: PodList, now: float) -> PodList:
+    def publish(self, pods: PodList, now: float) -> tuple[PodList, list[PodChange]]:
         """Record ``pods`` as the new snapshot (fetched or published at ``now``); returns it
-        numbered with its revision (the same object unless it carried another revision)."""
-        changes = self._tracker.update(pods, self.revision + 1)
+        numbered with its revision (the same object unless it carried another revision), and
+        the changes it brought."""
+        return self._append(pods, self._tracker.update(pods, self.revision + 1), now)
+
+    def publish_pod(
+        self, pods: PodList, was: Pod | None, pod: Pod | None, now: float
+    ) -> tuple[PodList, list[PodChange]]:
+        """Record ``pods``, the last snapshot with ``was`` replaced by ``pod`` (either None),
+        as ``publish`` does, at a cost that does not grow with the node (``Tracker.replace``)."""
+        return self._append(pods, self._tracker.replace(pods, was, pod, self.revision + 1), now)
+
+    def _append(
+        self, pods: PodList, changes: list[PodChange], now: float
+    ) -> tuple[PodList, list[PodChange]]:
         if changes:
             self.revision += 1
             self._log.extend(changes)
             self._at.extend([now] * len(changes))
             self._trim(now)
         self.pods = numbered = with_revision(pods, self.revision)
-        return numbered
+        return numbered, changes
 
     def prune(self) -> int:
         """Forget the cursors closed without ``close`` (abandoned watches); how many are open."""

@@ -48,7 +48,13 @@ Invariants
    successful listing's duration after that listing ended (clock readings). A queued refresh
    always has a way to start (a refresh in flight, or the driver's timer armed for its time).
 7. Every snapshot stored is first published to the change log (``changes``), which numbers it
-   with its revision: callers and watchers see the same numbered PodList.
+   with its revision: callers and watchers see the same numbered PodList. Its ``Publication``
+   waits in ``published`` for the driver, which hands it to the publish hooks before it wakes
+   anyone (``cache.publishing``).
+8. Relists of one pod (``pod_hint``, ``pod_complete``; the rules are ``cache.podrelists``')
+   replace that pod in the snapshot and keep its timestamp, the last full listing's: the
+   freshness rules above hold unchanged, and the timestamp is never newer than any pod's data.
+   A failed one, or a storm of them, asks for a full listing as an event does (``hint``).
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from podcache.cache.changes import HISTORY, HISTORY_AGE, MAX_LAG, ChangeLog
-from podcache.model import PodList
+from podcache.cache.podrelists import PodRelist, PodRelists, merge, replace_pod
+from podcache.cache.publishing import Publication
+from podcache.model import Pod, PodList
 
 __all__ = [
     "EVENT_BUDGET",
@@ -175,6 +183,14 @@ class CacheStats:
     """Refreshes that events (and (re)subscriptions) started or queued."""
     resubscriptions: int = 0
     """Successful event subscriptions after the first (one per runtime restart)."""
+    pod_relists: int = 0
+    """Relists of one pod (events, §7) whose data entered the snapshot or confirmed it."""
+    pod_relists_dropped: int = 0
+    """Relists of one pod that began before the snapshot's data for that pod was fetched."""
+    pod_relist_errors: int = 0
+    """Relists of one pod that failed (each asked for a full listing)."""
+    pod_relist_storms: int = 0
+    """Times more pods were pending than ``podrelists.MAX_PENDING`` (one full listing each)."""
 
 
 class FreshnessCore(Generic[S]):
@@ -228,6 +244,9 @@ class FreshnessCore(Generic[S]):
         )
         self.inflight: Refresh[S] | None = None
         self.queued: Refresh[S] | None = None
+        self.pod_relists = PodRelists()
+        self.published: Publication | None = None
+        """The last snapshot stored, until the driver takes it for the hooks (invariant 7)."""
         self._new_signal = new_signal
         self.hits = 0
         self.misses = 0
@@ -299,9 +318,13 @@ class FreshnessCore(Generic[S]):
             self.last_listing_end = now
             self.last_listing_duration = self.last_duration
             if refresh.started_at >= self.snapshot[1]:
-                pods = self.changes.publish(pods, now)
+                kept = self.pod_relists.after_listing(refresh.started_at)
+                pods, changes = self.changes.publish(merge(pods, kept) if kept else pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
                 self.snapshot = (pods, refresh.started_at, until)
+                self.published = Publication(
+                    pods, pods.revision, tuple(changes), refresh.started_at
+                )
             refresh.pods = pods
         else:
             refresh.error = error
@@ -378,6 +401,10 @@ class FreshnessCore(Generic[S]):
             last_refresh_duration=self.last_duration,
             age=None if timestamp == NEVER else now - timestamp,
             in_flight=self.inflight is not None,
+            pod_relists=self.pod_relists.completed,
+            pod_relists_dropped=self.pod_relists.dropped,
+            pod_relist_errors=self.pod_relists.failed,
+            pod_relist_storms=self.pod_relists.storms,
         )
 
     @property
@@ -417,6 +444,58 @@ class FreshnessCore(Generic[S]):
             queued = self.queued = self._new_refresh()
         queued.hinted = True
         return self._start_queued(now), scheduled
+
+    def take_published(self) -> Publication | None:
+        """The publication stored since the last call, for the driver's hooks (invariant 7)."""
+        published, self.published = self.published, None
+        return published
+
+    # -- relists of one pod (invariant 8) -------------------------------------------------
+    def pod_hint(self, uid: str, now: float) -> tuple[PodRelist | None, Refresh[S] | None]:
+        """An event for pod ``uid`` at ``now``: ``(relist to start, full refresh to start)``.
+
+        An empty cache needs nothing (its first reader lists the node). A storm (more pods
+        pending than ``podrelists.MAX_PENDING``) asks for a full listing instead, as an event
+        without a pod does (``hint``: the driver arms its timer after)."""
+        if self.snapshot[0] is None:
+            return None, None
+        relists = self.pod_relists
+        relist = relists.hint(uid, now)
+        if relists.storm:
+            relists.storm = False
+            return relist, self.hint(now)[0]
+        return relist, None
+
+    def pod_complete(
+        self, relist: PodRelist, pod: Pod | None, error: BaseException | None, now: float
+    ) -> tuple[PodRelist | None, Refresh[S] | None]:
+        """Record how ``relist`` ended: its pod enters the snapshot (``published`` is set) unless
+        its data is older than the snapshot's for that pod; a failure asks for a full listing.
+        Returns ``(relist to start next, full refresh to start)``."""
+        relists = self.pod_relists
+        full: Refresh[S] | None = None
+        if error is not None:
+            relists.failed += 1
+            full = self.hint(now)[0]
+        elif relists.keeps(relist, self.snapshot[1]):
+            self._store_pod(relist, pod, now)
+        return relists.finish(relist, now), full
+
+    def _store_pod(self, relist: PodRelist, pod: Pod | None, now: float) -> None:
+        current, timestamp, until = self.snapshot
+        assert current is not None
+        relists = self.pod_relists
+        was = current.by_uid(relist.uid)  # the very object (tables carried by derive)
+        if was is not None and pod is not None and was == pod:
+            relists.record(relist, was)  # unchanged: the same object stays (identity diffs)
+            return
+        if was is None and pod is None:
+            relists.record(relist, None)
+            return
+        pods, changes = self.changes.publish_pod(replace_pod(current, was, pod), was, pod, now)
+        self.snapshot = (pods, timestamp, until)
+        relists.record(relist, pod)
+        self.published = Publication(pods, pods.revision, tuple(changes), timestamp, relist.uid)
 
     # -- internals -----------------------------------------------------------------------
     def _new_refresh(self) -> Refresh[S]:

@@ -20,7 +20,9 @@ __all__ = [
     "PodGetter",
     "check_getter",
     "check_timeout",
+    "event_pod",
     "offers_events",
+    "offers_pod",
     "with_events",
 ]
 
@@ -42,6 +44,30 @@ class EventStream(Protocol):
 def offers_events(getter: object) -> bool:
     """Whether the getter has a ``container_events()`` the cache can subscribe to."""
     return callable(getattr(getter, "container_events", None))
+
+
+def offers_pod(getter: object) -> bool:
+    """Whether the getter can relist one pod (``get_pod(uid, all)``): then events relist the
+    pod they name, not the node (docs/architecture.md §7)."""
+    return callable(getattr(getter, "get_pod", None))
+
+
+def event_pod(event: object, pods: PodList | None) -> str | None:
+    """The UID of the pod ``event`` is about: the one the runtime sent with it, else the pod
+    ``pods`` lists for its container or sandbox ID; None when neither says (the node is
+    relisted). The lookup builds the snapshot's ID table once per snapshot at most; the CRI
+    runtimes with events (containerd 1.7, 2.x) send the UID with every event."""
+    if not isinstance(event, ContainerEvent):
+        return None
+    if event.pod_uid:
+        return event.pod_uid
+    if pods is None:
+        return None
+    for ident in (event.container_id, event.pod_sandbox_id):
+        found = pods.by_exact_id(ident) if ident else None
+        if found is not None:
+            return found[0].id
+    return None
 
 
 def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:

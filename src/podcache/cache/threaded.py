@@ -19,12 +19,16 @@ from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.events import Signal, Step, Subscription, failure, log
 from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
+from podcache.cache.podrelists import PodRelist
+from podcache.cache.publishing import Hooks, PublishHook
 from podcache.cache.shared import (
     EventStream,
     PodGetter,
     check_getter,
     check_timeout,
+    event_pod,
     offers_events,
+    offers_pod,
     with_events,
 )
 from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, WatchHost
@@ -211,6 +215,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._nowait = hit_path.get_pods_nowait
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = sync_probe(getter)  # pod_of_pid's way to ask about one container
+        self._hooks = Hooks()
+        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -280,6 +286,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
             probe=self._probe,
             unknown=self._unknown,
         ).process
+
+    def on_publish(self, hook: PublishHook) -> Callable[[], None]:
+        """Call ``hook(publication)`` at every snapshot this cache stores from now on, under
+        its lock, before anyone is handed that snapshot; returns what removes the hook. The
+        rule a hook keeps is ``podcache.cache.publishing``'s (docs/architecture.md §3 rule 10)."""
+        with self._lock:
+            return self._hooks.add(hook)
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
@@ -414,10 +427,9 @@ class RuntimeCache(CoreReadings[threading.Event]):
             now = self._clock()
             queued = self._core.complete(refresh, pods, error, now)
             delay = self._core.arm(now)
-            self._publish(self._core.snapshot)
+            self._published()
             if self._subscription is not None and self._subscription.refresh_done(error is None):
                 self._wake.set()  # the runtime is back: ask it for events again now
-            self._changed.notify_all()
         refresh.signal.set()
         self._arm(delay)
         if queued is not None:
@@ -425,7 +437,68 @@ class RuntimeCache(CoreReadings[threading.Event]):
         if error is not None and not isinstance(error, Exception):
             raise error
 
+    def _published(self) -> None:
+        """Under the lock, after the core stored a snapshot: the hooks, then the hit path and
+        the watches (the publish hook's rule 1)."""
+        published = self._core.take_published()
+        if published is not None:
+            self._hooks.run(published)
+        self._publish(self._core.snapshot)
+        self._changed.notify_all()
+
+    # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
+    def _spawn_pod(self, relist: PodRelist | None) -> None:
+        if relist is not None:
+            threading.Thread(
+                target=self._run_pod, args=(relist,), name="podcache-pod-relist", daemon=True
+            ).start()
+
+    def _run_pod(self, relist: PodRelist) -> None:
+        """Relist one pod, store what came back, start what the core asks for next."""
+        pod = None
+        error: BaseException | None = None
+        try:
+            pod = self._getter.get_pod(relist.uid, False)  # type: ignore[attr-defined]
+        except BaseException as exc:  # a failure asks for a full listing, even ^C
+            error = exc
+        with self._lock:
+            now = self._clock()
+            following, full = self._core.pod_complete(relist, pod, error, now)
+            delay = self._core.arm(now)
+            self._published()
+        self._arm(delay)
+        self._spawn_pod(following)
+        if full is not None:
+            self._spawn(full)
+        if error is not None and not isinstance(error, Exception):
+            raise error
+
     # -- the event subscription (thread) -------------------------------------------------------
+    def _event(self, event: object) -> Step:
+        """One event: relist its pod when the getter can and the event names one, else ask
+        for a full listing (``_signal``)."""
+        if not self._relists_pods:
+            return self._signal(Signal.EVENT)
+        assert self._subscription is not None
+        relist = full = None
+        delay = None
+        with self._lock:
+            step = self._subscription.on(Signal.EVENT)
+            if step is Step.REFRESH:
+                now = self._clock()
+                uid = event_pod(event, self._core.snapshot[0])
+                if uid is None:
+                    full, scheduled = self._core.hint(now)
+                    self._subscription.counted_refresh(scheduled)
+                else:
+                    relist, full = self._core.pod_hint(uid, now)
+                delay = self._core.arm(now)
+        self._arm(delay)
+        self._spawn_pod(relist)
+        if full is not None:
+            self._spawn(full)
+        return step
+
     def _signal(self, signal: Signal) -> Step:
         """Tell the subscription what happened; start the refresh it asks for."""
         assert self._subscription is not None
@@ -466,8 +539,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
                 return Step.STOP
             stream.open()
             step = self._signal(Signal.OPENED)
-            for _ in stream:
-                step = self._signal(Signal.EVENT)
+            for event in stream:
+                step = self._event(event)
                 if step is Step.STOP:
                     return step
             log.debug("container event stream ended")

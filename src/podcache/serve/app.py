@@ -16,7 +16,7 @@ startup, sockets and signals live in ``server``."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import collections
 import hashlib
 import logging
 import time
@@ -30,11 +30,13 @@ import msgspec
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
 from podcache.cache.pids import AsyncPodProbe, LookupResult, UnknownIDs, alookup_pod, async_probe
+from podcache.cache.publishing import Publication
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
 from podcache.serve.auth import BearerAuth
+from podcache.serve.calltimer import CallTimer, timed
 from podcache.serve.failures import RETRY, failure_of
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
@@ -59,7 +61,6 @@ from podcache.serve.query import (
 )
 from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import Answer, SnapshotView
-from podcache.serve.watch import RuntimeWatch
 from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
 
 __all__ = [
@@ -81,6 +82,14 @@ DEFAULT_MIN_REFRESH_INTERVAL = 0.1
 DEFAULT_MAX_STALE = 30.0
 """Seconds past its period the last good snapshot is served (marked stale) while the runtime
 fails; requests that ask for newer data get 503 meanwhile."""
+
+BUILD_OFF_LOOP = 64
+"""A publish that changed more pods than this has its view built in a worker thread (encoding
+a pod takes ~16 us: more would hold the loop over a millisecond); fewer, on first use."""
+
+RECENT_VIEWS = 16
+"""Views of past publications kept, so a request that got its pods before newer ones were
+published still answers from its own snapshot (and says whether that was stale)."""
 
 ALL_REVISIONS_FROM = 2**52
 """Where the ``?all=1`` view numbers its revisions from (plus ms since the epoch at its start,
@@ -189,28 +198,39 @@ class App:
         self._auth = auth
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
-        self.watch = RuntimeWatch(getter, clock=clock, on_call=self.metrics.observe_refresh)
+        self.calls: CallTimer = timed(
+            getter,
+            clock=clock,
+            on_call=self.metrics.observe_refresh,
+            on_pod_call=self.metrics.observe_pod_relist,
+        )
         period = (
             cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
         )
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
-        only thing kept between requests; replaced with its snapshot)."""
+        only thing kept between requests; replaced at each publish)."""
+        self._building: tuple[SnapshotView, asyncio.Future[None]] | None = None
+        """The view being built in a worker thread, and that build."""
+        self._recent: collections.deque[SnapshotView] = collections.deque(maxlen=RECENT_VIEWS)
+        """The views of the last publications, newest last (``_view``)."""
         self.cache = AsyncRuntimeCache(
-            _Prepared(self.watch, self._prepare, self._offer),
+            self.calls,
             cache_period,
             clock=clock,
             stats=True,
             min_refresh_interval=min_refresh_interval,
             max_stale=max_stale,
             refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
-            # when the runtime getter has container_events (watch and _Prepared pass them on)
+            # when the runtime getter has container_events (the call timer passes them on)
             events=events and offers_events(getter),
             # Revisions start from the clock (ms): a since from before a restart is then
             # always older than this process's first revision (410), never one it reuses.
             first_revision=(int(wall() * 1000) if first_revision is None else first_revision)
             + (ALL_REVISIONS_FROM if all_pods else 0),
         )
+        # The one way a snapshot reaches serve: its view, the metrics' pods, the broadcast.
+        self.cache.on_publish(self._published)
         self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
         self.metrics.watchers = self.streams.counters
         openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
@@ -301,7 +321,9 @@ class App:
                 if not looked:
                     pods = self.cache.get_pods_nowait()
                 if pods is not None:
-                    return self._finish(plan, self._view(pods))  # fresh: from get_pods_nowait
+                    view = self._view(pods)  # fresh: from get_pods_nowait
+                    if not self._building_now(view):
+                        return self._finish(plan, view)
         return self._answer_later(plan, method, path)
 
     async def respond(
@@ -328,6 +350,7 @@ class App:
                     return response
                 case FromSnapshot():
                     view, stale = await self._snapshot(plan.need)
+                    await self._ready(view)
                 case _:
                     assert_never(plan)
         except HTTPError as error:
@@ -439,7 +462,8 @@ class App:
             assert self._make_all_view is not None
             view = self._all_view = self._make_all_view()
             view.metrics = self.metrics
-            view.watch.on_call = self.metrics.observe_refresh
+            view.calls.on_call = self.metrics.observe_refresh
+            view.calls.on_pod_call = self.metrics.observe_pod_relist
             view.streams.counters = self.streams.counters
         return view
 
@@ -520,44 +544,50 @@ class App:
         (the cache clock): only ``max_stale`` serves that, standing in for a failed runtime."""
         return arrival - view.monotonic > self.cache.cache_period
 
-    def _prepare(self, pods: PodList) -> SnapshotView:
-        """In a worker thread, before the cache publishes ``pods``: its JSON, ETag and lookup
-        tables, so no request builds them on the event loop."""
-        monotonic, wall = self._stamp(pods)
-        view = SnapshotView(pods, monotonic, wall, previous=self.memo)
-        pods.by_uid("")
-        pods.by_full_name("")
-        with contextlib.suppress(LookupError, ValueError):
-            pods.by_container_id("0000")  # the ID table and the sorted IDs for prefixes
-        return view
+    def _published(self, publication: Publication) -> None:
+        """The cache's publish hook (on the loop, before anyone is handed the snapshot): the
+        view of the new snapshot becomes the memo. Making it reads no pod; a publish that
+        changed more than ``BUILD_OFF_LOOP`` pods has it built in a worker thread, and
+        requests that need it meanwhile wait for that build (``_ready``)."""
+        now = self._clock()
+        timestamp = publication.timestamp
+        view = SnapshotView(
+            publication.pods, timestamp, timestamp + (self._wall() - now), previous=self.memo
+        )
+        self.memo = view
+        self._recent.append(view)
+        self._building = None
+        if len(publication.changes) > BUILD_OFF_LOOP:
+            self._building = (view, asyncio.ensure_future(asyncio.to_thread(_build, view)))
 
-    def _offer(self, view: SnapshotView) -> None:
-        """Make ``view`` (built ahead of its first request) the memo, unless a newer one is."""
-        memo = self.memo
-        if memo is None or view.monotonic >= memo.monotonic:
-            self.memo = view
+    async def _ready(self, view: SnapshotView) -> None:
+        """Wait for ``view``'s build in a worker thread, when one runs."""
+        building = self._building
+        if not view.ready and building is not None and building[0] is view:
+            await asyncio.shield(building[1])
+
+    def _building_now(self, view: SnapshotView) -> bool:
+        """Whether ``view`` is being built in a worker thread (answers from it then wait)."""
+        building = self._building
+        return not view.ready and building is not None and building[0] is view
 
     def _view(self, pods: PodList) -> SnapshotView:
-        """The view of ``pods``: the memo's when it is that snapshot's, else a new one, which
-        becomes the memo unless it is older (a slow caller's PodList)."""
+        """The view of ``pods``, or of a newer snapshot: the memo when it holds them, else the
+        view of one of the last publications that does (a request that got its pods before
+        newer ones were published answers from its own: its staleness is its own), else the
+        memo (newer pods); a view of ``pods`` alone before any publish."""
         memo = self.memo
-        if memo is not None and memo.pods is pods:
+        if memo is not None:
+            if memo.pods is pods:
+                return memo
+            for view in self._recent:
+                if view.pods is pods:
+                    return view
             return memo
-        monotonic, wall = self._stamp(pods)
-        view = SnapshotView(pods, monotonic, wall, previous=memo)
-        if memo is None or monotonic >= memo.monotonic:
-            self.memo = view
-        return view
-
-    def _stamp(self, pods: PodList) -> tuple[float, float]:
-        """The snapshot's time on the cache's clock and as unix time."""
-        fetched = self.watch.fetched_at(pods)
-        if fetched is None:
-            fetched = self.cache.cache_time
         now = self._clock()
-        if fetched is None:
-            fetched = now
-        return fetched, fetched + (self._wall() - now)
+        fetched = self.cache.cache_time
+        fetched = now if fetched is None else fetched
+        return SnapshotView(pods, fetched, fetched + (self._wall() - now))
 
     def _from_answer(
         self, view: SnapshotView, answer: Answer, headers: dict[str, str], *, stale: bool = False
@@ -603,7 +633,8 @@ class App:
         return self.cache.stats()
 
     def _latest(self) -> PodList | None:
-        return self.watch.latest
+        memo = self.memo
+        return None if memo is None else memo.pods
 
     # -- handlers: an answer now, or how to build one from a snapshot -----------------------
     def _pods(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
@@ -734,7 +765,7 @@ class App:
         on the request's staleness, not on the snapshot alone)."""
         view, stale = await self._snapshot(need)
         if stale:
-            error = self.watch.last_error
+            error = self.calls.last_error
             raise HTTPError(
                 503,
                 "not ready: serving a stale snapshot, the last runtime call failed"
@@ -834,28 +865,8 @@ def _all_pods_getter(getter: AsyncPodGetter) -> _AllPods:
     return _AllPods(getter) if async_probe(getter) is None else _AllPodsProbe(getter)
 
 
-class _Prepared:
-    """The getter the cache calls: ``watch``'s pods, with ``prepare(pods)`` run in a worker
-    thread before they are returned (the view it builds is offered to the app's memo)."""
-
-    def __init__(
-        self,
-        watch: RuntimeWatch,
-        prepare: Callable[[PodList], SnapshotView],
-        offer: Callable[[SnapshotView], None],
-    ) -> None:
-        self._watch = watch
-        self._prepare = prepare
-        self._offer = offer
-
-    async def get_pods(self, all: bool) -> PodList:
-        pods = await self._watch.get_pods(all)
-        self._offer(await asyncio.to_thread(self._prepare, pods))
-        return pods
-
-    def container_events(self) -> Any:
-        """The runtime's event stream, through the watch."""
-        return self._watch.container_events()
+def _build(view: SnapshotView) -> None:
+    view.build()
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

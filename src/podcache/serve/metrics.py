@@ -60,11 +60,21 @@ class Metrics:
             registry=self.registry,
             buckets=_BUCKETS,
         )
+        self._pod_relist_duration = Histogram(
+            "podcache_pod_relist_duration_seconds",
+            "Duration of runtime calls made to relist one pod after its event (successful or not).",
+            registry=self.registry,
+            buckets=_BUCKETS,
+        )
         self.registry.register(_Collector(self, stats, latest))
 
     def observe_refresh(self, seconds: float, ok: bool) -> None:
-        """Record one runtime call (``RuntimeWatch.on_call``)."""
+        """Record one listing of the node (``CallTimer.on_call``)."""
         self._refresh_duration.observe(seconds)
+
+    def observe_pod_relist(self, seconds: float, ok: bool) -> None:
+        """Record one relist of one pod (``CallTimer.on_pod_call``)."""
+        self._pod_relist_duration.observe(seconds)
 
     def count(self, route: str, status: int) -> None:
         """Record one answered request."""
@@ -120,6 +130,27 @@ _CACHE_COUNTERS = (
         "podcache_event_refreshes",
         "event_refreshes",
         "Cache refreshes started or queued by events and (re)subscriptions.",
+    ),
+    (
+        "podcache_full_relists",
+        "refreshes",
+        "Successful listings of the whole node (the period, readers, (re)subscriptions, "
+        "events that name no pod).",
+    ),
+    (
+        "podcache_pod_relists",
+        "pod_relists",
+        "Successful relists of one pod after its event (its data entered the snapshot).",
+    ),
+    (
+        "podcache_pod_relists_dropped",
+        "pod_relists_dropped",
+        "Relists of one pod dropped: they began before the snapshot's data for the pod.",
+    ),
+    (
+        "podcache_pod_relist_errors",
+        "pod_relist_errors",
+        "Relists of one pod that failed (each asked for a full relist).",
     ),
     (
         "podcache_event_resubscriptions",

@@ -31,8 +31,8 @@ Delivery: the broadcast
 The per-stream path is the stream's own iterator: the HTTP server's task asks it for a chunk,
 it waits in its watch for a publish, reads, encodes and returns. With a thousand streams a
 publish would wake a thousand tasks. So (``WatchStreams(broadcast=True)``, the default) a
-stream with nothing to send *parks* in the ``_Broadcast`` instead, which follows the cache
-with one watch of its own; after each publish one pass over the parked streams reads each
+stream with nothing to send *parks* in the ``_Broadcast`` instead, which the cache's publish
+hook tells of each publish; after it one pass over the parked streams reads each
 stream's cursor (``AsyncPodWatch.read_nowait``, no waiting), encodes the chunk for that
 range of the log and that filter once (its lines, then the bookmark: exactly the chunk the
 iterator would return), and writes it through the sink the server attached
@@ -282,46 +282,53 @@ _Encoded = tuple[bytes, int]  # a chunk and the change lines in it
 
 class _Broadcast:
     """Writes each publish's chunk to every parked stream in one pass; see the module
-    docstring for the rule. One watch of its own tells it of publishes (and counts as a
-    watcher: the cache keeps refreshing while streams are open, as each stream's does)."""
+    docstring for the rule. The cache's publish hook tells it of publishes (``published``):
+    a burst of publishes in one turn of the loop is one pass."""
 
     def __init__(self, streams: WatchStreams) -> None:
         self._streams = streams
         # Weak: a stream dropped unclosed (its connection lost before the answer was sent)
-        # is collected, and the broadcast's watch closes at the next publish without it.
+        # is collected.
         self._members: weakref.WeakSet[_Stream] = weakref.WeakSet()
         self._parked: dict[_Stream, asyncio.Future[None]] = {}
         """Streams whose iterator waits for the broadcast (``park``), and what wakes it."""
-        self._watch: AsyncPodWatch | None = None  # its own, while it has members
+        self._pass: asyncio.Handle | None = None  # the pass due after the last publish
         self._timer: asyncio.TimerHandle | None = None  # the next bookmark due
         self._timer_at = math.inf
 
     def join(self, stream: _Stream) -> None:
-        """A stream opened; the first one starts the broadcast's watch."""
+        """A stream opened."""
         self._members.add(stream)
-        if self._watch is None:
-            self._watch = watch = self._streams.cache.watch(stream.watch.revision)
-            task = asyncio.get_running_loop().create_task(
-                self._follow(watch), name="podcache-watch-broadcast"
-            )
-            _TASKS.add(task)  # a reference until it is done (the loop keeps a weak one)
-            task.add_done_callback(_TASKS.discard)
 
     def leave(self, stream: _Stream) -> None:
-        """A stream closed; with the last one the broadcast's watch closes."""
+        """A stream closed; with the last one the bookmark timer stops."""
         self._members.discard(stream)
         self._wake(stream)
         if not self._members:
             self._stop()
 
     def _stop(self) -> None:
-        """No stream left: close the broadcast's watch (its task ends) and the timer."""
-        if self._watch is not None:
-            self._watch.close()
-            self._watch = None
+        """No stream left: nothing to broadcast, no bookmark due."""
+        if self._pass is not None:
+            self._pass.cancel()
+            self._pass = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer, self._timer_at = None, math.inf
+
+    def published(self) -> None:
+        """The cache published (its hook, on the loop): one pass soon, after the publishes
+        of this turn of the loop (the hook's rule: a hook only schedules)."""
+        if self._pass is None and self._parked:
+            self._pass = asyncio.get_running_loop().call_soon(self._run_pass)
+
+    def _run_pass(self) -> None:
+        self._pass = None
+        try:
+            self.send_batches()
+        except Exception:
+            log.exception("the watch broadcast failed; each stream sends its own")
+            self._wake_all()
 
     async def park(self, stream: _Stream) -> None:
         """Wait until the broadcast hands ``stream`` back to its iterator."""
@@ -344,26 +351,6 @@ class _Broadcast:
     def _wake_all(self) -> None:
         for stream in list(self._parked):
             self._wake(stream)
-
-    async def _follow(self, watch: AsyncPodWatch) -> None:
-        """Broadcast after every publish of the cache, while ``watch`` is the current one."""
-        while self._watch is watch:
-            try:
-                published = bool(await watch.next_batch())
-            except ResyncRequiredError as error:
-                # One publish brought more than max_lag changes: follow on from the current
-                # revision; the pass finds each parked stream that must resync.
-                published = self._watch is watch
-                if published:
-                    self._watch = watch = self._streams.cache.watch(error.revision)
-            if not self._members:
-                self._stop()
-            elif published:
-                try:
-                    self.send_batches()
-                except Exception:
-                    log.exception("the watch broadcast failed; each stream sends its own")
-                    self._wake_all()
 
     def send_batches(self) -> None:
         """The broadcast pass: each parked stream's unread changes, encoded once per range of
@@ -432,9 +419,6 @@ class _Broadcast:
             self._arm(following)
 
 
-_TASKS: set[asyncio.Task[None]] = set()
-
-
 class WatchStreams:
     """Opens the streams of one application's cache and counts them. ``broadcast`` (True by
     default): publishes reach parked streams in one pass (``_Broadcast``); False: every stream
@@ -458,6 +442,9 @@ class WatchStreams:
         self._wait = wait
         self.counters = WatchCounters()
         self.broadcast = _Broadcast(self) if broadcast else None
+        if self.broadcast is not None:
+            broadcast_ = self.broadcast
+            cache.on_publish(lambda publication: broadcast_.published())
         self._memo: dict[int, tuple[PodChange, bytes]] = {}
         self._first: tuple[int, bytes] | None = None  # the unfiltered first chunk, by revision
         self._listing_size = 0  # bytes of the last unfiltered first chunk built

@@ -1,0 +1,182 @@
+"""Relists of one pod: which to start, which to drop, and how a pod enters a snapshot; no I/O.
+
+The freshness core owns one ``PodRelists`` and asks it, under the driver's mutual exclusion,
+what an event for a pod starts and what a finished relist does (docs/architecture.md §7, rules
+12-15). The rules, from the inside:
+
+Invariants
+----------
+1. For each pod at most one relist is in flight and at most one more is pending (queued
+   behind it, or waiting for a slot); at most ``MAX_IN_FLIGHT`` are in flight in all.
+2. ``fetched[uid]`` is when the snapshot's data for a pod relisted after the last full listing
+   began was fetched (the relist's start), with that data; a pod not in it was fetched by the
+   last full listing, at the snapshot's timestamp. A relist that began before its pod's data
+   was fetched is dropped: a pod's data never goes back in time.
+3. A full listing that began at ``T`` keeps every pod relisted after ``T`` (``merge``): the
+   relist's data is newer than the listing's for that pod. Entries from before ``T`` are
+   forgotten, so ``fetched`` never holds more than the pods relisted in one listing's time.
+4. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
+   full listing is asked for instead (the relists in flight finish).
+
+Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
+the tuple of pointers (C speed: no pod is read); a full listing O(relisted) on top of its own
+O(n). Nothing here walks the pods per change.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from podcache.model import Pod, PodList, derive
+
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "MAX_PENDING",
+    "PodRelist",
+    "PodRelists",
+    "merge",
+    "replace_pod",
+]
+
+MAX_IN_FLIGHT = 8
+"""Most relists of single pods in flight at once, over all pods."""
+MAX_PENDING = 256
+"""Most pods waiting for a relist (behind their own or for a slot) before one full listing is
+asked for instead (invariant 4)."""
+
+
+@dataclass(slots=True, eq=False)
+class PodRelist:
+    """One ``get_pod(uid)`` call: for which pod, and when it began (the core's clock)."""
+
+    uid: str
+    started_at: float
+
+
+@dataclass(slots=True)
+class PodRelists:
+    """The relists of single pods: in flight, pending, and the data they brought (invariant 2)."""
+
+    inflight: dict[str, PodRelist] = field(default_factory=dict)
+    queued: set[str] = field(default_factory=set)
+    """Pods with a relist in flight that began too early for a later event: one more each."""
+    waiting: dict[str, None] = field(default_factory=dict)
+    """Pods with nothing in flight waiting for a slot, oldest first (a dict: ordered, O(1))."""
+    fetched: dict[str, tuple[float, Pod | None]] = field(default_factory=dict)
+    """UID -> (when its data was fetched, the pod or None when the relist found it gone), for
+    pods relisted after the last full listing began."""
+    storm: bool = False
+    """Set by ``hint`` when invariant 4 forgot the pending pods (the caller asks for a full
+    listing, then clears it)."""
+    completed: int = 0
+    dropped: int = 0
+    failed: int = 0
+    storms: int = 0
+
+    def pending(self) -> int:
+        """Pods waiting for a relist (queued behind their own, or for a slot)."""
+        return len(self.queued) + len(self.waiting)
+
+    def hint(self, uid: str, now: float) -> PodRelist | None:
+        """An event for pod ``uid`` at ``now``: the relist to start now, if any (invariant 1).
+
+        A relist in flight that began after ``now`` already covers the event."""
+        running = self.inflight.get(uid)
+        if running is not None:
+            if running.started_at <= now:
+                self.queued.add(uid)
+        elif uid not in self.waiting:
+            if len(self.inflight) < MAX_IN_FLIGHT:
+                return self._begin(uid, now)
+            self.waiting[uid] = None
+        if self.pending() > MAX_PENDING:
+            self.queued.clear()
+            self.waiting.clear()
+            self.storm = True
+            self.storms += 1
+        return None
+
+    def finish(self, relist: PodRelist, now: float) -> PodRelist | None:
+        """``relist`` ended (its outcome recorded by the caller): the next relist to start in
+        the slot it frees, if any: its own pod's queued one first, else the oldest waiting."""
+        del self.inflight[relist.uid]
+        if relist.uid in self.queued:
+            self.queued.discard(relist.uid)
+            return self._begin(relist.uid, now)
+        if self.waiting:
+            uid = next(iter(self.waiting))
+            del self.waiting[uid]
+            return self._begin(uid, now)
+        return None
+
+    def fetched_at(self, uid: str, timestamp: float) -> float:
+        """When the snapshot's data for pod ``uid`` was fetched (``timestamp``: the
+        snapshot's, for a pod the last full listing brought)."""
+        entry = self.fetched.get(uid)
+        return timestamp if entry is None else entry[0]
+
+    def keeps(self, relist: PodRelist, timestamp: float) -> bool:
+        """Whether ``relist``'s data may replace its pod's (invariant 2); counts a drop."""
+        if relist.started_at < self.fetched_at(relist.uid, timestamp):
+            self.dropped += 1
+            return False
+        return True
+
+    def record(self, relist: PodRelist, pod: Pod | None) -> None:
+        """``relist``'s data entered the snapshot."""
+        self.fetched[relist.uid] = (relist.started_at, pod)
+        self.completed += 1
+
+    def after_listing(self, started_at: float) -> dict[str, Pod | None]:
+        """A full listing that began at ``started_at`` is being stored: the pods it must keep
+        from relists that began after it (invariant 3); the others are forgotten."""
+        kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > started_at}
+        self.fetched = kept
+        return {uid: entry[1] for uid, entry in kept.items()}
+
+    def _begin(self, uid: str, now: float) -> PodRelist:
+        relist = self.inflight[uid] = PodRelist(uid, now)
+        return relist
+
+
+def _order(pod: Pod) -> tuple[int, str]:
+    """A runtime getter's order: newest first, ties by UID."""
+    return (-pod.created_at, pod.id)
+
+
+def _place(pods: tuple[Pod, ...], pod: Pod) -> int:
+    """Where ``pod`` (this very object) is in ``pods``: by bisection in the getters' order,
+    else (a getter with another order) by a scan in C."""
+    at = bisect.bisect_left(pods, _order(pod), key=_order)
+    while at < len(pods) and _order(pods[at]) == _order(pod):
+        if pods[at] is pod:
+            return at
+        at += 1
+    return pods.index(pod)
+
+
+def replace_pod(pods: PodList, was: Pod | None, pod: Pod | None) -> PodList:
+    """``pods`` with ``was`` (one of its pods, or None) replaced by ``pod`` (or None: removed),
+    ``pod`` placed in the getters' order; the lookup tables already built are carried over,
+    updated for the one pod (``model.derive``)."""
+    items = pods.pods
+    if was is not None:
+        at = _place(items, was)
+        items = items[:at] + items[at + 1 :]
+    if pod is not None:
+        at = bisect.bisect_left(items, _order(pod), key=_order)
+        items = (*items[:at], pod, *items[at:])
+    return derive(pods, items, was, pod)
+
+
+def merge(listing: PodList, kept: dict[str, Pod | None]) -> PodList:
+    """A full listing with the pods relisted after it began (``PodRelists.after_listing``) in
+    place of its own: O(len(kept)) lookups and copies on top of the listing."""
+    merged = listing
+    for uid, pod in kept.items():
+        was = merged.by_uid(uid)
+        if was is pod or (was is not None and pod is not None and was == pod):
+            continue
+        merged = replace_pod(merged, was, pod)
+    return merged
