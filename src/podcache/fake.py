@@ -167,6 +167,10 @@ class _FakeBase:
         """``get_pod`` calls so far (one pod's relist; not counted in ``calls``)."""
         self.probe_calls = 0
         """``pod_uid_of`` calls so far (a lookup of one ID; not counted in ``calls``)."""
+        self.pod_error: BaseException | None = None
+        """Raised by every ``get_pod`` call while set (``error`` fails them too)."""
+        self.pods_held = False
+        """``get_pod`` calls wait while set (``block_pods``, ``release_pods``)."""
         self._streams: list[_FakeStreamBase] = []
         self._lock = threading.Lock()
         self._init_gate()
@@ -213,10 +217,10 @@ class _FakeBase:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
     def _one_pod(self, uid: str, all: bool) -> Pod | None:
-        with self._lock:
-            self.pod_calls += 1
         if self.error is not None:
             raise self.error
+        if self.pod_error is not None:
+            raise self.pod_error
         pods = self.all_pods if all and self.all_pods is not None else self.pods
         return pods.by_uid(uid)
 
@@ -249,6 +253,8 @@ class FakeRuntime(_FakeBase):
     def _init_gate(self) -> None:
         self._gate = threading.Event()
         self._gate.set()
+        self._pod_gate = threading.Event()
+        self._pod_gate.set()
         self._entered = threading.Condition(self._lock)
 
     def block(self) -> None:
@@ -292,8 +298,22 @@ class FakeRuntime(_FakeBase):
             raise
         return self._leave(all)
 
+    def block_pods(self) -> None:
+        """Hold every ``get_pod`` call (new and in flight) until ``release_pods``."""
+        self.pods_held = True
+        self._pod_gate.clear()
+
+    def release_pods(self) -> None:
+        """Let held ``get_pod`` calls answer."""
+        self.pods_held = False
+        self._pod_gate.set()
+
     def get_pod(self, uid: str, all: bool = False) -> Pod | None:
-        """The pod with ``uid`` in ``pods`` (``all_pods`` with ``all``), or None; or ``error``."""
+        """The pod with ``uid`` in ``pods`` (``all_pods`` with ``all``), or None; or ``error``
+        (or ``pod_error``); held while ``block_pods`` is in force. Read when it is released."""
+        with self._lock:
+            self.pod_calls += 1
+        self._pod_gate.wait()
         return self._one_pod(uid, all)
 
     def pod_uid_of(self, ident: str) -> str | None:
@@ -362,8 +382,20 @@ class AsyncFakeRuntime(_FakeBase):
             raise
         return self._leave(all)
 
+    def block_pods(self) -> None:
+        """Hold every ``get_pod`` call (new and in flight) until ``release_pods``."""
+        self.pods_held = True
+
+    def release_pods(self) -> None:
+        """Let held ``get_pod`` calls answer."""
+        self.pods_held = False
+
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
         """The twin of ``FakeRuntime.get_pod``."""
+        with self._lock:
+            self.pod_calls += 1
+        while self.pods_held:
+            await asyncio.sleep(0.001)
         return self._one_pod(uid, all)
 
     async def pod_uid_of(self, ident: str) -> str | None:

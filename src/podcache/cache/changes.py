@@ -391,6 +391,11 @@ class ChangeLog:
         return len(self._log)
 
     # -- publishing ----------------------------------------------------------------------------
+    def state_of(self, uid: str) -> Pod | None:
+        """The pod the current state holds for ``uid`` (O(1)): the snapshot's, or one equal
+        to it by value (``Tracker``)."""
+        return self._tracker.state.get(uid)
+
     def publish(self, pods: PodList, now: float) -> tuple[PodList, list[PodChange]]:
         """Record ``pods`` as the new snapshot (fetched or published at ``now``); returns it
         numbered with its revision (the same object unless it carried another revision), and

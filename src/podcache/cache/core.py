@@ -136,11 +136,13 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "forced", "hinted", "pods", "routine", "signal", "started_at")
+    __slots__ = ("error", "forced", "hinted", "order", "pods", "routine", "signal", "started_at")
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
+        self.order = 0
+        """Its start number (``podrelists`` invariant 2), given when it begins."""
         self.pods: PodList | None = None
         self.error: BaseException | None = None
         # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine),
@@ -318,7 +320,7 @@ class FreshnessCore(Generic[S]):
             self.last_listing_end = now
             self.last_listing_duration = self.last_duration
             if refresh.started_at >= self.snapshot[1]:
-                kept = self.pod_relists.after_listing(refresh.started_at)
+                kept = self.pod_relists.after_listing(refresh.order)
                 pods, changes = self.changes.publish(merge(pods, kept) if kept else pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
                 self.snapshot = (pods, refresh.started_at, until)
@@ -477,7 +479,7 @@ class FreshnessCore(Generic[S]):
         if error is not None:
             relists.failed += 1
             full = self.hint(now)[0]
-        elif relists.keeps(relist, self.snapshot[1]):
+        elif relists.keeps(relist):
             self._store_pod(relist, pod, now)
         return relists.finish(relist, now), full
 
@@ -485,7 +487,7 @@ class FreshnessCore(Generic[S]):
         current, timestamp, until = self.snapshot
         assert current is not None
         relists = self.pod_relists
-        was = current.by_uid(relist.uid)  # the very object (tables carried by derive)
+        was = self.changes.state_of(relist.uid)  # O(1); no table of the snapshot built
         if was is not None and pod is not None and was == pod:
             relists.record(relist, was)  # unchanged: the same object stays (identity diffs)
             return
@@ -534,6 +536,7 @@ class FreshnessCore(Generic[S]):
 
     def _begin(self, refresh: Refresh[S], now: float) -> Refresh[S]:
         refresh.started_at = now
+        refresh.order = self.pod_relists.start()
         if refresh.forced:
             self.last_forced_start = now
         self.inflight = refresh

@@ -1,20 +1,23 @@
 """Relists of one pod: which to start, which to drop, and how a pod enters a snapshot; no I/O.
 
 The freshness core owns one ``PodRelists`` and asks it, under the driver's mutual exclusion,
-what an event for a pod starts and what a finished relist does (docs/architecture.md §7, rules
-12-15). The rules, from the inside:
+what an event for a pod starts and what a finished relist does (docs/architecture.md §7
+rules 1-5). The rules, from the inside:
 
 Invariants
 ----------
 1. For each pod at most one relist is in flight and at most one more is pending (queued
    behind it, or waiting for a slot); at most ``MAX_IN_FLIGHT`` are in flight in all.
-2. ``fetched[uid]`` is when the snapshot's data for a pod relisted after the last full listing
-   began was fetched (the relist's start), with that data; a pod not in it was fetched by the
-   last full listing, at the snapshot's timestamp. A relist that began before its pod's data
-   was fetched is dropped: a pod's data never goes back in time.
-3. A full listing that began at ``T`` keeps every pod relisted after ``T`` (``merge``): the
-   relist's data is newer than the listing's for that pod. Entries from before ``T`` are
-   forgotten, so ``fetched`` never holds more than the pods relisted in one listing's time.
+2. Every call (a relist of one pod, a full listing) gets a *start number* when it begins
+   (``start``): calls begin under the driver's mutual exclusion, so the numbers are their true
+   order, also when the clock did not move between two starts. ``fetched[uid]`` is the start
+   number of the relist that brought the snapshot's data for a pod relisted after the last
+   full listing began, with that data; a pod not in it came with the last full listing. A
+   relist that began before its pod's data was fetched is dropped: a pod's data never goes
+   back in time.
+3. A full listing keeps every pod relisted after it began (``merge``): the relist's data is
+   newer than the listing's for that pod. Entries from before it are forgotten, so ``fetched``
+   never holds more than the pods relisted in one listing's time.
 4. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
    full listing is asked for instead (the relists in flight finish).
 
@@ -48,10 +51,12 @@ asked for instead (invariant 4)."""
 
 @dataclass(slots=True, eq=False)
 class PodRelist:
-    """One ``get_pod(uid)`` call: for which pod, and when it began (the core's clock)."""
+    """One ``get_pod(uid)`` call: for which pod, when it began (the core's clock) and its start
+    number (invariant 2)."""
 
     uid: str
     started_at: float
+    order: int
 
 
 @dataclass(slots=True)
@@ -63,9 +68,15 @@ class PodRelists:
     """Pods with a relist in flight that began too early for a later event: one more each."""
     waiting: dict[str, None] = field(default_factory=dict)
     """Pods with nothing in flight waiting for a slot, oldest first (a dict: ordered, O(1))."""
-    fetched: dict[str, tuple[float, Pod | None]] = field(default_factory=dict)
-    """UID -> (when its data was fetched, the pod or None when the relist found it gone), for
-    pods relisted after the last full listing began."""
+    fetched: dict[str, tuple[int, Pod | None]] = field(default_factory=dict)
+    """UID -> (the start number of the relist that fetched its data, the pod or None when the
+    relist found it gone), for pods relisted after the last full listing began."""
+    listed: int = -1
+    """The start number of the last full listing stored."""
+    starts: int = 0
+    """Start numbers given so far."""
+    max_in_flight: int = MAX_IN_FLIGHT
+    max_pending: int = MAX_PENDING
     storm: bool = False
     """Set by ``hint`` when invariant 4 forgot the pending pods (the caller asks for a full
     listing, then clears it)."""
@@ -87,10 +98,10 @@ class PodRelists:
             if running.started_at <= now:
                 self.queued.add(uid)
         elif uid not in self.waiting:
-            if len(self.inflight) < MAX_IN_FLIGHT:
+            if len(self.inflight) < self.max_in_flight:
                 return self._begin(uid, now)
             self.waiting[uid] = None
-        if self.pending() > MAX_PENDING:
+        if self.pending() > self.max_pending:
             self.queued.clear()
             self.waiting.clear()
             self.storm = True
@@ -110,33 +121,38 @@ class PodRelists:
             return self._begin(uid, now)
         return None
 
-    def fetched_at(self, uid: str, timestamp: float) -> float:
-        """When the snapshot's data for pod ``uid`` was fetched (``timestamp``: the
-        snapshot's, for a pod the last full listing brought)."""
-        entry = self.fetched.get(uid)
-        return timestamp if entry is None else entry[0]
+    def start(self) -> int:
+        """The next start number (invariant 2): every call takes one as it begins."""
+        self.starts += 1
+        return self.starts
 
-    def keeps(self, relist: PodRelist, timestamp: float) -> bool:
+    def fetched_by(self, uid: str) -> int:
+        """The start number of the call that fetched the snapshot's data for pod ``uid``."""
+        entry = self.fetched.get(uid)
+        return self.listed if entry is None else entry[0]
+
+    def keeps(self, relist: PodRelist) -> bool:
         """Whether ``relist``'s data may replace its pod's (invariant 2); counts a drop."""
-        if relist.started_at < self.fetched_at(relist.uid, timestamp):
+        if relist.order < self.fetched_by(relist.uid):
             self.dropped += 1
             return False
         return True
 
     def record(self, relist: PodRelist, pod: Pod | None) -> None:
         """``relist``'s data entered the snapshot."""
-        self.fetched[relist.uid] = (relist.started_at, pod)
+        self.fetched[relist.uid] = (relist.order, pod)
         self.completed += 1
 
-    def after_listing(self, started_at: float) -> dict[str, Pod | None]:
-        """A full listing that began at ``started_at`` is being stored: the pods it must keep
+    def after_listing(self, order: int) -> dict[str, Pod | None]:
+        """A full listing with start number ``order`` is being stored: the pods it must keep
         from relists that began after it (invariant 3); the others are forgotten."""
-        kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > started_at}
+        self.listed = order
+        kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > order}
         self.fetched = kept
         return {uid: entry[1] for uid, entry in kept.items()}
 
     def _begin(self, uid: str, now: float) -> PodRelist:
-        relist = self.inflight[uid] = PodRelist(uid, now)
+        relist = self.inflight[uid] = PodRelist(uid, now, self.start())
         return relist
 
 
@@ -156,18 +172,29 @@ def _place(pods: tuple[Pod, ...], pod: Pod) -> int:
     return pods.index(pod)
 
 
+def _spliced(items: tuple[Pod, ...], start: int, end: int, pod: Pod) -> tuple[Pod, ...]:
+    """``items`` with ``items[start:end]`` replaced by ``pod``. Concatenation copies each part's
+    pointers in C; unpacking into a tuple display goes through a list first."""
+    return items[:start] + (pod,) + items[end:]  # noqa: RUF005
+
+
 def replace_pod(pods: PodList, was: Pod | None, pod: Pod | None) -> PodList:
     """``pods`` with ``was`` (one of its pods, or None) replaced by ``pod`` (or None: removed),
     ``pod`` placed in the getters' order; the lookup tables already built are carried over,
-    updated for the one pod (``model.derive``)."""
+    updated for the one pod (``model.derive``). One copy of the tuple of pointers."""
     items = pods.pods
-    if was is not None:
-        at = _place(items, was)
-        items = items[:at] + items[at + 1 :]
-    if pod is not None:
+    if was is None:
+        assert pod is not None
         at = bisect.bisect_left(items, _order(pod), key=_order)
-        items = (*items[:at], pod, *items[at:])
-    return derive(pods, items, was, pod)
+        return derive(pods, _spliced(items, at, at, pod), was, pod)
+    gone = _place(items, was)
+    if pod is None:
+        return derive(pods, items[:gone] + items[gone + 1 :], was, pod)
+    if _order(pod) == _order(was):  # a pod changed in place (the usual event)
+        return derive(pods, _spliced(items, gone, gone + 1, pod), was, pod)
+    rest = items[:gone] + items[gone + 1 :]
+    at = bisect.bisect_left(rest, _order(pod), key=_order)
+    return derive(pods, _spliced(rest, at, at, pod), was, pod)
 
 
 def merge(listing: PodList, kept: dict[str, Pod | None]) -> PodList:

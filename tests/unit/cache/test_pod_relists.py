@@ -1,0 +1,198 @@
+"""Events relist the pod they name, on both twins (docs/architecture.md §7 rules 1-5), and every
+snapshot reaches the publish hooks first (§3 rules 10-11).
+
+Both caches run their real threads and tasks over the fakes (``FakeRuntime`` and
+``AsyncFakeRuntime``, whose ``get_pod`` can be held with ``block_pods``); every wait is for a
+condition, never for a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import msgspec
+import pytest
+
+from podcache import (
+    ChangeType,
+    ContainerEvent,
+    ContainerEventType,
+    ContainerState,
+    Pod,
+    PodList,
+)
+from podcache.cache.publishing import Publication
+from podcache.errors import RuntimeUnavailableError
+from tests.unit.cache.drivers import (
+    AsyncEventsDriver,
+    FakeClock,
+    SyncEventsDriver,
+    make_pod,
+)
+
+WAIT = 10.0
+Twin = SyncEventsDriver | AsyncEventsDriver
+
+
+def settle(driver: Twin, check: Callable[[], bool], what: str) -> None:
+    """Wait until ``check()`` holds, letting the driver's threads or loop run meanwhile."""
+    deadline = time.monotonic() + WAIT
+    while not check():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        if isinstance(driver, AsyncEventsDriver):
+            driver.loop.run_until_complete(asyncio.sleep(0.002))
+        else:
+            time.sleep(0.002)
+
+
+@pytest.fixture(params=[SyncEventsDriver, AsyncEventsDriver], ids=["threads", "asyncio"])
+def twin(request: pytest.FixtureRequest) -> Iterator[Twin]:
+    driver = request.param(60.0, FakeClock())
+    driver.fake.set_pods([make_pod(2), make_pod(1)])
+    driver.get()
+    yield driver
+    driver.close()
+
+
+def stopped(pod: Pod) -> Pod:
+    """``pod`` with its containers exited (a changed pod, same UID)."""
+    containers = [msgspec.structs.replace(c, state=ContainerState.EXITED) for c in pod.containers]
+    return msgspec.structs.replace(pod, containers=tuple(containers))
+
+
+def event(container: str = "", pod_uid: str = "", sandbox: str = "") -> ContainerEvent:
+    return ContainerEvent(
+        type=ContainerEventType.STOPPED,
+        container_id=container,
+        pod_sandbox_id=sandbox,
+        pod_uid=pod_uid,
+    )
+
+
+def pod_in(pods: PodList, uid: str) -> Pod | None:
+    return pods.by_uid(uid)
+
+
+def test_an_event_naming_a_pod_relists_that_pod_alone(twin: Twin) -> None:
+    fake = twin.fake
+    before = twin.get()
+    stamp = twin.cache_time
+    watch = twin.watch(before.revision)
+    changed = stopped(make_pod(1))
+    fake.set_pods([make_pod(2), changed])
+    fake.emit(event("anything", pod_uid="uid-1"))
+    settle(twin, lambda: twin.stats().pod_relists == 1, "the pod's relist")
+    after = twin.get()
+    assert pod_in(after, "uid-1") == changed and pod_in(after, "uid-2") is before[0]
+    assert [pod.id for pod in after] == ["uid-2", "uid-1"]  # the getters' order kept
+    assert (fake.calls, fake.pod_calls) == (1, 1)  # no listing of the node
+    assert twin.cache_time == stamp  # §3 rule 11: the timestamp stays the full listing's
+    assert after.revision == before.revision + 1
+    changes = watch.read(WAIT)
+    assert [(c.type, c.pod.id, c.previous) for c in changes] == [
+        (ChangeType.MODIFIED, "uid-1", make_pod(1))
+    ]
+    watch.close()
+
+
+def test_a_removed_and_a_created_pod_enter_and_leave_one_change_each(twin: Twin) -> None:
+    fake = twin.fake
+    fake.set_pods([make_pod(3), make_pod(2)])  # 1 removed, 3 created
+    fake.emit(event(pod_uid="uid-1"), event(pod_uid="uid-3"))
+    settle(twin, lambda: twin.stats().pod_relists == 2, "both relists")
+    assert [pod.id for pod in twin.get()] == ["uid-3", "uid-2"]
+    assert fake.calls == 1 and twin.get() == fake.pods
+
+
+def test_an_event_with_only_an_id_relists_the_pod_the_snapshot_lists_for_it(twin: Twin) -> None:
+    fake = twin.fake
+    container = make_pod(2).containers[0].id.id
+    fake.set_pods([stopped(make_pod(2)), make_pod(1)])
+    fake.emit(event(container))  # no pod UID: the snapshot's pod for the container
+    settle(twin, lambda: twin.stats().pod_relists == 1, "the pod's relist")
+    assert fake.calls == 1 and twin.get() == fake.pods
+
+
+def test_an_event_naming_no_known_pod_relists_the_node(twin: Twin) -> None:
+    fake = twin.fake
+    fake.set_pods([make_pod(3), make_pod(2), make_pod(1)])
+    fake.emit(event("not-listed"))
+    settle(twin, lambda: fake.calls == 2, "a full listing")
+    settle(twin, lambda: twin.get() == fake.pods, "the new pod")
+    assert fake.pod_calls == 0
+
+
+def test_a_failed_relist_asks_for_a_full_listing(twin: Twin) -> None:
+    fake = twin.fake
+    fake.pod_error = RuntimeUnavailableError("fake://", "relist failed")
+    fake.set_pods([stopped(make_pod(2)), make_pod(1)])
+    fake.emit(event(pod_uid="uid-2"))
+    settle(twin, lambda: twin.stats().pod_relist_errors == 1, "the failure")
+    settle(twin, lambda: fake.calls == 2, "the full listing it asked for")
+    settle(twin, lambda: twin.get() == fake.pods, "the listing's pods")
+
+
+def test_the_stream_is_read_on_while_a_relist_is_held(twin: Twin) -> None:
+    """The reader never waits for a relist (§7): with ``get_pod`` held, every event is still
+    received, and the held pod is relisted at most twice (rule 4)."""
+    fake = twin.fake
+    fake.block_pods()
+    fake.set_pods([stopped(make_pod(2)), make_pod(1)])
+    fake.emit(event(pod_uid="uid-2"))
+    settle(twin, lambda: fake.pod_calls == 1, "the first relist began")
+    fake.emit(*[event(pod_uid="uid-2") for _ in range(200)])
+    settle(twin, lambda: twin.stats().events_received == 201, "every event read")
+    assert fake.pods_held and twin.stats().pod_relists == 0  # all read while it is held
+    fake.release_pods()
+    settle(twin, lambda: twin.stats().pod_relists == 2, "the relist and the one queued")
+    assert fake.pod_calls == 2 and fake.calls == 1
+    assert twin.get() == fake.pods
+
+
+def test_hooks_hear_every_publish_in_order_before_any_caller(twin: Twin) -> None:
+    heard: list[Publication] = []
+    order: list[str] = []
+
+    def hook(publication: Publication) -> None:
+        heard.append(publication)
+        order.append("hook")
+
+    remove = twin.cache.on_publish(hook)
+    fake = twin.fake
+    fake.set_pods([stopped(make_pod(2)), make_pod(1)])
+    fake.emit(event(pod_uid="uid-2"))
+    settle(twin, lambda: len(heard) == 1, "the relist's publication")
+    twin.force(1e9)
+    order.append("caller")
+    assert order == ["hook", "hook", "caller"]
+    relist, listing = heard
+    assert relist.relisted == "uid-2" and listing.relisted is None
+    assert [c.pod.id for c in relist.changes] == ["uid-2"] and listing.changes == ()
+    assert listing.revision == relist.revision == relist.pods.revision
+    assert listing.pods is twin.get()  # the very object callers are handed
+    remove()
+    remove()  # idempotent
+    twin.force(1e10)
+    assert len(heard) == 2
+
+
+def test_a_hook_that_raises_is_logged_and_the_others_still_run(
+    twin: Twin, caplog: pytest.LogCaptureFixture
+) -> None:
+    heard: list[int] = []
+
+    def broken(publication: Publication) -> None:
+        raise ValueError("a broken hook")
+
+    twin.cache.on_publish(broken)
+    twin.cache.on_publish(lambda publication: heard.append(publication.revision))
+    with caplog.at_level(logging.ERROR, logger="podcache.cache"):
+        twin.fake.set_pods([make_pod(9)])
+        twin.force(1e9)
+    assert twin.get() == twin.fake.pods and len(heard) == 1
+    assert "a publish hook failed" in caplog.text and "a broken hook" in caplog.text
+    with pytest.raises(TypeError, match="callable"):
+        twin.cache.on_publish("not a hook")  # type: ignore[arg-type]
