@@ -195,7 +195,7 @@ class _Index:
     to the same value: no lock is needed.
     """
 
-    __slots__ = ("_by_full_name", "_by_id", "_by_uid", "_pods", "_sorted_ids")
+    __slots__ = ("_by_full_name", "_by_id", "_by_uid", "_id_count", "_pods", "_sorted_ids")
 
     def __init__(self, pods: tuple[Pod, ...]) -> None:
         self._pods = pods
@@ -203,6 +203,7 @@ class _Index:
         self._by_full_name: dict[str, Pod] | None = None
         self._by_id: dict[str, Pod] | None = None
         self._sorted_ids: list[str] | None = None
+        self._id_count = 0  # items ``by_id`` was built from (more than its keys: an ID twice)
 
     @property
     def by_uid(self) -> dict[str, Pod]:
@@ -232,11 +233,14 @@ class _Index:
         table = self._by_id
         if table is None:
             table = {}
+            count = 0
             for pod in reversed(self._pods):
                 for item in pod.sandboxes:
                     table[item.id.id] = pod
                 for item in pod.containers:
                     table[item.id.id] = pod
+                count += len(pod.sandboxes) + len(pod.containers)
+            self._id_count = count
             self._by_id = table
         return table
 
@@ -427,12 +431,13 @@ def _ids(pod: Pod) -> list[str]:
 
 
 def _swap(
-    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod]
+    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod], keys: int
 ) -> dict[str, Pod] | None:
     """``table`` with the keys of ``old`` (which must map to their pod) replaced by ``new``'s
-    (which must be free, or held by the pod replaced); None when either does not hold (a key
-    held twice: the table is built again on first use)."""
-    if table is None:
+    (which must be free, or held by the pod replaced); None when either does not hold, or
+    when ``table`` has fewer entries than the ``keys`` it was built from (a key held twice:
+    removing one holder could not reveal the other). None: built again on first use."""
+    if table is None or len(table) != keys:
         return None
     for key, pod in old.items():
         if table.get(key) is not pod:
@@ -467,9 +472,14 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
     def full_name(each: Pod) -> list[str]:
         return [f"{each.name}_{each.namespace}"]
 
-    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid))
-    new._by_full_name = _swap(index._by_full_name, _keys(was, full_name), _keys(pod, full_name))
-    new._by_id = _swap(index._by_id, _keys(was, _ids), _keys(pod, _ids))
+    count = len(pods.pods)
+    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid), count)
+    new._by_full_name = _swap(
+        index._by_full_name, _keys(was, full_name), _keys(pod, full_name), count
+    )
+    old_ids, new_ids = _keys(was, _ids), _keys(pod, _ids)
+    new._by_id = _swap(index._by_id, old_ids, new_ids, index._id_count)
+    new._id_count = index._id_count - len(_ids(was) if was else ()) + len(_ids(pod) if pod else ())
     if new._by_id is not None and index._sorted_ids is not None:
         ids = index._sorted_ids.copy()
         for key in _keys(was, _ids):

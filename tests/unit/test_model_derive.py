@@ -49,7 +49,7 @@ def lookups(pods: PodList, probes: list[str]) -> list[object]:
     return answers
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     specs=pod_specs,
     target=st.integers(0, 15),
