@@ -665,3 +665,33 @@ def test_no_socket_file_is_left_by_a_failed_start(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         SimRuntime(pods=1, socket=tmp_path / "no" / "dir.sock").start()
     assert set(os.listdir(tmp_path)) == before
+
+
+def test_a_relist_of_one_pod_answers_as_the_nodes_view_does(sim: SimRuntime, stub: Any) -> None:
+    """The one-pod path (a pod-UID selector alone: O(pod), no view of the node) gives the very
+    bytes the view's filtered answer gives, for every pod, a missing one, with a state and an
+    extra label, after churn and crash loops."""
+    servicer = sim._server.servicer  # type: ignore[union-attr]
+    for step in range(3):
+        snapshot = sim.population.snapshot()
+        uids = [*sorted({s.uid for s in snapshot.sandboxes}), "no-such-pod"]
+        if step:
+            sim.churn_step(2)
+            sim.population.crash_container(uids[step])
+        view = servicer.view()
+        for uid in uids:
+            by_uid = {"io.kubernetes.pod.uid": uid}
+            for extra in ({}, {"io.kubernetes.container.name": "app"}):
+                for state in (None, pb.SANDBOX_READY):
+                    sf = pb.PodSandboxFilter(label_selector=by_uid | extra)
+                    cf = pb.ContainerFilter(label_selector=by_uid | extra)
+                    if state is not None:
+                        sf.state.state = state
+                        cf.state.state = pb.CONTAINER_RUNNING
+                    fast = stub.ListPodSandbox(pb.ListPodSandboxRequest(filter=sf), timeout=5)
+                    slow = pb.ListPodSandboxResponse.FromString(servicer.view().list_sandboxes(sf))
+                    assert fast == slow
+                    fast = stub.ListContainers(pb.ListContainersRequest(filter=cf), timeout=5)
+                    slow = pb.ListContainersResponse.FromString(servicer.view().list_containers(cf))
+                    assert fast == slow
+                    assert len(fast.containers) <= len(view.containers)

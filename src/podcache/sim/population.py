@@ -498,6 +498,20 @@ class Population:
                 tuple(self._containers.values()),
             )
 
+    def pod_records(self, uid: str) -> tuple[tuple[SimSandbox, ...], tuple[SimContainer, ...]]:
+        """The sandboxes and containers of pod ``uid`` (none when there is no such pod),
+        consistently and in the order a snapshot lists them: a pod's records are created (and
+        put in the tables) in the order of its ID lists. O(that pod)."""
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is None:
+                return (), ()
+            sandboxes, containers = self._sandboxes, self._containers
+            return (
+                tuple(sandboxes[i] for i in pod.sandbox_ids if i in sandboxes),
+                tuple(containers[i] for i in pod.container_ids if i in containers),
+            )
+
     def pod_uids(self) -> list[str]:
         """The UIDs of the pods, in creation order."""
         with self._lock:

@@ -281,6 +281,14 @@ def _narrowed(
     return [items[i] for i in positions], [entries[i] for i in positions]
 
 
+def _rest(f: pb.PodSandboxFilter | pb.ContainerFilter) -> dict[str, Any]:
+    """A filter's state and label parts, as ``_listed`` takes them."""
+    return {
+        "state": int(f.state.state) if f.HasField("state") else None,
+        "selector": dict(f.label_selector),
+    }
+
+
 class _View:
     """The listable items of one population generation plus one malformed setting."""
 
@@ -629,6 +637,10 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
+        one = self._one_pod(request.filter, request.filter.id)
+        if one is not None:
+            sandboxes = self._population.pod_records(one)[0]
+            return _listed(sandboxes, self._entries(sandboxes), "", **_rest(request.filter))
         view = self.view()
         return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
 
@@ -636,8 +648,21 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
+        f = request.filter
+        one = self._one_pod(f, f.id or f.pod_sandbox_id)
+        if one is not None:
+            containers = self._population.pod_records(one)[1]
+            return _listed(containers, self._entries(containers), "", **_rest(f))
         view = self.view()
         return _memoized(view, "ListContainers", request.filter, view.list_containers)
+
+    def _one_pod(self, f: pb.PodSandboxFilter | pb.ContainerFilter, ids: str) -> str | None:
+        """The pod UID a filter names by its label alone (a relist of one pod, the kubelet's
+        and podcache's), answered from that pod's records: O(pod), never a view of the node.
+        None (the view answers) when it names an ID too, or items made malformed are listed."""
+        if ids or self._faults.malformed:
+            return None
+        return f.label_selector.get(POD_UID_LABEL) if f.label_selector else None
 
     def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
