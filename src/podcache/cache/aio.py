@@ -28,6 +28,7 @@ from podcache.cache.shared import (
     check_timeout,
     event_pod,
     event_time,
+    gone_unseen,
     offers_events,
     offers_pod,
     with_events,
@@ -391,13 +392,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if step is Step.REFRESH:
             now = self._clock()
             uid = event_pod(event, self._core.snapshot[0])
-            if uid is None:
-                full, scheduled = self._core.hint(now)
+            happened = event_time(event, time.time())
+            relist, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
+            if scheduled is not None:
                 self._subscription.counted_refresh(scheduled)
-            else:
-                happened = event_time(event, time.time())
-                relist, full = self._core.pod_hint(uid, now, happened)
-                self._spawn_pod(relist)
+            self._spawn_pod(relist)
             self._arm(self._core.arm(now))
             if full is not None:
                 self._spawn(full)

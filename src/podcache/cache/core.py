@@ -486,6 +486,22 @@ class FreshnessCore(Generic[S]):
             return relist, self.hint(now)[0]
         return relist, None
 
+    def on_event(
+        self, uid: str | None, now: float, happened: float | None, gone_unseen: bool
+    ) -> tuple[PodRelist | None, Refresh[S] | None, bool | None]:
+        """An event at ``now``: for pod ``uid`` (None: it names no pod the snapshot lists),
+        that happened at wall time ``happened``; ``gone_unseen``: it reports the removal of
+        something no pod of the snapshot holds (nothing to do). Returns ``(relist to start,
+        full refresh to start, whether a full refresh was scheduled: None when none was asked
+        for)``: the pod's relist (``pod_hint``), else a full listing (``hint``)."""
+        if uid is not None:
+            relist, full = self.pod_hint(uid, now, happened)
+            return relist, full, None
+        if gone_unseen:
+            return None, None, None
+        full, scheduled = self.hint(now)
+        return None, full, scheduled
+
     def pod_complete(
         self, relist: PodRelist, pod: Pod | None, error: BaseException | None, now: float
     ) -> tuple[PodRelist | None, Refresh[S] | None]:

@@ -28,6 +28,7 @@ from podcache.cache.shared import (
     check_timeout,
     event_pod,
     event_time,
+    gone_unseen,
     offers_events,
     offers_pod,
     with_events,
@@ -490,12 +491,12 @@ class RuntimeCache(CoreReadings[threading.Event]):
             if step is Step.REFRESH:
                 now = self._clock()
                 uid = event_pod(event, self._core.snapshot[0])
-                if uid is None:
-                    full, scheduled = self._core.hint(now)
+                happened = event_time(event, time.time())
+                relist, full, scheduled = self._core.on_event(
+                    uid, now, happened, gone_unseen(event)
+                )
+                if scheduled is not None:
                     self._subscription.counted_refresh(scheduled)
-                else:
-                    happened = event_time(event, time.time())
-                    relist, full = self._core.pod_hint(uid, now, happened)
                 delay = self._core.arm(now)
         self._arm(delay)
         self._spawn_pod(relist)
