@@ -258,6 +258,7 @@ class _Index:
         """Note whether ``table``, built from ``claims`` keys, had a key claimed twice."""
         if len(table) < claims:
             self._shared = self._shared | {name}
+
     @property
     def by_uid(self) -> dict[str, Pod]:
         table = self._by_uid
