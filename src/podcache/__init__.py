@@ -11,6 +11,7 @@ from podcache.cache import (
     PodWatch,
     RuntimeCache,
 )
+from podcache.cache.pids import PodProcess
 from podcache.errors import (
     CRIError,
     EndpointNotFoundError,
@@ -32,7 +33,7 @@ from podcache.model import (
     Pod,
     PodList,
 )
-from podcache.procs import PodProcess, container_of_pid
+from podcache.procs import container_of_pid
 
 __all__ = [
     "AmbiguousContainerIDError",

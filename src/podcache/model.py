@@ -229,10 +229,7 @@ class _Index:
 
     Pods are newest first, so keeping the first entry per key keeps the newest, like the
     kubelet's first-match scans. Each table is built at most a few times under a race, always
-    to the same value: no lock is needed. ``_shared`` names the tables in which some key is
-    claimed by two pods (one full name for an old and a new pod, a reused IP): ``derive`` cannot
-    remove a pod's keys from those without losing the other claimant, so it leaves them to be
-    built again.
+    to the same value: no lock is needed.
     """
 
     __slots__ = (
@@ -240,8 +237,9 @@ class _Index:
         "_by_id",
         "_by_ip",
         "_by_uid",
+        "_id_count",
+        "_ip_count",
         "_pods",
-        "_shared",
         "_sorted_ids",
     )
 
@@ -251,13 +249,9 @@ class _Index:
         self._by_full_name: dict[str, Pod] | None = None
         self._by_id: dict[str, Pod] | None = None
         self._by_ip: dict[str, Pod] | None = None
-        self._shared: frozenset[str] = frozenset()
         self._sorted_ids: list[str] | None = None
-
-    def _built(self, name: str, table: dict[str, Pod], claims: int) -> None:
-        """Note whether ``table``, built from ``claims`` keys, had a key claimed twice."""
-        if len(table) < claims:
-            self._shared = self._shared | {name}
+        self._id_count = 0  # items ``by_id`` was built from (more than its keys: an ID twice)
+        self._ip_count = 0  # addresses ``by_ip`` was built from (more than its keys: one twice)
 
     @property
     def by_uid(self) -> dict[str, Pod]:
@@ -267,9 +261,7 @@ class _Index:
             # zip and map: no Python-level loop.
             pods = self._pods
             uids = map(_pod_uid, reversed(pods))
-            table = dict(zip(uids, reversed(pods), strict=True))
-            self._built("uid", table, len(pods))
-            self._by_uid = table
+            table = self._by_uid = dict(zip(uids, reversed(pods), strict=True))
         return table
 
     @property
@@ -279,7 +271,6 @@ class _Index:
             table = {}
             for pod in reversed(self._pods):
                 table[f"{pod.name}_{pod.namespace}"] = pod
-            self._built("full_name", table, len(self._pods))
             self._by_full_name = table
         return table
 
@@ -290,14 +281,14 @@ class _Index:
         table = self._by_id
         if table is None:
             table = {}
-            claims = 0
+            count = 0
             for pod in reversed(self._pods):
-                claims += len(pod.sandboxes) + len(pod.containers)
                 for item in pod.sandboxes:
                     table[item.id.id] = pod
                 for item in pod.containers:
                     table[item.id.id] = pod
-            self._built("id", table, claims)
+                count += len(pod.sandboxes) + len(pod.containers)
+            self._id_count = count
             self._by_id = table
         return table
 
@@ -307,15 +298,15 @@ class _Index:
         table = self._by_ip
         if table is None:
             table = {}
-            claims = 0
+            count = 0
             for pod in reversed(self._pods):
                 if not pod.host_network:
-                    claims += len(pod.ips)
+                    count += len(pod.ips)
                     for ip in pod.ips:
                         table[ip] = pod
-            # A pod's own IPs are distinct: fewer keys than claims is an address held twice (a
-            # reused one while its old holder is still listed).
-            self._built("ip", table, claims)
+            # A pod's own IPs are distinct: fewer keys than that count is an address held twice
+            # (a reused one while its old holder is still listed).
+            self._ip_count = count
             self._by_ip = table
         return table
 
@@ -522,12 +513,13 @@ def _held_ips(pod: Pod) -> list[str]:
 
 
 def _swap(
-    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod]
+    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod], keys: int
 ) -> dict[str, Pod] | None:
     """``table`` with the keys of ``old`` (which must map to their pod) replaced by ``new``'s
-    (which must be free, or held by the pod replaced); None when either does not hold (a key
-    held twice: the table is built again on first use)."""
-    if table is None:
+    (which must be free, or held by the pod replaced); None when either does not hold, or
+    when ``table`` has fewer entries than the ``keys`` it was built from (a key held twice:
+    removing one holder could not reveal the other). None: built again on first use."""
+    if table is None or len(table) != keys:
         return None
     for key, pod in old.items():
         if table.get(key) is not pod:
@@ -562,15 +554,17 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
     def full_name(each: Pod) -> list[str]:
         return [f"{each.name}_{each.namespace}"]
 
-    def carried(name: str, table: dict[str, Pod] | None, key: Callable[[Pod], list[str]]) -> Any:
-        if name in index._shared:  # a key of was may have another claimant: build it again
-            return None
-        return _swap(table, _keys(was, key), _keys(pod, key))
-
-    new._by_uid = carried("uid", index._by_uid, uid)
-    new._by_full_name = carried("full_name", index._by_full_name, full_name)
-    new._by_id = carried("id", index._by_id, _ids)
-    new._by_ip = carried("ip", index._by_ip, _held_ips)
+    count = len(pods.pods)
+    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid), count)
+    new._by_full_name = _swap(
+        index._by_full_name, _keys(was, full_name), _keys(pod, full_name), count
+    )
+    old_ids, new_ids = _keys(was, _ids), _keys(pod, _ids)
+    new._by_id = _swap(index._by_id, old_ids, new_ids, index._id_count)
+    new._id_count = index._id_count - len(_ids(was) if was else ()) + len(_ids(pod) if pod else ())
+    old_ips, new_ips = _keys(was, _held_ips), _keys(pod, _held_ips)
+    new._by_ip = _swap(index._by_ip, old_ips, new_ips, index._ip_count)
+    new._ip_count = index._ip_count - len(old_ips) + len(new_ips)
     if new._by_id is not None and index._sorted_ids is not None:
         ids = index._sorted_ids.copy()
         for key in _keys(was, _ids):

@@ -1,7 +1,6 @@
 """``model.derive`` and ``podrelists.replace_pod`` against a PodList built from scratch: the
 tables carried across a one-pod change (``by_ip``'s too) answer every lookup as freshly built
-ones do, and the
-pods keep the getters' order (docs/architecture.md §7 rule 5)."""
+ones do, and the pods keep the getters' order (docs/architecture.md §7 rule 5)."""
 
 from __future__ import annotations
 
@@ -55,7 +54,7 @@ def lookups(pods: PodList, probes: list[str]) -> list[object]:
     return answers
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(
     specs=pod_specs,
     target=st.integers(0, 15),

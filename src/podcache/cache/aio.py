@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self, cast
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, PublishHook
 from podcache.cache.shared import (
@@ -33,7 +34,6 @@ from podcache.cache.shared import (
 from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, RefreshHost, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
-from podcache.procs import PodProcess, UnknownIDs, alookup_pod, async_probe
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 

@@ -18,6 +18,7 @@ from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, PublishHook
 from podcache.cache.shared import (
@@ -33,7 +34,6 @@ from podcache.cache.shared import (
 from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, WatchHost
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
-from podcache.procs import PodProcess, UnknownIDs, lookup_pod, sync_probe
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
 
