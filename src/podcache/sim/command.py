@@ -75,6 +75,7 @@ __all__ = ["cli_main", "sim_command"]
 @click.option(
     "--pod-cidr",
     default=DEFAULT_POD_CIDR,
+    callback=lambda ctx, param, value: _network(value),
     show_default=True,
     metavar="CIDR",
     help="Network pod IPs are given from (IPv4 or IPv6; freed IPs are reused first).",
@@ -113,10 +114,6 @@ def sim_command(
     ``{"calls": {RPC: n}, "sandboxes_created": n, "pods": n}``."""
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
-    try:
-        ipaddress.ip_network(pod_cidr, strict=True)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
     stop = threading.Event()
     report = threading.Event()
     previous = _install_signals(stop, report)
@@ -155,6 +152,15 @@ def sim_command(
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _network(text: str) -> str:
+    """A ``--pod-cidr`` that is a network (host bits clear), else a usage error naming it."""
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
+    return text
 
 
 def _install_signals(stop: threading.Event, report: threading.Event) -> dict[int, Any]:

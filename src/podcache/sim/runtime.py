@@ -26,6 +26,29 @@ from podcache.unixsocket import claim_socket_path
 __all__ = ["SimRuntime"]
 
 
+def _address(
+    socket: str | os.PathLike[str] | None, tcp: bool
+) -> tuple[str, int | None, str | None]:
+    """(host, port, path) of where to listen: a TCP host and port, or a unix socket's absolute
+    path, or neither (a temporary socket, chosen at start)."""
+    text = os.fspath(socket) if socket is not None else None
+    if tcp and text is not None:
+        raise ValueError("give either socket= or tcp=True, not both")
+    if tcp:
+        text = "tcp://127.0.0.1:0"
+    if text is not None and text.startswith("tcp://"):
+        host, sep, port = text.removeprefix("tcp://").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
+        return host, int(port), None
+    if text is not None:
+        path = text.removeprefix("unix://")
+        if not path:
+            raise ValueError(f"malformed socket path {text!r}")
+        return "", None, os.path.abspath(path)
+    return "", None, None
+
+
 class SimRuntime:
     """A simulated CRI runtime: a real gRPC server over a churning population of pods.
 
@@ -91,24 +114,7 @@ class SimRuntime:
         self._tempdir: str | None = None
         self._lock = threading.Lock()
         self._state = "new"
-        self._host = ""
-        self._port: int | None = None
-        self._path: str | None = None
-        text = os.fspath(socket) if socket is not None else None
-        if tcp and text is not None:
-            raise ValueError("give either socket= or tcp=True, not both")
-        if tcp:
-            text = "tcp://127.0.0.1:0"
-        if text is not None and text.startswith("tcp://"):
-            host, sep, port = text.removeprefix("tcp://").rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
-            self._host, self._port = host, int(port)
-        elif text is not None:
-            path = text.removeprefix("unix://")
-            if not path:
-                raise ValueError(f"malformed socket path {text!r}")
-            self._path = os.path.abspath(path)
+        self._host, self._port, self._path = _address(socket, tcp)
 
     # -- addresses ----------------------------------------------------------------------------
     @property
