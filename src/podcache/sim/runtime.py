@@ -18,6 +18,7 @@ from types import TracebackType
 
 from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
+from podcache.sim.counters import CallCounters
 from podcache.sim.faults import Faults, Malformed
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
@@ -254,9 +255,27 @@ class SimRuntime:
             unsubscribe()
         return events
 
+    # -- what was asked -----------------------------------------------------------------------
+    def call_counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Calls and answer bytes so far per list and status RPC, split filtered/unfiltered
+        (``podcache.sim.counters``): ``{method: {"filtered"|"unfiltered": {"calls", "bytes"}}}``.
+        All zero before start."""
+        if self._server is None:
+            return CallCounters().snapshot()
+        return self._server.servicer.counters.snapshot()
+
+    def reset_call_counts(self) -> None:
+        """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
+        if self._server is not None:
+            self._server.servicer.counters.reset()
+
     def calls(self) -> dict[str, int]:
-        """Unary calls the server has received, by RPC name (``{"PodSandboxStatus": 12}``)."""
-        return self._server.servicer.calls() if self._server is not None else {}
+        """Calls so far per list and status RPC, filtered and unfiltered together
+        (``{"PodSandboxStatus": 12, ...}``)."""
+        return {
+            method: sum(kind["calls"] for kind in kinds.values())
+            for method, kinds in self.call_counts().items()
+        }
 
     # -- events -------------------------------------------------------------------------------
     @property
