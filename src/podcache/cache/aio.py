@@ -27,6 +27,7 @@ from podcache.cache.shared import (
     check_getter,
     check_timeout,
     event_pod,
+    event_time,
     offers_events,
     offers_pod,
     with_events,
@@ -318,6 +319,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
+        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
             if self._is_async:
                 getter = cast(AsyncPodGetter, self._getter)
@@ -362,6 +364,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         pod = None
         error: BaseException | None = None
         getter: Any = self._getter
+        relist.started_wall = time.time()
         try:
             if self._pod_is_async:
                 pod = await getter.get_pod(relist.uid, False)
@@ -392,7 +395,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 full, scheduled = self._core.hint(now)
                 self._subscription.counted_refresh(scheduled)
             else:
-                relist, full = self._core.pod_hint(uid, now)
+                happened = event_time(event, time.time())
+                relist, full = self._core.pod_hint(uid, now, happened)
                 self._spawn_pod(relist)
             self._arm(self._core.arm(now))
             if full is not None:

@@ -21,6 +21,7 @@ __all__ = [
     "check_getter",
     "check_timeout",
     "event_pod",
+    "event_time",
     "offers_events",
     "offers_pod",
     "with_events",
@@ -50,6 +51,15 @@ def offers_pod(getter: object) -> bool:
     """Whether the getter can relist one pod (``get_pod(uid, all)``): then events relist the
     pod they name, not the node (docs/architecture.md §7)."""
     return callable(getattr(getter, "get_pod", None))
+
+
+def event_time(event: object, wall_now: float) -> float | None:
+    """When ``event`` happened, wall clock seconds: its ``created_at`` (ns since the epoch);
+    None when it has none (0). An event from the future counts as ``wall_now`` (§7 rule 4: a
+    time only ever makes a relist unnecessary, never the snapshot wrong)."""
+    if not isinstance(event, ContainerEvent) or event.created_at <= 0:
+        return None
+    return min(event.created_at / 1e9, wall_now)
 
 
 def event_pod(event: object, pods: PodList | None) -> str | None:

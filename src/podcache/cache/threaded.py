@@ -27,6 +27,7 @@ from podcache.cache.shared import (
     check_getter,
     check_timeout,
     event_pod,
+    event_time,
     offers_events,
     offers_pod,
     with_events,
@@ -417,6 +418,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
+        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
             pods = self._getter.get_pods(False)
             if not isinstance(pods, PodList):
@@ -457,6 +459,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Relist one pod, store what came back, start what the core asks for next."""
         pod = None
         error: BaseException | None = None
+        relist.started_wall = time.time()
         try:
             pod = self._getter.get_pod(relist.uid, False)  # type: ignore[attr-defined]
         except BaseException as exc:  # a failure asks for a full listing, even ^C
@@ -491,7 +494,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
                     full, scheduled = self._core.hint(now)
                     self._subscription.counted_refresh(scheduled)
                 else:
-                    relist, full = self._core.pod_hint(uid, now)
+                    happened = event_time(event, time.time())
+                    relist, full = self._core.pod_hint(uid, now, happened)
                 delay = self._core.arm(now)
         self._arm(delay)
         self._spawn_pod(relist)

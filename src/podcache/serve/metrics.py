@@ -153,6 +153,12 @@ _CACHE_COUNTERS = (
         "Relists of one pod that failed (each asked for a full relist).",
     ),
     (
+        "podcache_pod_events_covered",
+        "pod_events_covered",
+        "Events for a pod that needed no relist: a call that began after the change already "
+        "held it.",
+    ),
+    (
         "podcache_event_resubscriptions",
         "resubscriptions",
         "Event subscriptions made again after the first (one per runtime restart).",
