@@ -675,6 +675,40 @@ def pids_section(data: Json) -> Section:
     return Section(targets, lines)
 
 
+# -- 6b. pod IPs ----------------------------------------------------------------------------
+BY_IP_RATIO = 1.5
+
+
+def ips_section(data: Json) -> Section:
+    lookup, churn = data["lookup"], data["churn"]
+    targets = [
+        Target(
+            f"PodList.by_ip hit <= {BY_IP_RATIO:g}x a by_container_id hit "
+            f"({lookup['pods']:,} pods)",
+            "ips",
+            f"{lookup['by_ip_ns']:.0f} ns vs {lookup['by_container_id_ns']:.0f} ns",
+            _x(lookup["ratio"]),
+            lookup["ratio"] <= BY_IP_RATIO,
+        ),
+        Target(
+            f"status calls over {churn['seconds']:g} s of churn at {churn['pods']:,} pods = new "
+            "sandboxes; a steady node makes none",
+            "ips",
+            f"{churn['status_calls_after']} calls, {churn['new_sandboxes']} new sandboxes; "
+            f"steady: {churn['steady_status_calls_after']}",
+            "",
+            churn["equal"] and churn["steady_status_calls_after"] == 0,
+        ),
+    ]
+    lines = [
+        f"Cold start, {cold['twin']}: {cold['pods']:,} ready pods, {cold['statuses']:,} "
+        f"PodSandboxStatus calls ({cold['concurrency']} in flight) in {cold['statuses_s']:.2f} s "
+        f"(the listing itself {cold['steady_s'] * 1000:.0f} ms); `benchmarks/bench_ips.py`."
+        for cold in data["cold_start"]
+    ]
+    return Section(targets, lines)
+
+
 # -- 5. serve --------------------------------------------------------------------------------
 def _endpoint(label: str) -> str:
     return "/pods" if label.startswith("/pods") else "/containers/{id}"
@@ -1172,6 +1206,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
     "calls_saved": ("4. CRI calls saved", calls_saved_section),
     "serve": ("5. serve vs nginx", serve_section),
     "pids": ("6. PID to pod", pids_section),
+    "ips": ("6b. Pod IPs", ips_section),
     "loop_stall": ("7. Event-loop stalls while refreshing", loop_stall_section),
     "events": ("8. Container events on containerd 1.7", events_section),
     "watch": ("9. Watch", watch_section),

@@ -9,6 +9,8 @@ those from ``created_at`` and the states). The shape::
       {"id": "<pod UID>", "name": "...", "namespace": "...",
        "created_at": 1735689600000000000,         # ns since the epoch (int64)
        "labels": {"app": "web", ...},             # the pod's own labels, sorted by key
+       "ips": ["10.244.1.7", "fd00::7"],          # primary first; [] when unknown
+       "host_network": false,                     # on the node's network (then no ips)
        "containers": [                            # newest first, as the model holds them
          {"id": "containerd://3f2a...",           # ContainerID as ``type://id``
           "name": "web", "image": "...", "image_id": "...", "image_ref": "...",
@@ -57,6 +59,8 @@ def pod_to_json(pod: Pod) -> dict[str, Any]:
         "namespace": pod.namespace,
         "created_at": pod.created_at,
         "labels": pod.label_map(),
+        "ips": list(pod.ips),
+        "host_network": pod.host_network,
         "containers": [container_to_json(c) for c in pod.containers],
         "sandboxes": [container_to_json(s) for s in pod.sandboxes],
     }

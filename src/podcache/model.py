@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import ipaddress
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
@@ -33,6 +34,7 @@ __all__ = [
     "Pod",
     "PodList",
     "derive",
+    "normalise_ip",
     "pods_by_uid",
     "with_revision",
 ]
@@ -108,12 +110,38 @@ def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((str(k), str(v)) for k, v in items))
 
 
+def normalise_ip(text: str) -> str:
+    """``text`` as an IP address's canonical text (``ipaddress``'s compressed form: IPv6 in
+    lower case with the longest zero run folded, ``::ffff:`` forms kept as IPv6). A ValueError
+    naming ``text`` when it is not an IPv4 or IPv6 address (no scope IDs, no prefix lengths)."""
+    if not isinstance(text, str):
+        raise TypeError(f"IP address must be a str, not {type(text).__name__}")
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an IP address") from None
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
+        raise ValueError(f"{text!r} is not an IP address: a pod IP has no scope ID")
+    return address.compressed
+
+
+def _as_ips(ips: Iterable[str]) -> tuple[str, ...]:
+    """Each address normalised, in order, each kept once (the first time it is given)."""
+    return tuple(dict.fromkeys(normalise_ip(ip) for ip in ips))
+
+
 class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A pod: its UID, name, namespace, creation time (ns) and its containers and sandboxes.
 
     ``labels`` (a podcache addition, not in the kubelet's list model) are the pod's own labels
     as its newest sandbox carries them, without the kubelet's ``io.kubernetes.pod.*`` keys;
     stored as ``(key, value)`` pairs sorted by key so the pod stays immutable and hashable.
+
+    ``ips`` (a podcache addition) are the IP addresses of the pod's newest READY sandbox, as
+    its ``PodSandboxStatus`` reports them: the primary first, then the additional ones, each
+    in ``normalise_ip``'s canonical text, each once; empty when the runtime has not said (or
+    for a host-network pod, which has no IPs of its own). ``host_network``: the sandbox shares
+    the node's network namespace (``NamespaceOption.network == NODE``).
     """
 
     id: str
@@ -123,6 +151,8 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     containers: Sequence[Container] = ()
     sandboxes: Sequence[Container] = ()
     labels: Labels = _NO_LABELS
+    ips: Sequence[str] = ()
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         # Lists (or any iterable) become tuples: the snapshot stays immutable all the way down.
@@ -133,6 +163,13 @@ class Pod(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         labels = self.labels
         if labels is not _NO_LABELS and (type(labels) is not tuple or not _sorted_pairs(labels)):
             msgspec.structs.force_setattr(self, "labels", _as_pairs(self.labels))
+        ips = self.ips
+        if ips:
+            normal = _as_ips(ips)
+            if ips != normal or type(ips) is not tuple:
+                msgspec.structs.force_setattr(self, "ips", normal)
+        elif type(ips) is not tuple:
+            msgspec.structs.force_setattr(self, "ips", ())
 
     def label(self, key: str) -> str | None:
         """The value of label ``key``, None when the pod has no such label."""
@@ -195,15 +232,26 @@ class _Index:
     to the same value: no lock is needed.
     """
 
-    __slots__ = ("_by_full_name", "_by_id", "_by_uid", "_id_count", "_pods", "_sorted_ids")
+    __slots__ = (
+        "_by_full_name",
+        "_by_id",
+        "_by_ip",
+        "_by_uid",
+        "_id_count",
+        "_ip_count",
+        "_pods",
+        "_sorted_ids",
+    )
 
     def __init__(self, pods: tuple[Pod, ...]) -> None:
         self._pods = pods
         self._by_uid: dict[str, Pod] | None = None
         self._by_full_name: dict[str, Pod] | None = None
         self._by_id: dict[str, Pod] | None = None
+        self._by_ip: dict[str, Pod] | None = None
         self._sorted_ids: list[str] | None = None
         self._id_count = 0  # items ``by_id`` was built from (more than its keys: an ID twice)
+        self._ip_count = 0  # addresses ``by_ip`` was built from (more than its keys: one twice)
 
     @property
     def by_uid(self) -> dict[str, Pod]:
@@ -242,6 +290,24 @@ class _Index:
                 count += len(pod.sandboxes) + len(pod.containers)
             self._id_count = count
             self._by_id = table
+        return table
+
+    @property
+    def by_ip(self) -> dict[str, Pod]:
+        """Canonical IP -> the newest pod holding it, host-network pods left out."""
+        table = self._by_ip
+        if table is None:
+            table = {}
+            count = 0
+            for pod in reversed(self._pods):
+                if not pod.host_network:
+                    count += len(pod.ips)
+                    for ip in pod.ips:
+                        table[ip] = pod
+            # A pod's own IPs are distinct: fewer keys than that count is an address held twice
+            # (a reused one while its old holder is still listed).
+            self._ip_count = count
+            self._by_ip = table
         return table
 
     def find(self, ident: str) -> tuple[Pod, Container] | None:
@@ -357,6 +423,17 @@ class PodList(Sequence[Pod]):
         """The pod and container (or sandbox) with exactly this bare ID; no prefix matching."""
         return self._idx().find(ident)
 
+    def by_ip(self, ip: str) -> Pod | None:
+        """The pod holding IP address ``ip`` now (the newest, should two claim it), host-network
+        pods skipped (they have no IPs of their own). Any spelling of the address is accepted
+        (``normalise_ip``: ``2001:DB8::0:1`` finds ``2001:db8::1``); one that is not an IP
+        address is a ValueError naming it."""
+        table = self._idx().by_ip
+        pod = table.get(ip)
+        if pod is not None:
+            return pod
+        return table.get(normalise_ip(ip))
+
     def by_container_id(self, id_or_prefix: str) -> tuple[Pod, Container] | None:
         """The pod and container (or sandbox) for a full ``type://id``, a bare ID or a prefix.
 
@@ -430,6 +507,11 @@ def _ids(pod: Pod) -> list[str]:
     return [item.id.id for item in (*pod.sandboxes, *pod.containers)]
 
 
+def _held_ips(pod: Pod) -> list[str]:
+    """The keys a pod has in the by_ip table (none on the host network)."""
+    return [] if pod.host_network else list(pod.ips)
+
+
 def _swap(
     table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod], keys: int
 ) -> dict[str, Pod] | None:
@@ -480,6 +562,9 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
     old_ids, new_ids = _keys(was, _ids), _keys(pod, _ids)
     new._by_id = _swap(index._by_id, old_ids, new_ids, index._id_count)
     new._id_count = index._id_count - len(_ids(was) if was else ()) + len(_ids(pod) if pod else ())
+    old_ips, new_ips = _keys(was, _held_ips), _keys(pod, _held_ips)
+    new._by_ip = _swap(index._by_ip, old_ips, new_ips, index._ip_count)
+    new._ip_count = index._ip_count - len(old_ips) + len(new_ips)
     if new._by_id is not None and index._sorted_ids is not None:
         ids = index._sorted_ids.copy()
         for key in _keys(was, _ids):

@@ -166,6 +166,8 @@ def pod_json(pod: Pod) -> dict[str, Any]:
         "namespace": pod.namespace,
         "created_at": pod.created_at,
         "labels": pod.label_map(),
+        "ips": list(pod.ips),
+        "host_network": pod.host_network,
         "containers": [container_json(c) for c in pod.containers],
         "sandboxes": [container_json(s) for s in pod.sandboxes],
     }

@@ -50,24 +50,27 @@ def test_table_rows_are_the_pods_newest_first(
         assert containers == str(len(pod.containers))
 
 
-def test_wide_table_adds_uid_sandboxes_names_and_labels(
+def test_wide_table_adds_ip_uid_sandboxes_names_and_labels(
     run: Runner, sim: SimRuntime, runtime: CRIRuntime
 ) -> None:
     with paused(sim, runtime, True) as pods:
         result = run("pods", "-r", sim.endpoint, "-a", "-o", "wide", "--no-trunc")
     assert result.returncode == 0, result
     header, rows = table(result)
-    assert header[6:] == ["UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
+    assert header[6:] == ["IP", "UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
     assert len(rows) == len(pods)
     for row, pod in zip(rows, pods, strict=True):
         assert row[0] == newest_sandbox_id(pod)
         assert row[2] == pod_state(pod)
-        assert row[6] == pod.id
-        assert row[7] == str(len(pod.sandboxes))
-        assert row[8] == (",".join(c.name for c in pod.containers) or "-")
+        assert row[6] == ("host" if pod.host_network else pod.ips[0] if pod.ips else "-")
+        assert row[7] == pod.id
+        assert row[8] == str(len(pod.sandboxes))
+        assert row[9] == (",".join(c.name for c in pod.containers) or "-")
         labels = ",".join(f"{k}={v}" for k, v in pod.label_map().items())
-        assert row[9] == (labels or "-")
+        assert row[10] == (labels or "-")
     assert {row[2] for row in rows} == {"Ready", "NotReady"}  # -a shows not-ready pods too
+    ips = [row[6] for row in rows if row[2] == "Ready"]
+    assert sum(ip.startswith("10.244.") for ip in ips) > len(ips) // 2  # ready pods have IPs
 
 
 def test_quiet_prints_full_ids_inspect_accepts(

@@ -162,10 +162,16 @@ def test_pods_on_a_narrow_terminal_cuts_cells_to_fit(
         assert terminal.exit_status() == "exit=0"
     screen = terminal.wait_for(re.compile("the command has ended"))
     lines = screen.splitlines()
-    assert re.match(r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+CONTAINERS\s+UID", lines[0])
+    assert re.match(
+        r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+CONTAINERS\s+IP\s+UID", lines[0]
+    )
     assert max(len(line) for line in lines) <= WIDTH  # cut to fit, never wrapped
     rows = [line.split() for line in lines[1 : 1 + len(pods)]]
     # IDs and names keep their width; the flexible columns (labels, names) are cut instead.
     assert [row[0] for row in rows] == [newest_sandbox_id(p)[:TRUNC] for p in pods]
     assert [row[4] for row in rows] == [p.name for p in pods]  # row[1:3]: "4m ago"
+    # The IP keeps its width too (kubectl's -o wide column).
+    assert [row[7] for row in rows] == [
+        "host" if p.host_network else (p.ips[0] if p.ips else "-") for p in pods
+    ]
     assert any(row[-1].endswith("…") for row in rows)

@@ -129,9 +129,42 @@ def test_a_bad_pid_is_a_usage_error_that_says_what_which_takes(
 ) -> None:
     result = run("which", "-r", sim.endpoint, "--", arg)
     assert result.returncode == 2, result
-    assert f"{arg!r} is not a PID: which takes process IDs" in result.stderr, result.stderr
+    assert f"{arg!r} is not a PID or an IP address: which takes process IDs" in result.stderr, (
+        result.stderr
+    )
     assert "1 to 4,194,304" in result.stderr
 
 
 def test_at_least_one_pid(run: Runner, sim: SimRuntime) -> None:
     assert run("which", "-r", sim.endpoint).returncode == 2
+
+
+def test_an_ip_argument_answers_the_pod_holding_it(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime, tmp_path: Path
+) -> None:
+    with paused(sim, runtime, False) as pods:
+        p = pick([pod for pod in pods if pod.ips])
+        tree = tree_for(tmp_path, p)
+        ip = p.ips[0]
+        result = run("which", ip, "100", "-r", sim.endpoint, "--proc-root", tree.path)
+        as_json = run("which", ip, "-o", "json", "-r", sim.endpoint)
+    assert result.returncode == 0, result
+    header, rows = table(result)
+    assert header == ["PID/IP", "CONTAINER", "POD", "NAMESPACE", "STATE"]
+    assert rows[0] == [ip, "-", p.name, p.namespace, "-"]
+    assert rows[1][0] == "100" and rows[1][2] == p.name
+    assert as_json.returncode == 0, as_json
+    assert parse("json", as_json.stdout) == {
+        "items": [{"ip": ip, "pod": pod_json(p), "container": None, "reason": None}]
+    }
+
+
+def test_an_ip_no_pod_holds_is_exit_3_naming_it(run: Runner, sim: SimRuntime) -> None:
+    result = run("which", "192.0.2.77", "-o", "json", "-r", sim.endpoint)
+    assert result.returncode == 3, result
+    assert "IP 192.0.2.77 is held by no pod the runtime lists" in result.stderr
+    assert parse("json", result.stdout) == {
+        "items": [{"ip": "192.0.2.77", "pod": None, "container": None, "reason": "no_pod"}]
+    }
+    header, _ = table(run("which", "2001:DB8::0:1", "-r", sim.endpoint))
+    assert header[0] == "IP"

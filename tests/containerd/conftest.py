@@ -189,13 +189,18 @@ class Containerd:
 
 
 def _run(
-    script: Path, directory: Path, version: str, timeout: float
+    script: Path,
+    directory: Path,
+    version: str,
+    timeout: float,
+    extra_env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     env = dict(
         os.environ,
         CONTAINERD_TEST_DIR=str(directory),
         CONTAINERD_VERSION=version,
         PODCACHE_PYTHON=sys.executable,
+        **(extra_env or {}),
     )
     return subprocess.run(
         [str(script)],

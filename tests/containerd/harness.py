@@ -6,8 +6,10 @@ annotations, a cgroup parent per pod) and records what it made: IDs, names, hash
 sandbox IDs, the runtime's created_at, and the state each object should be in now. Tests build
 the pods they expect from these records, independently of podcache's conversion code.
 
-Deliberately host-network only: no CNI here, so every pod uses NamespaceOption(network=NODE)
-and sets no hostname (containerd refuses a hostname without a private UTS namespace).
+Host network by default: the instances run without CNI, so a pod uses NamespaceOption(network=
+NODE) and sets no hostname (containerd refuses a hostname without a private UTS namespace).
+``run_pod(..., pod_network=True)`` asks for a network namespace of the pod's own instead, for
+the one instance that has CNI (tests/containerd/test_cni.py); it then gets a hostname too.
 """
 
 from __future__ import annotations
@@ -215,20 +217,25 @@ class CRIHarness:
         uid: str | None = None,
         attempt: int = 0,
         labels: Mapping[str, str] | None = None,
+        pod_network: bool = False,
     ) -> SandboxRecord:
-        """RunPodSandbox as the kubelet shapes it (host network, no hostname, own cgroup)."""
+        """RunPodSandbox as the kubelet shapes it (host network, no hostname, own cgroup; with
+        ``pod_network``, the pod's own network namespace, set up by CNI, and a hostname)."""
         uid = uid or str(uuid.uuid4())
         pod_labels = dict(labels or {})
         pod_labels.update(
             {LABEL_POD_NAME: name, LABEL_POD_NAMESPACE: namespace, LABEL_POD_UID: uid}
         )
-        host_network = api_pb2.NamespaceOption(
-            network=api_pb2.NODE, pid=api_pb2.CONTAINER, ipc=api_pb2.POD
+        namespaces = api_pb2.NamespaceOption(
+            network=api_pb2.POD if pod_network else api_pb2.NODE,
+            pid=api_pb2.CONTAINER,
+            ipc=api_pb2.POD,
         )
         config = api_pb2.PodSandboxConfig(
             metadata=api_pb2.PodSandboxMetadata(
                 name=name, uid=uid, namespace=namespace, attempt=attempt
             ),
+            hostname=name if pod_network else "",
             labels=pod_labels,
             annotations={
                 "kubernetes.io/config.source": "api",
@@ -236,9 +243,7 @@ class CRIHarness:
             },
             linux=api_pb2.LinuxPodSandboxConfig(
                 cgroup_parent=f"/{self.cgroup_parent}/pod{uid}",
-                security_context=api_pb2.LinuxSandboxSecurityContext(
-                    namespace_options=host_network
-                ),
+                security_context=api_pb2.LinuxSandboxSecurityContext(namespace_options=namespaces),
             ),
         )
         sandbox_id = self.runtime.RunPodSandbox(

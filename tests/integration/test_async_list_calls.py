@@ -45,7 +45,10 @@ async def test_list_calls_are_made_in_worker_threads_and_give_the_sync_twins_pod
         first = await runtime.get_pods()
         second = await runtime.get_pods(all=True)
     loop_thread = threading.current_thread()
-    assert [method for method, _ in calls] == ["ListPodSandbox", "ListContainers"] * 2
+    lists = [method for method, _ in calls if method != "PodSandboxStatus"]
+    assert lists == ["ListPodSandbox", "ListContainers"] * 2
+    statuses = [method for method, _ in calls if method == "PodSandboxStatus"]
+    assert len(statuses) == runtime.status_calls > 0  # once per READY sandbox, in threads too
     assert all(thread is not loop_thread for _, thread in calls)
     with CRIRuntime(sim.endpoint) as sync_runtime:
         assert first == sync_runtime.get_pods()

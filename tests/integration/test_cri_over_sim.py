@@ -69,7 +69,8 @@ def expected_pods(
 ) -> PodList:
     """What the kubelet's GetPods(all) makes of these records, in podcache's total order.
 
-    Plus podcache's pod labels: the newest sandbox's, less the ``io.kubernetes.pod.*`` keys.
+    Plus podcache's pod labels: the newest sandbox's, less the ``io.kubernetes.pod.*`` keys,
+    and its IPs and host-network flag: the newest READY sandbox's status's (issue 23).
     """
     if not all:
         sandboxes = [s for s in sandboxes if s.state is SimSandboxState.READY]
@@ -102,8 +103,11 @@ def expected_pods(
     for uid, (name, namespace) in heads.items():
         own_sandboxes = sorted(pod_sandboxes.get(uid, []), key=lambda s: (-s.created_at, s.id))
         own_containers = sorted(pod_containers.get(uid, []), key=lambda c: (-c.created_at, c.id))
+        ready = next((s for s in own_sandboxes if s.state is SimSandboxState.READY), None)
         pods.append(
             Pod(
+                ips=[ready.ip] if ready and ready.ip and not ready.host_network else [],
+                host_network=bool(ready and ready.host_network),
                 id=uid,
                 name=name,
                 namespace=namespace,
@@ -268,6 +272,7 @@ def test_under_running_churn_every_item_returned_existed_during_the_call() -> No
 def test_runtime_cache_serves_one_object_until_the_period_passes(
     sim: SimRuntime, cri: CRIRuntime
 ) -> None:
+    cri.get_pods()  # the getter learns every sandbox's IPs: the cache's refreshes make no call
     cache = RuntimeCache(cri, 0.2)
     first = cache.get_pods()
     assert cache.get_pods() is first
@@ -285,7 +290,7 @@ async def test_the_async_client_returns_the_same_pods(sim: SimRuntime) -> None:
     async with AsyncCRIRuntime(sim.endpoint, timeout=TIMEOUT) as cri:
         for all in (False, True):
             assert_same_pods(await cri.get_pods(all), expected_now(sim, all=all))
-        cache = AsyncRuntimeCache(cri, 0.2)
+        cache = AsyncRuntimeCache(cri, 0.2)  # the getter knows every sandbox's IPs already
         first = await cache.get_pods()
         assert await cache.get_pods() is first
         assert_same_pods(first, expected_now(sim, all=False))

@@ -141,13 +141,26 @@ class TableData:
         ]
 
 
+HOST_NETWORK_IP = "host"
+"""The IP cell of a host-network pod."""
+
+
+def pod_ip(pod: Pod) -> str:
+    """A pod's IP cell: its primary IP, ``host`` on the host network, else ``-``."""
+    if pod.host_network:
+        return HOST_NETWORK_IP
+    return pod.ips[0] if pod.ips else _NONE
+
+
 def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableData:
     """One row per pod: POD ID, CREATED, STATE, NAME, NAMESPACE, CONTAINERS (a count);
-    ``wide`` adds UID, SANDBOXES (a count), CONTAINER NAMES and LABELS."""
+    ``wide`` adds IP (the primary, as ``kubectl get pods -o wide``; ``host`` for a pod on the
+    host network, which has none of its own), UID, SANDBOXES (a count), CONTAINER NAMES and
+    LABELS."""
     wide = out.format == "wide"
     columns = ["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
     if wide:
-        columns += ["UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
+        columns += ["IP", "UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
     table = TableData(columns)
     for pod in pods:
         row = [
@@ -160,7 +173,13 @@ def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableDat
         ]
         if wide:
             names = ",".join(c.name or _NONE for c in pod.containers)
-            row += [pod.id, str(len(pod.sandboxes)), names or _NONE, _labels(pod)]
+            row += [
+                pod_ip(pod),
+                pod.id,
+                str(len(pod.sandboxes)),
+                names or _NONE,
+                _labels(pod),
+            ]
         table.add(*row)
     return table
 

@@ -22,6 +22,7 @@ from podcache.cri.convert import (
     read_sandboxes,
 )
 from podcache.cri.endpoint import Endpoint
+from podcache.cri.eventwire import status_fields
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.values import RuntimeVersion
 
@@ -81,6 +82,8 @@ _METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
     "Status": (pb.StatusRequest, pb.StatusResponse.FromString),
     "ListPodSandbox": (pb.ListPodSandboxRequest, read_sandboxes),
     "ListContainers": (pb.ListContainersRequest, read_containers),
+    # Read by eventwire (labels skipped unread), in gRPC's thread, for both getters.
+    "PodSandboxStatus": (pb.PodSandboxStatusRequest, status_fields),
 }
 
 

@@ -72,8 +72,10 @@ from podcache.cri.converter import (
 from podcache.cri.diagnosis import _probe_async, _probe_budget, _unreachable_async
 from podcache.cri.endpoint import resolve_endpoint
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
+from podcache.cri.eventwire import EventFields
 from podcache.cri.failures import _answer, _closed_error, _deadline_error, _rpc_error
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
+from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import (
     CRI_VERSION,
@@ -132,6 +134,24 @@ class _Base:
         self._timeout = _check_timeout(timeout)
         # The last listing's conversions: a refresh re-reads only what changed (see convert).
         self._memo = Memo()
+        # Each sandbox's IPs, asked once per sandbox ID (see networks).
+        self._networks = NetworkMemo()
+
+    @property
+    def invalid_ips(self) -> int:
+        """IP strings the runtime's PodSandboxStatus answers (or events) carried that were not
+        IP addresses, dropped (``networks``): a hostile runtime's, never a listing's error."""
+        return self._networks.invalid_ips
+
+    @property
+    def status_calls(self) -> int:
+        """PodSandboxStatus calls made (one per new sandbox ID, plus retries of failed ones)."""
+        return self._networks.status_calls
+
+    @property
+    def status_failures(self) -> int:
+        """PodSandboxStatus calls that failed (their pods' IPs stay unknown until a retry)."""
+        return self._networks.status_failures
 
     @property
     def endpoint(self) -> str:
@@ -166,6 +186,13 @@ class CRIRuntime(_Base):
     ) -> None:
         super().__init__(endpoint, timeout, config_path)
         self._caller = SyncCaller(self._endpoint, self._timeout, type(self).__name__)
+        self._statuses = StatusReader(self._networks, self._status_of)
+
+    def _status_of(self, sandbox_id: str) -> EventFields:
+        """One sandbox's PodSandboxStatus, as ``eventwire`` reads it (in gRPC's thread)."""
+        request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+        answer, _ = self._caller.call("PodSandboxStatus", request, EventFields)
+        return answer
 
     def version(self) -> RuntimeVersion:
         """The runtime's Version answer: asked once per channel, then remembered.
@@ -195,7 +222,9 @@ class CRIRuntime(_Base):
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = self.version().runtime_name
         sandboxes, containers = self._listings(*_list_requests(all))
-        return _converted(runtime_name, sandboxes, containers, self._memo)
+        listing = self._networks.begin(full=True)
+        pods = _converted(runtime_name, sandboxes, containers, self._memo, listing)
+        return self._statuses.complete(pods, listing, full=True)
 
     def get_pod(self, uid: str, all: bool = False) -> Pod | None:
         """The pod with ``uid`` as ``get_pods(all)`` would list it, or None: the same two list
@@ -204,7 +233,9 @@ class CRIRuntime(_Base):
         _check_uid(uid)
         runtime_name = self.version().runtime_name
         sandboxes, containers = self._listings(*_pod_requests(uid, all))
-        return _converted(runtime_name, sandboxes, containers, None).by_uid(uid)
+        listing = self._networks.begin(full=False)
+        pods = _converted(runtime_name, sandboxes, containers, None, listing)
+        return self._statuses.complete(pods, listing, full=False).by_uid(uid)
 
     def pod_uid_of(self, ident: str) -> str | None:
         """The UID of the pod whose container or sandbox has the bare ID ``ident``, as the
@@ -221,11 +252,14 @@ class CRIRuntime(_Base):
         ``open()``): an unreachable endpoint fails at once, a runtime without the RPC raises
         ``EventsUnsupportedError``; stream failures are the errors of the other calls.
         """
-        return self._caller.container_events()
+        stream = self._caller.container_events()
+        stream.sandbox_sink = self._networks.learn_event
+        return stream
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
         self._caller.close()
+        self._statuses.close()
 
     def __enter__(self) -> Self:
         return self
@@ -260,6 +294,19 @@ class AsyncCRIRuntime(_Base):
         self._line: _AsyncLine | None = None  # Version and Status
         self._list_caller: _ListCaller | None = None  # the list calls, in its threads
         self._converter = _Converter(self.endpoint)
+        self._statuses = StatusReader(self._networks, self._status_of)
+
+    def _status_of(self, sandbox_id: str) -> EventFields:
+        """One sandbox's PodSandboxStatus on the list calls' sync channel (in a thread)."""
+        request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+        return self._lister().status(request)
+
+    async def _with_ips(self, pods: PodList, listing: ListingPass, *, full: bool) -> PodList:
+        """``StatusReader.complete``: in a worker thread when it makes calls; with none to make
+        (a steady node) it only prunes the memo, on the loop (no thread hop)."""
+        if not self._networks.to_ask(listing):
+            return self._statuses.complete(pods, listing, full=full)
+        return await asyncio.to_thread(self._statuses.complete, pods, listing, full=full)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -368,15 +415,18 @@ class AsyncCRIRuntime(_Base):
         await convert.run(self._read_sandboxes, sandboxes, sandbox_bytes)
         del sandbox_bytes
         container_bytes = await lister.list_bytes("ListContainers", container_request)
-        return await convert.run(self._convert, runtime_name, sandboxes, container_bytes)
+        listing = self._networks.begin(full=True)
+        pods = await convert.run(self._convert, runtime_name, sandboxes, container_bytes, listing)
+        return await self._with_ips(pods, listing, full=True)
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
         """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made and read
         off the event loop as ``get_pods``' are."""
         _check_uid(uid)
         sandbox_request, container_request = _pod_requests(uid, all)
-        pods = await self._filtered(sandbox_request, container_request)
-        return pods.by_uid(uid)
+        listing = self._networks.begin(full=False)
+        pods = await self._filtered(sandbox_request, container_request, listing)
+        return (await self._with_ips(pods, listing, full=False)).by_uid(uid)
 
     async def pod_uid_of(self, ident: str) -> str | None:
         """The twin of ``CRIRuntime.pod_uid_of``."""
@@ -384,7 +434,10 @@ class AsyncCRIRuntime(_Base):
         return _owner_of(pods, ident)
 
     async def _filtered(
-        self, sandbox_request: pb.ListPodSandboxRequest, container_request: pb.ListContainersRequest
+        self,
+        sandbox_request: pb.ListPodSandboxRequest,
+        container_request: pb.ListContainersRequest,
+        listing: ListingPass | None = None,
     ) -> PodList:
         """The pods of two filtered list calls (small answers), without the listing memo."""
         runtime_name = (await self.version()).runtime_name
@@ -392,7 +445,7 @@ class AsyncCRIRuntime(_Base):
         sandbox_bytes = await lister.list_bytes("ListPodSandbox", sandbox_request)
         container_bytes = await lister.list_bytes("ListContainers", container_request)
         return await self._converter.run(
-            _read_both, self._converter, runtime_name, sandbox_bytes, container_bytes
+            _read_both, self._converter, runtime_name, sandbox_bytes, container_bytes, listing
         )
 
     def _lister(self) -> _ListCaller:
@@ -406,13 +459,15 @@ class AsyncCRIRuntime(_Base):
         """In the converter's thread: read the sandboxes into ``held``."""
         held.listing = self._converter.read("ListPodSandbox", data)
 
-    def _convert(self, runtime_name: str, held: _Held, container_bytes: bytes) -> PodList:
+    def _convert(
+        self, runtime_name: str, held: _Held, container_bytes: bytes, listing: ListingPass
+    ) -> PodList:
         """In the converter's thread: read the containers, then build the pods. Both listings
         are released here too: freeing their rows is some milliseconds at 5,000 pods."""
         sandboxes, held.listing = held.listing, None
         assert sandboxes is not None
         containers = self._converter.read("ListContainers", container_bytes)
-        return _converted(runtime_name, sandboxes, containers, self._memo)
+        return _converted(runtime_name, sandboxes, containers, self._memo, listing)
 
     def container_events(self) -> AsyncContainerEventStream:
         """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
@@ -423,7 +478,9 @@ class AsyncCRIRuntime(_Base):
         size, is received or read on the event loop (``eventstream``).
         """
         self._check_open()
-        return AsyncContainerEventStream(self._lister().container_events())
+        stream = self._lister().container_events()
+        stream.sandbox_sink = self._networks.learn_event
+        return AsyncContainerEventStream(stream)
 
     async def close(self) -> None:
         """Close the channels; calls in flight are cancelled (a list call then fails with
@@ -431,6 +488,7 @@ class AsyncCRIRuntime(_Base):
         if not self._closed:
             self._closed = True
             self._converter.close()
+            self._statuses.close()
             if self._list_caller is not None:
                 self._list_caller.close()  # a list call in flight ends CANCELLED
             line = self._line

@@ -48,6 +48,7 @@ from podcache.model import (
 
 if TYPE_CHECKING:
     from podcache.cri._wire import ContainerRow, SandboxRow
+    from podcache.cri.networks import ListingPass, SandboxNetwork
 
 __all__ = [
     "CONTAINER_HASH_ANNOTATION",
@@ -538,10 +539,19 @@ def _parse(message: Any, data: bytes | memoryview) -> Any:
 
 
 def pods_from_listings(
-    runtime_name: str, sandboxes: Listing, containers: Listing, memo: Memo | None = None
+    runtime_name: str,
+    sandboxes: Listing,
+    containers: Listing,
+    memo: Memo | None = None,
+    networks: ListingPass | None = None,
 ) -> PodList:
-    """``build_pods`` over one ListPodSandbox and one ListContainers answer, as read."""
-    return _assemble(runtime_name, sandboxes._rows, containers._rows, memo, sandboxes._reader)
+    """``build_pods`` over one ListPodSandbox and one ListContainers answer, as read.
+
+    ``networks`` (a getter's ``networks.ListingPass``): each pod's IPs and host-network flag
+    come from the network it knows for the pod's newest READY sandbox (none: empty, False)."""
+    return _assemble(
+        runtime_name, sandboxes._rows, containers._rows, memo, sandboxes._reader, networks=networks
+    )
 
 
 def pods_from_wire(
@@ -594,6 +604,8 @@ def _assemble(
     container_rows: Sequence[_ContainerRow],
     memo: Memo | None,
     reader: _Reader[_SandboxRow, _ContainerRow],
+    *,
+    networks: ListingPass | None = None,
 ) -> PodList:
     """Group rows into pods (see ``build_pods``); the reader turns a row into facts."""
     last = memo._last if memo is not None else _NOTHING_REMEMBERED
@@ -609,7 +621,7 @@ def _assemble(
     kept_containers = _group_containers(container_rows, containers, groups, reader.pod_names, share)
     _place_sandboxes(kept_sandboxes, groups)
     _place_containers(kept_containers, groups)
-    pods = _pods(groups, last.pods)
+    pods = _pods(groups, last.pods, networks.network if networks is not None else _no_network)
     if memo is not None:
         memo._last = _Remembered(
             runtime_name, _by_id(sandboxes), _by_id(containers), {pod.id: pod for pod in pods}
@@ -726,16 +738,39 @@ def _place_containers(kept: list[_KeptContainer], groups: dict[str, _Group]) -> 
         groups[item.uid].containers.append(item.item)
 
 
-def _pods(groups: dict[str, _Group], known: Mapping[str, Pod]) -> list[Pod]:
+def _no_network(sandbox_id: str) -> SandboxNetwork | None:
+    return None
+
+
+_RUNNING = ContainerState.RUNNING
+
+
+def _pod_network(
+    sandboxes: tuple[Container, ...], network: Callable[[str], SandboxNetwork | None]
+) -> tuple[tuple[str, ...], bool]:
+    """The IPs and host-network flag of the newest READY sandbox (sandboxes newest first)."""
+    for sandbox in sandboxes:
+        if sandbox.state is _RUNNING:
+            found = network(sandbox.id.id)
+            return ((), False) if found is None else found
+    return (), False
+
+
+def _pods(
+    groups: dict[str, _Group],
+    known: Mapping[str, Pod],
+    network: Callable[[str], SandboxNetwork | None],
+) -> list[Pod]:
     """One Pod per group: the previous listing's Pod object where nothing in it changed
     (items reused from the memo compare by identity, so that check is cheap)."""
     pods: list[Pod] = []
     for uid, group in groups.items():
         sandboxes = tuple(group.sandboxes)
         containers = tuple(group.containers)
+        ips, host_network = _pod_network(sandboxes, network)
         pod = known.get(uid)
-        if pod is None or not _unchanged(pod, group, sandboxes, containers):
-            # Labels are sorted pairs by construction: hand them over without the re-check.
+        if pod is None or not _unchanged(pod, group, sandboxes, containers, (ips, host_network)):
+            # Labels are sorted pairs by construction, IPs canonical: handed over as they are.
             pod = with_sorted_labels(
                 Pod(
                     id=uid,
@@ -747,6 +782,9 @@ def _pods(groups: dict[str, _Group], known: Mapping[str, Pod]) -> list[Pod]:
                 ),
                 group.labels,
             )
+            if ips or host_network:
+                msgspec.structs.force_setattr(pod, "ips", ips)
+                msgspec.structs.force_setattr(pod, "host_network", host_network)
         pods.append(pod)
     return pods
 
@@ -756,10 +794,13 @@ def _unchanged(
     group: _Group,
     sandboxes: tuple[Container, ...],
     containers: tuple[Container, ...],
+    network: tuple[tuple[str, ...], bool],
 ) -> bool:
-    """Whether ``pod`` is what ``group`` would make."""
+    """Whether ``pod`` is what ``group`` (with ``network``) would make."""
     return (
         pod.created_at == group.created_at
+        and pod.ips == network[0]
+        and pod.host_network == network[1]
         and pod.containers == containers
         and pod.sandboxes == sandboxes
         and pod.name == group.name

@@ -27,6 +27,7 @@ from podcache.cri.convert import (
     split_items,
 )
 from podcache.cri.failures import _not_cri_message
+from podcache.cri.networks import ListingPass
 from podcache.errors import (
     RuntimeProtocolError,
 )
@@ -49,20 +50,28 @@ _READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
 
 
 def _read_both(
-    converter: _Converter, runtime_name: str, sandbox_bytes: bytes, container_bytes: bytes
+    converter: _Converter,
+    runtime_name: str,
+    sandbox_bytes: bytes,
+    container_bytes: bytes,
+    networks: ListingPass | None = None,
 ) -> PodList:
     """In the converter's thread: both answers read and converted without a memo."""
     sandboxes = converter.read("ListPodSandbox", sandbox_bytes)
     containers = converter.read("ListContainers", container_bytes)
-    return _converted(runtime_name, sandboxes, containers, None)
+    return _converted(runtime_name, sandboxes, containers, None, networks)
 
 
 def _converted(
-    runtime_name: str, sandboxes: Listing, containers: Listing, memo: Memo | None
+    runtime_name: str,
+    sandboxes: Listing,
+    containers: Listing,
+    memo: Memo | None,
+    networks: ListingPass | None = None,
 ) -> PodList:
     """The pods of two listings, which are released (``Listing.release``) in any case."""
     try:
-        return pods_from_listings(runtime_name, sandboxes, containers, memo)
+        return pods_from_listings(runtime_name, sandboxes, containers, memo, networks)
     finally:
         sandboxes.release()
         containers.release()

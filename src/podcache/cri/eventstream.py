@@ -133,20 +133,28 @@ def event_from(url: str, response: pb.ContainerEventResponse) -> ContainerEvent:
     return _checked(url, fields)
 
 
-def event_from_bytes(url: str, data: bytes) -> ContainerEvent:
+SandboxSink = Callable[[EventFields], None]
+"""Takes the fields of each checked event (its sandbox status: a getter's network memo)."""
+
+
+def event_from_bytes(url: str, data: bytes, sink: SandboxSink | None = None) -> ContainerEvent:
     """The checked event of one response's wire bytes (``eventwire``); ``RuntimeProtocolError``
-    naming ``url`` when they are not a valid message or break a rule."""
+    naming ``url`` when they are not a valid message or break a rule. ``sink`` gets the fields
+    of an event that passed the checks."""
     try:
         fields = event_fields(data)
     except EventWireError as error:
         raise RuntimeProtocolError(url, f"its {_METHOD} sent a malformed event: {error}") from None
-    return _checked(url, fields)
+    event = _checked(url, fields)
+    if sink is not None:
+        sink(fields)
+    return event
 
 
-def _event(url: str, response: object) -> ContainerEvent:
+def _event(url: str, response: object, sink: SandboxSink | None = None) -> ContainerEvent:
     """A response as the call gave it: its bytes (podcache's channels never decode events)."""
     if isinstance(response, bytes):
-        return event_from_bytes(url, response)
+        return event_from_bytes(url, response, sink)
     raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message's bytes")
 
 
@@ -181,6 +189,8 @@ class ContainerEventStream:
         self._closed = False
         self.connected = False
         """Whether the call was made on a connected channel (the runtime was reached)."""
+        self.sandbox_sink: SandboxSink | None = None
+        """Given each checked event's fields (a getter learns sandbox networks from them)."""
 
     @property
     def endpoint(self) -> str:
@@ -219,7 +229,7 @@ class ContainerEventStream:
             if self._closed or _ended_by_server(*_failure(e)):
                 raise StopIteration from None
             raise self._error(*_failure(e)) from e
-        return _event(self._url, response)
+        return _event(self._url, response, self.sandbox_sink)
 
     def close(self) -> None:
         """End the stream; an iteration in progress stops. Idempotent."""

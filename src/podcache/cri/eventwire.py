@@ -13,7 +13,14 @@ for the container statuses, which are skipped whole.
 ``event_fields(data)`` returns ``EventFields`` as protobuf would decode them from ``data``:
 
 - ``container_id`` (1), ``container_event_type`` (2, int32), ``created_at`` (3, int64),
-  ``pod_sandbox_status`` (4): its ``id`` (1) and ``metadata`` (2) ``uid`` (2);
+  ``pod_sandbox_status`` (4): its ``id`` (1), ``metadata`` (2) ``uid`` (2), ``state`` (3),
+  ``network`` (5: ``ip`` (1), ``additional_ips`` (2, repeated ``PodIP``: ``ip`` (1))) and
+  ``linux`` (6) ``namespaces`` (1) ``options`` (2) ``network`` (1, the ``NamespaceMode``);
+- ``status_fields(data)`` reads a ``PodSandboxStatusResponse`` the same way: its ``status``
+  (1) is read as an event's sandbox status is; the event's own fields stay unset;
+- of ``additional_ips`` the first ``MAX_ADDITIONAL_IPS`` are kept, the others only counted
+  (``additional_ips_dropped``); an IP string that is not UTF-8 is kept with its bad bytes
+  replaced (U+FFFD), so that it is dropped as an invalid address, not as a broken event;
 - the last value of a scalar wins; a message field given several times is merged (its fields
   read in order, the last of each winning); a known field with another wire type is an unknown
   field, skipped, as protobuf does; unknown fields (groups too) are skipped;
@@ -33,10 +40,21 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["MAX_DEPTH", "EventFields", "EventWireError", "event_fields"]
+__all__ = [
+    "MAX_ADDITIONAL_IPS",
+    "MAX_DEPTH",
+    "EventFields",
+    "EventWireError",
+    "event_fields",
+    "status_fields",
+]
 
 MAX_DEPTH = 100
 """Most nested groups skipped (protobuf's recursion limit)."""
+
+MAX_ADDITIONAL_IPS = 8
+"""Additional IP strings of one sandbox status kept (Kubernetes gives a pod at most one per IP
+family); the rest are counted, not read."""
 
 _VARINT, _FIXED64, _LENGTH, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
 _INT32_MASK = 0xFFFFFFFF
@@ -48,13 +66,21 @@ class EventWireError(ValueError):
 
 
 class EventFields(NamedTuple):
-    """What podcache uses of one event, as protobuf would decode it (unset: 0 or "")."""
+    """What podcache uses of one event, as protobuf would decode it (unset: 0 or "").
+
+    ``sandbox_state``: ``PodSandboxState`` (0 READY, 1 NOTREADY); ``network_mode``: the
+    sandbox's network ``NamespaceMode`` (2 is NODE: the host network)."""
 
     container_event_type: int
     container_id: str
     created_at: int
     sandbox_id: str
     pod_uid: str
+    sandbox_state: int = 0
+    ip: str = ""
+    additional_ips: tuple[str, ...] = ()
+    additional_ips_dropped: int = 0
+    network_mode: int = 0
 
 
 def _varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -164,10 +190,46 @@ def _skip_labels(data: bytes | memoryview, pos: int, end: int) -> int:
     return pos
 
 
+def _loose_text(data: bytes | memoryview, start: int, stop: int) -> str:
+    """A string read for what it says, not trusted: bad UTF-8 is replaced, not an error."""
+    return bytes(data[start:stop]).decode("utf-8", errors="replace")
+
+
+def _one_field(
+    data: bytes | memoryview, pos: int, end: int, wanted: int, wire_type: int
+) -> tuple[int, int] | None:
+    """The (start, end) of the last ``wanted`` field of wire type ``wire_type`` in a message
+    (a varint's value and its end for ``_VARINT``); None when it is absent."""
+    found: tuple[int, int] | None = None
+    while pos < end:
+        field, wire, pos = _tag(data, pos, end)
+        if field == wanted and wire == wire_type:
+            if wire == _VARINT:
+                found = _varint(data, pos, end)
+                pos = found[1]
+            else:
+                found = _length(data, pos, end)
+                pos = found[1]
+        else:
+            pos = _skip(data, field, wire, pos, end, depth=0)
+    return found
+
+
 class _Reading:
     """The fields read so far (the last of each wins; messages merge)."""
 
-    __slots__ = ("container_id", "created_at", "event_type", "sandbox_id", "uid")
+    __slots__ = (
+        "additional_ips",
+        "container_id",
+        "created_at",
+        "dropped",
+        "event_type",
+        "ip",
+        "network_mode",
+        "sandbox_id",
+        "state",
+        "uid",
+    )
 
     def __init__(self) -> None:
         self.event_type = 0
@@ -175,6 +237,63 @@ class _Reading:
         self.created_at = 0
         self.sandbox_id = ""
         self.uid = ""
+        self.state = 0
+        self.ip = ""
+        self.additional_ips: list[str] = []
+        self.dropped = 0
+        self.network_mode = 0
+
+    def fields(self) -> EventFields:
+        return EventFields(
+            self.event_type,
+            self.container_id,
+            self.created_at,
+            self.sandbox_id,
+            self.uid,
+            self.state,
+            self.ip,
+            tuple(self.additional_ips),
+            self.dropped,
+            self.network_mode,
+        )
+
+    def network(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        """``PodSandboxNetworkStatus``: ip (1), additional_ips (2, repeated PodIP)."""
+        while pos < end:
+            field, wire, pos = _tag(data, pos, end)
+            if field in (1, 2) and wire == _LENGTH:
+                start, pos = _length(data, pos, end)
+                if field == 1:
+                    self.ip = _loose_text(data, start, pos)
+                elif len(self.additional_ips) < MAX_ADDITIONAL_IPS:
+                    found = _one_field(data, start, pos, 1, _LENGTH)
+                    self.additional_ips.append("" if found is None else _loose_text(data, *found))
+                else:
+                    _one_field(data, start, pos, 1, _LENGTH)  # still checked, as protobuf does
+                    self.dropped += 1
+            else:
+                pos = _skip(data, field, wire, pos, end, depth=0)
+
+    def linux(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        """``LinuxPodSandboxStatus``: namespaces (1) -> options (2) -> network (1)."""
+        while pos < end:
+            field, wire, pos = _tag(data, pos, end)
+            if field == 1 and wire == _LENGTH:
+                start, pos = _length(data, pos, end)
+                self.namespaces(data, start, pos)
+            else:
+                pos = _skip(data, field, wire, pos, end, depth=0)
+
+    def namespaces(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        while pos < end:
+            field, wire, pos = _tag(data, pos, end)
+            if field == 2 and wire == _LENGTH:
+                start, pos = _length(data, pos, end)
+                found = _one_field(data, start, pos, 1, _VARINT)
+                if found is not None:
+                    self.network_mode = _signed(found[0], 32)
+            else:
+                pos = _skip(data, field, wire, pos, end, depth=0)
 
     def metadata(self, data: bytes | memoryview, pos: int, end: int) -> None:
         while pos < end:
@@ -191,12 +310,19 @@ class _Reading:
             if pos >= end:
                 return
             field, wire, pos = _tag(data, pos, end)
-            if wire == _LENGTH and field in (1, 2):
+            if wire == _LENGTH and field in (1, 2, 5, 6):
                 start, pos = _length(data, pos, end)
                 if field == 1:
                     self.sandbox_id = _text(data, start, pos, "pod_sandbox_status.id")
-                else:
+                elif field == 2:
                     self.metadata(data, start, pos)
+                elif field == 5:
+                    self.network(data, start, pos)
+                else:
+                    self.linux(data, start, pos)
+            elif wire == _VARINT and field == 3:
+                value, pos = _varint(data, pos, end)
+                self.state = _signed(value, 32)
             else:
                 pos = _skip(data, field, wire, pos, end, depth=0)
 
@@ -224,10 +350,20 @@ def event_fields(data: bytes | memoryview) -> EventFields:
     docstring); ``EventWireError`` when ``data`` is not a valid message."""
     reading = _Reading()
     reading.top(data, 0, len(data))
-    return EventFields(
-        reading.event_type,
-        reading.container_id,
-        reading.created_at,
-        reading.sandbox_id,
-        reading.uid,
-    )
+    return reading.fields()
+
+
+def status_fields(data: bytes | memoryview) -> EventFields:
+    """The sandbox fields of the ``PodSandboxStatusResponse`` in ``data``, read as an event's
+    ``pod_sandbox_status`` is (its ``info`` and container statuses skipped); ``EventWireError``
+    when ``data`` is not a valid message."""
+    reading = _Reading()
+    pos, end = 0, len(data)
+    while pos < end:
+        field, wire, pos = _tag(data, pos, end)
+        if field == 1 and wire == _LENGTH:
+            start, pos = _length(data, pos, end)
+            reading.sandbox(data, start, pos)
+        else:
+            pos = _skip(data, field, wire, pos, end, depth=0)
+    return reading.fields()

@@ -21,6 +21,8 @@ from podcache.cri.caller import SyncCaller
 from podcache.cri.channels import _ASYNC_METHODS, _Line
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import ContainerEventStream
+from podcache.cri.eventwire import EventFields
+from podcache.cri.proto import api_pb2 as pb
 
 __all__ = ["LIST_CALL_THREADS"]
 
@@ -106,6 +108,12 @@ class _ListCaller:
             answer, _ = self._caller.call(method, request, bytes)
         finally:
             self._local.handle = None
+        return answer
+
+    def status(self, request: pb.PodSandboxStatusRequest) -> EventFields:
+        """One PodSandboxStatus answer, read by ``eventwire`` in gRPC's thread; blocking (made
+        in ``networks.StatusReader``'s threads, never on the event loop)."""
+        answer, _ = self._caller.call("PodSandboxStatus", request, EventFields)
         return answer
 
     def container_events(self) -> ContainerEventStream:

@@ -108,6 +108,18 @@ _POD_PROPERTIES: dict[str, Any] = {
         "additionalProperties": {"type": "string"},
         "description": "The pod's own labels (without the kubelet's io.kubernetes.pod.*).",
     },
+    "ips": {
+        "type": "array",
+        "items": {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]},
+        "uniqueItems": True,
+        "description": "The IP addresses of the pod's newest ready sandbox (its "
+        "PodSandboxStatus), the primary first, in canonical text (IPv6 compressed, lower "
+        "case). Empty while the runtime has not said, and for a host-network pod.",
+    },
+    "host_network": {
+        "type": "boolean",
+        "description": "The pod's sandbox shares the node's network namespace.",
+    },
     "containers": {"type": "array", "items": _ref("Container")},
     "sandboxes": {"type": "array", "items": _ref("Container")},
 }

@@ -4,10 +4,12 @@ It shares only the generated protobuf with ``podcache.cri``; it never imports th
 cache or the conversion code, so it can check them independently (docs/architecture.md §2).
 """
 
+from podcache.sim.addresses import DEFAULT_POD_CIDR, AddressPool
 from podcache.sim.churn import ChurnPause
 from podcache.sim.command import cli_main, sim_command
 from podcache.sim.faults import Faults, Malformed, malformed_items, malformed_uid
 from podcache.sim.population import (
+    DEFAULT_HOST_NETWORK,
     DEFAULT_NAMESPACES,
     LogicalClock,
     PodShape,
@@ -24,8 +26,11 @@ from podcache.sim.runtime import SimRuntime
 from podcache.sim.server import RUNTIME_NAME
 
 __all__ = [
+    "DEFAULT_HOST_NETWORK",
     "DEFAULT_NAMESPACES",
+    "DEFAULT_POD_CIDR",
     "RUNTIME_NAME",
+    "AddressPool",
     "ChurnPause",
     "Faults",
     "LogicalClock",

@@ -6,6 +6,7 @@ returns the exit status. It holds no simulation logic (see ``runtime``).
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -16,7 +17,8 @@ from types import FrameType
 
 import click
 
-from podcache.sim.population import DEFAULT_NAMESPACES
+from podcache.sim.addresses import DEFAULT_POD_CIDR
+from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES
 from podcache.sim.runtime import SimRuntime
 
 __all__ = ["cli_main", "sim_command"]
@@ -79,6 +81,29 @@ __all__ = ["cli_main", "sim_command"]
     metavar="NAME",
     help=f"Namespace for pods (repeatable; default: {', '.join(DEFAULT_NAMESPACES)}).",
 )
+@click.option(
+    "--pod-cidr",
+    default=DEFAULT_POD_CIDR,
+    callback=lambda ctx, param, value: _network(value),
+    show_default=True,
+    metavar="CIDR",
+    help="Network pod IPs are given from (IPv4 or IPv6; freed IPs are reused first).",
+)
+@click.option(
+    "--host-network",
+    type=click.FloatRange(0, 1),
+    default=DEFAULT_HOST_NETWORK,
+    show_default=True,
+    metavar="FRACTION",
+    help="Fraction of pods on the host network.",
+)
+@click.option(
+    "--bad-ip",
+    "bad_ips",
+    multiple=True,
+    metavar="TEXT",
+    help="A hostile IP string every sandbox status carries (repeatable; a fault for tests).",
+)
 def sim_command(
     *,
     socket_path: str | None,
@@ -90,6 +115,9 @@ def sim_command(
     fail_rate: float,
     namespaces: tuple[str, ...],
     stats_file: str | None,
+    pod_cidr: str,
+    host_network: float,
+    bad_ips: tuple[str, ...],
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
     socket and directory)."""
@@ -120,12 +148,24 @@ def sim_command(
             namespaces=namespaces or DEFAULT_NAMESPACES,
             latency=latency,
             fail_rate=fail_rate,
+            pod_cidr=pod_cidr,
+            host_network=host_network,
+            bad_ips=bad_ips,
         )
         banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}"
         _serve_until(stop, sim, banner, stats_file)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _network(text: str) -> str:
+    """A ``--pod-cidr`` that is a network (host bits clear), else a usage error naming it."""
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
+    return text
 
 
 def _serve_until(

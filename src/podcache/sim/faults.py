@@ -187,6 +187,10 @@ class Faults:
       ``SimRuntime.cut_event_streams()`` cuts every open stream now, and
       ``unimplemented={"GetContainerEvents"}`` makes the RPC UNIMPLEMENTED (containerd 1.6).
       Draws come from the same seeded RNG as ``fail_rate``.
+    - ``bad_ips``: IP strings every sandbox status (PodSandboxStatus answers and events'
+      ``pod_sandbox_status``) carries besides its own address: the first is sent as
+      ``network.ip`` (the sandbox's own address then leads ``additional_ips``), the rest
+      follow it in ``additional_ips``. Hostile text, for tests of what a reader drops.
     """
 
     def __init__(
@@ -209,6 +213,7 @@ class Faults:
         self._event_delay = 0.0
         self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
         self._event_cut_after: int | None = None
+        self._bad_ips: tuple[str, ...] = ()
         self._event_replay = 0
         self.latency = latency
         self.fail_rate = fail_rate
@@ -267,6 +272,19 @@ class Faults:
         )
         with self._lock:
             self._malformed = chosen
+
+    @property
+    def bad_ips(self) -> tuple[str, ...]:
+        """Hostile IP strings every sandbox status carries (see the class)."""
+        return self._bad_ips
+
+    @bad_ips.setter
+    def bad_ips(self, texts: Iterable[str]) -> None:
+        chosen = tuple((texts,) if isinstance(texts, str) else texts)
+        if not all(isinstance(text, str) for text in chosen):
+            raise TypeError("bad_ips must be strings")
+        with self._lock:
+            self._bad_ips = chosen
 
     # -- event streams ------------------------------------------------------------------------
     @property

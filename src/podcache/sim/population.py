@@ -35,10 +35,13 @@ from types import MappingProxyType
 
 import msgspec
 
+from podcache.sim.addresses import DEFAULT_POD_CIDR, AddressPool
+
 __all__ = [
     "CONTAINER_HASH_ANNOTATION",
     "CONTAINER_NAME_LABEL",
     "DEFAULT_EPOCH_NS",
+    "DEFAULT_HOST_NETWORK",
     "DEFAULT_NAMESPACES",
     "POD_NAMESPACE_LABEL",
     "POD_NAME_LABEL",
@@ -68,6 +71,8 @@ TERMINATION_MESSAGE_POLICY_ANNOTATION = "io.kubernetes.container.terminationMess
 GRACE_PERIOD_ANNOTATION = "io.kubernetes.pod.terminationGracePeriod"
 
 DEFAULT_NAMESPACES: tuple[str, ...] = ("default", "kube-system", "monitoring", "payments")
+DEFAULT_HOST_NETWORK = 0.05
+"""Fraction of pods on the host network (node agents, CNI and kube-proxy pods)."""
 DEFAULT_EPOCH_NS = 1_735_689_600 * 1_000_000_000
 """Where the default logical clock starts: 2025-01-01T00:00:00Z, in ns since the epoch."""
 
@@ -170,6 +175,7 @@ class SimSandbox(msgspec.Struct, frozen=True, kw_only=True):
     annotations: Mapping[str, str]
     runtime_handler: str = ""
     ip: str = ""
+    host_network: bool = False
     has_metadata: bool = True
 
 
@@ -451,9 +457,18 @@ class Population:
         seed: int = 0,
         namespaces: Sequence[str] = DEFAULT_NAMESPACES,
         clock: Callable[[], int] | None = None,
+        pod_cidr: str = DEFAULT_POD_CIDR,
+        host_network: float = DEFAULT_HOST_NETWORK,
     ) -> None:
         if pods < 0:
             raise ValueError(f"pods must be >= 0, not {pods}")
+        if not 0 <= host_network <= 1:
+            raise ValueError(f"host_network must be a fraction in [0, 1], not {host_network}")
+        self._addresses = AddressPool(pod_cidr)
+        self._host_network = host_network
+        # Networking draws from a generator of its own: the other draws (and so every
+        # population a seed gave before pods had addresses) are unchanged.
+        self._net_rng = random.Random(f"{seed}/network")
         if not namespaces:
             raise ValueError("namespaces must not be empty")
         self._rng = random.Random(seed)
@@ -469,7 +484,7 @@ class Population:
         self._images: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._listeners: list[EventListener] = []
         self._generation = 0
-        self._ip_counter = 0
+        self._sandboxes_created = 0
         now = self._clock()
         previous: _Pod | None = None
         for index in range(pods):
@@ -488,6 +503,16 @@ class Population:
     def __len__(self) -> int:
         """The number of pods (stopped pods included)."""
         return len(self._pods)
+
+    @property
+    def addresses(self) -> AddressPool:
+        """The pod IP pool (read-only by convention)."""
+        return self._addresses
+
+    @property
+    def sandboxes_created(self) -> int:
+        """Sandboxes made since the population was generated (churn and ``create_pod``)."""
+        return self._sandboxes_created
 
     def snapshot(self) -> Snapshot:
         """Every sandbox and container, consistently, with the generation they belong to."""
@@ -676,6 +701,7 @@ class Population:
     def _create(self, shape: PodShape) -> tuple[str, list[SimEvent]]:
         now = self._clock()
         pod = self._add_pod(shape, now)
+        self._sandboxes_created += len(pod.sandbox_ids)
         events: list[SimEvent] = []
         # (created_at, id, sandbox id, started, stopped) of every record, in creation order.
         items: list[tuple[int, str, str, bool, bool]] = []
@@ -721,6 +747,8 @@ class Population:
         for sid in pod.sandbox_ids:
             sb = self._sandboxes[sid]
             if sb.state is SimSandboxState.READY:
+                # Its network is torn down: the address is free (the status still shows it).
+                self._addresses.release(sb.ip)
                 self._sandboxes[sid] = msgspec.structs.replace(sb, state=SimSandboxState.NOTREADY)
                 events.append(self._event(sid, SimEventType.STOPPED, now, sid, pod))
         return events
@@ -764,6 +792,7 @@ class Population:
         in a fixed order (identity, then history), so a seed always gives the same pods.
         """
         identity = self._draw_identity(shape)
+        host_network = self._net_rng.random() < self._host_network
         sandboxes, planned = _plan_history(self._rng, shape, identity.inits, identity.mains)
         newest_sandbox = max(created for created, _ in sandboxes)
         newest = max(newest_sandbox, *(max(p.created, p.started, p.finished) for p in planned))
@@ -772,7 +801,12 @@ class Population:
             shift = min(shift, tie_with - newest_sandbox)
         sandbox_ids = [
             self._add_sandbox(
-                identity, attempt, created + shift, state, newest=attempt == len(sandboxes) - 1
+                identity,
+                attempt,
+                created + shift,
+                state,
+                newest=attempt == len(sandboxes) - 1,
+                host_network=host_network,
             )
             for attempt, (created, state) in enumerate(sandboxes)
         ]
@@ -814,11 +848,21 @@ class Population:
         )
 
     def _add_sandbox(
-        self, pod: _Identity, attempt: int, created: int, state: SimSandboxState, *, newest: bool
+        self,
+        pod: _Identity,
+        attempt: int,
+        created: int,
+        state: SimSandboxState,
+        *,
+        newest: bool,
+        host_network: bool,
     ) -> str:
-        """Store one sandbox of ``pod``; returns its ID."""
+        """Store one sandbox of ``pod``; returns its ID. A READY one on the pod network holds
+        an address of the pool; a host-network one has none of its own (as containerd says)."""
         sid = self._new_id()
-        self._ip_counter += 1
+        ip = ""
+        if state is SimSandboxState.READY and not host_network:
+            ip = self._addresses.allocate()
         seen = datetime.fromtimestamp(created / _SECOND, UTC)
         # A label added to the pod later (its tier) shows on re-created sandboxes only.
         labels = pod.labels if newest else {k: v for k, v in pod.labels.items() if k != "tier"}
@@ -837,7 +881,8 @@ class Population:
                     "kubernetes.io/config.source": "api",
                 }
             ),
-            ip=f"10.244.{(self._ip_counter >> 8) & 255}.{self._ip_counter & 255}",
+            ip=ip,
+            host_network=host_network,
         )
         return sid
 

@@ -16,14 +16,38 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 
+from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
 from podcache.sim.counters import CallCounters
 from podcache.sim.faults import Faults, Malformed
-from podcache.sim.population import DEFAULT_NAMESPACES, Population, SimEvent
+from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
 from podcache.unixsocket import claim_socket_path
 
 __all__ = ["SimRuntime"]
+
+
+def _address(
+    socket: str | os.PathLike[str] | None, tcp: bool
+) -> tuple[str, int | None, str | None]:
+    """(host, port, path) of where to listen: a TCP host and port, or a unix socket's absolute
+    path, or neither (a temporary socket, chosen at start)."""
+    text = os.fspath(socket) if socket is not None else None
+    if tcp and text is not None:
+        raise ValueError("give either socket= or tcp=True, not both")
+    if tcp:
+        text = "tcp://127.0.0.1:0"
+    if text is not None and text.startswith("tcp://"):
+        host, sep, port = text.removeprefix("tcp://").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
+        return host, int(port), None
+    if text is not None:
+        path = text.removeprefix("unix://")
+        if not path:
+            raise ValueError(f"malformed socket path {text!r}")
+        return "", None, os.path.abspath(path)
+    return "", None, None
 
 
 class SimRuntime:
@@ -39,6 +63,9 @@ class SimRuntime:
       ``pause_churn()`` and ``churn_step()`` for deterministic tests.
     - ``latency``, ``fail_rate``, ``malformed``, ``unimplemented``: the initial ``faults``
       (all changeable later).
+    - ``pod_cidr``: the network pods get addresses from (freed ones reused first);
+      ``host_network``: the fraction of pods on the host network (no address of their own);
+      ``bad_ips``: hostile IP strings every sandbox status carries (``Faults.bad_ips``).
     - ``clock``: nanoseconds since the epoch for new records; the wall clock by default, so
       ages look real (pass ``podcache.sim.LogicalClock()`` to fix timestamps by the seed too).
 
@@ -60,8 +87,18 @@ class SimRuntime:
         unimplemented: Iterable[str] = (),
         clock: Callable[[], int] | None = time.time_ns,
         max_workers: int = 32,
+        pod_cidr: str = DEFAULT_POD_CIDR,
+        host_network: float = DEFAULT_HOST_NETWORK,
+        bad_ips: Iterable[str] = (),
     ) -> None:
-        self.population = Population(pods, seed=seed, namespaces=namespaces, clock=clock)
+        self.population = Population(
+            pods,
+            seed=seed,
+            namespaces=namespaces,
+            clock=clock,
+            pod_cidr=pod_cidr,
+            host_network=host_network,
+        )
         """The simulated pods; read ``population.snapshot()`` for the truth."""
         self.faults = Faults(
             seed=seed,
@@ -71,30 +108,14 @@ class SimRuntime:
             unimplemented=unimplemented,
         )
         """Faults injected into calls; change them at any time."""
+        self.faults.bad_ips = bad_ips
         self._churn = ChurnDriver(self.population, churn)
         self._max_workers = max_workers
         self._server: SimServer | None = None
         self._tempdir: str | None = None
         self._lock = threading.Lock()
         self._state = "new"
-        self._host = ""
-        self._port: int | None = None
-        self._path: str | None = None
-        text = os.fspath(socket) if socket is not None else None
-        if tcp and text is not None:
-            raise ValueError("give either socket= or tcp=True, not both")
-        if tcp:
-            text = "tcp://127.0.0.1:0"
-        if text is not None and text.startswith("tcp://"):
-            host, sep, port = text.removeprefix("tcp://").rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
-            self._host, self._port = host, int(port)
-        elif text is not None:
-            path = text.removeprefix("unix://")
-            if not path:
-                raise ValueError(f"malformed socket path {text!r}")
-            self._path = os.path.abspath(path)
+        self._host, self._port, self._path = _address(socket, tcp)
 
     # -- addresses ----------------------------------------------------------------------------
     @property
@@ -247,6 +268,14 @@ class SimRuntime:
         """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
         if self._server is not None:
             self._server.servicer.counters.reset()
+
+    def calls(self) -> dict[str, int]:
+        """Calls so far per list and status RPC, filtered and unfiltered together
+        (``{"PodSandboxStatus": 12, ...}``)."""
+        return {
+            method: sum(kind["calls"] for kind in kinds.values())
+            for method, kinds in self.call_counts().items()
+        }
 
     # -- events -------------------------------------------------------------------------------
     @property

@@ -114,14 +114,29 @@ def sandbox_message(sandbox: SimSandbox) -> pb.PodSandbox:
     )
 
 
-def sandbox_status_message(sandbox: SimSandbox) -> pb.PodSandboxStatus:
-    """The ``PodSandboxStatus`` of this record."""
+def _network_status(sandbox: SimSandbox, bad_ips: Sequence[str]) -> pb.PodSandboxNetworkStatus:
+    """The sandbox's address as containerd reports it ("" on the host network), with the
+    ``bad_ips`` fault's strings: the first as ``ip``, the own address after it."""
+    if not bad_ips:
+        return pb.PodSandboxNetworkStatus(ip=sandbox.ip)
+    rest = [sandbox.ip, *bad_ips[1:]] if sandbox.ip else list(bad_ips[1:])
+    return pb.PodSandboxNetworkStatus(
+        ip=bad_ips[0], additional_ips=[pb.PodIP(ip=text) for text in rest]
+    )
+
+
+def sandbox_status_message(sandbox: SimSandbox, bad_ips: Sequence[str] = ()) -> pb.PodSandboxStatus:
+    """The ``PodSandboxStatus`` of this record (``bad_ips``: see ``Faults.bad_ips``)."""
+    mode = pb.NODE if sandbox.host_network else pb.POD
     return pb.PodSandboxStatus(
         id=sandbox.id,
         metadata=_sandbox_metadata(sandbox),
         state=_SANDBOX_STATES[sandbox.state],
         created_at=sandbox.created_at,
-        network=pb.PodSandboxNetworkStatus(ip=sandbox.ip),
+        network=_network_status(sandbox, bad_ips),
+        linux=pb.LinuxPodSandboxStatus(
+            namespaces=pb.Namespace(options=pb.NamespaceOption(network=mode))
+        ),
         labels=sandbox.labels,
         annotations=sandbox.annotations,
         runtime_handler=sandbox.runtime_handler,
@@ -182,14 +197,14 @@ def container_status_message(container: SimContainer) -> pb.ContainerStatus:
     )
 
 
-def event_message(event: SimEvent) -> pb.ContainerEventResponse:
+def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerEventResponse:
     """The ``ContainerEventResponse`` for one population change."""
     return pb.ContainerEventResponse(
         container_id=event.container_id,
         container_event_type=_EVENT_TYPES[event.type],
         created_at=event.created_at,
         pod_sandbox_status=(
-            sandbox_status_message(event.sandbox) if event.sandbox is not None else None
+            sandbox_status_message(event.sandbox, bad_ips) if event.sandbox is not None else None
         ),
         containers_statuses=[container_status_message(c) for c in event.containers],
     )
@@ -309,6 +324,18 @@ class _View:
         self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
         self._pod_positions: tuple[dict[str, list[int]], dict[str, list[int]]] | None = None
         self._sorted: tuple[list[str], list[str]] | None = None
+        self._by_sandbox: dict[str, list[SimContainer]] | None = None
+
+    def containers_of(self, sandbox_id: str) -> list[SimContainer]:
+        """The containers of one sandbox (an index built on first use: a cold start's
+        thousands of PodSandboxStatus calls must not each scan every container)."""
+        table = self._by_sandbox
+        if table is None:
+            table = {}
+            for container in self.containers:
+                table.setdefault(container.pod_sandbox_id, []).append(container)
+            self._by_sandbox = table
+        return table.get(sandbox_id, [])
 
     # The ID indexes are built on first use: plain and state-filtered lists never need them.
     @property
@@ -432,7 +459,7 @@ class _FaultyStream:
                 f"podcache-sim: stream cut after {self._sent} events",
             )
         self._sent += 1
-        return event_message(event)
+        return event_message(event, self._faults.bad_ips)
 
 
 class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
@@ -679,10 +706,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             )
         sandbox = view.sandbox_by_id[found]
         return pb.PodSandboxStatusResponse(
-            status=sandbox_status_message(sandbox),
-            containers_statuses=[
-                container_status_message(c) for c in view.containers if c.pod_sandbox_id == found
-            ],
+            status=sandbox_status_message(sandbox, self._faults.bad_ips),
+            containers_statuses=[container_status_message(c) for c in view.containers_of(found)],
             timestamp=time.time_ns(),
         )
 

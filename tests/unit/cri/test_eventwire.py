@@ -16,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podcache.cri.eventstream import event_from, event_from_bytes
-from podcache.cri.eventwire import MAX_DEPTH, EventFields, EventWireError, event_fields
+from podcache.cri.eventwire import (
+    MAX_ADDITIONAL_IPS,
+    MAX_DEPTH,
+    EventFields,
+    EventWireError,
+    event_fields,
+    status_fields,
+)
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import RuntimeProtocolError
 
@@ -24,17 +31,34 @@ INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text(max_size=12)
 LABELS = st.dictionaries(TEXT, TEXT, max_size=6)
+IP_TEXT = st.one_of(st.ip_addresses().map(str), TEXT)
+
+
+def _status_reference(
+    status: pb.PodSandboxStatus, event_type: int = 0, container_id: str = "", created_at: int = 0
+) -> EventFields:
+    additional = [p.ip for p in status.network.additional_ips]
+    return EventFields(
+        event_type,
+        container_id,
+        created_at,
+        status.id,
+        status.metadata.uid,
+        status.state,
+        status.network.ip,
+        tuple(additional[:MAX_ADDITIONAL_IPS]),
+        max(0, len(additional) - MAX_ADDITIONAL_IPS),
+        status.linux.namespaces.options.network,
+    )
 
 
 def _reference(data: bytes) -> EventFields:
     message = pb.ContainerEventResponse.FromString(data)
-    status = message.pod_sandbox_status
-    return EventFields(
+    return _status_reference(
+        message.pod_sandbox_status,
         message.container_event_type,
         message.container_id,
         message.created_at,
-        status.id,
-        status.metadata.uid,
     )
 
 
@@ -48,6 +72,13 @@ def sandbox_status(draw: st.DrawFn) -> pb.PodSandboxStatus:
         annotations=draw(LABELS),
         runtime_handler=draw(TEXT),
     )
+    if draw(st.booleans()):
+        status.network.ip = draw(IP_TEXT)
+        for _ in range(draw(st.integers(0, MAX_ADDITIONAL_IPS + 2))):
+            status.network.additional_ips.add(ip=draw(IP_TEXT))
+    if draw(st.booleans()):
+        status.linux.namespaces.options.network = cast(Any, draw(st.integers(0, 3)))
+        status.linux.namespaces.options.pid = cast(Any, draw(st.integers(0, 3)))
     if draw(st.booleans()):
         status.metadata.CopyFrom(
             pb.PodSandboxMetadata(
@@ -211,3 +242,28 @@ def test_the_checks_of_event_from_hold_on_bytes_too() -> None:
         event_from_bytes("fake://", data.SerializeToString())
     with pytest.raises(RuntimeProtocolError, match="malformed event: a varint"):
         event_from_bytes("fake://", b"\x18\xff")
+
+
+@settings(max_examples=300, deadline=None)
+@given(sandbox_status(), st.lists(st.binary(max_size=8), max_size=2))
+def test_a_status_answer_is_read_as_an_events_sandbox_status(
+    status: pb.PodSandboxStatus, infos: list[bytes]
+) -> None:
+    """``status_fields`` over a PodSandboxStatusResponse: its status as protobuf decodes it,
+    its info and container statuses skipped."""
+    answer = pb.PodSandboxStatusResponse(
+        status=status, info={f"k{i}": v.hex() for i, v in enumerate(infos)}, timestamp=7
+    )
+    answer.containers_statuses.add(id="c", labels={"a": "b"})
+    data = answer.SerializeToString()
+    assert status_fields(data) == _status_reference(
+        pb.PodSandboxStatusResponse.FromString(data).status
+    )
+
+
+def test_an_ip_that_is_not_utf8_is_kept_as_text_to_be_dropped_not_a_broken_answer() -> None:
+    network = b"\x0a\x02\xc3\x28"  # ip = b"\xc3\x28"
+    status = b"\x0a\x01s" + b"\x2a" + bytes([len(network)]) + network
+    data = b"\x0a" + bytes([len(status)]) + status
+    fields = status_fields(data)
+    assert fields.sandbox_id == "s" and fields.ip == "\ufffd("

@@ -78,7 +78,7 @@ def pods_command(
 
     Without -a: pods with a ready sandbox and their running containers. Table columns: POD ID
     (the newest sandbox's ID), CREATED, STATE (Ready when a sandbox runs), NAME, NAMESPACE,
-    CONTAINERS; -o wide adds UID, SANDBOXES, CONTAINER NAMES, LABELS. -o json|yaml prints
+    CONTAINERS; -o wide adds IP, UID, SANDBOXES, CONTAINER NAMES, LABELS. -o json|yaml prints
     {"items": [...]} with every pod's containers and sandboxes; -q prints one ID per line that
     `podcache inspect` accepts (the newest sandbox's ID; the UID for a pod without one).
     """

@@ -1,11 +1,13 @@
-"""``podcache which PID...``: the container and pod of each process, read from ``/proc`` and
-matched against the runtime's pods through a ``RuntimeCache`` (``pod_of_pid``); the command
-and its table only (the rules are in ``podcache.procs`` and ``podcache.cache.pids``)."""
+"""``podcache which PID|IP...``: the container and pod of each process, read from ``/proc`` and
+matched against the runtime's pods through a ``RuntimeCache`` (``pod_of_pid``), and the pod
+holding each IP (``PodList.by_ip``); the command and its table only (the rules are in
+``podcache.procs``, ``podcache.cache.pids`` and ``podcache.model``)."""
 
 # ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,23 +23,35 @@ ONE_SHOT_PERIOD = 3600.0
 """The command's cache period: one listing serves every PID (a PID newer than it refreshes)."""
 
 
-class _PID(click.ParamType[int, Any]):
-    """A process ID as ps shows it; anything else is a usage error that says what is taken."""
+IP_MISS_REASON = "no_pod"
+"""``"reason"`` of an IP no pod the runtime lists holds now."""
 
-    name = "PID"
+
+class _PIDOrIP(click.ParamType[int | str, Any]):
+    """A process ID as ps shows it (digits), or an IP address (anything ``ipaddress`` takes,
+    kept in its canonical text); anything else is a usage error that says what is taken."""
+
+    name = "PID|IP"
 
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int:
+    ) -> int | str:
         if isinstance(value, int) and not isinstance(value, bool):
             text = str(value)
         else:
             text = str(value).strip()
-        if text.isascii() and text.isdigit() and 1 <= int(text) <= PID_MAX:
-            return int(text)
+        if text.isascii() and text.isdigit():
+            if 1 <= int(text) <= PID_MAX:
+                return int(text)
+        else:
+            try:
+                return ipaddress.ip_address(text).compressed
+            except ValueError:
+                pass
         self.fail(
-            f"{text[:40]!r} is not a PID: which takes process IDs, whole numbers from 1 to "
-            f"{PID_MAX:,} (as ps shows them; e.g. podcache which $(pgrep nginx))",
+            f"{text[:40]!r} is not a PID or an IP address: which takes process IDs, whole "
+            f"numbers from 1 to {PID_MAX:,} (as ps shows them; e.g. podcache which "
+            "$(pgrep nginx)), and pod IPs (10.244.1.7, fd00::7)",
             param,
             ctx,
         )
@@ -48,14 +62,14 @@ class _Row:
     """One PID's answer: the process found (``podcache.cache.pids.PodProcess``) or why not
     (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
-    pid: int
+    pid: int | str
     process: Any
     problem: str | None
     reason: str | None = None
 
 
-@click.command("which", short_help="Show the container and pod of processes, by PID.")
-@click.argument("pids", metavar="PID...", nargs=-1, required=True, type=_PID())
+@click.command("which", short_help="Show the pod of processes (by PID) and of pod IPs.")
+@click.argument("pids", metavar="PID|IP...", nargs=-1, required=True, type=_PIDOrIP())
 @click.option(
     "--proc-root",
     default="/proc",
@@ -66,9 +80,10 @@ class _Row:
 @output_options(quiet=False, formats=("table", "json"))
 @runtime_options
 def which_command(
-    *, pids: tuple[int, ...], proc_root: str, out: OutputOptions, runtime: RuntimeSettings
+    *, pids: tuple[int | str, ...], proc_root: str, out: OutputOptions, runtime: RuntimeSettings
 ) -> None:
-    """Show, for each PID, the container (or sandbox) it runs in and that container's pod.
+    """Show, for each PID, the container (or sandbox) it runs in and that container's pod;
+    for each IP address, the pod holding it now.
 
     A process's container is read from /proc/PID/cgroup and looked up among the runtime's
     running containers and ready sandboxes; a process newer than that listing makes it list
@@ -80,8 +95,14 @@ def which_command(
     container or pod) or "container_unknown" (it names one the runtime does not list), as
     /pids/{pid} answers 404.
 
-    Exit status 3 when any PID is not in a container or pod the runtime lists (each one is
-    named on stderr), 1 when the runtime or /proc cannot be read.
+    An argument that parses as an IP address (IPv4 or IPv6, any spelling) is an IP: its row
+    shows the pod whose newest ready sandbox has that address (host-network pods have none of
+    their own), "-" for the container and state; in -o json its item is {"ip", "pod",
+    "container": null, "reason"} with the IP in canonical text and "reason" "no_pod" when no
+    pod holds it.
+
+    Exit status 3 when any PID is not in a container or pod the runtime lists, or no pod holds
+    an IP (each one is named on stderr), 1 when the runtime or /proc cannot be read.
     """
     from podcache.cache import RuntimeCache
     from podcache.cli.exits import EXIT_NOT_FOUND, CLIError, show_error
@@ -92,6 +113,9 @@ def which_command(
     with open_source(runtime) as source:
         cache = RuntimeCache(source.runtime, ONE_SHOT_PERIOD)  # on time.monotonic
         for pid in pids:
+            if isinstance(pid, str):
+                rows.append(_find_ip(cache, pid))
+                continue
             try:
                 rows.append(_find(cache, pid, proc_root))
             except (ProcFormatError, OSError) as e:
@@ -99,7 +123,8 @@ def which_command(
     _print(rows, out)
     missing = [row for row in rows if row.problem is not None]
     for row in missing:
-        show_error(f"process {row.pid} {row.problem}")
+        what = "IP" if isinstance(row.pid, str) else "process"
+        show_error(f"{what} {row.pid} {row.problem}")
     if missing:
         click.get_current_context().exit(EXIT_NOT_FOUND)
 
@@ -120,25 +145,48 @@ def _find(cache: Any, pid: int, proc_root: str) -> _Row:
     return _Row(pid, None, "is in a container or pod the runtime does not list", reason)
 
 
-def _print(rows: list[_Row], out: OutputOptions) -> None:
-    from podcache.cli.render import TableData, print_document, print_tables, short_id
+def _find_ip(cache: Any, ip: str) -> _Row:
+    """The pod holding ``ip`` in the cache's current snapshot (the one the PIDs use)."""
+    pod = cache.get_pods().by_ip(ip)
+    if pod is None:
+        return _Row(ip, None, "is held by no pod the runtime lists", IP_MISS_REASON)
+    return _Row(ip, _PodOnly(pod), None)
+
+
+@dataclass(frozen=True, slots=True)
+class _PodOnly:
+    """An IP's answer: a pod and no container (the shape of ``procs.PodProcess``)."""
+
+    pod: Any
+    container: None = None
+
+
+def _item(row: _Row) -> dict[str, Any]:
     from podcache.jsonview import container_to_json, pod_to_json
 
+    found = row.process
+    return {
+        "ip" if isinstance(row.pid, str) else "pid": row.pid,
+        "pod": None if found is None else pod_to_json(found.pod),
+        "container": None
+        if found is None or found.container is None
+        else container_to_json(found.container),
+        "reason": row.reason,
+    }
+
+
+def _first_column(rows: list[_Row]) -> str:
+    kinds = {isinstance(row.pid, str) for row in rows}
+    return "PID/IP" if len(kinds) > 1 else ("IP" if True in kinds else "PID")
+
+
+def _print(rows: list[_Row], out: OutputOptions) -> None:
+    from podcache.cli.render import TableData, print_document, print_tables, short_id
+
     if out.format == "json":
-        items = [
-            {
-                "pid": row.pid,
-                "pod": None if row.process is None else pod_to_json(row.process.pod),
-                "container": None
-                if row.process is None or row.process.container is None
-                else container_to_json(row.process.container),
-                "reason": row.reason,
-            }
-            for row in rows
-        ]
-        print_document({"items": items}, "json")
+        print_document({"items": [_item(row) for row in rows]}, "json")
         return
-    table = TableData(["PID", "CONTAINER", "POD", "NAMESPACE", "STATE"])
+    table = TableData([_first_column(rows), "CONTAINER", "POD", "NAMESPACE", "STATE"])
     for row in rows:
         found = row.process
         container = None if found is None else found.container

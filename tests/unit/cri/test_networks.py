@@ -1,0 +1,111 @@
+"""``networks``: what a sandbox status makes of a pod's network, and the memo's bounds (issue
+23 §1): invalid strings dropped and counted, a host-network sandbox's strings ignored, an
+event's status remembered only for a READY sandbox, at most ``MEMO_MAX`` entries, at most
+``STATUS_ATTEMPTS`` calls for a sandbox that keeps failing, entries dropped when their
+sandbox leaves a full listing."""
+
+from __future__ import annotations
+
+import pytest
+
+from podcache import Container, ContainerID, ContainerState, Pod, PodList
+from podcache.cri import networks
+from podcache.cri.eventwire import EventFields
+from podcache.cri.networks import (
+    STATUS_ATTEMPTS,
+    NetworkMemo,
+    SandboxNetwork,
+    StatusReader,
+    network_of,
+)
+
+
+def fields(
+    sid: str = "s", ip: str = "", extra: tuple[str, ...] = (), mode: int = 0, state: int = 0
+) -> EventFields:
+    return EventFields(0, "", 0, sid, "u", state, ip, extra, 0, mode)
+
+
+def test_addresses_are_canonical_primary_first_each_once_and_junk_is_counted() -> None:
+    got = network_of(fields(ip="FD00::0:7", extra=("10.0.0.7", "fd00::7", "10.0.0.300", "", "x")))
+    assert got == (SandboxNetwork(("fd00::7", "10.0.0.7"), False), 2)
+
+
+def test_a_host_network_sandbox_has_no_ips_of_its_own() -> None:
+    assert network_of(fields(ip="192.168.1.10", mode=2)) == (SandboxNetwork((), True), 0)
+
+
+def test_additional_ips_past_the_bound_count_as_dropped() -> None:
+    status = EventFields(0, "", 0, "s", "u", 0, "10.0.0.1", ("10.0.0.2",), 5, 0)
+    assert network_of(status) == (SandboxNetwork(("10.0.0.1", "10.0.0.2"), False), 5)
+
+
+def test_only_a_ready_sandboxs_event_status_is_remembered() -> None:
+    memo = NetworkMemo()
+    memo.learn_event(fields("gone", ip="10.0.0.1", state=1))
+    memo.learn_event(fields("", ip="10.0.0.2"))
+    memo.learn_event(fields("early", ip=""))  # no address yet: a call will ask
+    assert len(memo) == 0
+    memo.learn_event(fields("host", mode=2))
+    assert memo.get("host") == SandboxNetwork((), True)
+    memo.learn_event(fields("live", ip="10.0.0.3"))
+    assert memo.get("live") == SandboxNetwork(("10.0.0.3",), False)
+
+
+def test_the_memo_never_holds_more_than_its_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(networks, "MEMO_MAX", 4)
+    memo = NetworkMemo()
+    for n in range(10):
+        memo.learn(f"s{n}", fields(ip=f"10.0.0.{n}"))
+        assert len(memo) <= 4
+    assert [memo.get(f"s{n}") is not None for n in range(10)] == [False] * 6 + [True] * 4
+
+
+def test_a_full_listing_drops_sandboxes_it_no_longer_lists() -> None:
+    memo = NetworkMemo()
+    for sid in ("a", "b", "c"):
+        memo.learn(sid, fields(ip="10.0.0.1"))
+    listing = memo.begin(full=True)
+    assert listing.network("a") is not None and listing.network("new") is None
+    memo.finish(listing, {})
+    assert memo.get("a") is not None and memo.get("b") is None and memo.get("c") is None
+    assert listing.wanted == ["new"]
+
+
+def test_a_sandbox_that_keeps_failing_is_asked_at_most_status_attempts_times() -> None:
+    memo = NetworkMemo()
+    calls: list[str] = []
+
+    def failing(sid: str) -> EventFields:
+        calls.append(sid)
+        raise OSError("no answer")
+
+    for _ in range(STATUS_ATTEMPTS + 4):
+        listing = memo.begin(full=True)
+        listing.network("stuck")
+        for sid in memo.to_ask(listing):
+            assert memo.ask(sid, failing) is None
+        memo.finish(listing, {})
+    assert calls == ["stuck"] * STATUS_ATTEMPTS
+    assert memo.status_failures == memo.status_calls == STATUS_ATTEMPTS
+
+
+def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() -> None:
+    """Two listings at once (the running and the all view share a getter), or an event: the
+    sandbox one listing missed was learnt by the other before it asks; it must not be left
+    without IPs, nor asked again."""
+    memo = NetworkMemo()
+    calls: list[str] = []
+
+    def call(sid: str) -> EventFields:
+        calls.append(sid)
+        return fields(sid, ip="10.0.0.5")
+
+    sandbox = Container(id=ContainerID("x", "s1"), state=ContainerState.RUNNING)
+    pods = PodList([Pod(id="u", sandboxes=[sandbox])])
+    listing = memo.begin(full=True)
+    assert listing.network("s1") is None  # converted before anyone knew
+    memo.learn("s1", fields("s1", ip="10.0.0.5"))  # the other listing's call, or an event
+    done = StatusReader(memo, call).complete(pods, listing, full=True)
+    assert done[0].ips == ("10.0.0.5",)
+    assert calls == []
