@@ -44,7 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from podcache import PodList, RuntimeCache  # noqa: E402 -- after sys.path names the repository
+from podcache import Pod, PodList, RuntimeCache  # noqa: E402 -- after sys.path names the repository
 from podcache.cri import CRIRuntime  # noqa: E402 -- after sys.path names the repository
 from tests.containerd.conftest import Containerd  # noqa: E402 -- after sys.path names the repository
 from tests.containerd.harness import CRIHarness, SandboxRecord  # noqa: E402 -- after sys.path names the repository
@@ -69,6 +69,7 @@ class CountingGetter:
     def __init__(self, runtime: CRIRuntime) -> None:
         self.runtime = runtime
         self.calls = 0
+        self.pod_calls = 0
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
@@ -79,6 +80,16 @@ class CountingGetter:
 
     def container_events(self) -> Any:
         return self.runtime.container_events()
+
+    def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        """The runtime's relist of one pod (counted apart: a cache relists the pod an event
+        names, §7), so a cache over this getter behaves as one over the runtime."""
+        with self._lock:
+            self.pod_calls += 1
+        return self.runtime.get_pod(uid, all)
+
+    def pod_uid_of(self, ident: str) -> str | None:
+        return self.runtime.pod_uid_of(ident)
 
     def get_pods(self, all: bool) -> PodList:
         with self._lock:

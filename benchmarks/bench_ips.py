@@ -5,7 +5,8 @@ status calls at 5,000 pods, and status calls over churn against new sandboxes.
 
 Every runtime here is ``podcache sim`` in a process of its own (as a real runtime is), on a
 unix socket; podcache reads it with ``CRIRuntime`` (and ``AsyncCRIRuntime`` for the cold
-start). The simulator counts the calls it receives; ``SIGUSR1`` makes it print them.
+start). The simulator counts the calls it receives; ``SIGUSR1`` makes it write them to its
+``--stats-file``.
 
 1. Lookup: a 5,000-pod snapshot read from the simulator; ns per ``by_ip(ip)`` of a random
    held IP and per ``by_container_id(id)`` of a random full bare container ID (both hits,
@@ -22,17 +23,19 @@ start). The simulator counts the calls it receives; ``SIGUSR1`` makes it print t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import IO, Any
+from typing import Any
 
 from podcache import PodList
 from podcache.cri import AsyncCRIRuntime, CRIRuntime
@@ -49,46 +52,63 @@ REFRESH = 0.5
 class Sim:
     """A ``podcache sim`` subprocess: its endpoint, and its call counts on demand."""
 
-    def __init__(self, proc: subprocess.Popen[str], endpoint: str) -> None:
+    def __init__(self, proc: subprocess.Popen[str], endpoint: str, stats: str) -> None:
         self.proc = proc
         self.endpoint = endpoint
+        self.stats = stats
 
     def counts(self) -> dict[str, Any]:
-        """What the simulator prints on SIGUSR1 (calls by RPC, sandboxes created)."""
+        """The simulator's stats file, written anew on SIGUSR1 (``--stats-file``)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.stats)
         os.kill(self.proc.pid, signal.SIGUSR1)
-        out: IO[str] | None = self.proc.stdout
-        assert out is not None
-        line = out.readline()
-        if not line:
-            raise RuntimeError(f"podcache sim exited ({self.proc.wait()})")
-        return dict(json.loads(line))
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.stats):
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError("podcache sim wrote no stats file")
+            time.sleep(0.01)
+        with open(self.stats, encoding="utf-8") as f:
+            return dict(json.load(f))
 
     def status_calls(self) -> int:
-        return int(self.counts()["calls"].get(STATUS, 0))
+        kinds = self.counts()["calls"][STATUS]
+        return int(sum(kind["calls"] for kind in kinds.values()))
 
 
 @contextmanager
 def sim_process(pods: int, churn: float = 0.0) -> Iterator[Sim]:
     """``podcache sim --pods N --churn R`` in a subprocess; SIGTERM on the way out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SIM, "--pods", str(pods), "--churn", str(churn)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        endpoint = proc.stdout.readline().strip()
-        if not endpoint:
-            raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
-        yield Sim(proc, endpoint)
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory(prefix="bench-ips-") as scratch:
+        stats = os.path.join(scratch, "stats.json")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                _SIM,
+                "--pods",
+                str(pods),
+                "--churn",
+                str(churn),
+                "--stats-file",
+                stats,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            assert proc.stdout is not None
+            endpoint = proc.stdout.readline().strip()
+            if not endpoint:
+                raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
+            yield Sim(proc, endpoint, stats)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def ready_sandboxes(pods: PodList) -> set[str]:

@@ -49,11 +49,12 @@ _UVICORN_APP = """
 import sys, uvicorn
 from podcache.cri import AsyncCRIRuntime
 from podcache.serve import App
+from podcache.serve.asgi import asgi_app
 from podcache.sim import SimRuntime
 sim = SimRuntime(int(sys.argv[2])).start()
 app = App(AsyncCRIRuntime(sim.endpoint), 3600.0)
 print("listening on", flush=True, file=sys.stderr)
-uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop="uvloop",
+uvicorn.run(asgi_app(app), host="127.0.0.1", port=int(sys.argv[1]), http="httptools", loop="uvloop",
             log_level="warning", access_log=False, lifespan="off")
 """
 

@@ -1,7 +1,8 @@
 """The benchmark runner behind ``benchmarks/run``: runs every benchmark, then writes the report.
 
     benchmarks/run [--quick]
-                   [--only hit,contention,refresh,calls_saved,pids,serve,loop_stall,events]
+                   [--only hit,contention,refresh,calls_saved,pids,ips,serve,loop_stall,events,
+                           perpod]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -184,6 +185,14 @@ BENCHMARKS = (
         (90, 300),
     ),
     Benchmark(
+        "ips",
+        "Pod IPs",
+        "bench_ips.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (240, 600),
+    ),
+    Benchmark(
         "watch",
         "Watch",
         "bench_watch.py",
@@ -214,6 +223,14 @@ BENCHMARKS = (
         lambda quick: ["--json", *(["--quick"] if quick else [])],
         _json,
         (400, 900),
+    ),
+    Benchmark(
+        "perpod",
+        "One pod change at scale (events)",
+        "bench_perpod.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (300, 900),
     ),
 )
 

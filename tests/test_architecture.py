@@ -44,7 +44,7 @@ LAYERS: dict[str, set[str]] = {
     "duration": set(),
     "defaults": set(),
     "unixsocket": set(),
-    "procs": {"model", "errors"},
+    "procs": {"errors"},
     "jsonview": {"model"},
     "cache": {"model", "errors", "procs"},
     "watchjson": {"cache", "jsonview"},

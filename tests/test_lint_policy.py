@@ -1,16 +1,25 @@
-"""Complexity is checked, not switched off: the ruff settings and every ``noqa`` (issue 16 item 7).
+"""Complexity is checked, not switched off: the ruff settings and every ``noqa`` (issue 16 item 7),
+function length and radon's grades (issue 21 §8).
 
 ruff itself enforces the limits; these tests keep the limits from being quietly turned off: the
 complexity rules stay selected and out of the global ignore list, per-file ignores of them name
-the work that removes them, and every ``noqa`` says why on its own line.
+the work that removes them, and every ``noqa`` says why on its own line. What ruff does not
+check is checked here: no function in src/ over 60 lines (but those listed with the work that
+removes them), no block radon grades D or worse (``radon cc -n D src/``), and every module's
+maintainability index graded A or B (``radon mi src/``).
 """
 
 from __future__ import annotations
 
+import ast
 import re
+import textwrap
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPLEXITY = ("PLR0911", "PLR0912", "PLR0915", "C901")
@@ -69,3 +78,98 @@ def test_the_noqa_check_tells_a_reason_from_none() -> None:
     without = _NOQA.search(f"def Status(  {marker}: N802")
     assert with_reason is not None and re.search(r"[a-z]{3}", with_reason[1])
     assert without is not None and not re.search(r"[a-z]{3}", without[1])
+
+
+# -- function length and radon's grades (issue 21 §8) -------------------------------------------
+MAX_FUNCTION_LINES = 60
+"""Most lines of a function in src/, from its ``def`` to its last line (decorators not
+counted, its signature and docstring counted): the project's rule, "no function over 60 lines
+except declarative data" (data goes in module-level constants, not in a function)."""
+
+LONG_FUNCTIONS = {
+    "src/podcache/cache/aio.py::AsyncRuntimeCache.__init__": "the driver's constructor, as "
+    "issue 21 §1 (the publish hook) left it: splitting its wiring into helpers removes it",
+    "src/podcache/cache/threaded.py::RuntimeCache.__init__": "the driver's constructor, as "
+    "issue 21 §1 (the publish hook) left it: splitting its wiring into helpers removes it",
+    "src/podcache/serve/app.py::App.__init__": "App's constructor, as issue 21 §1 (the "
+    "publish hook) left it: building the all view's factory and the routes in helpers removes it",
+}
+"""Functions over the limit today, each with the work that removes it (an entry whose
+function is no longer over the limit fails, so the list only shrinks)."""
+
+
+def function_lengths(source: str) -> Iterator[tuple[str, int]]:
+    """``(qualified name, lines)`` for every function and method of ``source``."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                name = prefix + child.name
+                yield name, (child.end_lineno or child.lineno) - child.lineno + 1
+                yield from walk(child, name + ".")
+            elif isinstance(child, ast.ClassDef):
+                yield from walk(child, prefix + child.name + ".")
+
+    yield from walk(ast.parse(source), "")
+
+
+def _src_modules() -> list[Path]:
+    return sorted(
+        path for path in (ROOT / "src").rglob("*.py") if "proto" not in path.relative_to(ROOT).parts
+    )
+
+
+def _long_functions() -> dict[str, int]:
+    return {
+        f"{path.relative_to(ROOT)}::{name}": lines
+        for path in _src_modules()
+        for name, lines in function_lengths(path.read_text())
+        if lines > MAX_FUNCTION_LINES
+    }
+
+
+def test_no_function_is_over_60_lines() -> None:
+    over = {name: lines for name, lines in _long_functions().items() if name not in LONG_FUNCTIONS}
+    assert not over, (
+        f"functions over {MAX_FUNCTION_LINES} lines (split them, or make their data a "
+        f"module-level constant): {over}"
+    )
+
+
+def test_every_long_function_excused_is_still_long() -> None:
+    stale = set(LONG_FUNCTIONS) - set(_long_functions())
+    assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines: drop them from the list: {stale}"
+
+
+@pytest.mark.parametrize(("lines", "over"), [(60, False), (61, True)])
+def test_the_length_check_counts_from_def_to_the_last_line(lines: int, over: bool) -> None:
+    body = "".join(f"    x{n} = {n}\n" for n in range(lines - 1))
+    source = f"class C:\n    @staticmethod\n    def f() -> None:\n{textwrap.indent(body, '    ')}"
+    assert dict(function_lengths(source)) == {"C.f": lines}
+    assert (lines > MAX_FUNCTION_LINES) is over
+
+
+def test_radon_grades_no_function_d_or_worse() -> None:
+    """``radon cc -n D src/`` prints nothing: every block's cyclomatic complexity is at most 20."""
+    from radon.complexity import cc_rank, cc_visit
+
+    graded = [
+        f"{path.relative_to(ROOT)}: {block.fullname} {cc_rank(block.complexity)} "
+        f"({block.complexity})"
+        for path in _src_modules()
+        for block in cc_visit(path.read_text())
+        if cc_rank(block.complexity) >= "D"
+    ]
+    assert not graded, f"radon grades these D or worse: {graded}"
+
+
+def test_radon_grades_every_module_a_or_b() -> None:
+    """``radon mi src/``: every module's maintainability index is A or B (at least 10)."""
+    from radon.metrics import mi_rank, mi_visit
+
+    graded = {
+        str(path.relative_to(ROOT)): round(index, 2)
+        for path in _src_modules()
+        if mi_rank(index := mi_visit(path.read_text(), multi=True)) not in ("A", "B")
+    }
+    assert not graded, f"radon grades these modules' maintainability C: {graded}"

@@ -13,6 +13,7 @@ from podcache.cache import (
     Publication,
     RuntimeCache,
 )
+from podcache.cache.pids import PodProcess
 from podcache.errors import (
     CRIError,
     EndpointNotFoundError,
@@ -34,7 +35,7 @@ from podcache.model import (
     Pod,
     PodList,
 )
-from podcache.procs import PodProcess, container_of_pid
+from podcache.procs import container_of_pid
 
 __all__ = [
     "AmbiguousContainerIDError",

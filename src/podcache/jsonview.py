@@ -33,7 +33,7 @@ PID_MISS_REASONS = {
     "unknown": "container_unknown",
 }
 """Why a PID has no pod, machine-readably (``"reason"`` in a ``/pids/{pid}`` 404 and in
-``podcache which -o json``), by ``podcache.procs.PodLookup`` outcome: no such process; its
+``podcache which -o json``), by ``podcache.cache.pids.PodLookup`` outcome: no such process; its
 cgroup names no container or pod; it names one the runtime does not list."""
 
 

@@ -233,7 +233,16 @@ class _Index:
     to the same value: no lock is needed.
     """
 
-    __slots__ = ("_by_full_name", "_by_id", "_by_ip", "_by_uid", "_pods", "_sorted_ids")
+    __slots__ = (
+        "_by_full_name",
+        "_by_id",
+        "_by_ip",
+        "_by_uid",
+        "_id_count",
+        "_ip_count",
+        "_pods",
+        "_sorted_ids",
+    )
 
     def __init__(self, pods: tuple[Pod, ...]) -> None:
         self._pods = pods
@@ -242,6 +251,8 @@ class _Index:
         self._by_id: dict[str, Pod] | None = None
         self._by_ip: dict[str, Pod] | None = None
         self._sorted_ids: list[str] | None = None
+        self._id_count = 0  # items ``by_id`` was built from (more than its keys: an ID twice)
+        self._ip_count = 0  # addresses ``by_ip`` was built from (more than its keys: one twice)
 
     @property
     def by_uid(self) -> dict[str, Pod]:
@@ -271,11 +282,14 @@ class _Index:
         table = self._by_id
         if table is None:
             table = {}
+            count = 0
             for pod in reversed(self._pods):
                 for item in pod.sandboxes:
                     table[item.id.id] = pod
                 for item in pod.containers:
                     table[item.id.id] = pod
+                count += len(pod.sandboxes) + len(pod.containers)
+            self._id_count = count
             self._by_id = table
         return table
 
@@ -285,10 +299,15 @@ class _Index:
         table = self._by_ip
         if table is None:
             table = {}
+            count = 0
             for pod in reversed(self._pods):
                 if not pod.host_network:
+                    count += len(pod.ips)
                     for ip in pod.ips:
                         table[ip] = pod
+            # A pod's own IPs are distinct: fewer keys than that count is an address held twice
+            # (a reused one while its old holder is still listed).
+            self._ip_count = count
             self._by_ip = table
         return table
 
@@ -495,12 +514,13 @@ def _held_ips(pod: Pod) -> list[str]:
 
 
 def _swap(
-    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod]
+    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod], keys: int
 ) -> dict[str, Pod] | None:
     """``table`` with the keys of ``old`` (which must map to their pod) replaced by ``new``'s
-    (which must be free, or held by the pod replaced); None when either does not hold (a key
-    held twice: the table is built again on first use)."""
-    if table is None:
+    (which must be free, or held by the pod replaced); None when either does not hold, or
+    when ``table`` has fewer entries than the ``keys`` it was built from (a key held twice:
+    removing one holder could not reveal the other). None: built again on first use."""
+    if table is None or len(table) != keys:
         return None
     for key, pod in old.items():
         if table.get(key) is not pod:
@@ -535,10 +555,17 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
     def full_name(each: Pod) -> list[str]:
         return [f"{each.name}_{each.namespace}"]
 
-    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid))
-    new._by_full_name = _swap(index._by_full_name, _keys(was, full_name), _keys(pod, full_name))
-    new._by_id = _swap(index._by_id, _keys(was, _ids), _keys(pod, _ids))
-    new._by_ip = _swap(index._by_ip, _keys(was, _held_ips), _keys(pod, _held_ips))
+    count = len(pods.pods)
+    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid), count)
+    new._by_full_name = _swap(
+        index._by_full_name, _keys(was, full_name), _keys(pod, full_name), count
+    )
+    old_ids, new_ids = _keys(was, _ids), _keys(pod, _ids)
+    new._by_id = _swap(index._by_id, old_ids, new_ids, index._id_count)
+    new._id_count = index._id_count - len(_ids(was) if was else ()) + len(_ids(pod) if pod else ())
+    old_ips, new_ips = _keys(was, _held_ips), _keys(pod, _held_ips)
+    new._by_ip = _swap(index._by_ip, old_ips, new_ips, index._ip_count)
+    new._ip_count = index._ip_count - len(old_ips) + len(new_ips)
     if new._by_id is not None and index._sorted_ids is not None:
         ids = index._sorted_ids.copy()
         for key in _keys(was, _ids):

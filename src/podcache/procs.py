@@ -4,8 +4,12 @@
 64 lower-case hex digits), None for a process in no container, ``ProcessLookupError`` when there
 is no such process. ``cgroup_owner(pid)`` returns the whole finding, ``CgroupOwner``: the
 container ID and the pod UID (a path can name a pod and no container, e.g. CRI-O's conmon,
-which runs in the pod's cgroup but in no container). ``PodLookup`` and ``lookup_pod`` /
-``alookup_pod`` are what ``RuntimeCache.pod_of_pid`` and its asyncio twin run.
+which runs in the pod's cgroup but in no container). ``read_owner`` gives it with the
+process's ``ProcessIdentity``, ``refresh_time`` the process's start on a caller's clock.
+
+This module only reads ``/proc``: it holds no state and knows no cache. What a lookup does
+with its findings (the memo of owners, the IDs found unknown, when to refresh or ask the
+runtime) is the cache's, in ``podcache.cache.pids``.
 
 Paths understood
 ----------------
@@ -48,53 +52,39 @@ A process is identified by ``ProcessIdentity``: its PID and its start time (``/p
 field 22, clock ticks since boot, read after the last ``)`` so that a ``comm`` holding spaces
 or parentheses cannot shift it). The identity is read before and after the cgroup; if they
 differ the process exited and its PID was reused while it was read, and the answer is
-``ProcessLookupError`` (never another process's cgroup). ``OwnerMemo`` remembers owners by
-``(proc root, pid, start time)``; two processes share that key only if the PID space wraps
-within one clock tick (10 ms). Only owners that name a container are remembered (a process in
-no container may still be on its way into one, as ``runc init`` is).
+``ProcessLookupError`` (never another process's cgroup). The identity is what a memo of
+owners can be keyed by (``podcache.cache.pids.OwnerMemo``): two processes share it only if
+the PID space wraps within one clock tick (10 ms).
 """
 
 from __future__ import annotations
 
 import errno
-import inspect
-import math
 import os
 import re
 import stat
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, cast
 
 from podcache.errors import PodcacheError
-from podcache.model import Container, Pod, PodList
 
 __all__ = [
+    "CLOCK_TICKS",
     "MAX_CGROUP_BYTES",
     "MAX_STAT_BYTES",
-    "MEMO_SIZE",
+    "MAX_UPTIME_BYTES",
     "PID_MAX",
-    "UNKNOWN_FOR",
-    "UNKNOWN_MAX",
     "CgroupOwner",
-    "LookupOutcome",
-    "LookupResult",
-    "OwnerMemo",
-    "PodLookup",
-    "PodProcess",
     "ProcFormatError",
     "ProcessIdentity",
-    "UnknownIDs",
-    "alookup_pod",
-    "async_probe",
     "cgroup_owner",
     "check_pid",
     "container_of_pid",
-    "lookup_pod",
     "owner_from_cgroup",
     "read_identity",
+    "read_owner",
     "refresh_time",
-    "sync_probe",
+    "uptime",
 ]
 
 PID_MAX = 4_194_304
@@ -105,13 +95,6 @@ MAX_STAT_BYTES = 4096
 """Most bytes read of ``/proc/<pid>/stat`` (about 300 in practice)."""
 MAX_UPTIME_BYTES = 256
 """Most bytes read of ``/proc/uptime``."""
-MEMO_SIZE = 8192
-"""Most owners ``OwnerMemo`` keeps (then it starts over: bounded memory)."""
-UNKNOWN_FOR = 10.0
-"""Seconds an ID the runtime said it lists nothing for is remembered (``UnknownIDs``): lookups
-naming it meanwhile ask the runtime nothing."""
-UNKNOWN_MAX = 4096
-"""Most IDs ``UnknownIDs`` remembers (then it starts over: bounded memory)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 """Ticks per second of ``/proc/<pid>/stat``'s start time (USER_HZ, 100 on Linux)."""
 
@@ -159,23 +142,6 @@ class CgroupOwner:
     """The shallowest container segment above the pod segment, if any: a node that is itself a
     container (kind), or a container that made a pod-like sub-cgroup of its own. ``pod_of_pid``
     answers it when the runtime lists it (then the process is in it, whatever lies below)."""
-
-
-@dataclass(frozen=True, slots=True, repr=False)
-class PodProcess:
-    """A process's pod and container, as ``pod_of_pid`` found them (immutable).
-
-    ``container`` is the container or sandbox (pause) the process runs in, None when its
-    cgroup names the pod but no container. ``pid`` is the process's PID as asked.
-    """
-
-    pod: Pod
-    container: Container | None
-    pid: int
-
-    def __repr__(self) -> str:
-        container = None if self.container is None else str(self.container.id)
-        return f"PodProcess(pid={self.pid}, pod={self.pod.id!r}, container={container!r})"
 
 
 # -- reading /proc ----------------------------------------------------------------------------
@@ -287,7 +253,7 @@ def owner_from_cgroup(data: bytes) -> CgroupOwner:
     return pod_only if pod_only is not None else CgroupOwner()
 
 
-def _read_owner(pid: int, proc_root: str) -> tuple[ProcessIdentity, CgroupOwner]:
+def read_owner(pid: int, proc_root: str) -> tuple[ProcessIdentity, CgroupOwner]:
     """Identity, cgroup, identity again: the owner belongs to the process of that identity."""
     before = read_identity(pid, proc_root)
     owner = owner_from_cgroup(_reader(f"{proc_root}/{pid}/cgroup", MAX_CGROUP_BYTES))
@@ -306,7 +272,7 @@ def cgroup_owner(pid: int, *, proc_root: str = "/proc") -> CgroupOwner:
 
     ProcessLookupError when there is no such process (or it exited while being read).
     """
-    return _read_owner(check_pid(pid), os.fspath(proc_root))[1]
+    return read_owner(check_pid(pid), os.fspath(proc_root))[1]
 
 
 def container_of_pid(pid: int, *, proc_root: str = "/proc") -> str | None:
@@ -344,353 +310,3 @@ def refresh_time(identity: ProcessIdentity, proc_root: str, now: float) -> float
     """
     age = uptime(proc_root) - (identity.start_ticks + 1) / CLOCK_TICKS
     return now - max(age, 0.0)
-
-
-# -- memo -------------------------------------------------------------------------------------
-
-
-class OwnerMemo:
-    """Owners of processes already read, by ``(proc root, pid, start ticks)``; bounded.
-
-    Safe across threads (single dict operations) and tasks. See the module docstring for why
-    only owners naming a container are kept.
-    """
-
-    __slots__ = ("_owners", "limit")
-
-    def __init__(self, limit: int = MEMO_SIZE) -> None:
-        self.limit = limit
-        self._owners: dict[tuple[str, int, int], CgroupOwner] = {}
-
-    def __len__(self) -> int:
-        return len(self._owners)
-
-    def get(self, proc_root: str, identity: ProcessIdentity) -> CgroupOwner | None:
-        return self._owners.get((proc_root, identity.pid, identity.start_ticks))
-
-    def put(self, proc_root: str, identity: ProcessIdentity, owner: CgroupOwner) -> None:
-        if owner.container_id is None:
-            return
-        if len(self._owners) >= self.limit:
-            self._owners = {}
-        self._owners[(proc_root, identity.pid, identity.start_ticks)] = owner
-
-    def forget(self, proc_root: str, identity: ProcessIdentity) -> None:
-        self._owners.pop((proc_root, identity.pid, identity.start_ticks), None)
-
-
-class UnknownIDs:
-    """IDs the runtime listed nothing for when asked (a container ID, or a pod UID), each with
-    the clock reading it was asked at: remembered ``keep_for`` seconds, at most ``limit`` of
-    them (then it starts over). Single dict operations: safe across threads and tasks.
-
-    Anyone who can make a cgroup can name an ID the runtime never heard of; each new ID costs
-    one probe of the runtime (two small filtered list calls), and a repeated one nothing for
-    ``keep_for`` seconds."""
-
-    __slots__ = ("_asked", "keep_for", "limit")
-
-    def __init__(self, limit: int = UNKNOWN_MAX, keep_for: float = UNKNOWN_FOR) -> None:
-        self.limit = limit
-        self.keep_for = keep_for
-        self._asked: dict[str, float] = {}
-
-    def __len__(self) -> int:
-        return len(self._asked)
-
-    def holds(self, ident: str, now: float) -> bool:
-        """Whether ``ident`` was found unknown less than ``keep_for`` seconds before ``now``."""
-        asked = self._asked.get(ident)
-        return asked is not None and now - asked < self.keep_for
-
-    def add(self, ident: str, now: float) -> None:
-        if len(self._asked) >= self.limit:
-            self._asked = {}
-        self._asked[ident] = now
-
-
-# -- the lookup through a cache ---------------------------------------------------------------
-
-LookupOutcome = Literal["found", "pod_only", "not_in_container", "unknown", "no_process"]
-"""How a lookup ended (see ``PodLookup.OUTCOMES``)."""
-
-
-class PodLookup:
-    """One ``pod_of_pid``: the process read once, then matched against snapshots.
-
-    I/O only in ``__init__`` (the process's identity, and its cgroup unless memoised) and in
-    ``refresh_time`` (uptime); the drivers do the waiting. ``outcome`` says how it ended.
-    """
-
-    OUTCOMES = ("found", "pod_only", "not_in_container", "unknown", "no_process")
-    """found: container or sandbox known; pod_only: the pod known, no container in the path;
-    not_in_container: the path names neither; unknown: names one the runtime does not list;
-    no_process: no such process (ProcessLookupError)."""
-
-    __slots__ = ("identity", "outcome", "owner", "proc_root")
-
-    def __init__(self, pid: int, proc_root: str, memo: OwnerMemo) -> None:
-        check_pid(pid)
-        proc_root = os.fspath(proc_root)
-        self.proc_root = proc_root
-        self.outcome: LookupOutcome = "no_process"
-        identity = read_identity(pid, proc_root)
-        owner = memo.get(proc_root, identity)
-        if owner is None:
-            identity, owner = _read_owner(pid, proc_root)
-            memo.put(proc_root, identity, owner)
-        self.identity = identity
-        self.owner = owner
-        self.outcome = "unknown" if owner.container_id or owner.pod_uid else "not_in_container"
-
-    @property
-    def in_container(self) -> bool:
-        """The cgroup names a container or a pod: worth a look in the runtime's pods."""
-        return self.outcome != "not_in_container"
-
-    def match(self, pods: PodList) -> PodProcess | None:
-        """The process's pod in ``pods``, or None; sets ``outcome``.
-
-        A container found in a pod whose UID differs from the one in the path is no answer:
-        the path and the runtime disagree, and a wrong pod is worse than none.
-        """
-        owner = self.owner
-        pid = self.identity.pid
-        if owner.outer_id is not None:
-            outer = pods.by_container_id(owner.outer_id)
-            if outer is not None:
-                self.outcome = "found"
-                return PodProcess(outer[0], outer[1], pid)
-        if owner.container_id is not None:
-            found = pods.by_container_id(owner.container_id)
-            if found is None or (owner.pod_uid is not None and found[0].id != owner.pod_uid):
-                self.outcome = "unknown"
-                return None
-            self.outcome = "found"
-            return PodProcess(found[0], found[1], pid)
-        if owner.pod_uid is not None:
-            pod = pods.by_uid(owner.pod_uid)
-            if pod is not None:
-                self.outcome = "pod_only"
-                return PodProcess(pod, None, pid)
-            self.outcome = "unknown"
-        return None
-
-    def refresh_time(self, now: float) -> float:
-        """``refresh_time`` for this process, given the cache clock's ``now``."""
-        return min(refresh_time(self.identity, self.proc_root, now), now)
-
-
-class _SyncCache(Protocol):
-    @property
-    def cache_time(self) -> float | None: ...
-    def get_pods(self, *, timeout: float | None = None) -> PodList: ...
-    def force_update_if_older(
-        self, min_expected_cache_time: float, *, timeout: float | None = None
-    ) -> None: ...
-
-
-class _AsyncCache(Protocol):
-    @property
-    def cache_time(self) -> float | None: ...
-    def get_pods(self, *, timeout: float | None = None) -> Awaitable[PodList]: ...
-    def force_update_if_older(
-        self, min_expected_cache_time: float, *, timeout: float | None = None
-    ) -> Awaitable[None]: ...
-
-
-_MEMO = OwnerMemo()
-"""The process-wide memo of owners (facts about processes, shared by every cache)."""
-_UNKNOWN = UnknownIDs()
-"""IDs found unknown by lookups given no ``unknown`` of their own (caches bring theirs)."""
-
-
-@dataclass(slots=True)
-class LookupResult:
-    """What a lookup found, how it ended, whether it refreshed (or, with a probe, asked the
-    runtime about its one container: ``probed``), and the snapshot it read."""
-
-    process: PodProcess | None
-    outcome: LookupOutcome
-    refreshed: bool
-    pods: PodList | None
-    probed: bool = False
-
-
-class PodProbe(Protocol):
-    """A getter that can list one pod and find an item's pod (``podcache.cri.CRIRuntime``)."""
-
-    def get_pod(self, uid: str, all: bool = False) -> Pod | None: ...
-    def pod_uid_of(self, ident: str) -> str | None: ...
-
-
-class AsyncPodProbe(Protocol):
-    """The asyncio twin of ``PodProbe`` (``podcache.cri.AsyncCRIRuntime``)."""
-
-    async def get_pod(self, uid: str, all: bool = False) -> Pod | None: ...
-    async def pod_uid_of(self, ident: str) -> str | None: ...
-
-
-def sync_probe(getter: object) -> PodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as plain methods."""
-    if all(
-        callable(getattr(getter, name, None))
-        and not inspect.iscoroutinefunction(getattr(getter, name))
-        for name in ("get_pod", "pod_uid_of")
-    ):
-        return cast(PodProbe, getter)
-    return None
-
-
-def async_probe(getter: object) -> AsyncPodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as coroutines."""
-    if all(
-        inspect.iscoroutinefunction(getattr(getter, name, None))
-        for name in ("get_pod", "pod_uid_of")
-    ):
-        return cast(AsyncPodProbe, getter)
-    return None
-
-
-def probe_key(lookup: PodLookup) -> str:
-    """What a probe asks about: the container the cgroup names, else its pod."""
-    owner = lookup.owner
-    key = owner.container_id or owner.pod_uid
-    assert key is not None  # in_container
-    return key
-
-
-def _probe_answer(
-    lookup: PodLookup, pod: Pod | None, key: str, now: float, unknown: UnknownIDs
-) -> PodProcess | None:
-    """The probe's pod matched against the process; an ID it does not hold is remembered."""
-    found = None if pod is None else lookup.match(PodList([pod]))
-    if found is None:
-        lookup.outcome = "unknown"
-        unknown.add(key, now)
-    return found
-
-
-def _needs_refresh(lookup: PodLookup, cache_time: float | None, now: float) -> float | None:
-    """The time to refresh to, when the snapshot predates the process; else None."""
-    if not lookup.in_container:
-        return None
-    target = lookup.refresh_time(now)
-    if cache_time is not None and cache_time >= target:
-        return None
-    return target
-
-
-def _just_after(cache_time: float | None) -> float:
-    """A need any refresh begun after the snapshot meets: it joins the refresh in flight, or
-    starts one (which, begun now, also meets the process's start)."""
-    return -math.inf if cache_time is None else math.nextafter(cache_time, math.inf)
-
-
-def _older(cache_time: float | None, target: float) -> bool:
-    return cache_time is None or cache_time < target
-
-
-def lookup_pod(
-    cache: _SyncCache,
-    clock: Callable[[], float],
-    pid: int,
-    *,
-    proc_root: str = "/proc",
-    timeout: float | None = None,
-    memo: OwnerMemo = _MEMO,
-    probe: PodProbe | None = None,
-    unknown: UnknownIDs | None = None,
-) -> LookupResult:
-    """``RuntimeCache.pod_of_pid``: look; if the container is missing and the snapshot predates
-    the process: with a ``probe`` (a getter with ``get_pod``), ask the runtime about that
-    container only (``pod_uid_of`` unless the cgroup names the pod, then ``get_pod``; an ID it
-    does not list is remembered in ``unknown`` for ``UNKNOWN_FOR`` seconds and costs nothing
-    meanwhile), never relisting the node; without one, look again after the refresh in flight
-    (or a new one), and only if that one began before the process, after one more. A lookup
-    starts at most one refresh: the one it joins first was started by someone else, or else
-    it began after the process. (Containers are listed by their runtime before any of their
-    processes start, so joining first lets a burst of processes of one new container share
-    one refresh.) ProcessLookupError when there is no such process."""
-    lookup = PodLookup(pid, proc_root, memo)
-    if not lookup.in_container:
-        return LookupResult(None, lookup.outcome, False, None)
-    pods = cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is not None:
-        return LookupResult(found, lookup.outcome, False, pods)
-    cache_time = cache.cache_time
-    now = clock()
-    target = _needs_refresh(lookup, cache_time, now)
-    if target is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        return LookupResult(None, lookup.outcome, False, pods)
-    if probe is not None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        unknown = _UNKNOWN if unknown is None else unknown
-        key = probe_key(lookup)
-        if unknown.holds(key, now):
-            return LookupResult(None, "unknown", False, pods)
-        uid = lookup.owner.pod_uid or probe.pod_uid_of(key)
-        pod = None if uid is None else probe.get_pod(uid)
-        found = _probe_answer(lookup, pod, key, now, unknown)
-        return LookupResult(found, lookup.outcome, False, pods, probed=True)
-    # First the refresh in flight, if any (or a new one, which then starts after ``target``).
-    cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
-    pods = cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is None and _older(cache.cache_time, target):
-        cache.force_update_if_older(target, timeout=timeout)
-        pods = cache.get_pods(timeout=timeout)
-        found = lookup.match(pods)
-    if found is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-    return LookupResult(found, lookup.outcome, True, pods)
-
-
-async def alookup_pod(
-    cache: _AsyncCache,
-    clock: Callable[[], float],
-    pid: int,
-    *,
-    proc_root: str = "/proc",
-    timeout: float | None = None,
-    memo: OwnerMemo = _MEMO,
-    probe: AsyncPodProbe | None = None,
-    unknown: UnknownIDs | None = None,
-) -> LookupResult:
-    """The asyncio twin of ``lookup_pod`` (the same steps; the ``/proc`` reads are small and
-    never block on a disk, so they run on the loop)."""
-    lookup = PodLookup(pid, proc_root, memo)
-    if not lookup.in_container:
-        return LookupResult(None, lookup.outcome, False, None)
-    pods = await cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is not None:
-        return LookupResult(found, lookup.outcome, False, pods)
-    cache_time = cache.cache_time
-    now = clock()
-    target = _needs_refresh(lookup, cache_time, now)
-    if target is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        return LookupResult(None, lookup.outcome, False, pods)
-    if probe is not None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        unknown = _UNKNOWN if unknown is None else unknown
-        key = probe_key(lookup)
-        if unknown.holds(key, now):
-            return LookupResult(None, "unknown", False, pods)
-        uid = lookup.owner.pod_uid or await probe.pod_uid_of(key)
-        pod = None if uid is None else await probe.get_pod(uid)
-        found = _probe_answer(lookup, pod, key, now, unknown)
-        return LookupResult(found, lookup.outcome, False, pods, probed=True)
-    await cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
-    pods = await cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is None and _older(cache.cache_time, target):
-        await cache.force_update_if_older(target, timeout=timeout)
-        pods = await cache.get_pods(timeout=timeout)
-        found = lookup.match(pods)
-    if found is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-    return LookupResult(found, lookup.outcome, True, pods)

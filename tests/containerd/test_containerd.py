@@ -85,8 +85,9 @@ def expected_pods(h: CRIHarness, image_id: str, *, all: bool) -> list[Pod]:
 
     all=False: READY sandboxes and RUNNING containers only; all=True: everything not removed.
     Pods are grouped by UID; created_at and labels are the newest sandbox's (labels less the
-    kubelet's ``io.kubernetes.pod.*`` keys); pods newest first, ties by UID; containers and
-    sandboxes newest first, ties by ID.
+    kubelet's ``io.kubernetes.pod.*`` keys); host_network (no IPs) when a sandbox is READY
+    (issue 23: the newest READY sandbox's status; every harness pod is on the host network);
+    pods newest first, ties by UID; containers and sandboxes newest first, ties by ID.
     """
     parts: dict[str, _PodParts] = {}
     for s in h.live_sandboxes():
@@ -109,6 +110,9 @@ def expected_pods(h: CRIHarness, image_id: str, *, all: bool) -> list[Pod]:
                 for key, value in (p.sandboxes[0].labels if p.sandboxes else {}).items()
                 if not key.startswith(KUBELET_POD_LABEL_PREFIX)
             },
+            # The harness's pods are on the host network (no CNI here): no IPs of their own,
+            # and host_network as the newest READY sandbox's status says.
+            host_network=any(s.state == SANDBOX_READY for s in p.sandboxes),
             containers=[
                 Container(
                     id=ContainerID(RUNTIME_NAME, c.id),

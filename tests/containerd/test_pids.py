@@ -84,7 +84,7 @@ def made(cri_harness: CRIHarness) -> Iterator[Made]:
 
 
 def _check(found: object, want: tuple[str, str, str], pid: int) -> None:
-    from podcache.procs import PodProcess
+    from podcache.cache.pids import PodProcess
 
     assert isinstance(found, PodProcess), (pid, found)
     uid, ident, name = want

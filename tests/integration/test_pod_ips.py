@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
@@ -18,7 +22,7 @@ import pytest
 from podcache import Pod, PodList
 from podcache.cri import AsyncCRIRuntime, CRIRuntime
 from podcache.cri.networks import STATUS_ATTEMPTS
-from podcache.sim import PodShape, SimRuntime, SimSandboxState
+from podcache.sim import PodShape, SimRuntime, SimSandboxState, cli_main
 
 STATUS = "PodSandboxStatus"
 
@@ -230,3 +234,41 @@ def test_an_events_sandbox_status_fills_the_memo_with_no_call(sim: SimRuntime) -
         assert sim.calls()[STATUS] == calls  # learnt from the events
         pod = pods.by_uid(uid)
         assert pod is not None and (pod.ips, pod.host_network) == truth(sim)[uid]
+
+
+def test_the_sim_command_takes_the_cidr_and_bad_ips_and_counts_status_calls(
+    tmp_path: Path,
+) -> None:
+    """``podcache sim --pod-cidr --host-network --bad-ip``, in a process of its own (as the
+    benchmark runs it); its stats file (written on SIGUSR1) counts the status calls."""
+    code = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
+    stats = tmp_path / "stats.json"
+    args = ["--pods", "30", "--pod-cidr", "fd00:77::/112", "--host-network", "0", "--bad-ip", "x"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args, "--stats-file", str(stats)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        with CRIRuntime(endpoint) as runtime:
+            pods = runtime.get_pods()
+            ips = [ip for pod in pods for ip in pod.ips]
+            assert len(ips) == runtime.status_calls == len(pods) > 10
+            network = ipaddress.ip_network("fd00:77::/112")
+            assert all(ipaddress.ip_address(ip) in network for ip in ips)
+            assert runtime.invalid_ips == len(pods)  # one "x" per status answer
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    counts = json.loads(stats.read_text())  # written once more on the way out
+    status = counts["calls"]["PodSandboxStatus"]
+    assert sum(kind["calls"] for kind in status.values()) == len(pods)
+
+
+def test_the_sim_command_refuses_a_cidr_that_is_not_a_network(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli_main(["--pod-cidr", "10.0.0.1/8"]) == 2
+    assert "--pod-cidr" in capsys.readouterr().err

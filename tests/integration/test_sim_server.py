@@ -241,6 +241,28 @@ def test_a_label_selector_must_match_every_pair(sim: SimRuntime, stub: Any) -> N
     }
 
 
+def test_a_pod_uid_selector_lists_that_pods_items_in_list_order_and_nothing_else(
+    sim: SimRuntime, stub: Any
+) -> None:
+    snapshot = sim.population.snapshot()
+    for uid in {s.uid for s in snapshot.sandboxes}:  # re-created sandboxes included
+        by_uid = {"io.kubernetes.pod.uid": uid}
+        sandboxes = list_sandboxes(stub, pb.PodSandboxFilter(label_selector=by_uid))
+        containers = list_containers(stub, pb.ContainerFilter(label_selector=by_uid))
+        assert [x.id for x in sandboxes] == [x.id for x in snapshot.sandboxes if x.uid == uid]
+        assert [x.id for x in containers] == [x.id for x in snapshot.containers if x.pod_uid == uid]
+    nobody = {"io.kubernetes.pod.uid": "no-such-pod"}
+    assert list_sandboxes(stub, pb.PodSandboxFilter(label_selector=nobody)) == []
+    uid = snapshot.sandboxes[0].uid
+    ready = pb.PodSandboxFilter(
+        label_selector={"io.kubernetes.pod.uid": uid},
+        state=pb.PodSandboxStateValue(state=pb.SANDBOX_READY),
+    )
+    assert [x.id for x in list_sandboxes(stub, ready)] == [
+        x.id for x in snapshot.sandboxes if x.uid == uid and x.state is SimSandboxState.READY
+    ]
+
+
 def test_lists_follow_changes_of_the_population(sim: SimRuntime, stub: Any) -> None:
     before = {s.id for s in list_sandboxes(stub)}
     sim.churn_step(3)
@@ -351,6 +373,29 @@ def test_an_open_event_stream_ends_when_the_simulator_stops() -> None:
         with pytest.raises(grpc.RpcError) as ended:
             next(stream)
         assert ended.value.code() != grpc.StatusCode.DEADLINE_EXCEEDED  # ended by the stop
+
+
+def test_a_new_stream_first_receives_the_replayed_past_events_like_containerd_2(
+    sim: SimRuntime, stub: Any
+) -> None:
+    past = sim.churn_step(3)  # nobody subscribed: sent to no stream
+    sim.faults.event_replay = 4
+    stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=10)
+    sim.wait_for_event_subscribers(1)
+    live = sim.churn_step(1)
+    received = [next(stream).container_id for _ in range(4 + len(live))]
+    stream.cancel()
+    assert received == [e.container_id for e in past[-4:]] + [e.container_id for e in live]
+
+
+def test_without_replay_a_new_stream_receives_only_later_events(sim: SimRuntime, stub: Any) -> None:
+    sim.churn_step(3)
+    stream = stub.GetContainerEvents(pb.GetEventsRequest(), timeout=10)
+    sim.wait_for_event_subscribers(1)
+    live = sim.churn_step(1)
+    received = [next(stream).container_id for _ in live]
+    stream.cancel()
+    assert received == [e.container_id for e in live]
 
 
 def test_the_event_stream_can_be_unimplemented_like_containerd_1_6(
@@ -474,6 +519,11 @@ def test_fault_settings_are_validated() -> None:
         faults.fail_rate = 1.5
     with pytest.raises(ValueError, match="latency"):
         faults.latency = -1
+    faults.event_replay = 1000  # MAX_EVENT_REPLAY: at the bound
+    with pytest.raises(ValueError, match=r"event_replay must be within 0\.\.1000"):
+        faults.event_replay = 1001
+    with pytest.raises(ValueError, match="event_replay"):
+        faults.event_replay = -1
 
 
 # -- lifecycle ----------------------------------------------------------------------------------
@@ -615,3 +665,33 @@ def test_no_socket_file_is_left_by_a_failed_start(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         SimRuntime(pods=1, socket=tmp_path / "no" / "dir.sock").start()
     assert set(os.listdir(tmp_path)) == before
+
+
+def test_a_relist_of_one_pod_answers_as_the_nodes_view_does(sim: SimRuntime, stub: Any) -> None:
+    """The one-pod path (a pod-UID selector alone: O(pod), no view of the node) gives the very
+    bytes the view's filtered answer gives, for every pod, a missing one, with a state and an
+    extra label, after churn and crash loops."""
+    servicer = sim._server.servicer  # type: ignore[union-attr]
+    for step in range(3):
+        snapshot = sim.population.snapshot()
+        uids = [*sorted({s.uid for s in snapshot.sandboxes}), "no-such-pod"]
+        if step:
+            sim.churn_step(2)
+            sim.population.crash_container(uids[step])
+        view = servicer.view()
+        for uid in uids:
+            by_uid = {"io.kubernetes.pod.uid": uid}
+            for extra in ({}, {"io.kubernetes.container.name": "app"}):
+                for state in (None, pb.SANDBOX_READY):
+                    sf = pb.PodSandboxFilter(label_selector=by_uid | extra)
+                    cf = pb.ContainerFilter(label_selector=by_uid | extra)
+                    if state is not None:
+                        sf.state.state = state
+                        cf.state.state = pb.CONTAINER_RUNNING
+                    fast = stub.ListPodSandbox(pb.ListPodSandboxRequest(filter=sf), timeout=5)
+                    slow = pb.ListPodSandboxResponse.FromString(servicer.view().list_sandboxes(sf))
+                    assert fast == slow
+                    listed = stub.ListContainers(pb.ListContainersRequest(filter=cf), timeout=5)
+                    made = pb.ListContainersResponse.FromString(servicer.view().list_containers(cf))
+                    assert listed == made
+                    assert len(listed.containers) <= len(view.containers)

@@ -4,9 +4,10 @@ routing, validation, freshness arithmetic, ETags, auth, metrics and the catch-al
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, P
 from podcache.errors import RuntimeUnavailableError
 from podcache.jsonview import pod_to_json
 from podcache.serve import App
+from podcache.serve.asgi import asgi_app
 from podcache.serve.auth import BearerAuth
 from podcache.serve.response import Response
 
@@ -108,6 +110,7 @@ async def call_server(
     """One request as ``http1`` makes it: ``respond_now``, else what it returned awaited."""
     items = [(k.lower(), v) for k, v in headers]
     answer = app.respond_now(method, path, query, items)
+    assert type(answer) is Response or inspect.iscoroutine(answer), answer  # never None
     response = answer if isinstance(answer, Response) else await answer
     assert response.stream is None
     response_headers = dict(response.headers)
@@ -142,7 +145,7 @@ async def call_asgi(
         "query_string": query.encode(),
         "headers": [(k.lower().encode(), v.encode()) for k, v in headers],
     }
-    await app(scope, receive, send)
+    await asgi_app(app)(scope, receive, send)
     start, body = sent
     assert start["type"] == "http.response.start"
     response_headers = {k.decode(): v.decode() for k, v in start["headers"]}
@@ -756,6 +759,5 @@ async def test_the_asgi_lifespan_is_acknowledged(make: Make) -> None:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message["type"])
 
-    lifespan: Callable[..., Awaitable[None]] = app
-    await lifespan({"type": "lifespan"}, receive, send)
+    await asgi_app(app)({"type": "lifespan"}, receive, send)
     assert sent == ["lifespan.startup.complete", "lifespan.shutdown.complete"]

@@ -229,9 +229,9 @@ class Recorder:
 
     def respond_now(
         self, method: str, path: str, query: str, headers: list[tuple[str, str]]
-    ) -> Response | None:
+    ) -> Response | Coroutine[Any, Any, Response]:
         if path in self.WAITS:
-            return None
+            return self(method, path, query, headers)  # the coroutine that answers, as App's
         self.requests.append((method, path, query, list(headers)))
         return self._answer(method, path, query, list(headers))
 

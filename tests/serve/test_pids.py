@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, procs
+from podcache.cache import pids
 from podcache.errors import RuntimeUnavailableError
 from podcache.jsonview import container_to_json, pod_to_json
 from podcache.serve import App
@@ -167,7 +168,7 @@ async def test_a_crafted_cgroup_naming_an_unknown_container_costs_one_probe_then
 ) -> None:
     """The attack of issue 20 §2: processes in a cgroup named like a container the runtime
     does not know, each newer than the snapshot. The first lookup asks the runtime about that
-    one ID; later ones (new processes in it, for ``procs.UNKNOWN_FOR`` seconds) ask nothing;
+    one ID; later ones (new processes in it, for ``pids.UNKNOWN_FOR`` seconds) ask nothing;
     no lookup ever relists the node."""
     fake_id = cid(77)
     path = (
@@ -217,7 +218,7 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
     runtime.error = RuntimeUnavailableError("unix:///x.sock", "gone")
     lookup = app._lookup_pid
 
-    async def lookup_then_recover(pid: int) -> procs.LookupResult:
+    async def lookup_then_recover(pid: int) -> pids.LookupResult:
         result = await lookup(pid)  # answered from the last good (stale) snapshot
         runtime.error = None
         runtime.set_pods([A])  # the same state, as a new listing (a real runtime's is new)

@@ -27,6 +27,7 @@ from podcache.cache.departed import (
     lookup_key,
 )
 from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
@@ -34,6 +35,8 @@ from podcache.cache.shared import (
     check_getter,
     check_timeout,
     event_pod,
+    event_time,
+    gone_unseen,
     offers_events,
     offers_pod,
     with_events,
@@ -41,7 +44,6 @@ from podcache.cache.shared import (
 from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, RefreshHost, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
-from podcache.procs import PodProcess, UnknownIDs, alookup_pod, async_probe
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
 
@@ -348,6 +350,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
+        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
             if self._is_async:
                 getter = cast(AsyncPodGetter, self._getter)
@@ -396,6 +399,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         pod = None
         error: BaseException | None = None
         getter: Any = self._getter
+        relist.started_wall = time.time()
         try:
             if self._pod_is_async:
                 pod = await getter.get_pod(relist.uid, False)
@@ -422,12 +426,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if step is Step.REFRESH:
             now = self._clock()
             uid = event_pod(event, self._core.snapshot[0])
-            if uid is None:
-                full, scheduled = self._core.hint(now)
+            happened = event_time(event, time.time())
+            relist, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
+            if scheduled is not None:
                 self._subscription.counted_refresh(scheduled)
-            else:
-                relist, full = self._core.pod_hint(uid, now)
-                self._spawn_pod(relist)
+            self._spawn_pod(relist)
             self._arm(self._core.arm(now))
             if full is not None:
                 self._spawn(full)

@@ -136,13 +136,25 @@ def period_seconds(value: float | timedelta, what: str) -> float:
 class Refresh(Generic[S]):
     """One getter call: when it started, who waits for it, and how it ended."""
 
-    __slots__ = ("error", "forced", "hinted", "order", "pods", "routine", "signal", "started_at")
+    __slots__ = (
+        "error",
+        "forced",
+        "hinted",
+        "order",
+        "pods",
+        "routine",
+        "signal",
+        "started_at",
+        "started_wall",
+    )
 
     def __init__(self, signal: S) -> None:
         self.signal = signal
         self.started_at: float | None = None
         self.order = 0
         """Its start number (``podrelists`` invariant 2), given when it begins."""
+        self.started_wall = -math.inf
+        """The wall clock just before the getter call (set by the driver)."""
         self.pods: PodList | None = None
         self.error: BaseException | None = None
         # Who needs it: a force_update_if_older caller (forced), a get_pods caller (routine),
@@ -191,6 +203,8 @@ class CacheStats:
     """Relists of one pod that began before the snapshot's data for that pod was fetched."""
     pod_relist_errors: int = 0
     """Relists of one pod that failed (each asked for a full listing)."""
+    pod_events_covered: int = 0
+    """Events for a pod whose change a call made after it already held (§7 rule 4)."""
     pod_relist_storms: int = 0
     """Times more pods were pending than ``podrelists.MAX_PENDING`` (one full listing each)."""
 
@@ -320,7 +334,7 @@ class FreshnessCore(Generic[S]):
             self.last_listing_end = now
             self.last_listing_duration = self.last_duration
             if refresh.started_at >= self.snapshot[1]:
-                kept = self.pod_relists.after_listing(refresh.order)
+                kept = self.pod_relists.after_listing(refresh.order, refresh.started_wall)
                 pods, changes = self.changes.publish(merge(pods, kept) if kept else pods, now)
                 until = fresh_until(refresh.started_at, self.fresh_for)
                 self.snapshot = (pods, refresh.started_at, until)
@@ -407,6 +421,7 @@ class FreshnessCore(Generic[S]):
             pod_relists_dropped=self.pod_relists.dropped,
             pod_relist_errors=self.pod_relists.failed,
             pod_relist_storms=self.pod_relists.storms,
+            pod_events_covered=self.pod_relists.covered,
         )
 
     @property
@@ -453,8 +468,11 @@ class FreshnessCore(Generic[S]):
         return published
 
     # -- relists of one pod (invariant 8) -------------------------------------------------
-    def pod_hint(self, uid: str, now: float) -> tuple[PodRelist | None, Refresh[S] | None]:
-        """An event for pod ``uid`` at ``now``: ``(relist to start, full refresh to start)``.
+    def pod_hint(
+        self, uid: str, now: float, happened: float | None = None
+    ) -> tuple[PodRelist | None, Refresh[S] | None]:
+        """An event for pod ``uid`` at ``now``, that happened at wall time ``happened`` (None:
+        unknown): ``(relist to start, full refresh to start)``.
 
         An empty cache needs nothing (its first reader lists the node). A storm (more pods
         pending than ``podrelists.MAX_PENDING``) asks for a full listing instead, as an event
@@ -462,11 +480,27 @@ class FreshnessCore(Generic[S]):
         if self.snapshot[0] is None:
             return None, None
         relists = self.pod_relists
-        relist = relists.hint(uid, now)
+        relist = relists.hint(uid, now, happened)
         if relists.storm:
             relists.storm = False
             return relist, self.hint(now)[0]
         return relist, None
+
+    def on_event(
+        self, uid: str | None, now: float, happened: float | None, gone_unseen: bool
+    ) -> tuple[PodRelist | None, Refresh[S] | None, bool | None]:
+        """An event at ``now``: for pod ``uid`` (None: it names no pod the snapshot lists),
+        that happened at wall time ``happened``; ``gone_unseen``: it reports the removal of
+        something no pod of the snapshot holds (nothing to do). Returns ``(relist to start,
+        full refresh to start, whether a full refresh was scheduled: None when none was asked
+        for)``: the pod's relist (``pod_hint``), else a full listing (``hint``)."""
+        if uid is not None:
+            relist, full = self.pod_hint(uid, now, happened)
+            return relist, full, None
+        if gone_unseen:
+            return None, None, None
+        full, scheduled = self.hint(now)
+        return None, full, scheduled
 
     def pod_complete(
         self, relist: PodRelist, pod: Pod | None, error: BaseException | None, now: float

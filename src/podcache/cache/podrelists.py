@@ -18,7 +18,17 @@ Invariants
 3. A full listing keeps every pod relisted after it began (``merge``): the relist's data is
    newer than the listing's for that pod. Entries from before it are forgotten, so ``fetched``
    never holds more than the pods relisted in one listing's time.
-4. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
+4. An event that says when it happened (``happened``: the runtime's ``created_at``, wall
+   clock seconds) before the call that fetched its pod's data began, or before the relist in
+   flight for it began (each call's ``started_wall``, read by the driver just before it calls
+   the runtime), needs no relist: that call's listing already holds the change (a runtime
+   reports a change after making it). An event without a time counts as happening when it
+   arrived. So a burst of
+   events for one pod costs one relist, and old events a runtime replays to a new
+   subscriber (containerd 2.x keeps them 5 minutes) cost none after the listing that
+   (re)subscribing makes. A runtime that lies about its events' times only delays its own
+   changes, by at most the period.
+5. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
    full listing is asked for instead (the relists in flight finish).
 
 Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
@@ -29,6 +39,7 @@ O(n). Nothing here walks the pods per change.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 from podcache.model import Pod, PodList, derive
@@ -57,6 +68,8 @@ class PodRelist:
     uid: str
     started_at: float
     order: int
+    started_wall: float = -math.inf
+    """The wall clock just before the call (set by the driver; -inf until then)."""
 
 
 @dataclass(slots=True)
@@ -68,11 +81,14 @@ class PodRelists:
     """Pods with a relist in flight that began too early for a later event: one more each."""
     waiting: dict[str, None] = field(default_factory=dict)
     """Pods with nothing in flight waiting for a slot, oldest first (a dict: ordered, O(1))."""
-    fetched: dict[str, tuple[int, Pod | None]] = field(default_factory=dict)
+    fetched: dict[str, tuple[int, Pod | None, float]] = field(default_factory=dict)
     """UID -> (the start number of the relist that fetched its data, the pod or None when the
-    relist found it gone), for pods relisted after the last full listing began."""
+    relist found it gone, the wall clock when that relist began), for pods relisted after the
+    last full listing began."""
     listed: int = -1
     """The start number of the last full listing stored."""
+    listed_wall: float = -math.inf
+    """When the last full listing stored began (the wall clock, read by its driver)."""
     starts: int = 0
     """Start numbers given so far."""
     max_in_flight: int = MAX_IN_FLIGHT
@@ -81,6 +97,8 @@ class PodRelists:
     """Set by ``hint`` when invariant 4 forgot the pending pods (the caller asks for a full
     listing, then clears it)."""
     completed: int = 0
+    covered: int = 0
+    """Events whose change a call made after it already held (invariant 4)."""
     dropped: int = 0
     failed: int = 0
     storms: int = 0
@@ -89,13 +107,17 @@ class PodRelists:
         """Pods waiting for a relist (queued behind their own, or for a slot)."""
         return len(self.queued) + len(self.waiting)
 
-    def hint(self, uid: str, now: float) -> PodRelist | None:
-        """An event for pod ``uid`` at ``now``: the relist to start now, if any (invariant 1).
-
-        A relist in flight that began after ``now`` already covers the event."""
+    def hint(self, uid: str, now: float, happened: float | None = None) -> PodRelist | None:
+        """An event for pod ``uid`` at ``now`` (the core's clock) that happened at wall time
+        ``happened`` (None: unknown): the relist to start now, if any (invariants 1 and 4)."""
+        if happened is not None and happened < self.data_started(uid):
+            self.covered += 1
+            return None
         running = self.inflight.get(uid)
         if running is not None:
-            if running.started_at <= now:
+            if happened is not None and happened < running.started_wall:
+                self.covered += 1
+            elif running.started_at <= now:
                 self.queued.add(uid)
         elif uid not in self.waiting:
             if len(self.inflight) < self.max_in_flight:
@@ -126,6 +148,11 @@ class PodRelists:
         self.starts += 1
         return self.starts
 
+    def data_started(self, uid: str) -> float:
+        """When (wall clock) the call that fetched the snapshot's data for pod ``uid`` began."""
+        entry = self.fetched.get(uid)
+        return self.listed_wall if entry is None else entry[2]
+
     def fetched_by(self, uid: str) -> int:
         """The start number of the call that fetched the snapshot's data for pod ``uid``."""
         entry = self.fetched.get(uid)
@@ -140,13 +167,15 @@ class PodRelists:
 
     def record(self, relist: PodRelist, pod: Pod | None) -> None:
         """``relist``'s data entered the snapshot."""
-        self.fetched[relist.uid] = (relist.order, pod)
+        self.fetched[relist.uid] = (relist.order, pod, relist.started_wall)
         self.completed += 1
 
-    def after_listing(self, order: int) -> dict[str, Pod | None]:
-        """A full listing with start number ``order`` is being stored: the pods it must keep
-        from relists that began after it (invariant 3); the others are forgotten."""
+    def after_listing(self, order: int, started_wall: float) -> dict[str, Pod | None]:
+        """A full listing with start number ``order``, begun at wall time ``started_wall``,
+        is being stored: the pods it must keep from relists that began after it (invariant
+        3); the others are forgotten."""
         self.listed = order
+        self.listed_wall = started_wall
         kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > order}
         self.fetched = kept
         return {uid: entry[1] for uid, entry in kept.items()}
@@ -175,7 +204,7 @@ def _place(pods: tuple[Pod, ...], pod: Pod) -> int:
 def _spliced(items: tuple[Pod, ...], start: int, end: int, pod: Pod) -> tuple[Pod, ...]:
     """``items`` with ``items[start:end]`` replaced by ``pod``. Concatenation copies each part's
     pointers in C; unpacking into a tuple display goes through a list first."""
-    return items[:start] + (pod,) + items[end:]  # noqa: RUF005
+    return items[:start] + (pod,) + items[end:]  # noqa: RUF005 -- concatenation is faster here
 
 
 def replace_pod(pods: PodList, was: Pod | None, pod: Pod | None) -> PodList:

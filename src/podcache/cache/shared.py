@@ -13,7 +13,7 @@ from typing import Protocol
 
 from podcache.cache.core import CacheStats
 from podcache.cache.events import Subscription
-from podcache.model import ContainerEvent, PodList
+from podcache.model import ContainerEvent, ContainerEventType, PodList
 
 __all__ = [
     "EventStream",
@@ -21,6 +21,8 @@ __all__ = [
     "check_getter",
     "check_timeout",
     "event_pod",
+    "event_time",
+    "gone_unseen",
     "offers_events",
     "offers_pod",
     "with_events",
@@ -50,6 +52,27 @@ def offers_pod(getter: object) -> bool:
     """Whether the getter can relist one pod (``get_pod(uid, all)``): then events relist the
     pod they name, not the node (docs/architecture.md §7)."""
     return callable(getattr(getter, "get_pod", None))
+
+
+def gone_unseen(event: object) -> bool:
+    """Whether ``event`` reports the removal of something of no known pod: a DELETED event with
+    no pod UID, whose IDs ``event_pod`` found in no pod of the snapshot. Then nothing the
+    snapshot holds changed, and nothing is relisted (containerd 1.7 sends a sandbox's DELETED
+    with an empty sandbox status, after the relist that already removed its pod)."""
+    return (
+        isinstance(event, ContainerEvent)
+        and event.type is ContainerEventType.DELETED
+        and not event.pod_uid
+    )
+
+
+def event_time(event: object, wall_now: float) -> float | None:
+    """When ``event`` happened, wall clock seconds: its ``created_at`` (ns since the epoch);
+    None when it has none (0). An event from the future counts as ``wall_now`` (§7 rule 4: a
+    time only ever makes a relist unnecessary, never the snapshot wrong)."""
+    if not isinstance(event, ContainerEvent) or event.created_at <= 0:
+        return None
+    return min(event.created_at / 1e9, wall_now)
 
 
 def event_pod(event: object, pods: PodList | None) -> str | None:

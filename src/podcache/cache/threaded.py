@@ -26,6 +26,7 @@ from podcache.cache.departed import (
     lookup_key,
 )
 from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
@@ -34,6 +35,8 @@ from podcache.cache.shared import (
     check_getter,
     check_timeout,
     event_pod,
+    event_time,
+    gone_unseen,
     offers_events,
     offers_pod,
     with_events,
@@ -41,7 +44,6 @@ from podcache.cache.shared import (
 from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, WatchHost
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
-from podcache.procs import PodProcess, UnknownIDs, lookup_pod, sync_probe
 
 __all__ = ["GetPods", "PodGetter", "RuntimeCache"]
 
@@ -452,6 +454,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
+        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
             pods = self._getter.get_pods(False)
             if not isinstance(pods, PodList):
@@ -496,6 +499,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Relist one pod, store what came back, start what the core asks for next."""
         pod = None
         error: BaseException | None = None
+        relist.started_wall = time.time()
         try:
             pod = self._getter.get_pod(relist.uid, False)  # type: ignore[attr-defined]
         except BaseException as exc:  # a failure asks for a full listing, even ^C
@@ -526,11 +530,12 @@ class RuntimeCache(CoreReadings[threading.Event]):
             if step is Step.REFRESH:
                 now = self._clock()
                 uid = event_pod(event, self._core.snapshot[0])
-                if uid is None:
-                    full, scheduled = self._core.hint(now)
+                happened = event_time(event, time.time())
+                relist, full, scheduled = self._core.on_event(
+                    uid, now, happened, gone_unseen(event)
+                )
+                if scheduled is not None:
                     self._subscription.counted_refresh(scheduled)
-                else:
-                    relist, full = self._core.pod_hint(uid, now)
                 delay = self._core.arm(now)
         self._arm(delay)
         self._spawn_pod(relist)

@@ -147,13 +147,21 @@ class NetworkMemo:
         return ListingPass(self._known)
 
     def to_ask(self, listing: ListingPass) -> list[str]:
-        """The sandboxes the listing missed that may still be asked about (each once)."""
+        """The sandboxes the listing missed that may still be asked about (each once): not
+        learnt since (another listing's call, an event) and not given up on."""
         failures = self._failures
+        known = self._known
         return [
             sid
             for sid in dict.fromkeys(listing.wanted)
-            if failures.get(sid, 0) < STATUS_ATTEMPTS and sid not in self._known
+            if failures.get(sid, 0) < STATUS_ATTEMPTS and sid not in known
         ]
+
+    def learnt_since(self, listing: ListingPass) -> dict[str, SandboxNetwork]:
+        """The networks of sandboxes the listing missed that were learnt while it ran (by a
+        concurrent listing or an event): its pods get them with no call."""
+        known = self._known
+        return {sid: known[sid] for sid in listing.wanted if sid in known}
 
     def ask(self, sandbox_id: str, call: StatusCall) -> SandboxNetwork | None:
         """Call for one sandbox's status and remember its network; None when the call failed
@@ -252,11 +260,11 @@ class StatusReader:
         """``pods`` (converted with ``listing``) with the networks it missed asked for; after
         a full listing the memo is pruned to it (``NetworkMemo.finish``)."""
         memo = self.memo
+        fetched = memo.learnt_since(listing)
         wanted = memo.to_ask(listing)
-        fetched: dict[str, SandboxNetwork] = {}
         if wanted:
             results = self._map(lambda sid: memo.ask(sid, self._call), wanted)
-            fetched = {s: n for s, n in zip(wanted, results, strict=True) if n is not None}
+            fetched.update((s, n) for s, n in zip(wanted, results, strict=True) if n is not None)
         if full:
             memo.finish(listing, fetched)
         return with_networks(pods, fetched)

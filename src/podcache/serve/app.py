@@ -2,10 +2,11 @@
 
 ``App.respond(method, path, query, headers)`` is the whole API as one coroutine from request
 parts to a ``Response``; ``App.respond_now`` gives the same answer without a coroutine when no
-waiting is needed (the snapshot is fresh), or None. Podcache's own HTTP/1.1 server (``http1``)
-calls ``respond_now`` and, when it returns None, ``respond`` in a task; ``__call__`` is a thin
-ASGI 3 entry point around ``respond`` (for running the app under an ASGI server, as
-``benchmarks/bench_serve.py --with-uvicorn`` does). No framework: a dict and three prefixes
+waiting is needed (the snapshot is fresh), else the coroutine that answers. Podcache's own
+HTTP/1.1 server (``http1``) calls ``respond_now`` and awaits that coroutine in a task;
+``asgi.asgi_app`` is the ASGI 3 entry point around ``respond``. Each handler returns a
+``plan.Plan`` (answer now, from a snapshot, or later), which ``_begin`` completes and
+``respond_now`` / ``respond`` carry out. No framework: a dict and three prefixes
 route, and snapshot bodies come pre-serialised from ``snapshot``. Checks run cheapest first:
 sizes (414, 431), method (405), route (404), token (401), parameters (400), and only then the
 cache. What is kept between requests is one memo, ``App.memo`` (the current snapshot's view
@@ -19,33 +20,28 @@ import collections
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import timedelta
-from typing import Any, NamedTuple, cast
+from typing import Any, assert_never, cast
 from urllib.parse import unquote_plus
 
 import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache.pids import AsyncPodProbe, LookupResult, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.publishing import Publication
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
 from podcache.jsonview import PID_MISS_REASONS
 from podcache.model import Pod, PodList
-from podcache.procs import (
-    AsyncPodProbe,
-    LookupResult,
-    ProcFormatError,
-    UnknownIDs,
-    alookup_pod,
-    async_probe,
-)
 from podcache.serve.auth import BearerAuth
 from podcache.serve.calltimer import CallTimer, timed
+from podcache.serve.failures import RETRY, failure_of
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
 from podcache.serve.openapi import document
+from podcache.serve.plan import FromSnapshot, Later, Now, Plan
 from podcache.serve.query import (
     BOOLEANS,
     MAX_HEADER_BYTES,
@@ -110,7 +106,6 @@ _REPEATABLE = frozenset({"label"})
 _METHODS = frozenset({"GET", "HEAD"})
 _ALLOW = [("allow", "GET, HEAD")]
 _UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
-_RETRY = [("retry-after", "1")]
 _HEALTHY = b'{"status":"ok"}'
 _STALE = ("x-podcache-stale", "true")
 
@@ -132,34 +127,9 @@ _NO_HEADERS: dict[str, str] = {}
 _FRESHNESS_HEADER = "x-podcache-newer-than"
 
 
-class _Deferred(NamedTuple):
-    """A handler's answer that needs awaiting beyond the snapshot (``/pids/{pid}`` reads the
-    process and may refresh for it; ``/pods?watch=1`` opens a watch): ``run(need)`` gives the
-    response, in ``respond`` only. ``_begin`` fills in the route and the freshness need."""
-
-    run: Callable[[float | None], Awaitable[Response]]
-    route: str = ""
-    need: float | None = None
-
-
-class _Lookup(NamedTuple):
-    """A request checked and parsed, that needs a snapshot to be answered."""
-
-    route: str
-    target: str | None
-    """The memo's key for the answer, None when it must not be kept (freshness parameters:
-    the answer is for a snapshot newer than the request, never a replay)."""
-    need: float | None
-    """The snapshot must have been read at or after this unix time (read-your-writes)."""
-    headers: dict[str, str]
-    build: Callable[[SnapshotView], Answer]
-    """The answer from a snapshot (route filled in by the caller)."""
-
-
-Outcome = Response | Callable[[SnapshotView], Answer] | _Deferred
-"""A handler's result: the answer (no snapshot needed), how to build it from a snapshot, or
-(``/pids/{pid}``) a coroutine that answers, which only ``respond`` runs."""
-Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Outcome]
+Handler = Callable[[Query, dict[str, str], tuple[str, ...]], Plan]
+"""A route's handler: the parsed query, the request's headers and the path's arguments to how
+the request will be answered (``serve.plan``)."""
 
 
 def _replayable(header_items: list[tuple[str, str]]) -> tuple[bool, str | None]:
@@ -301,6 +271,12 @@ class App:
         """The answer when it needs no waiting, else the coroutine that answers (to await in
         a task: the request is checked and parsed once, here).
 
+        Exactly two kinds, never None (``http1.RespondNow``): a ``Response`` when the plan is
+        ``Now`` (an error, /healthz, /metrics...), a replay from the memo, or a
+        ``FromSnapshot`` with no freshness need while the cache hands out a fresh snapshot
+        without waiting; else a coroutine (from ``_answer_later``) that waits for the snapshot
+        or runs the ``Later`` plan, and never raises (but for cancellation).
+
         THE REPLAY RULE. A request is answered from the memo, skipping routing, parameter
         parsing and lookups, exactly when all of these hold:
 
@@ -337,17 +313,18 @@ class App:
                     response = self._from_answer(memo, answer, _NO_HEADERS)
                     self.metrics.count(answer.route, response.status)
                     return response
-        lookup = self._begin(method, path, query, header_items)
-        if isinstance(lookup, Response):
-            return lookup
-        if type(lookup) is _Lookup and lookup.need is None:
-            if not looked:
-                pods = self.cache.get_pods_nowait()
-            if pods is not None:
-                view = self._view(pods)  # fresh: from get_pods_nowait
-                if not self._building_now(view):
-                    return self._finish(lookup, view)
-        return self._answer_later(lookup, method, path)
+        plan = self._begin(method, path, query, header_items)
+        match plan:
+            case Now():
+                return plan.response
+            case FromSnapshot(need=None):
+                if not looked:
+                    pods = self.cache.get_pods_nowait()
+                if pods is not None:
+                    view = self._view(pods)  # fresh: from get_pods_nowait
+                    if not self._building_now(view):
+                        return self._finish(plan, view)
+        return self._answer_later(plan, method, path)
 
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
@@ -356,36 +333,39 @@ class App:
         if query and self._wants_all(query):
             return await self._all_pods().respond(method, path, query, header_items)
         items = header_items if type(header_items) is list else list(header_items)
-        lookup = self._begin(method, path, query, items)
-        if isinstance(lookup, Response):
-            return lookup
-        return await self._answer_later(lookup, method, path)
+        plan = self._begin(method, path, query, items)
+        if isinstance(plan, Now):
+            return plan.response
+        return await self._answer_later(plan, method, path)
 
-    async def _answer_later(self, lookup: _Lookup | _Deferred, method: str, path: str) -> Response:
-        """The answer that waits: a deferred one (``/pids/{pid}``, ``/readyz``, a watch), or
-        ``lookup``'s once a snapshot it may be answered from is there (after a refresh, or a
-        read-your-writes wait). Never raises (but for cancellation)."""
+    async def _answer_later(self, plan: FromSnapshot | Later, method: str, path: str) -> Response:
+        """The answer that waits: a ``Later`` plan's (``/pids/{pid}``, ``/readyz``, a watch), or
+        a ``FromSnapshot``'s once a snapshot it may be answered from is there (after a
+        refresh, or a read-your-writes wait). Never raises (but for cancellation)."""
         try:
-            if type(lookup) is _Deferred:
-                response = await lookup.run(lookup.need)
-                self.metrics.count(lookup.route, response.status)
-                return response
-            assert type(lookup) is _Lookup
-            view, stale = await self._snapshot(lookup.need)
-            await self._ready(view)
+            match plan:
+                case Later():
+                    response = await plan.run(plan.need)
+                    self.metrics.count(plan.route, response.status)
+                    return response
+                case FromSnapshot():
+                    view, stale = await self._snapshot(plan.need)
+                    await self._ready(view)
+                case _:
+                    assert_never(plan)
         except HTTPError as error:
-            return self._failed(lookup.route, error)
+            return self._failed(plan.route, error)
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
-            return self._failed(lookup.route, HTTPError(500, _INTERNAL))
-        return self._finish(lookup, view, stale=stale)
+            return self._failed(plan.route, HTTPError(500, _INTERNAL))
+        return self._finish(plan, view, stale=stale)
 
     def _begin(
         self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
-    ) -> Response | _Lookup | _Deferred:
-        """The checks, cheapest first, and the parameters: an answer when no snapshot is
-        needed (an error, /healthz...), else the lookup to finish from one (or, for
-        ``/pids/{pid}``, the coroutine to await)."""
+    ) -> Plan:
+        """The checks, cheapest first, and the parameters: the handler's plan completed with
+        the route, the freshness need and (``FromSnapshot``) the memo target and headers; an
+        error is a ``Now``."""
         route = "unmatched"
         try:
             check_path(path)
@@ -409,43 +389,46 @@ class App:
             params = parse_query(query, _PARAMS.get(route, _NONE), _REPEATABLE) if query else {}
             if "all" in params:  # true went to the all view (_wants_all): 0 or false, or a 400
                 parse_bool(params["all"][0], "all")
-            outcome = handler(params, headers, args)
-            if type(outcome) is Response:
-                self.metrics.count(route, outcome.status)
-                return outcome
-            need = self._need(params, headers)
-            if type(outcome) is _Deferred:
-                return outcome._replace(route=route, need=need)
-            build = cast(Callable[[SnapshotView], Answer], outcome)
-            kept = not ("fresh" in params or "newer_than" in params)
-            target = (f"{path}?{query}" if query else path) if kept else None
-            return _Lookup(route, target, need, headers, build)
+            plan = handler(params, headers, args)
+            match plan:
+                case Now():
+                    self.metrics.count(route, plan.response.status)
+                    return plan
+                case Later():
+                    return Later(plan.run, route, self._need(params, headers))
+                case FromSnapshot():
+                    kept = not ("fresh" in params or "newer_than" in params)
+                    target = (f"{path}?{query}" if query else path) if kept else None
+                    need = self._need(params, headers)
+                    return FromSnapshot(plan.build, route, target, need, headers)
+                case _:
+                    assert_never(plan)
         except HTTPError as error:
-            return self._failed(route, error)
+            return Now(self._failed(route, error))
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
-            return self._failed(route, HTTPError(500, _INTERNAL))
+            return Now(self._failed(route, HTTPError(500, _INTERNAL)))
 
-    def _finish(self, lookup: _Lookup, view: SnapshotView, *, stale: bool = False) -> Response:
-        """The answer to ``lookup`` from ``view``, kept in the memo when it may be replayed;
+    def _finish(self, plan: FromSnapshot, view: SnapshotView, *, stale: bool = False) -> Response:
+        """The answer to ``plan`` from ``view``, kept in the memo when it may be replayed;
         ``stale``: the view was past its period when the request arrived (see ``_snapshot``)."""
         try:
-            target = lookup.target
+            target = plan.target
             answer = None
             kept = target is not None and view is self.memo
             if kept:
                 answer = view.answers.get(cast(str, target))
             if answer is None:
-                answer = lookup.build(view)._replace(route=lookup.route)
+                answer = plan.build(view)._replace(route=plan.route)
                 if kept:
                     view.remember(cast(str, target), answer)
-            response = self._from_answer(view, answer, lookup.headers, stale=stale)
+            response = self._from_answer(view, answer, plan.headers, stale=stale)
         except HTTPError as error:
-            return self._failed(lookup.route, error)
+            return self._failed(plan.route, error)
         except Exception:
-            log.exception("internal error answering %.200s", lookup.target or lookup.route)
-            return self._failed(lookup.route, HTTPError(500, _INTERNAL))
-        self.metrics.count(lookup.route, response.status)
+            log.exception("internal error answering %.200s", plan.target or plan.route)
+            return self._failed(plan.route, HTTPError(500, _INTERNAL))
+        self.metrics.count(plan.route, response.status)
         return response
 
     def _allowed(self, route: str, authorization: str | None) -> bool:
@@ -551,14 +534,8 @@ class App:
                 target = min(need - (self._wall() - now), now)
                 await cache.force_update_if_older(target, timeout=self._wait)
             pods = await cache.get_pods(timeout=self._wait)
-        except PodcacheError as exc:
-            raise HTTPError(503, str(exc), headers=_RETRY) from exc
-        except TimeoutError as exc:
-            raise HTTPError(
-                503,
-                str(exc) or f"the container runtime did not answer within {self._wait:g} s",
-                headers=_RETRY,
-            ) from exc
+        except (PodcacheError, TimeoutError) as exc:  # what the cache raises (§3 rules 3, 8)
+            raise failure_of(type(exc)).http_error(exc, wait=self._wait) from exc
         view = self._view(pods)
         return view, self._stale_for(view, arrival)
 
@@ -660,7 +637,7 @@ class App:
         return None if memo is None else memo.pods
 
     # -- handlers: an answer now, or how to build one from a snapshot -----------------------
-    def _pods(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _pods(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         namespaces = query.get("namespace")
         namespace = check_name(namespaces[0], "namespace") if namespaces else None
         labels = query.get("label", ())
@@ -670,10 +647,10 @@ class App:
         watching = query.get("watch")
         if watching and parse_bool(watching[0], "watch"):
             request = _watch_request(query, namespace, tuple(selectors))
-            return _Deferred(lambda need: self.streams.open(request))
+            return Later(lambda need: self.streams.open(request))
         _since(query)  # checked, and without watch=1 ignored
         if namespace is None and not selectors:
-            return lambda view: _found(view.items_head)
+            return FromSnapshot(lambda view: _found(view.items_head))
 
         def build(view: SnapshotView) -> Answer:
             return _found(
@@ -687,9 +664,9 @@ class App:
                 )
             )
 
-        return build
+        return FromSnapshot(build)
 
-    def _pod(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _pod(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         uid = check_name(args[0], "pod UID")
 
         def build(view: SnapshotView) -> Answer:
@@ -698,9 +675,9 @@ class App:
                 return _not_found(view, f"no pod with UID {uid!r}")
             return _found(view.pod_head(pod))
 
-        return build
+        return FromSnapshot(build)
 
-    def _pod_by_name(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _pod_by_name(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         namespace = check_name(args[0], "namespace", underscore=False)
         name = check_name(args[1], "pod name", underscore=False)
 
@@ -710,9 +687,9 @@ class App:
                 return _not_found(view, f"no pod {name!r} in namespace {namespace!r}")
             return _found(view.pod_head(pod))
 
-        return build
+        return FromSnapshot(build)
 
-    def _container(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _container(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         ident = check_name(args[0], "container ID")
 
         def build(view: SnapshotView) -> Answer:
@@ -726,11 +703,11 @@ class App:
                 return _not_found(view, f"no container or sandbox with ID {ident!r}")
             return _found(view.container_head(*found))
 
-        return build
+        return FromSnapshot(build)
 
-    def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         pid = parse_pid(args[0])
-        return _Deferred(lambda need: self._answer_pid(pid, need, headers))
+        return Later(lambda need: self._answer_pid(pid, need, headers))
 
     async def _answer_pid(self, pid: int, need: float | None, headers: dict[str, str]) -> Response:
         """The pod and container of process ``pid``; never kept in the memo (the same PID
@@ -764,37 +741,24 @@ class App:
                 probe=self._probe,
                 unknown=self._unknown,
             )
-        except ProcessLookupError:
-            self.metrics.count_pid_lookup("no_process", False)
-            raise HTTPError(
-                404, f"no process {pid} (in {self._proc_root})", extra={"reason": "no_process"}
-            ) from None
-        except ProcFormatError as exc:  # before PodcacheError, which it also is
-            raise self._unreadable(pid, exc) from exc
-        except (PodcacheError, TimeoutError) as exc:
-            self.metrics.count_pid_lookup("error", False)
-            raise HTTPError(
-                503, str(exc) or "the container runtime did not answer", headers=_RETRY
+        except (PodcacheError, OSError) as exc:  # the cache's, and /proc's (TimeoutError too)
+            failure = failure_of(type(exc))
+            self.metrics.count_pid_lookup(failure.miss or "error", False)
+            raise failure.http_error(
+                exc, subject=f"process {pid}", proc_root=self._proc_root
             ) from exc
-        except OSError as exc:
-            raise self._unreadable(pid, exc) from exc
         self.metrics.count_pid_lookup(result.outcome, result.refreshed, result.probed)
         return result
 
-    def _unreadable(self, pid: int, exc: Exception) -> HTTPError:
-        """A process whose /proc files cannot be read or parsed: counted, and a 503."""
-        self.metrics.count_pid_lookup("error", False)
-        return HTTPError(503, f"cannot read process {pid}: {exc}", headers=_RETRY)
-
-    def _healthz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _healthz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         response = Response(200, [("content-type", JSON)], _HEALTHY)
         age = self._age_header()
         if age is not None:
             response.headers.append(("x-podcache-age", age))
-        return response
+        return Now(response)
 
-    def _readyz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
-        return _Deferred(lambda need: self._answer_ready(need, headers))
+    def _readyz(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
+        return Later(lambda need: self._answer_ready(need, headers))
 
     async def _answer_ready(self, need: float | None, headers: dict[str, str]) -> Response:
         """Ready with a snapshot within its period; never kept in the memo (the answer depends
@@ -806,62 +770,25 @@ class App:
                 503,
                 "not ready: serving a stale snapshot, the last runtime call failed"
                 + ("" if error is None else f" ({error})"),
-                headers=[*_RETRY, _STALE],
+                headers=[RETRY, _STALE],
             )
         return self._from_answer(
             view, Answer("/readyz", 200, view.ready_head(), etag=False), headers
         )
 
-    def _metrics(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _metrics(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         headers_out = [("content-type", METRICS_CONTENT_TYPE)]
         age = self._age_header()
         if age is not None:
             headers_out.append(("x-podcache-age", age))
-        return Response(200, headers_out, self.metrics.render())
+        return Now(Response(200, headers_out, self.metrics.render()))
 
-    def _openapi_doc(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Outcome:
+    def _openapi_doc(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         response_headers = [("content-type", JSON), ("etag", self._openapi_etag)]
         match = headers.get("if-none-match")
         if match is not None and etag_matches(match, self._openapi_etag):
-            return Response(304, response_headers[1:])
-        return Response(200, response_headers, self._openapi)
-
-    # -- the ASGI entry point --------------------------------------------------------------
-    async def __call__(
-        self,
-        scope: dict[str, Any],
-        receive: Callable[[], Awaitable[dict[str, Any]]],
-        send: Callable[[dict[str, Any]], Awaitable[None]],
-    ) -> None:
-        """ASGI 3: HTTP requests, and lifespan events (acknowledged; nothing to set up)."""
-        kind = scope["type"]
-        if kind == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if kind != "http":
-            await send({"type": "websocket.close", "code": 1003})
-            return
-        method: str = scope["method"]
-        response = await self.respond(
-            method,
-            scope["path"],
-            scope.get("query_string", b"").decode("latin-1"),
-            [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", ())],
-        )
-        body = response.body + response.suffix
-        raw = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
-        if response.status != 304 and response.stream is None:
-            raw.append((b"content-length", b"%d" % len(body)))
-        await send({"type": "http.response.start", "status": response.status, "headers": raw})
-        if response.stream is not None and method != "HEAD":
-            async for chunk in response.stream:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"" if method == "HEAD" else body})
+            return Now(Response(304, response_headers[1:]))
+        return Now(Response(200, response_headers, self._openapi))
 
     # -- lifecycle -------------------------------------------------------------------------
     async def warm(self) -> BaseException | None:
@@ -923,7 +850,7 @@ class _AllPods:
 
 
 class _AllPodsProbe(_AllPods):
-    """``_AllPods`` over a getter that can list one pod (``procs.async_probe``): the all view's
+    """``_AllPods`` over a getter that can list one pod (``cache.pids.async_probe``): the all view's
     ``/pids`` lookups ask the runtime about one container too, never the node."""
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:

@@ -11,6 +11,7 @@ logic.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -281,19 +282,10 @@ def serve_command(
     bookmark_interval: float,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
-    from podcache.serve.auth import BearerAuth, TokenFileError
-
     source = ctx.get_parameter_source("runtime_endpoint")
     if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("give either --sim or -r/--runtime-endpoint, not both")
-    auth = None
-    if token_file is not None:
-        try:
-            auth, warning = BearerAuth.following(token_file)
-        except TokenFileError as exc:
-            raise click.BadParameter(str(exc), param_hint="--token-file") from None
-        if warning:
-            _say(f"warning: {warning}")
+    auth = _bearer(token_file)
     if refresh_ahead is not None and refresh_ahead > cache_period:
         raise click.BadParameter(
             f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",
@@ -327,6 +319,21 @@ def serve_command(
         proc_root=proc_root,
         bookmark_interval=bookmark_interval,
     )
+
+
+def _bearer(token_file: str | None) -> Any:
+    """``--token-file`` as a ``BearerAuth`` that follows the file; None without one."""
+    from podcache.serve.auth import BearerAuth, TokenFileError
+
+    if token_file is None:
+        return None
+    try:
+        auth, warning = BearerAuth.following(token_file)
+    except TokenFileError as exc:
+        raise click.BadParameter(str(exc), param_hint="--token-file") from None
+    if warning:
+        _say(f"warning: {warning}")
+    return auth
 
 
 def _check_listeners(addresses: tuple[ListenAddress, ...], *, token: bool) -> None:
@@ -394,6 +401,24 @@ def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
     return runtime
 
 
+def _listening(
+    listeners: list[Listener], endpoint: str, cache_period: float, events: str, token: bool
+) -> str:
+    """What is said once the server accepts connections."""
+    where = ", ".join(each.address.url for each in listeners)
+    required = "bearer token required" if token else "no token"
+    return (
+        f"listening on {where} (runtime {endpoint}, cache period {cache_period:g}s, "
+        f"events {events}, {required})"
+    )
+
+
+def _warmed(error: BaseException | None) -> None:
+    """Said once the first fill ended, when it failed (the server answers 503 meanwhile)."""
+    if error is not None:
+        _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
+
+
 def _run(
     *,
     endpoint: str | None,
@@ -424,42 +449,27 @@ def _run(
         endpoint = simulation.endpoint
     try:
         runtime = _runtime(endpoint, timeout, events)
-        # A request may wait for a refresh in flight and then for its own.
-        wait = 2 * timeout + 1.0
-
-        def make_app() -> App:
-            return App(
-                runtime,
-                cache_period,
-                auth=auth,
-                wait=wait,
-                proc_root=proc_root,
-                min_refresh_interval=freshness.min_refresh_interval,
-                max_stale=freshness.max_stale,
-                refresh_ahead=freshness.refresh_ahead,
-                events=events != "off",
-                bookmark_interval=bookmark_interval,
-            )
-
-        def listening(app: App) -> None:
-            token = "bearer token required" if auth is not None else "no token"
-            _say(
-                f"listening on {', '.join(each.address.url for each in listeners)} (runtime "
-                f"{runtime.endpoint}, cache period "
-                f"{cache_period:g}s, events {events}, {token})"
-            )
-
-        def warmed(error: BaseException | None) -> None:
-            if error is not None:
-                _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
-
+        make_app = functools.partial(
+            App,
+            runtime,
+            cache_period,
+            auth=auth,
+            wait=2 * timeout + 1.0,  # a refresh in flight, then the request's own
+            proc_root=proc_root,
+            min_refresh_interval=freshness.min_refresh_interval,
+            max_stale=freshness.max_stale,
+            refresh_ahead=freshness.refresh_ahead,
+            events=events != "off",
+            bookmark_interval=bookmark_interval,
+        )
+        started = _listening(listeners, runtime.endpoint, cache_period, events, auth is not None)
         try:
             run(
                 make_app,
                 listeners,
                 limits=limits,
-                on_listening=listening,
-                on_warm=warmed,
+                on_listening=lambda app: _say(started),
+                on_warm=_warmed,
                 cleanup=runtime.close,
             )
         except ServeError as exc:

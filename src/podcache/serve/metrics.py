@@ -46,7 +46,7 @@ class Metrics:
         self.watchers: WatchCounters | None = None
         """The watch streams' counters, when the application has streams."""
         self.pid_lookups: dict[str, int] = {}
-        """``/pids/{pid}`` lookups by outcome (``podcache.procs.PodLookup.OUTCOMES``, and
+        """``/pids/{pid}`` lookups by outcome (``podcache.cache.pids.PodLookup.OUTCOMES``, and
         ``error`` when the runtime failed)."""
         self.pid_lookup_probes = 0
         """Lookups that asked the runtime about their one container (``get_pod``), never
@@ -109,138 +109,169 @@ class _Collector(Collector):
         self._latest = latest
 
     def collect(self) -> Iterator[Metric]:
-        build = GaugeMetricFamily(
-            "podcache_build_info",
-            "podcache's build: its version, the CRI list decoder in use (c: the C list reader; "
-            "protobuf: the fallback of an install built without a C compiler) and Python's "
-            "version; always 1.",
-            labels=["version", "decoder", "python"],
-        )
-        build.add_metric([podcache.__version__, DECODER, platform.python_version()], 1.0)
-        yield build
+        """Every scrape-time metric, in the exposition's order."""
         stats = self._stats()
-        for name, value, help_text in (
-            ("podcache_cache_hits", stats.hits, "Cache lookups answered from the snapshot."),
-            ("podcache_cache_misses", stats.misses, "Cache lookups that needed a refresh."),
-            ("podcache_cache_refreshes", stats.refreshes, "Successful cache refreshes."),
-            ("podcache_cache_refresh_errors", stats.errors, "Cache refreshes that failed."),
-            (
-                "podcache_events_received",
-                stats.events_received,
-                "Container events received from the runtime.",
-            ),
-            (
-                "podcache_event_refreshes",
-                stats.event_refreshes,
-                "Cache refreshes started or queued by events and (re)subscriptions.",
-            ),
-            (
-                "podcache_full_relists",
-                stats.refreshes,
-                "Successful listings of the whole node (the period, readers, (re)subscriptions, "
-                "events that name no pod).",
-            ),
-            (
-                "podcache_pod_relists",
-                stats.pod_relists,
-                "Successful relists of one pod after its event (its data entered the snapshot).",
-            ),
-            (
-                "podcache_pod_relists_dropped",
-                stats.pod_relists_dropped,
-                "Relists of one pod dropped: they began before the snapshot's data for the pod.",
-            ),
-            (
-                "podcache_pod_relist_errors",
-                stats.pod_relist_errors,
-                "Relists of one pod that failed (each asked for a full relist).",
-            ),
-            (
-                "podcache_event_resubscriptions",
-                stats.resubscriptions,
-                "Event subscriptions made again after the first (one per runtime restart).",
-            ),
-        ):
-            yield CounterMetricFamily(name, help_text, value=value)
-        state = GaugeMetricFamily(
-            "podcache_events_state",
-            "The event subscription's state: 1 for the current one "
-            "(off, subscribed, reconnecting, unsupported).",
-            labels=["state"],
-        )
-        for name in (s.value for s in EventState):
-            state.add_metric([name], 1.0 if stats.events_state == name else 0.0)
-        yield state
-        age = GaugeMetricFamily(
-            "podcache_snapshot_age_seconds",
-            "Age of the cached snapshot (absent until the first refresh succeeds).",
-        )
-        if stats.age is not None:
-            age.add_metric([], stats.age)
-        yield age
-        pods = self._latest()
-        yield GaugeMetricFamily(
-            "podcache_pods",
-            "Pods in the latest snapshot.",
-            value=0 if pods is None else len(pods),
-        )
-        yield GaugeMetricFamily(
-            "podcache_containers",
-            "Containers (not sandboxes) in the latest snapshot.",
-            value=0 if pods is None else sum(len(pod.containers) for pod in pods),
-        )
-        requests = CounterMetricFamily(
-            "podcache_http_requests",
-            "HTTP requests answered, by route and status code.",
-            labels=["route", "code"],
-        )
-        for (route, status), count in sorted(self._metrics.requests.items()):
-            requests.add_metric([route, str(status)], count)
-        yield requests
-        watchers = self._metrics.watchers
-        if watchers is not None:
-            yield GaugeMetricFamily(
-                "podcache_watchers", "Watch streams open now.", value=watchers.open
-            )
-            for name, value, help_text in (
-                ("podcache_watch_changes_sent", watchers.changes_sent, "Change lines streamed."),
-                (
-                    "podcache_watch_resyncs",
-                    watchers.resyncs,
-                    "Watches told to list again (410): a since out of the history, or too far "
-                    "behind.",
-                ),
-            ):
-                yield CounterMetricFamily(name, help_text, value=value)
-            cut_off = CounterMetricFamily(
-                "podcache_watchers_cut_off",
-                "Watch streams the server ended early, by reason: lagged (over max_lag "
-                "changes behind), unread (over max_unsent bytes unread), budget (reset for "
-                "--max-buffered), stalled (unsent bytes stuck for --idle-timeout).",
-                labels=["reason"],
-            )
-            for reason, count in watchers.cut_off_by.items():
-                cut_off.add_metric([reason], count)
-            yield cut_off
-        lookups = CounterMetricFamily(
-            "podcache_pid_lookups",
-            "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "
-            "no_process, error.",
-            labels=["outcome"],
-        )
-        for outcome, count in sorted(self._metrics.pid_lookups.items()):
-            lookups.add_metric([outcome], count)
-        yield lookups
-        yield CounterMetricFamily(
-            "podcache_pid_lookup_refreshes",
-            "PID lookups that waited for a refresh because their process was newer than the "
-            "snapshot (lookups at the same moment share one refresh).",
-            value=self._metrics.pid_lookup_refreshes,
-        )
-        yield CounterMetricFamily(
-            "podcache_pid_lookup_probes",
-            "PID lookups that asked the runtime about their one container or pod (filtered list "
-            "calls), because it was not in a snapshot older than the process; repeated "
-            "unknown IDs are remembered and ask nothing.",
-            value=self._metrics.pid_lookup_probes,
-        )
+        yield _build_info()
+        yield from _cache_metrics(stats)
+        yield from _snapshot_metrics(stats, self._latest())
+        yield _requests(self._metrics.requests)
+        if self._metrics.watchers is not None:
+            yield from _watch_metrics(self._metrics.watchers)
+        yield from _pid_metrics(self._metrics)
+
+
+_CACHE_COUNTERS = (
+    ("podcache_cache_hits", "hits", "Cache lookups answered from the snapshot."),
+    ("podcache_cache_misses", "misses", "Cache lookups that needed a refresh."),
+    ("podcache_cache_refreshes", "refreshes", "Successful cache refreshes."),
+    ("podcache_cache_refresh_errors", "errors", "Cache refreshes that failed."),
+    ("podcache_events_received", "events_received", "Container events received from the runtime."),
+    (
+        "podcache_event_refreshes",
+        "event_refreshes",
+        "Cache refreshes started or queued by events and (re)subscriptions.",
+    ),
+    (
+        "podcache_full_relists",
+        "refreshes",
+        "Successful listings of the whole node (the period, readers, (re)subscriptions, "
+        "events that name no pod).",
+    ),
+    (
+        "podcache_pod_relists",
+        "pod_relists",
+        "Successful relists of one pod after its event (its data entered the snapshot).",
+    ),
+    (
+        "podcache_pod_relists_dropped",
+        "pod_relists_dropped",
+        "Relists of one pod dropped: they began before the snapshot's data for the pod.",
+    ),
+    (
+        "podcache_pod_relist_errors",
+        "pod_relist_errors",
+        "Relists of one pod that failed (each asked for a full relist).",
+    ),
+    (
+        "podcache_pod_events_covered",
+        "pod_events_covered",
+        "Events for a pod that needed no relist: a call that began after the change already "
+        "held it.",
+    ),
+    (
+        "podcache_event_resubscriptions",
+        "resubscriptions",
+        "Event subscriptions made again after the first (one per runtime restart).",
+    ),
+)
+"""The counters read from ``CacheStats``: (metric name, ``CacheStats`` attribute, help)."""
+
+_WATCH_COUNTERS = (
+    ("podcache_watch_changes_sent", "changes_sent", "Change lines streamed."),
+    (
+        "podcache_watch_resyncs",
+        "resyncs",
+        "Watches told to list again (410): a since out of the history, or too far behind.",
+    ),
+)
+"""The counters read from ``WatchCounters``: (metric name, attribute, help)."""
+
+
+def _build_info() -> Metric:
+    build = GaugeMetricFamily(
+        "podcache_build_info",
+        "podcache's build: its version, the CRI list decoder in use (c: the C list reader; "
+        "protobuf: the fallback of an install built without a C compiler) and Python's "
+        "version; always 1.",
+        labels=["version", "decoder", "python"],
+    )
+    build.add_metric([podcache.__version__, DECODER, platform.python_version()], 1.0)
+    return build
+
+
+def _cache_metrics(stats: CacheStats) -> Iterator[Metric]:
+    """The cache's counters and its event subscription's state."""
+    for name, attribute, help_text in _CACHE_COUNTERS:
+        yield CounterMetricFamily(name, help_text, value=getattr(stats, attribute))
+    state = GaugeMetricFamily(
+        "podcache_events_state",
+        "The event subscription's state: 1 for the current one "
+        "(off, subscribed, reconnecting, unsupported).",
+        labels=["state"],
+    )
+    for name in (s.value for s in EventState):
+        state.add_metric([name], 1.0 if stats.events_state == name else 0.0)
+    yield state
+
+
+def _snapshot_metrics(stats: CacheStats, pods: PodList | None) -> Iterator[Metric]:
+    """The snapshot's age and size."""
+    age = GaugeMetricFamily(
+        "podcache_snapshot_age_seconds",
+        "Age of the cached snapshot (absent until the first refresh succeeds).",
+    )
+    if stats.age is not None:
+        age.add_metric([], stats.age)
+    yield age
+    yield GaugeMetricFamily(
+        "podcache_pods", "Pods in the latest snapshot.", value=0 if pods is None else len(pods)
+    )
+    yield GaugeMetricFamily(
+        "podcache_containers",
+        "Containers (not sandboxes) in the latest snapshot.",
+        value=0 if pods is None else sum(len(pod.containers) for pod in pods),
+    )
+
+
+def _requests(counts: dict[tuple[str, int], int]) -> Metric:
+    requests = CounterMetricFamily(
+        "podcache_http_requests",
+        "HTTP requests answered, by route and status code.",
+        labels=["route", "code"],
+    )
+    for (route, status), count in sorted(counts.items()):
+        requests.add_metric([route, str(status)], count)
+    return requests
+
+
+def _watch_metrics(watchers: WatchCounters) -> Iterator[Metric]:
+    """The watch streams: open now, what they sent, how many were told to resync or cut off."""
+    yield GaugeMetricFamily("podcache_watchers", "Watch streams open now.", value=watchers.open)
+    for name, attribute, help_text in _WATCH_COUNTERS:
+        yield CounterMetricFamily(name, help_text, value=getattr(watchers, attribute))
+    cut_off = CounterMetricFamily(
+        "podcache_watchers_cut_off",
+        "Watch streams the server ended early, by reason: lagged (over max_lag "
+        "changes behind), unread (over max_unsent bytes unread), budget (reset for "
+        "--max-buffered), stalled (unsent bytes stuck for --idle-timeout).",
+        labels=["reason"],
+    )
+    for reason, count in watchers.cut_off_by.items():
+        cut_off.add_metric([reason], count)
+    yield cut_off
+
+
+def _pid_metrics(metrics: Metrics) -> Iterator[Metric]:
+    """``/pids/{pid}`` lookups by outcome, and those that refreshed or probed."""
+    lookups = CounterMetricFamily(
+        "podcache_pid_lookups",
+        "PID lookups (/pids/{pid}) by outcome: found, pod_only, not_in_container, unknown, "
+        "no_process, error.",
+        labels=["outcome"],
+    )
+    for outcome, count in sorted(metrics.pid_lookups.items()):
+        lookups.add_metric([outcome], count)
+    yield lookups
+    yield CounterMetricFamily(
+        "podcache_pid_lookup_refreshes",
+        "PID lookups that waited for a refresh because their process was newer than the "
+        "snapshot (lookups at the same moment share one refresh).",
+        value=metrics.pid_lookup_refreshes,
+    )
+    yield CounterMetricFamily(
+        "podcache_pid_lookup_probes",
+        "PID lookups that asked the runtime about their one container or pod (filtered list "
+        "calls), because it was not in a snapshot older than the process; repeated "
+        "unknown IDs are remembered and ask nothing.",
+        value=metrics.pid_lookup_probes,
+    )

@@ -7,6 +7,7 @@ output, so the two cannot drift apart silently. It holds no routing and no valid
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ from podcache.serve.query import (
     POD_NAME_PATTERN,
 )
 
-__all__ = ["document"]
+__all__ = ["SCHEMAS", "document"]
 
 _REF = "#/components/schemas/"
 
@@ -55,137 +56,6 @@ def _envelope(**members: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _schemas() -> dict[str, Any]:
-    container_properties: dict[str, Any] = {
-        "id": {
-            "type": "string",
-            "description": "The runtime-qualified ID, type://id (containerd://3f2a...).",
-        },
-        "name": {"type": "string", "description": "Empty for sandboxes."},
-        "image": {"type": "string"},
-        "image_id": {"type": "string"},
-        "image_ref": {"type": "string"},
-        "image_runtime_handler": {"type": "string"},
-        "hash": {"type": "integer", "minimum": 0},
-        "state": {"type": "string", "enum": [state.value for state in ContainerState]},
-    }
-    pod_properties: dict[str, Any] = {
-        "id": {"type": "string", "description": "The pod UID."},
-        "name": {"type": "string"},
-        "namespace": {"type": "string"},
-        "created_at": {
-            "type": "integer",
-            "description": "Creation time of the pod's newest sandbox, ns since the epoch.",
-        },
-        "labels": {
-            "type": "object",
-            "additionalProperties": {"type": "string"},
-            "description": "The pod's own labels (without the kubelet's io.kubernetes.pod.*).",
-        },
-        "ips": {
-            "type": "array",
-            "items": {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]},
-            "uniqueItems": True,
-            "description": "The IP addresses of the pod's newest ready sandbox (its "
-            "PodSandboxStatus), the primary first, in canonical text (IPv6 compressed, lower "
-            "case). Empty while the runtime has not said, and for a host-network pod.",
-        },
-        "host_network": {
-            "type": "boolean",
-            "description": "The pod's sandbox shares the node's network namespace.",
-        },
-        "containers": {"type": "array", "items": _ref("Container")},
-        "sandboxes": {"type": "array", "items": _ref("Container")},
-    }
-    return {
-        "Container": {
-            "type": "object",
-            "description": "A container or a pod sandbox, as the kubelet lists them.",
-            "properties": container_properties,
-            "required": list(container_properties),
-            "additionalProperties": False,
-        },
-        "Pod": {
-            "type": "object",
-            "description": "A pod: containers and sandboxes newest first.",
-            "properties": pod_properties,
-            "required": list(pod_properties),
-            "additionalProperties": False,
-        },
-        "PodList": _envelope(
-            items={"type": "array", "items": _ref("Pod"), "description": "Newest first."},
-            revision=_REVISION,
-        ),
-        "WatchEvent": {
-            "description": "One line of a watch stream (application/x-ndjson: one JSON object "
-            "per line): a change (its pod as in /pods), a BOOKMARK (every change up to "
-            "revision has been sent; at least every 15 s, after the first ADDED lines of a "
-            "watch without since, and first of all with since), or a last ERROR line (code "
-            "410: list again, then watch from the list's revision).",
-            "oneOf": [
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["ADDED", "MODIFIED", "DELETED"]},
-                        "revision": _REVISION,
-                        "object": _ref("Pod"),
-                    },
-                    "required": ["type", "revision", "object"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["BOOKMARK"]},
-                        "revision": _REVISION,
-                    },
-                    "required": ["type", "revision"],
-                    "additionalProperties": False,
-                },
-                {
-                    "type": "object",
-                    "properties": {
-                        "type": {"type": "string", "enum": ["ERROR"]},
-                        "code": {"type": "integer", "enum": [410]},
-                        "message": {"type": "string"},
-                    },
-                    "required": ["type", "code", "message"],
-                    "additionalProperties": False,
-                },
-            ],
-        },
-        "PodResponse": _envelope(pod=_ref("Pod")),
-        "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
-        "ProcessResponse": _envelope(
-            pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
-            pod=_ref("Pod"),
-            container={
-                "oneOf": [_ref("Container"), {"type": "null"}],
-                "description": "The container or sandbox the process runs in; null when its "
-                "cgroup names the pod but no container (e.g. CRI-O's conmon).",
-            },
-        ),
-        "Ready": _envelope(status={"type": "string", "enum": ["ready"]}),
-        "Health": {
-            "type": "object",
-            "properties": {"status": {"type": "string", "enum": ["ok"]}},
-            "required": ["status"],
-            "additionalProperties": False,
-        },
-        "Error": _error_schema(),
-        "ProcessNotFound": _error_schema(
-            reason={
-                "type": "string",
-                "enum": sorted(set(PID_MISS_REASONS.values())),
-                "description": "Why the process has no pod: no_process (no such process), "
-                "not_in_container (its cgroup names no container or pod), container_unknown "
-                "(it names one the runtime does not list, after one refresh if the process is "
-                "newer than the snapshot).",
-            }
-        ),
-    }
-
-
 def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
     """The JSON error body, with ``required`` members more (a /pids 404's ``reason``)."""
     return {
@@ -211,6 +81,137 @@ _REVISION = {
     "minimum": 0,
     "description": "The snapshot's revision: +1 each time a refresh finds the pods changed.",
 }
+
+_CONTAINER_PROPERTIES: dict[str, Any] = {
+    "id": {
+        "type": "string",
+        "description": "The runtime-qualified ID, type://id (containerd://3f2a...).",
+    },
+    "name": {"type": "string", "description": "Empty for sandboxes."},
+    "image": {"type": "string"},
+    "image_id": {"type": "string"},
+    "image_ref": {"type": "string"},
+    "image_runtime_handler": {"type": "string"},
+    "hash": {"type": "integer", "minimum": 0},
+    "state": {"type": "string", "enum": [state.value for state in ContainerState]},
+}
+_POD_PROPERTIES: dict[str, Any] = {
+    "id": {"type": "string", "description": "The pod UID."},
+    "name": {"type": "string"},
+    "namespace": {"type": "string"},
+    "created_at": {
+        "type": "integer",
+        "description": "Creation time of the pod's newest sandbox, ns since the epoch.",
+    },
+    "labels": {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": "The pod's own labels (without the kubelet's io.kubernetes.pod.*).",
+    },
+    "ips": {
+        "type": "array",
+        "items": {"type": "string", "anyOf": [{"format": "ipv4"}, {"format": "ipv6"}]},
+        "uniqueItems": True,
+        "description": "The IP addresses of the pod's newest ready sandbox (its "
+        "PodSandboxStatus), the primary first, in canonical text (IPv6 compressed, lower "
+        "case). Empty while the runtime has not said, and for a host-network pod.",
+    },
+    "host_network": {
+        "type": "boolean",
+        "description": "The pod's sandbox shares the node's network namespace.",
+    },
+    "containers": {"type": "array", "items": _ref("Container")},
+    "sandboxes": {"type": "array", "items": _ref("Container")},
+}
+SCHEMAS: dict[str, Any] = {
+    "Container": {
+        "type": "object",
+        "description": "A container or a pod sandbox, as the kubelet lists them.",
+        "properties": _CONTAINER_PROPERTIES,
+        "required": list(_CONTAINER_PROPERTIES),
+        "additionalProperties": False,
+    },
+    "Pod": {
+        "type": "object",
+        "description": "A pod: containers and sandboxes newest first.",
+        "properties": _POD_PROPERTIES,
+        "required": list(_POD_PROPERTIES),
+        "additionalProperties": False,
+    },
+    "PodList": _envelope(
+        items={"type": "array", "items": _ref("Pod"), "description": "Newest first."},
+        revision=_REVISION,
+    ),
+    "WatchEvent": {
+        "description": "One line of a watch stream (application/x-ndjson: one JSON object "
+        "per line): a change (its pod as in /pods), a BOOKMARK (every change up to "
+        "revision has been sent; at least every 15 s, after the first ADDED lines of a "
+        "watch without since, and first of all with since), or a last ERROR line (code "
+        "410: list again, then watch from the list's revision).",
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["ADDED", "MODIFIED", "DELETED"]},
+                    "revision": _REVISION,
+                    "object": _ref("Pod"),
+                },
+                "required": ["type", "revision", "object"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["BOOKMARK"]},
+                    "revision": _REVISION,
+                },
+                "required": ["type", "revision"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "properties": {
+                    "type": {"type": "string", "enum": ["ERROR"]},
+                    "code": {"type": "integer", "enum": [410]},
+                    "message": {"type": "string"},
+                },
+                "required": ["type", "code", "message"],
+                "additionalProperties": False,
+            },
+        ],
+    },
+    "PodResponse": _envelope(pod=_ref("Pod")),
+    "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
+    "ProcessResponse": _envelope(
+        pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
+        pod=_ref("Pod"),
+        container={
+            "oneOf": [_ref("Container"), {"type": "null"}],
+            "description": "The container or sandbox the process runs in; null when its "
+            "cgroup names the pod but no container (e.g. CRI-O's conmon).",
+        },
+    ),
+    "Ready": _envelope(status={"type": "string", "enum": ["ready"]}),
+    "Health": {
+        "type": "object",
+        "properties": {"status": {"type": "string", "enum": ["ok"]}},
+        "required": ["status"],
+        "additionalProperties": False,
+    },
+    "Error": _error_schema(),
+    "ProcessNotFound": _error_schema(
+        reason={
+            "type": "string",
+            "enum": sorted(set(PID_MISS_REASONS.values())),
+            "description": "Why the process has no pod: no_process (no such process), "
+            "not_in_container (its cgroup names no container or pod), container_unknown "
+            "(it names one the runtime does not list, after one refresh if the process is "
+            "newer than the snapshot).",
+        }
+    ),
+}
+"""The document's ``components.schemas``: the bodies the API answers (data; ``document`` copies
+it, so no document shares it)."""
 
 _AGE_HEADER = {
     "description": "Age of the snapshot in seconds (absent before the first refresh).",
@@ -555,7 +556,7 @@ def document(*, auth: bool, version: str) -> dict[str, Any]:
             "and HEAD.",
         },
         "paths": paths,
-        "components": {"schemas": _schemas()},
+        "components": {"schemas": copy.deepcopy(SCHEMAS)},
     }
     if auth:
         doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import signal
 import sys
 import threading
 from collections.abc import Sequence
 from types import FrameType
-from typing import Any
 
 import click
 
@@ -66,6 +66,15 @@ __all__ = ["cli_main", "sim_command"]
     help="Fraction of list calls failing with UNAVAILABLE.",
 )
 @click.option(
+    "--stats-file",
+    "stats_file",
+    metavar="PATH",
+    help=(
+        "Write the call counts (calls and answer bytes per list and status RPC, filtered "
+        "and unfiltered) as JSON to PATH on SIGUSR1 and on exit."
+    ),
+)
+@click.option(
     "--namespace",
     "namespaces",
     multiple=True,
@@ -75,6 +84,7 @@ __all__ = ["cli_main", "sim_command"]
 @click.option(
     "--pod-cidr",
     default=DEFAULT_POD_CIDR,
+    callback=lambda ctx, param, value: _network(value),
     show_default=True,
     metavar="CIDR",
     help="Network pod IPs are given from (IPv4 or IPv6; freed IPs are reused first).",
@@ -104,22 +114,30 @@ def sim_command(
     latency: float,
     fail_rate: float,
     namespaces: tuple[str, ...],
+    stats_file: str | None,
     pod_cidr: str,
     host_network: float,
     bad_ips: tuple[str, ...],
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
-    socket and directory). On SIGUSR1 it prints one JSON line of counts to standard output:
-    ``{"calls": {RPC: n}, "sandboxes_created": n, "pods": n}``."""
+    socket and directory)."""
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
-    try:
-        ipaddress.ip_network(pod_cidr, strict=True)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
     stop = threading.Event()
-    report = threading.Event()
-    previous = _install_signals(stop, report)
+    sim: SimRuntime | None = None
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    def on_stats_signal(signum: int, frame: FrameType | None) -> None:
+        if sim is not None and stats_file is not None:
+            write_stats(sim, stats_file)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, on_signal)
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_stats_signal)
     try:
         sim = SimRuntime(
             pods,
@@ -134,55 +152,58 @@ def sim_command(
             host_network=host_network,
             bad_ips=bad_ips,
         )
-        try:
-            sim.start()
-        except OSError as exc:
-            raise click.ClickException(str(exc)) from exc
-        try:
-            click.echo(sim.endpoint)
-            sys.stdout.flush()
-            click.echo(
-                f"podcache sim: {pods} pods, churn {churn}/s, seed {seed} on {sim.endpoint}; "
-                "stop with Ctrl-C",
-                err=True,
-            )
-            while not stop.wait(0.05):
-                if report.is_set():
-                    report.clear()
-                    _report(sim)
-        finally:
-            sim.stop()
+        banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}"
+        _serve_until(stop, sim, banner, stats_file)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
 
-def _install_signals(stop: threading.Event, report: threading.Event) -> dict[int, Any]:
-    """SIGINT, SIGTERM and SIGHUP set ``stop``, SIGUSR1 ``report`` (in the main thread only);
-    the handlers they replace, to put back."""
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    def on_report(signum: int, frame: FrameType | None) -> None:
-        report.set()
-
-    previous: dict[int, Any] = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, on_signal)
-        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_report)
-    return previous
+def _network(text: str) -> str:
+    """A ``--pod-cidr`` that is a network (host bits clear), else a usage error naming it."""
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--pod-cidr") from None
+    return text
 
 
-def _report(sim: SimRuntime) -> None:
-    counts = {
-        "calls": sim.calls(),
-        "sandboxes_created": sim.population.sandboxes_created,
+def _serve_until(
+    stop: threading.Event, sim: SimRuntime, banner: str, stats_file: str | None
+) -> None:
+    """Start ``sim``, print its endpoint, serve until ``stop`` is set, then stop it (and write
+    the stats file one last time)."""
+    try:
+        sim.start()
+    except OSError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        click.echo(sim.endpoint)
+        sys.stdout.flush()
+        click.echo(f"{banner} on {sim.endpoint}; stop with Ctrl-C", err=True)
+        while not stop.wait(0.2):
+            pass
+    finally:
+        sim.stop()
+        if stats_file is not None:
+            write_stats(sim, stats_file)
+
+
+def write_stats(sim: SimRuntime, path: str) -> None:
+    """Replace ``path`` with the sim's call counts, atomically (readers never see half a file):
+    ``{"pods": n, "generation": g, "calls": {method: {"filtered"|"unfiltered": {...}}}}``."""
+    document = {
         "pods": len(sim.population),
+        "generation": sim.population.generation,
+        "calls": sim.call_counts(),
     }
-    click.echo(json.dumps(counts, sort_keys=True))
-    sys.stdout.flush()
+    partial = f"{path}.partial"
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            json.dump(document, out)
+        os.replace(partial, path)
+    except OSError as exc:
+        click.echo(f"podcache sim: cannot write the stats file {path!r}: {exc}", err=True)
 
 
 def cli_main(argv: Sequence[str] | None = None) -> int:

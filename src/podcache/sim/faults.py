@@ -40,6 +40,7 @@ from podcache.sim.population import (
 __all__ = [
     "LIST_METHODS",
     "MALFORMED_CREATED_AT",
+    "MAX_EVENT_REPLAY",
     "RUNTIME_METHODS",
     "Faults",
     "Malformed",
@@ -56,6 +57,9 @@ LIST_METHODS: frozenset[str] = frozenset({"ListPodSandbox", "ListContainers"})
 """The RPCs that ``fail_rate`` applies to."""
 
 _EVENT_RATES = ("drop", "duplicate", "reorder")
+
+MAX_EVENT_REPLAY = 1_000
+"""The most past events ``event_replay`` may ask for (the server keeps that many)."""
 
 MALFORMED_CREATED_AT = DEFAULT_EPOCH_NS - 7200 * 1_000_000_000
 """The ``created_at`` of every malformed item (2024-12-31T22:00:00Z)."""
@@ -177,8 +181,11 @@ class Faults:
       before it is sent), ``event_drop_rate`` (fraction never sent), ``event_duplicate_rate``
       (fraction sent twice), ``event_reorder_rate`` (fraction held back and sent after the
       event that follows it), ``event_cut_after`` (a stream ends with UNAVAILABLE after that
-      many events; None: never). ``SimRuntime.cut_event_streams()`` cuts every open stream now,
-      and ``unimplemented={"GetContainerEvents"}`` makes the RPC UNIMPLEMENTED (containerd 1.6).
+      many events; None: never), ``event_replay`` (each new stream first receives this many
+      of the events sent before it opened, oldest first, as containerd 2.x replays the
+      events it kept to the next subscriber; at most ``MAX_EVENT_REPLAY``).
+      ``SimRuntime.cut_event_streams()`` cuts every open stream now, and
+      ``unimplemented={"GetContainerEvents"}`` makes the RPC UNIMPLEMENTED (containerd 1.6).
       Draws come from the same seeded RNG as ``fail_rate``.
     - ``bad_ips``: IP strings every sandbox status (PodSandboxStatus answers and events'
       ``pod_sandbox_status``) carries besides its own address: the first is sent as
@@ -207,6 +214,7 @@ class Faults:
         self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
         self._event_cut_after: int | None = None
         self._bad_ips: tuple[str, ...] = ()
+        self._event_replay = 0
         self.latency = latency
         self.fail_rate = fail_rate
         self.unimplemented = frozenset(unimplemented)
@@ -329,6 +337,18 @@ class Faults:
             raise ValueError(f"event_cut_after must be None or >= 0, not {count!r}")
         with self._lock:
             self._event_cut_after = count
+
+    @property
+    def event_replay(self) -> int:
+        """Past events each new stream receives first (0: none)."""
+        return self._event_replay
+
+    @event_replay.setter
+    def event_replay(self, count: int) -> None:
+        if isinstance(count, bool) or not 0 <= count <= MAX_EVENT_REPLAY:
+            raise ValueError(f"event_replay must be within 0..{MAX_EVENT_REPLAY}, not {count!r}")
+        with self._lock:
+            self._event_replay = int(count)
 
     def _set_event_rate(self, name: str, rate: float) -> None:
         if not 0 <= rate <= 1:

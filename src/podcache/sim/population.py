@@ -523,6 +523,20 @@ class Population:
                 tuple(self._containers.values()),
             )
 
+    def pod_records(self, uid: str) -> tuple[tuple[SimSandbox, ...], tuple[SimContainer, ...]]:
+        """The sandboxes and containers of pod ``uid`` (none when there is no such pod),
+        consistently and in the order a snapshot lists them: a pod's records are created (and
+        put in the tables) in the order of its ID lists. O(that pod)."""
+        with self._lock:
+            pod = self._pods.get(uid)
+            if pod is None:
+                return (), ()
+            sandboxes, containers = self._sandboxes, self._containers
+            return (
+                tuple(sandboxes[i] for i in pod.sandbox_ids if i in sandboxes),
+                tuple(containers[i] for i in pod.container_ids if i in containers),
+            )
+
     def pod_uids(self) -> list[str]:
         """The UIDs of the pods, in creation order."""
         with self._lock:
@@ -586,7 +600,60 @@ class Population:
             self._publish(events)
             return events
 
+    def crash_container(self, uid: str) -> list[SimEvent]:
+        """One turn of a crash loop in pod ``uid``: its first running main container exits
+        (code 1, "Error"), and the next attempt of it is created and started in the same
+        sandbox, as the kubelet restarts it. Like the kubelet's garbage collection, only the
+        newest exited attempt of that container is kept: older ones are deleted. KeyError for
+        an unknown pod, ValueError when no main container of it runs."""
+        with self._lock:
+            pod = self._pod(uid)
+            running = [
+                self._containers[cid]
+                for cid in pod.container_ids
+                if self._containers[cid].state is SimContainerState.RUNNING
+                and not self._containers[cid].init
+            ]
+            if not running:
+                raise ValueError(f"no main container runs in pod {uid!r}")
+            events = self._crash(pod, running[0])
+            self._publish(events)
+            return events
+
     # -- internals (all called with the lock held) ---------------------------------------------
+    def _crash(self, pod: _Pod, victim: SimContainer) -> list[SimEvent]:
+        now = self._clock()
+        sandbox_id = victim.pod_sandbox_id
+        events: list[SimEvent] = []
+        for cid in list(pod.container_ids):  # the older exited attempts go
+            old = self._containers[cid]
+            if old.name == victim.name and old.state is SimContainerState.EXITED:
+                del self._containers[cid]
+                self._ids.discard(cid)
+                pod.container_ids.remove(cid)
+                events.append(self._event(cid, SimEventType.DELETED, now, old.pod_sandbox_id, pod))
+        self._containers[victim.id] = msgspec.structs.replace(
+            victim, state=SimContainerState.EXITED, finished_at=now, exit_code=1, reason="Error"
+        )
+        events.append(self._event(victim.id, SimEventType.STOPPED, now, sandbox_id, pod))
+        attempt = victim.attempt + 1
+        cid = self._new_id()
+        self._containers[cid] = msgspec.structs.replace(
+            victim,
+            id=cid,
+            attempt=attempt,
+            created_at=now,
+            started_at=now,
+            annotations=_frozen(
+                dict(victim.annotations) | {RESTART_COUNT_ANNOTATION: str(attempt)}
+            ),
+            log_path=victim.log_path.rsplit("/", 1)[0] + f"/{attempt}.log",
+        )
+        pod.container_ids.append(cid)
+        events.append(self._event(cid, SimEventType.CREATED, now, sandbox_id, pod))
+        events.append(self._event(cid, SimEventType.STARTED, now, sandbox_id, pod))
+        return events
+
     def _pod(self, uid: str) -> _Pod:
         try:
             return self._pods[uid]

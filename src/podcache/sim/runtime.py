@@ -18,12 +18,36 @@ from types import TracebackType
 
 from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
+from podcache.sim.counters import CallCounters
 from podcache.sim.faults import Faults, Malformed
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import SimServer
 from podcache.unixsocket import claim_socket_path
 
 __all__ = ["SimRuntime"]
+
+
+def _address(
+    socket: str | os.PathLike[str] | None, tcp: bool
+) -> tuple[str, int | None, str | None]:
+    """(host, port, path) of where to listen: a TCP host and port, or a unix socket's absolute
+    path, or neither (a temporary socket, chosen at start)."""
+    text = os.fspath(socket) if socket is not None else None
+    if tcp and text is not None:
+        raise ValueError("give either socket= or tcp=True, not both")
+    if tcp:
+        text = "tcp://127.0.0.1:0"
+    if text is not None and text.startswith("tcp://"):
+        host, sep, port = text.removeprefix("tcp://").rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
+        return host, int(port), None
+    if text is not None:
+        path = text.removeprefix("unix://")
+        if not path:
+            raise ValueError(f"malformed socket path {text!r}")
+        return "", None, os.path.abspath(path)
+    return "", None, None
 
 
 class SimRuntime:
@@ -91,24 +115,7 @@ class SimRuntime:
         self._tempdir: str | None = None
         self._lock = threading.Lock()
         self._state = "new"
-        self._host = ""
-        self._port: int | None = None
-        self._path: str | None = None
-        text = os.fspath(socket) if socket is not None else None
-        if tcp and text is not None:
-            raise ValueError("give either socket= or tcp=True, not both")
-        if tcp:
-            text = "tcp://127.0.0.1:0"
-        if text is not None and text.startswith("tcp://"):
-            host, sep, port = text.removeprefix("tcp://").rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
-            self._host, self._port = host, int(port)
-        elif text is not None:
-            path = text.removeprefix("unix://")
-            if not path:
-                raise ValueError(f"malformed socket path {text!r}")
-            self._path = os.path.abspath(path)
+        self._host, self._port, self._path = _address(socket, tcp)
 
     # -- addresses ----------------------------------------------------------------------------
     @property
@@ -248,9 +255,27 @@ class SimRuntime:
             unsubscribe()
         return events
 
+    # -- what was asked -----------------------------------------------------------------------
+    def call_counts(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Calls and answer bytes so far per list and status RPC, split filtered/unfiltered
+        (``podcache.sim.counters``): ``{method: {"filtered"|"unfiltered": {"calls", "bytes"}}}``.
+        All zero before start."""
+        if self._server is None:
+            return CallCounters().snapshot()
+        return self._server.servicer.counters.snapshot()
+
+    def reset_call_counts(self) -> None:
+        """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
+        if self._server is not None:
+            self._server.servicer.counters.reset()
+
     def calls(self) -> dict[str, int]:
-        """Unary calls the server has received, by RPC name (``{"PodSandboxStatus": 12}``)."""
-        return self._server.servicer.calls() if self._server is not None else {}
+        """Calls so far per list and status RPC, filtered and unfiltered together
+        (``{"PodSandboxStatus": 12, ...}``)."""
+        return {
+            method: sum(kind["calls"] for kind in kinds.values())
+            for method, kinds in self.call_counts().items()
+        }
 
     # -- events -------------------------------------------------------------------------------
     @property

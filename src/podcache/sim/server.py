@@ -11,7 +11,8 @@ once, as its length-delimited ``repeated`` field entry (records are immutable, s
 encoding is valid as long as the record is the same object), and a response is the join of
 the entries that pass the filter; whole responses are memoised per population generation and
 filter. Listing 5,000 pods costs one pass over the records when the population changed and
-a dictionary look-up when it did not.
+a dictionary look-up when it did not. A label selector on the pod UID (a relist of one pod)
+reads only that pod's items, through an index of the view built on first use.
 
 ID filters and status look-ups follow containerd: an exact ID, or a prefix that matches
 exactly one ID, names an item (containerd's truncindex); an ambiguous or unknown prefix
@@ -35,8 +36,10 @@ from google.protobuf.message import Message
 from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
-from podcache.sim.faults import LIST_METHODS, Faults, Malformed
+from podcache.sim.counters import CallCounters, is_filtered
+from podcache.sim.faults import LIST_METHODS, MAX_EVENT_REPLAY, Faults, Malformed
 from podcache.sim.population import (
+    POD_UID_LABEL,
     Population,
     SimContainer,
     SimContainerState,
@@ -222,6 +225,11 @@ def _entry(message: Message) -> bytes:
     return b"\x0a" + _varint(len(body)) + body
 
 
+def _answer_size(response: Message | bytes) -> int:
+    """The bytes this answer puts on the wire (the serialized response message)."""
+    return len(response) if isinstance(response, bytes) else response.ByteSize()
+
+
 def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
@@ -263,6 +271,39 @@ def _listed(
     return b"".join(parts)
 
 
+def _positions(items: Sequence[SimSandbox | SimContainer]) -> dict[str, list[int]]:
+    by_pod: dict[str, list[int]] = {}
+    for position, item in enumerate(items):
+        uid = item.labels.get(POD_UID_LABEL)
+        if uid is not None:
+            by_pod.setdefault(uid, []).append(position)
+    return by_pod
+
+
+def _narrowed(
+    items: Sequence[_Item],
+    entries: Sequence[bytes],
+    by_pod: Callable[[], tuple[dict[str, list[int]], dict[str, list[int]]]],
+    kind: int,
+    selector: Any,
+) -> tuple[Sequence[_Item], Sequence[bytes]]:
+    """The items (and entries) a selector on the pod UID label can match at all, in order:
+    every item when it names no pod UID (the other filters are applied after)."""
+    uid = selector.get(POD_UID_LABEL) if selector else None
+    if uid is None:
+        return items, entries
+    positions = by_pod()[kind].get(uid, [])
+    return [items[i] for i in positions], [entries[i] for i in positions]
+
+
+def _rest(f: pb.PodSandboxFilter | pb.ContainerFilter) -> dict[str, Any]:
+    """A filter's state and label parts, as ``_listed`` takes them."""
+    return {
+        "state": int(f.state.state) if f.HasField("state") else None,
+        "selector": dict(f.label_selector),
+    }
+
+
 class _View:
     """The listable items of one population generation plus one malformed setting."""
 
@@ -281,6 +322,7 @@ class _View:
         self.container_entries = container_entries
         self.memo: dict[tuple[str, bytes], bytes] = {}
         self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
+        self._pod_positions: tuple[dict[str, list[int]], dict[str, list[int]]] | None = None
         self._sorted: tuple[list[str], list[str]] | None = None
         self._by_sandbox: dict[str, list[SimContainer]] | None = None
 
@@ -317,6 +359,13 @@ class _View:
             self._sorted = (sorted(self.sandbox_by_id), sorted(self.container_by_id))
         return self._sorted
 
+    def _by_pod(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+        """Positions of the sandboxes and containers of each pod UID label, in list order
+        (built on first use: a relist of one pod then costs that pod, not the node)."""
+        if self._pod_positions is None:
+            self._pod_positions = (_positions(self.sandboxes), _positions(self.containers))
+        return self._pod_positions
+
     def resolve_sandbox(self, wanted: str) -> str | None:
         return _resolve(self._sorted_ids()[0], self.sandbox_by_id, wanted)
 
@@ -324,9 +373,12 @@ class _View:
         return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
 
     def list_sandboxes(self, f: pb.PodSandboxFilter) -> bytes:
+        items, entries = _narrowed(
+            self.sandboxes, self.sandbox_entries, self._by_pod, 0, f.label_selector
+        )
         return _listed(
-            self.sandboxes,
-            self.sandbox_entries,
+            items,
+            entries,
             (self.resolve_sandbox(f.id) or f.id) if f.id else "",
             state=int(f.state.state) if f.HasField("state") else None,
             selector=dict(f.label_selector),
@@ -336,9 +388,12 @@ class _View:
         wanted_sandbox = (
             (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
         )
+        items, entries = _narrowed(
+            self.containers, self.container_entries, self._by_pod, 1, f.label_selector
+        )
         return _listed(
-            self.containers,
-            self.container_entries,
+            items,
+            entries,
             (self.resolve_container(f.id) or f.id) if f.id else "",
             state=int(f.state.state) if f.HasField("state") else None,
             selector=dict(f.label_selector),
@@ -417,19 +472,16 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._population = population
         self._faults = faults
         self._stopping = stopping
+        self.counters = CallCounters()
+        """Calls and answer bytes per list and status RPC, filtered and unfiltered."""
         self._view: _View | None = None
         self._view_lock = threading.Lock()
         self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
         self._subscribers: set[queue.SimpleQueue[object]] = set()
         self._subscribers_lock = threading.Lock()
+        self._recent: collections.deque[SimEvent] = collections.deque(maxlen=MAX_EVENT_REPLAY)
+        """The last events sent, for ``Faults.event_replay`` (guarded by the subscribers lock)."""
         self._unsubscribe = population.subscribe(self._fan_out)
-        self._calls: collections.Counter[str] = collections.Counter()
-        self._calls_lock = threading.Lock()
-
-    def calls(self) -> dict[str, int]:
-        """Unary calls received so far, by RPC name (faulted ones too)."""
-        with self._calls_lock:
-            return dict(self._calls)
 
     def close(self) -> None:
         """Stop listening to the population and end every event stream."""
@@ -450,6 +502,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def send_events(self, events: Sequence[SimEvent]) -> int:
         """Queue ``events`` for every open stream; how many streams there are."""
         with self._subscribers_lock:
+            self._recent.extend(events)
             for subscriber in self._subscribers:
                 for event in events:
                     subscriber.put(event)
@@ -553,11 +606,18 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def _unary(
         self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        counters = self.counters
+
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
-            with self._calls_lock:
-                self._calls[method] += 1
-            self._before(method, context)
-            return behaviour(request, context)
+            filtered = is_filtered(method, request)
+            try:
+                self._before(method, context)
+                response = behaviour(request, context)
+            except BaseException:  # an error answer is counted too, with no bytes
+                counters.record(method, filtered=filtered, answer_bytes=0)
+                raise
+            counters.record(method, filtered=filtered, answer_bytes=_answer_size(response))
+            return response
 
         return handle
 
@@ -604,6 +664,10 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
+        one = self._one_pod(request.filter, request.filter.id)
+        if one is not None:
+            sandboxes = self._population.pod_records(one)[0]
+            return _listed(sandboxes, self._entries(sandboxes), "", **_rest(request.filter))
         view = self.view()
         return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
 
@@ -611,8 +675,21 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
+        f = request.filter
+        one = self._one_pod(f, f.id or f.pod_sandbox_id)
+        if one is not None:
+            containers = self._population.pod_records(one)[1]
+            return _listed(containers, self._entries(containers), "", **_rest(f))
         view = self.view()
         return _memoized(view, "ListContainers", request.filter, view.list_containers)
+
+    def _one_pod(self, f: pb.PodSandboxFilter | pb.ContainerFilter, ids: str) -> str | None:
+        """The pod UID a filter names by its label alone (a relist of one pod, the kubelet's
+        and podcache's), answered from that pod's records: O(pod), never a view of the node.
+        None (the view answers) when it names an ID too, or items made malformed are listed."""
+        if ids or self._faults.malformed:
+            return None
+        return f.label_selector.get(POD_UID_LABEL) if f.label_selector else None
 
     def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
@@ -657,11 +734,14 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         """Every later population change, one response per event, until the client leaves.
 
         The event faults apply on the way out (``_FaultyStream``); ``cut()`` ends the stream
-        with UNAVAILABLE.
+        with UNAVAILABLE. With ``event_replay``, the stream opens with that many past events.
         """
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
+            replay = self._faults.event_replay
+            for event in list(self._recent)[len(self._recent) - replay :] if replay else ():
+                inbox.put(event)  # old events first, as containerd 2.x replays what it kept
             self._subscribers.add(inbox)
         try:
             stream = _FaultyStream(self._faults, self._stopping, context)

@@ -196,3 +196,27 @@ def test_a_hook_that_raises_is_logged_and_the_others_still_run(
     assert "a publish hook failed" in caplog.text and "a broken hook" in caplog.text
     with pytest.raises(TypeError, match="callable"):
         twin.cache.on_publish("not a hook")  # type: ignore[arg-type]
+
+
+def test_a_deleted_event_naming_nothing_listed_relists_nothing(twin: Twin) -> None:
+    """containerd 1.7 sends a sandbox's DELETED with an empty sandbox status after the relist
+    that removed its pod: its IDs are in no pod of the snapshot, and nothing changes."""
+    fake = twin.fake
+    gone = ContainerEvent(type=ContainerEventType.DELETED, container_id="sandbox-long-gone")
+    fake.emit(gone, event(pod_uid="uid-2"))  # read in order: the second marks the first done
+    settle(twin, lambda: twin.stats().pod_relists == 1, "the second event's relist")
+    assert twin.stats().event_refreshes == 0 and fake.calls == 1
+    fake.emit(event("also-unknown"))  # any other event naming nothing lists the node
+    settle(twin, lambda: twin.stats().event_refreshes == 1, "the full listing asked for")
+
+
+def test_events_that_happened_before_the_listing_relist_nothing(twin: Twin) -> None:
+    """§7 rule 4: an event whose time is before the start of the call that fetched its pod's
+    data needs no relist (a runtime replaying old events to a new subscriber)."""
+    fake = twin.fake
+    long_ago = ContainerEvent(
+        type=ContainerEventType.STARTED, container_id="c", pod_uid="uid-1", created_at=10**18
+    )  # 2001: before every call this cache made
+    fake.emit(long_ago, event(pod_uid="uid-2"))  # no time: relisted
+    settle(twin, lambda: twin.stats().pod_relists == 1, "the untimed event's relist")
+    assert twin.stats().pod_events_covered == 1 and fake.pod_calls == 1

@@ -92,17 +92,21 @@ class PodRelistMachine(RuleBasedStateMachine):
         # The first fill, as a reader would make it.
         _, refresh, start = self.core.plan(self.now)
         assert refresh is not None and start
+        refresh.started_wall = self.now
         self._complete_full(refresh, self.runtime.listing())
+        self.changed_at: dict[str, float] = {}
 
     # -- starting and finishing calls ----------------------------------------------------------
     def _begin_relist(self, relist: PodRelist | None) -> None:
         if relist is not None:
             assert relist.started_at == self.now
+            relist.started_wall = self.now  # the model's clock is the wall clock too
             self.relists.append((relist, self.runtime.pod(relist.uid)))
 
     def _begin_full(self, refresh: Refresh[None] | None) -> None:
         if refresh is not None:
             assert refresh.started_at == self.now
+            refresh.started_wall = self.now
             self.full.append((refresh, self.runtime.listing()))
 
     def _complete_full(self, refresh: Refresh[None], pods: PodList | None) -> None:
@@ -137,15 +141,21 @@ class PodRelistMachine(RuleBasedStateMachine):
         if version == GONE:
             return
         self.runtime.versions[uid] = GONE if version >= 3 else version + 1
+        self.changed_at[uid] = self.now
         if sent == "lost":
             self.lost_events = True
         for _ in range({"once": 1, "twice": 2, "lost": 0}[sent]):
-            self.event(uid)
+            self._event(uid, self.now)
 
-    @rule(uid=st.sampled_from(UIDS))
-    def event(self, uid: str) -> None:
-        """An event for ``uid`` (also a stale or repeated one: events are hints)."""
-        relist, full = self.core.pod_hint(uid, self.now)
+    @rule(uid=st.sampled_from(UIDS), timed=st.sampled_from(["untimed", "when", "older"]))
+    def event(self, uid: str, timed: str) -> None:
+        """An event for ``uid`` again (late, repeated or replayed: events are hints), without
+        a time, with its change's, or with an older one."""
+        changed = self.changed_at.get(uid, 0.0)
+        self._event(uid, {"untimed": None, "when": changed, "older": changed - 5.0}[timed])
+
+    def _event(self, uid: str, happened: float | None) -> None:
+        relist, full = self.core.pod_hint(uid, self.now, happened)
         self._begin_relist(relist)
         self._begin_full(full)
 
@@ -231,6 +241,7 @@ class PodRelistMachine(RuleBasedStateMachine):
         self.now += 1.0
         _, last, start = self.core.plan(self.now, self.now)  # the period's full listing
         assert last is not None and start
+        last.started_wall = self.now
         self._complete_full(last, self.runtime.listing())
         assert self.core.snapshot[0] == self.runtime.listing()
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import pytest
 
+from podcache import Container, ContainerID, ContainerState, Pod, PodList
 from podcache.cri import networks
 from podcache.cri.eventwire import EventFields
 from podcache.cri.networks import (
     STATUS_ATTEMPTS,
     NetworkMemo,
     SandboxNetwork,
+    StatusReader,
     network_of,
 )
 
@@ -86,3 +88,24 @@ def test_a_sandbox_that_keeps_failing_is_asked_at_most_status_attempts_times() -
         memo.finish(listing, {})
     assert calls == ["stuck"] * STATUS_ATTEMPTS
     assert memo.status_failures == memo.status_calls == STATUS_ATTEMPTS
+
+
+def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() -> None:
+    """Two listings at once (the running and the all view share a getter), or an event: the
+    sandbox one listing missed was learnt by the other before it asks; it must not be left
+    without IPs, nor asked again."""
+    memo = NetworkMemo()
+    calls: list[str] = []
+
+    def call(sid: str) -> EventFields:
+        calls.append(sid)
+        return fields(sid, ip="10.0.0.5")
+
+    sandbox = Container(id=ContainerID("x", "s1"), state=ContainerState.RUNNING)
+    pods = PodList([Pod(id="u", sandboxes=[sandbox])])
+    listing = memo.begin(full=True)
+    assert listing.network("s1") is None  # converted before anyone knew
+    memo.learn("s1", fields("s1", ip="10.0.0.5"))  # the other listing's call, or an event
+    done = StatusReader(memo, call).complete(pods, listing, full=True)
+    assert done[0].ips == ("10.0.0.5",)
+    assert calls == []

@@ -26,7 +26,8 @@ from podcache import (
     RuntimeCache,
     procs,
 )
-from podcache.procs import OwnerMemo, alookup_pod, lookup_pod
+from podcache.cache import pids
+from podcache.cache.pids import OwnerMemo, UnknownIDs, alookup_pod, lookup_pod
 from tests.unit.procs.tree import ProcTree, cid, hybrid, uid
 
 UPTIME = 5000.0  # seconds since boot in the fixture tree
@@ -68,7 +69,7 @@ class Twin:
     fake: Any
     clock: Clock
 
-    def lookup(self, pid: int, proc_root: str) -> procs.LookupResult:
+    def lookup(self, pid: int, proc_root: str) -> pids.LookupResult:
         raise NotImplementedError
 
     def pod_of_pid(self, pid: int, proc_root: str) -> PodProcess | None:
@@ -87,7 +88,7 @@ class Threads(Twin):
         self.clock = clock
         self.memo = memo
 
-    def lookup(self, pid: int, proc_root: str) -> procs.LookupResult:
+    def lookup(self, pid: int, proc_root: str) -> pids.LookupResult:
         return lookup_pod(self.cache, self.clock, pid, proc_root=proc_root, memo=self.memo)
 
     def pod_of_pid(self, pid: int, proc_root: str) -> PodProcess | None:
@@ -104,7 +105,7 @@ class Tasks(Twin):
         self.clock = clock
         self.memo = memo
 
-    def lookup(self, pid: int, proc_root: str) -> procs.LookupResult:
+    def lookup(self, pid: int, proc_root: str) -> pids.LookupResult:
         return self.loop.run_until_complete(
             alookup_pod(self.cache, self.clock, pid, proc_root=proc_root, memo=self.memo)
         )
@@ -382,7 +383,7 @@ def test_processes_newer_than_a_refresh_in_flight_join_it_first(tree: ProcTree) 
     clock.now = 1002.0
     tree.set_uptime(UPTIME + 2.0)
     tree.add(20, container_path(new), start_ticks=int((UPTIME + 1.5) * TICKS))
-    answers: list[procs.LookupResult] = []
+    answers: list[pids.LookupResult] = []
     looker = threading.Thread(
         target=lambda: answers.append(
             lookup_pod(cache, clock, 20, proc_root=tree.path, memo=OwnerMemo())
@@ -408,3 +409,17 @@ def test_pod_process_is_frozen_and_compared_by_value() -> None:
     assert found == PodProcess(pod(1), pod(1).containers[0], 5)
     assert hash(found) == hash(PodProcess(pod(1), pod(1).containers[0], 5))
     assert repr(found) == f"PodProcess(pid=5, pod={p.id!r}, container='{p.containers[0].id}')"
+
+
+def test_unknown_ids_are_remembered_for_a_bounded_time_and_count() -> None:
+    """Issue 20 §2: an ID the runtime does not list is remembered ``keep_for`` seconds, and at
+    most ``limit`` IDs are (then the memory starts over)."""
+    unknown = UnknownIDs(limit=3, keep_for=10.0)
+    unknown.add("a", 100.0)
+    assert unknown.holds("a", 109.9) and not unknown.holds("a", 110.0)
+    assert not unknown.holds("b", 100.0)
+    for ident in "bc":
+        unknown.add(ident, 100.0)
+    assert len(unknown) == 3
+    unknown.add("d", 100.0)  # past the limit: starts over
+    assert len(unknown) == 1 and unknown.holds("d", 100.0) and not unknown.holds("a", 100.0)

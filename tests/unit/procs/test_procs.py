@@ -320,17 +320,3 @@ def test_same_identity_before_and_after_is_answered(
         lambda: tree.add(51, f"/kubepods/pod{U}/{C}", start_ticks=1000, comm="app"),
     )
     assert container_of_pid(51, proc_root=tree.path) == C
-
-
-def test_unknown_ids_are_remembered_for_a_bounded_time_and_count() -> None:
-    """Issue 20 §2: an ID the runtime does not list is remembered ``keep_for`` seconds, and at
-    most ``limit`` IDs are (then the memory starts over)."""
-    unknown = procs.UnknownIDs(limit=3, keep_for=10.0)
-    unknown.add("a", 100.0)
-    assert unknown.holds("a", 109.9) and not unknown.holds("a", 110.0)
-    assert not unknown.holds("b", 100.0)
-    for ident in "bc":
-        unknown.add(ident, 100.0)
-    assert len(unknown) == 3
-    unknown.add("d", 100.0)  # past the limit: starts over
-    assert len(unknown) == 1 and unknown.holds("d", 100.0) and not unknown.holds("a", 100.0)

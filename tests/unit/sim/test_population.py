@@ -287,6 +287,42 @@ def test_removing_a_pod_deletes_everything_it_had() -> None:
         population.remove_pod(uid)
 
 
+def test_a_crash_loop_turn_exits_the_container_and_starts_its_next_attempt() -> None:
+    population = Population(10, seed=1)
+    uid, _ = population.create_pod(PodShape.RUNNING)
+    first = next(c for c in population.snapshot().containers if c.pod_uid == uid and c.attempt == 0)
+    for turn in range(1, 4):
+        events = population.crash_container(uid)
+        snapshot = population.snapshot()
+        attempts = sorted(
+            (c.attempt, c.state)
+            for c in snapshot.containers
+            if c.pod_uid == uid and c.name == first.name
+        )
+        # the newest exited attempt is kept, older ones are garbage-collected
+        assert attempts == [
+            (turn - 1, SimContainerState.EXITED),
+            (turn, SimContainerState.RUNNING),
+        ]
+        kinds = [e.type for e in events]
+        assert kinds[-3:] == [SimEventType.STOPPED, SimEventType.CREATED, SimEventType.STARTED]
+        assert kinds.count(SimEventType.DELETED) == (1 if turn > 1 else 0)
+        newest = next(c for c in snapshot.containers if c.id == events[-1].container_id)
+        assert newest.annotations["io.kubernetes.container.restartCount"] == str(turn)
+        assert newest.log_path.endswith(f"/{first.name}/{turn}.log")
+        check_invariants(snapshot)
+
+
+def test_a_crash_loop_needs_a_known_pod_with_a_running_container() -> None:
+    population = Population(10, seed=1)
+    uid, _ = population.create_pod(PodShape.RUNNING)
+    population.stop_pod(uid)
+    with pytest.raises(ValueError, match="no main container runs"):
+        population.crash_container(uid)
+    with pytest.raises(KeyError, match="no pod with UID"):
+        population.crash_container("nope")
+
+
 def test_a_snapshot_never_changes_afterwards() -> None:
     population = Population(10, seed=1)
     snapshot = population.snapshot()

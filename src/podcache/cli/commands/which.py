@@ -1,7 +1,7 @@
 """``podcache which PID|IP...``: the container and pod of each process, read from ``/proc`` and
 matched against the runtime's pods through a ``RuntimeCache`` (``pod_of_pid``), and the pod
 holding each IP (``PodList.by_ip``); the command and its table only (the rules are in
-``podcache.procs`` and ``podcache.model``)."""
+``podcache.procs``, ``podcache.cache.pids`` and ``podcache.model``)."""
 
 # ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
 
@@ -59,7 +59,7 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
 
 @dataclass(frozen=True, slots=True)
 class _Row:
-    """One PID's answer: the process found (``podcache.procs.PodProcess``) or why not
+    """One PID's answer: the process found (``podcache.cache.pids.PodProcess``) or why not
     (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
     pid: int | str
@@ -130,8 +130,8 @@ def which_command(
 
 
 def _find(cache: Any, pid: int, proc_root: str) -> _Row:
+    from podcache.cache.pids import lookup_pod
     from podcache.jsonview import PID_MISS_REASONS
-    from podcache.procs import lookup_pod
 
     try:
         result = lookup_pod(cache, time.monotonic, pid, proc_root=proc_root)

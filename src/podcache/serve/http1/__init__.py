@@ -8,8 +8,8 @@ one connection. ``server`` binds the sockets and hands ``HTTPServer.connection``
 Theory of operation. Bytes go to httptools' (llhttp's) parser; each complete request head joins
 the connection's queue, and requests are answered one at a time, in order. An answer comes
 from ``respond_now`` when it needs no waiting (a cache hit: no task, no suspension), else from
-the coroutine ``respond_now`` returned instead (or ``respond``'s, when it returned None) run in
-an asyncio task; the queue waits meanwhile. A response is one
+the coroutine ``respond_now`` returned instead (or ``respond``'s, for a server given no
+``respond_now``) run in an asyncio task; the queue waits meanwhile. A response is one
 ``bytes`` head (status line and headers) and the body, handed to the transport together: a
 large body is never copied in user space. What the server answers itself (a ``_Refusal``:
 malformed, too large, has a body, wrong version, too slow, a bad or foreign Host) is JSON from

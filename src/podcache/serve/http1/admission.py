@@ -35,11 +35,12 @@ log = logging.getLogger("podcache.serve")
 Responder = Callable[[str, str, str, Iterable[tuple[str, str]]], Coroutine[Any, Any, Response]]
 """``respond(method, path, query, headers)``, i.e. ``App.respond``: answers every request."""
 RespondNow = Callable[
-    [str, str, str, list[tuple[str, str]]], Response | Coroutine[Any, Any, Response] | None
+    [str, str, str, list[tuple[str, str]]], Response | Coroutine[Any, Any, Response]
 ]
 """``respond_now(method, path, query, headers)``, i.e. ``App.respond_now``: the answer when
 it needs no waiting, else the coroutine that gives it (awaited in a task, so the request is
-parsed once), or None (then ``respond`` answers, in a task)."""
+parsed once). A server given no ``respond_now`` answers every request with ``respond``, in a
+task."""
 
 
 class Admitted(Protocol):

@@ -81,8 +81,8 @@ class Answering(Lifecycle):
     async def _complete(
         self, request: _Request, waiting: Coroutine[Any, Any, Response] | None
     ) -> None:
-        """The answer that had to wait (``waiting``, else ``respond``'s), in its task; then
-        the queue goes on."""
+        """The answer that had to wait (``waiting``, else ``respond``'s: the server has no
+        ``respond_now``), in its task; then the queue goes on."""
         try:
             if waiting is None:
                 waiting = self._respond(

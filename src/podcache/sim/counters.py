@@ -1,0 +1,80 @@
+"""What the simulated runtime was asked: calls and answer bytes per RPC, filtered or not; counts.
+
+A benchmark that says "one pod change costs N bytes of list answers" needs the runtime's
+side of the wire, not the client's guess. ``CallCounters`` is that ledger: for every RPC the
+server answers, how many calls and how many bytes of answers (the serialized response, as it
+leaves the servicer), split by whether the request was **filtered**:
+
+- ``ListPodSandbox``: filtered when the filter names an ``id`` or has a ``label_selector``;
+- ``ListContainers``: filtered when the filter names an ``id``, a ``pod_sandbox_id`` or has a
+  ``label_selector``;
+- a state filter alone does not narrow the listing to a pod, so such a call (the kubelet's
+  ``all=False`` listing) counts as **unfiltered**: it is a full listing of the node;
+- ``PodSandboxStatus`` and ``ContainerStatus`` always name one item: always filtered.
+
+Calls answered with an error (an injected fault, NOT_FOUND) are counted with 0 bytes. Every
+method is guarded by one lock; ``snapshot()`` is a consistent copy, JSON-ready. This module
+does not serve, decide faults or know about pods.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["COUNTED_METHODS", "CallCounters", "is_filtered"]
+
+COUNTED_METHODS: tuple[str, ...] = (
+    "ListPodSandbox",
+    "ListContainers",
+    "PodSandboxStatus",
+    "ContainerStatus",
+)
+"""The RPCs whose calls and answer bytes are counted."""
+
+_KINDS = ("filtered", "unfiltered")
+
+
+def is_filtered(method: str, request: Any) -> bool:
+    """Whether this request narrows its answer to named items (see the module docstring)."""
+    if method == "ListPodSandbox":
+        f = request.filter
+        return bool(f.id or f.label_selector)
+    if method == "ListContainers":
+        f = request.filter
+        return bool(f.id or f.pod_sandbox_id or f.label_selector)
+    return True
+
+
+class CallCounters:
+    """Calls and answer bytes per counted RPC, filtered and unfiltered; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts = self._zero()
+
+    @staticmethod
+    def _zero() -> dict[str, dict[str, list[int]]]:
+        return {method: {kind: [0, 0] for kind in _KINDS} for method in COUNTED_METHODS}
+
+    def record(self, method: str, *, filtered: bool, answer_bytes: int) -> None:
+        """Count one answered call of ``method`` (ignored for RPCs that are not counted)."""
+        if method not in COUNTED_METHODS:
+            return
+        with self._lock:
+            slot = self._counts[method]["filtered" if filtered else "unfiltered"]
+            slot[0] += 1
+            slot[1] += answer_bytes
+
+    def reset(self) -> None:
+        """Set every count back to zero."""
+        with self._lock:
+            self._counts = self._zero()
+
+    def snapshot(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{method: {"filtered"|"unfiltered": {"calls": n, "bytes": b}}}``, a copy."""
+        with self._lock:
+            return {
+                method: {kind: {"calls": slot[0], "bytes": slot[1]} for kind, slot in kinds.items()}
+                for method, kinds in self._counts.items()
+            }
