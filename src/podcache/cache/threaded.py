@@ -324,6 +324,22 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             return self._departed.find(pods, key, moment, self._wall())
 
+    def find_in(
+        self,
+        pods: PodList,
+        *,
+        container_id: str | None = None,
+        uid: str | None = None,
+        ip: str | None = None,
+        at: float | datetime | None = None,
+    ) -> Found | None:
+        """``find`` against ``pods``, a snapshot this cache handed out, without waiting: serve
+        answers its lookups with it from the snapshot the request got."""
+        key = lookup_key(container_id, uid, ip)
+        moment = epoch_seconds(at)
+        with self._lock:
+            return self._departed.find(pods, key, moment, self._wall())
+
     def on_publish(self, hook: PublishHook) -> Callable[[], None]:
         """Call ``hook(publication)`` at every snapshot this cache stores from now on, under
         its lock, before anyone is handed that snapshot; returns what removes the hook. The

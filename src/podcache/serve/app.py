@@ -21,19 +21,19 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from datetime import timedelta
-from typing import Any, assert_never, cast
-from urllib.parse import unquote_plus
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple, assert_never, cast
+from urllib.parse import unquote, unquote_plus
 
 import msgspec
 
 import podcache
-from podcache.cache import AsyncPodGetter, AsyncRuntimeCache
+from podcache.cache import AsyncPodGetter, AsyncRuntimeCache, Found
 from podcache.cache.pids import AsyncPodProbe, LookupResult, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.publishing import Publication
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
-from podcache.jsonview import PID_MISS_REASONS
+from podcache.jsonview import PID_MISS_REASONS, container_to_json, pod_to_json
 from podcache.model import Pod, PodList
 from podcache.serve.auth import BearerAuth
 from podcache.serve.calltimer import CallTimer, timed
@@ -54,7 +54,9 @@ from podcache.serve.query import (
     check_path,
     collect_headers,
     etag_matches,
+    parse_at,
     parse_bool,
+    parse_ip,
     parse_newer_than,
     parse_pid,
     parse_query,
@@ -110,11 +112,14 @@ _HEALTHY = b'{"status":"ok"}'
 _STALE = ("x-podcache-stale", "true")
 
 _INTERNAL = "internal server error (logged by the server)"
+_WHO_PARAMS = _LOOKUP_PARAMS | {"at", "departed"}
+"""The lookups that may answer a pod that left (``departed=1``) or held a key at a time."""
 _PARAMS = {
     "/pods": _POD_LIST_PARAMS,
-    "/pods/{uid}": _LOOKUP_PARAMS,
+    "/pods/{uid}": _WHO_PARAMS,
+    "/ips/{ip}": _WHO_PARAMS,
     "/namespaces/{namespace}/pods/{name}": _LOOKUP_PARAMS,
-    "/containers/{id}": _LOOKUP_PARAMS,
+    "/containers/{id}": _WHO_PARAMS,
     "/pids/{pid}": _LOOKUP_PARAMS,
 }
 """The query parameters each route accepts (none where not listed)."""
@@ -228,6 +233,7 @@ class App:
             # always older than this process's first revision (410), never one it reuses.
             first_revision=(int(wall() * 1000) if first_revision is None else first_revision)
             + (ALL_REVISIONS_FROM if all_pods else 0),
+            wall_clock=wall,  # departures are stamped as the API reports times
         )
         # The one way a snapshot reaches serve: its view, the metrics' pods, the broadcast.
         self.cache.on_publish(self._published)
@@ -420,7 +426,7 @@ class App:
                 answer = view.answers.get(cast(str, target))
             if answer is None:
                 answer = plan.build(view)._replace(route=plan.route)
-                if kept:
+                if kept and answer.kept:
                     view.remember(cast(str, target), answer)
             response = self._from_answer(view, answer, plan.headers, stale=stale)
         except HTTPError as error:
@@ -488,6 +494,8 @@ class App:
                 return "/containers/{id}", self._container, (ident,)
         elif path.startswith("/pids/"):
             return "/pids/{pid}", self._pid, (path[6:],)
+        elif path.startswith("/ips/"):
+            return "/ips/{ip}", self._ip, (path[5:],)
         elif path.startswith("/namespaces/"):
             parts = path[12:].split("/")
             if len(parts) == 3 and parts[1] == "pods" and parts[0] and parts[2]:
@@ -668,14 +676,77 @@ class App:
 
     def _pod(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         uid = check_name(args[0], "pod UID")
+        who = _who(query)
+        if who is not None:
+            return Later(lambda need: self._answer_who(need, headers, who, ("uid", uid)))
 
         def build(view: SnapshotView) -> Answer:
             pod = view.pods.by_uid(uid)
             if pod is None:
-                return _not_found(view, f"no pod with UID {uid!r}")
+                return self._missing(view, f"no pod with UID {uid!r}", ("uid", uid))
             return _found(view.pod_head(pod))
 
         return FromSnapshot(build)
+
+    def _ip(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
+        ip = parse_ip(unquote(args[0]))
+        who = _who(query)
+        if who is not None:
+            return Later(lambda need: self._answer_who(need, headers, who, ("ip", ip)))
+
+        def build(view: SnapshotView) -> Answer:
+            found = self._find(view.pods, ("ip", ip))
+            if found is None or found.departed_at is not None:
+                return self._missing(view, f"no pod holds IP {ip}", ("ip", ip))
+            return _found(view.document_head({"ip": ip, "pod": pod_to_json(found.pod)}))
+
+        return FromSnapshot(build)
+
+    def _find(self, pods: PodList, key: tuple[str, str], at: float | None = None) -> Found | None:
+        """``cache.find_in`` by one key, ``(kind, value)``: ``ip``, ``uid`` or ``container_id``."""
+        kind, value = key
+        if kind == "ip":
+            return self.cache.find_in(pods, ip=value, at=at)
+        if kind == "uid":
+            return self.cache.find_in(pods, uid=value, at=at)
+        return self.cache.find_in(pods, container_id=value, at=at)
+
+    def _missing(self, view: SnapshotView, message: str, key: tuple[str, str]) -> Answer:
+        """A 404 from ``view``; when a pod that left held the key, the body says when
+        (``departed_at``: the client may ask again with ``departed=1``), and the memo does
+        not keep it (the departed age out without a new snapshot)."""
+        found = self._find(view.pods, key)
+        if found is None or found.departed_at is None:
+            return _not_found(view, message)
+        extra = {"departed_at": rfc3339(found.departed_at)}
+        head = view.not_found_head(404, f"{message}; a pod that left held it", **extra)
+        return Answer("", 404, head, etag=False, kept=False)
+
+    async def _answer_who(
+        self, need: float | None, headers: dict[str, str], who: _Who, key: tuple[str, str]
+    ) -> Response:
+        """A lookup that may answer a pod that left (``departed=1``) or the pod that held the
+        key at ``at`` (never kept in the memo: the answer depends on the time and the departed,
+        not on the snapshot alone). 200 with ``departed_at`` and ``X-Podcache-Departed: true``
+        for a pod that left; 404 when nobody held it."""
+        arrival = self._clock()
+        view, _ = await self._snapshot(need)
+        try:
+            found = self._find(view.pods, key, who.at)
+        except ValueError as exc:  # a malformed type://id
+            raise HTTPError(400, str(exc)) from None
+        route = _WHO_ROUTES[key[0]]
+        if found is None:
+            what = "" if who.at is None else f" at {rfc3339(who.at)}"
+            message = f"nothing known held {key[1]!r}{what}"
+            answer = Answer(route, 404, view.not_found_head(404, message), etag=False)
+            return self._from_answer(view, answer, headers)
+        document = _who_document(found, key)
+        answer = Answer(route, 200, view.document_head(document), etag=False)
+        response = self._from_answer(view, answer, headers, stale=self._stale_for(view, arrival))
+        if found.departed_at is not None:
+            response.headers.append(_DEPARTED)
+        return response
 
     def _pod_by_name(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         namespace = check_name(args[0], "namespace", underscore=False)
@@ -691,6 +762,9 @@ class App:
 
     def _container(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         ident = check_name(args[0], "container ID")
+        who = _who(query)
+        if who is not None:
+            return Later(lambda need: self._container_who(need, headers, who, ident))
 
         def build(view: SnapshotView) -> Answer:
             try:
@@ -700,10 +774,28 @@ class App:
             except LookupError as exc:  # an ambiguous prefix
                 raise HTTPError(409, str(exc)) from None
             if found is None:
-                return _not_found(view, f"no container or sandbox with ID {ident!r}")
+                message = f"no container or sandbox with ID {ident!r}"
+                return self._missing(view, message, ("container_id", ident))
             return _found(view.container_head(*found))
 
         return FromSnapshot(build)
+
+    async def _container_who(
+        self, need: float | None, headers: dict[str, str], who: _Who, ident: str
+    ) -> Response:
+        """``/containers/{id}`` with ``departed=1`` or ``at``: a unique prefix names the
+        snapshot's container as without them; a departed one is named by its whole ID."""
+        if who.at is None:  # departed=1 alone: a prefix may name one of the snapshot's
+            view, _ = await self._snapshot(need)
+            try:
+                found = view.pods.by_container_id(ident)
+            except ValueError as exc:
+                raise HTTPError(400, str(exc)) from None
+            except LookupError as exc:
+                raise HTTPError(409, str(exc)) from None
+            if found is not None:
+                ident = found[1].id.id
+        return await self._answer_who(need, headers, who, ("container_id", ident))
 
     def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         pid = parse_pid(args[0])
@@ -824,6 +916,46 @@ def _since(query: Query) -> int | None:
     if not (text.isascii() and text.isdigit()) or int(text) >= 2**63:
         raise HTTPError(400, f"since must be a revision (an integer >= 0), got {text[:32]!r}")
     return int(text)
+
+
+class _Who(NamedTuple):
+    """A lookup that asked for pods that left: ``departed=1``, or ``at`` (unix seconds)."""
+
+    at: float | None
+
+
+_WHO_ROUTES = {"ip": "/ips/{ip}", "uid": "/pods/{uid}", "container_id": "/containers/{id}"}
+_DEPARTED = ("x-podcache-departed", "true")
+
+
+def _who(query: Query) -> _Who | None:
+    """``departed`` and ``at`` checked (400 naming them); None when neither asks for the
+    departed (``departed=0`` and no ``at``: the snapshot alone, as without them)."""
+    ats = query.get("at")
+    at = parse_at(ats[0]) if ats else None
+    departed = query.get("departed")
+    asked = parse_bool(departed[0], "departed") if departed else False
+    if at is None and not asked:
+        return None
+    return _Who(at)
+
+
+def rfc3339(seconds: float) -> str:
+    """Unix seconds as RFC 3339 in UTC, to the microsecond (``2026-12-02T01:02:03.500000Z``)."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def _who_document(found: Found, key: tuple[str, str]) -> dict[str, Any]:
+    """The body of a lookup that may answer a pod that left: as the route's usual one, with
+    ``departed_at`` (RFC 3339; null for a pod still there)."""
+    document: dict[str, Any] = {}
+    if key[0] == "ip":
+        document["ip"] = key[1]
+    if found.container is not None:
+        document["container"] = container_to_json(found.container)
+    document["pod"] = pod_to_json(found.pod)
+    document["departed_at"] = None if found.departed_at is None else rfc3339(found.departed_at)
+    return document
 
 
 def _found(head: bytes) -> Answer:

@@ -56,6 +56,17 @@ def _envelope(**members: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_DEPARTED_AT = {
+    "type": "string",
+    "format": "date-time",
+    "description": "When the cache first saw the pod gone (RFC 3339, UTC).",
+}
+_DEPARTED_OR_NULL = {
+    "oneOf": [_DEPARTED_AT, {"type": "null"}],
+    "description": "When the pod left (RFC 3339, UTC); null for a pod still there.",
+}
+
+
 def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
     """The JSON error body, with ``required`` members more (a /pids 404's ``reason``)."""
     return {
@@ -64,6 +75,11 @@ def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
             "error": {"type": "string", "description": "What went wrong."},
             "status": {"type": "integer", "description": "The HTTP status code."},
             **required,
+            "departed_at": {
+                **_DEPARTED_AT,
+                "description": "A lookup's 404 for a key a pod that left held: when it "
+                "left (ask again with departed=1).",
+            },
             "cache_time": {
                 "type": "number",
                 "description": "When the answer came from a snapshot (404 from a "
@@ -182,6 +198,14 @@ SCHEMAS: dict[str, Any] = {
     },
     "PodResponse": _envelope(pod=_ref("Pod")),
     "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
+    "IPResponse": _envelope(ip={"type": "string"}, pod=_ref("Pod")),
+    "DepartedPodResponse": _envelope(pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL),
+    "DepartedContainerResponse": _envelope(
+        container=_ref("Container"), pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL
+    ),
+    "DepartedIPResponse": _envelope(
+        ip={"type": "string"}, pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL
+    ),
     "ProcessResponse": _envelope(
         pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
         pod=_ref("Pod"),
@@ -409,6 +433,38 @@ _POD_FILTERS: list[dict[str, Any]] = [
     },
 ]
 _NOT_FOUND = {"404": "Nothing with that identity in the snapshot."}
+_WHO_NOT_FOUND = {
+    "404": "Nothing with that identity in the snapshot (its departed_at says when a pod that "
+    "left held it: ask again with departed=1); with departed=1 or at, nobody known held it."
+}
+_WHO: list[dict[str, Any]] = [
+    {
+        "name": "departed",
+        "in": "query",
+        "description": "Answer a pod that left in the last departed_for seconds too (200, "
+        "with departed_at and X-Podcache-Departed: true).",
+        "schema": {"type": "string", "enum": ["1", "true", "0", "false"]},
+    },
+    {
+        "name": "at",
+        "in": "query",
+        "description": "The pod that held this key at that time (RFC 3339 with an offset, or "
+        "unix seconds with an optional fraction): from its sandbox's creation until it left.",
+        "schema": {"type": "string", "maxLength": 64},
+    },
+]
+
+
+def _who_ok(schema: str, departed: str, description: str) -> dict[str, Any]:
+    """A lookup's 200: the route's usual body, or with departed=1 or at, that body with
+    departed_at (and X-Podcache-Departed when the pod left)."""
+    ok = _json(schema, description, etag=True)
+    ok["headers"]["X-Podcache-Departed"] = {
+        "description": "true when the answer is a pod that left (departed=1 or at).",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+    ok["content"]["application/json"]["schema"] = {"oneOf": [_ref(schema), _ref(departed)]}
+    return ok
 
 
 def _snapshot_paths(auth: bool) -> dict[str, Any]:
@@ -427,10 +483,10 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
             auth=auth,
         ),
         "/pods/{uid}": _operation(
-            "One pod by UID.",
-            _json("PodResponse", "The pod.", etag=True),
-            parameters=[_path("uid", "The pod UID."), _ALL, *_FRESHNESS],
-            extra=_NOT_FOUND,
+            "One pod by UID (or, asked, one that left or held the UID at a time).",
+            _who_ok("PodResponse", "DepartedPodResponse", "The pod."),
+            parameters=[_path("uid", "The pod UID."), _ALL, *_FRESHNESS, *_WHO],
+            extra=_WHO_NOT_FOUND,
             snapshot=True,
             auth=auth,
         ),
@@ -447,9 +503,33 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
             snapshot=True,
             auth=auth,
         ),
+        "/ips/{ip}": _operation(
+            "The pod holding an IP address now (host-network pods skipped), or, asked, one "
+            "that left or held it at a time.",
+            _who_ok("IPResponse", "DepartedIPResponse", "The pod and the IP."),
+            parameters=[
+                {
+                    "name": "ip",
+                    "in": "path",
+                    "required": True,
+                    "description": "An IPv4 or IPv6 address (any spelling; no zone, no prefix).",
+                    "schema": {"type": "string", "maxLength": 64},
+                },
+                _ALL,
+                *_FRESHNESS,
+                *_WHO,
+            ],
+            extra={
+                **_WHO_NOT_FOUND,
+                "400": "Not an IP address, or a bad at or departed.",
+            },
+            snapshot=True,
+            auth=auth,
+        ),
         "/containers/{id}": _operation(
-            "A container or sandbox and its pod, by ID.",
-            _json("ContainerResponse", "The container and its pod.", etag=True),
+            "A container or sandbox and its pod, by ID (or, asked, one that left: by its "
+            "whole ID).",
+            _who_ok("ContainerResponse", "DepartedContainerResponse", "The container and its pod."),
             parameters=[
                 _path(
                     "id",
@@ -459,9 +539,10 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
                 ),
                 _ALL,
                 *_FRESHNESS,
+                *_WHO,
             ],
             extra={
-                **_NOT_FOUND,
+                **_WHO_NOT_FOUND,
                 "409": "The prefix matches several containers (the message lists them).",
             },
             snapshot=True,

@@ -9,8 +9,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from datetime import datetime
 from urllib.parse import unquote_plus
 
+from podcache.model import normalise_ip
 from podcache.procs import PID_MAX
 from podcache.serve.response import HTTPError
 
@@ -35,7 +37,9 @@ __all__ = [
     "check_path",
     "collect_headers",
     "etag_matches",
+    "parse_at",
     "parse_bool",
+    "parse_ip",
     "parse_newer_than",
     "parse_pid",
     "parse_query",
@@ -163,6 +167,44 @@ def parse_newer_than(text: str, where: str) -> float:
             400, f"{where} must be unix seconds from 0 to {MAX_NEWER_THAN:.0e}, got {text[:64]!r}"
         )
     return value
+
+
+_EPOCH = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+_RFC3339 = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
+    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+)
+
+
+def parse_at(text: str) -> float:
+    """``?at=``: an RFC 3339 time with its offset (``2026-12-02T01:02:03.5Z``) or unix seconds
+    with an optional fraction (``1796173323.5``), as unix seconds; 400 naming ``at`` else."""
+    if _EPOCH.fullmatch(text):
+        return float(text)
+    if _RFC3339.fullmatch(text):
+        normal = text.upper().replace(" ", "T").replace("Z", "+00:00")
+        whole, dot, rest = normal.partition(".")
+        if dot:  # Python reads at most 6 digits of fraction: keep them, the offset after
+            digits = rest[: len(rest) - 6]
+            normal = f"{whole}.{(digits + '000000')[:6]}{rest[len(digits) :]}"
+        try:
+            return datetime.fromisoformat(normal).timestamp()
+        except ValueError:
+            pass
+    raise HTTPError(
+        400,
+        "at must be an RFC 3339 time with an offset (2026-12-02T01:02:03Z) or unix seconds "
+        f"(1796173323.5), got {text[:64]!r}",
+    )
+
+
+def parse_ip(text: str) -> str:
+    """An IP address from a path (IPv4, or IPv6 as written, ``::`` and all), in its canonical
+    text; 400 naming it otherwise (no zones, no prefixes, no brackets)."""
+    try:
+        return normalise_ip(text)
+    except ValueError:
+        raise HTTPError(400, f"{text[:64]!r} is not an IP address (IPv4 or IPv6)") from None
 
 
 _PID = re.compile(PID_PATTERN)

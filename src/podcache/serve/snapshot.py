@@ -46,6 +46,9 @@ class Answer(NamedTuple):
     """The JSON body up to the age (``..."age_seconds":``)."""
     etag: bool
     """Whether the answer carries the snapshot's ETag (and may be a 304)."""
+    kept: bool = True
+    """Whether the memo may keep it (not when it also depends on the departed pods, which
+    age out without a new snapshot)."""
 
 
 class SnapshotView:
@@ -188,6 +191,10 @@ class SnapshotView:
             "pod": pod_to_json(pod),
             "container": None if container is None else container_to_json(container),
         }
+        return self._head(_encode(document)[:-1])
+
+    def document_head(self, document: dict[str, Any]) -> bytes:
+        """Any JSON object answered from this snapshot, up to the age."""
         return self._head(_encode(document)[:-1])
 
     def not_found_head(self, status: int, message: str, **extra: str) -> bytes:
