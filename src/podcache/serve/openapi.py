@@ -450,7 +450,12 @@ _WHO: list[dict[str, Any]] = [
         "in": "query",
         "description": "The pod that held this key at that time (RFC 3339 with an offset, or "
         "unix seconds with an optional fraction): from its sandbox's creation until it left.",
-        "schema": {"type": "string", "maxLength": 64},
+        "schema": {
+            "anyOf": [
+                {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,9})?$"},
+                {"type": "string", "format": "date-time"},
+            ]
+        },
     },
 ]
 
@@ -513,7 +518,12 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
                     "in": "path",
                     "required": True,
                     "description": "An IPv4 or IPv6 address (any spelling; no zone, no prefix).",
-                    "schema": {"type": "string", "maxLength": 64},
+                    "schema": {
+                        "anyOf": [
+                            {"type": "string", "format": "ipv4"},
+                            {"type": "string", "format": "ipv6"},
+                        ]
+                    },
                 },
                 _ALL,
                 *_FRESHNESS,

@@ -169,7 +169,7 @@ def parse_newer_than(text: str, where: str) -> float:
     return value
 
 
-_EPOCH = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+_EPOCH = re.compile(r"[0-9]{1,11}(?:\.[0-9]{1,9})?")
 _RFC3339 = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
     r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
