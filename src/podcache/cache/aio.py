@@ -105,23 +105,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         )
         self._timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
-        self._refresher = TaskRefresher(
-            RefreshHost(
-                self._watched,
-                self._clock,
-                self._core.period,
-                lambda: self.cache_time,
-                self.force_update_if_older,
-            )
-        )
-        self._watch_host = AsyncWatchHost(
-            self._core.changes,
-            self._changed_event,
-            self._wake_watchers,
-            self.get_pods,
-            self._watch_opened,
-            self._watch_closed,
-        )
+        self._refresher, self._watch_host = self._watch_parts()
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits = 0
         self._count_hits = stats
@@ -147,6 +131,27 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
                 asyncio.get_running_loop()
                 self._start_subscriber()
+
+    def _watch_parts(self) -> tuple[TaskRefresher, AsyncWatchHost]:
+        """The watches' refresher and host: what ``cache.watching`` may reach of this cache."""
+        refresher = TaskRefresher(
+            RefreshHost(
+                self._watched,
+                self._clock,
+                self._core.period,
+                lambda: self.cache_time,
+                self.force_update_if_older,
+            )
+        )
+        host = AsyncWatchHost(
+            self._core.changes,
+            self._changed_event,
+            self._wake_watchers,
+            self.get_pods,
+            self._watch_opened,
+            self._watch_closed,
+        )
+        return refresher, host
 
     # -- public API --------------------------------------------------------------------------
     async def get_pods(self, *, timeout: float | None = None) -> PodList:

@@ -203,23 +203,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             min_refresh_interval=min_refresh_interval,
         )
         self._changed = threading.Condition(self._lock)  # notified at every publish
-        self._refresher = ThreadRefresher(
-            RefreshHost(
-                self._watched,
-                self._clock,
-                self._core.period,
-                lambda: self.cache_time,
-                self.force_update_if_older,
-            )
-        )
-        self._watch_host = WatchHost(
-            self._core.changes,
-            self._lock,
-            self._changed,
-            self._fill,
-            self._watch_opened,
-            self._watch_closed,
-        )
+        self._refresher, self._watch_host = self._watch_parts()
         # Counting hits is opt-in so the default hit path stays one read, one clock call.
         hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
         self.get_pods = hit_path.get_pods
@@ -240,12 +224,37 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._wake = threading.Event()
         self._subscriber: threading.Thread | None = None
         if events and offers_events(getter):
-            endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
-            self._subscription = Subscription(endpoint, clock)
-            self._subscriber = threading.Thread(
-                target=self._subscribe_forever, name="podcache-events", daemon=True
+            self._subscribe(getter, clock)
+
+    def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
+        """The watches' refresher and host: what ``cache.watching`` may reach of this cache."""
+        refresher = ThreadRefresher(
+            RefreshHost(
+                self._watched,
+                self._clock,
+                self._core.period,
+                lambda: self.cache_time,
+                self.force_update_if_older,
             )
-            self._subscriber.start()
+        )
+        host = WatchHost(
+            self._core.changes,
+            self._lock,
+            self._changed,
+            self._fill,
+            self._watch_opened,
+            self._watch_closed,
+        )
+        return refresher, host
+
+    def _subscribe(self, getter: PodGetter, clock: Callable[[], float]) -> None:
+        """Start the event subscription's thread (``events=True`` over a getter with events)."""
+        endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
+        self._subscription = Subscription(endpoint, clock)
+        self._subscriber = threading.Thread(
+            target=self._subscribe_forever, name="podcache-events", daemon=True
+        )
+        self._subscriber.start()
 
     # -- public API --------------------------------------------------------------------------
     get_pods: PerInstance[GetPods] = PerInstance(

@@ -21,20 +21,21 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple, assert_never, cast
+from datetime import timedelta
+from typing import Any, assert_never, cast
 from urllib.parse import unquote, unquote_plus
 
 import msgspec
 
 import podcache
 from podcache.cache import AsyncPodGetter, AsyncRuntimeCache, Found
-from podcache.cache.pids import AsyncPodProbe, LookupResult, UnknownIDs, alookup_pod, async_probe
+from podcache.cache.pids import LookupResult, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.publishing import Publication
 from podcache.cache.shared import offers_events
 from podcache.errors import PodcacheError
-from podcache.jsonview import PID_MISS_REASONS, container_to_json, pod_to_json
+from podcache.jsonview import PID_MISS_REASONS, pod_to_json
 from podcache.model import Pod, PodList
+from podcache.serve.allview import all_pods_getter
 from podcache.serve.auth import BearerAuth
 from podcache.serve.calltimer import CallTimer, timed
 from podcache.serve.failures import RETRY, failure_of
@@ -54,7 +55,6 @@ from podcache.serve.query import (
     check_path,
     collect_headers,
     etag_matches,
-    parse_at,
     parse_bool,
     parse_ip,
     parse_newer_than,
@@ -64,6 +64,7 @@ from podcache.serve.query import (
 from podcache.serve.response import JSON, HTTPError, Response
 from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchRequest, WatchStreams
+from podcache.serve.who import DEPARTED, WHO_ROUTES, Who, rfc3339, who_document, who_of
 
 __all__ = [
     "ALL_REVISIONS_FROM",
@@ -88,6 +89,9 @@ fails; requests that ask for newer data get 503 meanwhile."""
 BUILD_OFF_LOOP = 64
 """A publish that changed more pods than this has its view built in a worker thread (encoding
 a pod takes ~16 us: more would hold the loop over a millisecond); fewer, on first use."""
+
+_NOT_OPTIONS = frozenset({"self", "getter", "all_pods", "__class__"})
+"""``App.__init__``'s locals that are not options handed on to the all view."""
 
 RECENT_VIEWS = 16
 """Views of past publications kept, so a request that got its pods before newer ones were
@@ -193,6 +197,8 @@ class App:
         first_revision: int | None = None,
         all_pods: bool = False,
     ) -> None:
+        # The options as given, for the all view (the same, over get_pods(True)).
+        options = {name: value for name, value in locals().items() if name not in _NOT_OPTIONS}
         self._proc_root = proc_root
         # A lookup of a container missing from the snapshot asks the runtime about it alone
         # (never a relist of the node) when the getter can list one pod (issue 20 §2).
@@ -203,15 +209,7 @@ class App:
         self._auth = auth
         self._wait = wait
         self.metrics = Metrics(self._stats, self._latest)
-        self.calls: CallTimer = timed(
-            getter,
-            clock=clock,
-            on_call=self.metrics.observe_refresh,
-            on_pod_call=self.metrics.observe_pod_relist,
-        )
-        period = (
-            cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
-        )
+        self.calls: CallTimer = timed(getter, clock=clock, **self.metrics.call_observers())
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
         only thing kept between requests; replaced at each publish)."""
@@ -219,56 +217,68 @@ class App:
         """The view being built in a worker thread, and that build."""
         self._recent: collections.deque[SnapshotView] = collections.deque(maxlen=RECENT_VIEWS)
         """The views of the last publications, newest last (``_view``)."""
-        self.cache = AsyncRuntimeCache(
-            self.calls,
+        self.cache = self._make_cache(
             cache_period,
-            clock=clock,
-            stats=True,
             min_refresh_interval=min_refresh_interval,
             max_stale=max_stale,
-            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
-            # when the runtime getter has container_events (the call timer passes them on)
+            refresh_ahead=refresh_ahead,
             events=events and offers_events(getter),
-            # Revisions start from the clock (ms): a since from before a restart is then
-            # always older than this process's first revision (410), never one it reuses.
             first_revision=(int(wall() * 1000) if first_revision is None else first_revision)
             + (ALL_REVISIONS_FROM if all_pods else 0),
-            wall_clock=wall,  # departures are stamped as the API reports times
         )
         # The one way a snapshot reaches serve: its view, the metrics' pods, the broadcast.
         self.cache.on_publish(self._published)
         self.streams = WatchStreams(self.cache, bookmark_interval=bookmark_interval, wait=wait)
         self.metrics.watchers = self.streams.counters
-        openapi = msgspec.json.encode(document(auth=auth is not None, version=podcache.__version__))
-        self._openapi = openapi
-        self._openapi_etag = f'"{hashlib.blake2b(openapi, digest_size=12).hexdigest()}"'
+        self._openapi, self._openapi_etag = _openapi(auth is not None)
         self._all_view: App | None = None
         """The App that answers ``?all=1``, once built (never in an all view itself)."""
         self._make_all_view: Callable[[], App] | None = None
         if not all_pods:
-            self._make_all_view = lambda: App(
-                _all_pods_getter(getter),
-                cache_period,
-                auth=auth,
-                wait=wait,
-                clock=clock,
-                wall=wall,
-                min_refresh_interval=min_refresh_interval,
-                max_stale=max_stale,
-                refresh_ahead=refresh_ahead,
-                proc_root=proc_root,
-                events=events and offers_events(getter),
-                bookmark_interval=bookmark_interval,
-                first_revision=first_revision,
-                all_pods=True,
-            )
+            self._make_all_view = lambda: App(all_pods_getter(getter), **options, all_pods=True)
         self._exact: dict[str, tuple[str, Handler]] = {
-            "/pods": ("/pods", self._pods),
-            "/healthz": ("/healthz", self._healthz),
-            "/readyz": ("/readyz", self._readyz),
-            "/metrics": ("/metrics", self._metrics),
-            "/openapi.json": ("/openapi.json", self._openapi_doc),
+            path: (path, handler) for path, handler in self._exact_routes().items()
         }
+
+    def _exact_routes(self) -> dict[str, Handler]:
+        """The routes without a parameter in their path."""
+        return {
+            "/pods": self._pods,
+            "/healthz": self._healthz,
+            "/readyz": self._readyz,
+            "/metrics": self._metrics,
+            "/openapi.json": self._openapi_doc,
+        }
+
+    def _make_cache(
+        self,
+        cache_period: float | timedelta,
+        *,
+        min_refresh_interval: float,
+        max_stale: float | None,
+        refresh_ahead: float | None,
+        events: bool,
+        first_revision: int,
+    ) -> AsyncRuntimeCache:
+        """The App's cache over its call timer: stats on, refresh-ahead a quarter of the period
+        unless given, revisions from ``first_revision`` (serve starts them from the clock, in
+        ms: a since from before a restart is then always older than this process's first
+        revision, 410, never one it reuses), departures stamped on the App's wall clock."""
+        period = (
+            cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
+        )
+        return AsyncRuntimeCache(
+            self.calls,
+            cache_period,
+            clock=self._clock,
+            stats=True,
+            min_refresh_interval=min_refresh_interval,
+            max_stale=max_stale,
+            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+            events=events,  # when the runtime getter has container_events (the timer passes them)
+            first_revision=first_revision,
+            wall_clock=self._wall,
+        )
 
     # -- the API: at once when no waiting is needed, else as a coroutine ----------------------
     def respond_now(
@@ -676,7 +686,7 @@ class App:
 
     def _pod(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         uid = check_name(args[0], "pod UID")
-        who = _who(query)
+        who = who_of(query)
         if who is not None:
             return Later(lambda need: self._answer_who(need, headers, who, ("uid", uid)))
 
@@ -690,7 +700,7 @@ class App:
 
     def _ip(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         ip = parse_ip(unquote(args[0]))
-        who = _who(query)
+        who = who_of(query)
         if who is not None:
             return Later(lambda need: self._answer_who(need, headers, who, ("ip", ip)))
 
@@ -723,7 +733,7 @@ class App:
         return Answer("", 404, head, etag=False, kept=False)
 
     async def _answer_who(
-        self, need: float | None, headers: dict[str, str], who: _Who, key: tuple[str, str]
+        self, need: float | None, headers: dict[str, str], who: Who, key: tuple[str, str]
     ) -> Response:
         """A lookup that may answer a pod that left (``departed=1``) or the pod that held the
         key at ``at`` (never kept in the memo: the answer depends on the time and the departed,
@@ -735,17 +745,17 @@ class App:
             found = self._find(view.pods, key, who.at)
         except ValueError as exc:  # a malformed type://id
             raise HTTPError(400, str(exc)) from None
-        route = _WHO_ROUTES[key[0]]
+        route = WHO_ROUTES[key[0]]
         if found is None:
             what = "" if who.at is None else f" at {rfc3339(who.at)}"
             message = f"nothing known held {key[1]!r}{what}"
             answer = Answer(route, 404, view.not_found_head(404, message), etag=False)
             return self._from_answer(view, answer, headers)
-        document = _who_document(found, key)
+        document = who_document(found, key)
         answer = Answer(route, 200, view.document_head(document), etag=False)
         response = self._from_answer(view, answer, headers, stale=self._stale_for(view, arrival))
         if found.departed_at is not None:
-            response.headers.append(_DEPARTED)
+            response.headers.append(DEPARTED)
         return response
 
     def _pod_by_name(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
@@ -762,7 +772,7 @@ class App:
 
     def _container(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         ident = check_name(args[0], "container ID")
-        who = _who(query)
+        who = who_of(query)
         if who is not None:
             return Later(lambda need: self._container_who(need, headers, who, ident))
 
@@ -781,7 +791,7 @@ class App:
         return FromSnapshot(build)
 
     async def _container_who(
-        self, need: float | None, headers: dict[str, str], who: _Who, ident: str
+        self, need: float | None, headers: dict[str, str], who: Who, ident: str
     ) -> Response:
         """``/containers/{id}`` with ``departed=1`` or ``at``: a unique prefix names the
         snapshot's container as without them; a departed one is named by its whole ID."""
@@ -918,44 +928,10 @@ def _since(query: Query) -> int | None:
     return int(text)
 
 
-class _Who(NamedTuple):
-    """A lookup that asked for pods that left: ``departed=1``, or ``at`` (unix seconds)."""
-
-    at: float | None
-
-
-_WHO_ROUTES = {"ip": "/ips/{ip}", "uid": "/pods/{uid}", "container_id": "/containers/{id}"}
-_DEPARTED = ("x-podcache-departed", "true")
-
-
-def _who(query: Query) -> _Who | None:
-    """``departed`` and ``at`` checked (400 naming them); None when neither asks for the
-    departed (``departed=0`` and no ``at``: the snapshot alone, as without them)."""
-    ats = query.get("at")
-    at = parse_at(ats[0]) if ats else None
-    departed = query.get("departed")
-    asked = parse_bool(departed[0], "departed") if departed else False
-    if at is None and not asked:
-        return None
-    return _Who(at)
-
-
-def rfc3339(seconds: float) -> str:
-    """Unix seconds as RFC 3339 in UTC, to the microsecond (``2026-12-02T01:02:03.500000Z``)."""
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="microseconds")[:-6] + "Z"
-
-
-def _who_document(found: Found, key: tuple[str, str]) -> dict[str, Any]:
-    """The body of a lookup that may answer a pod that left: as the route's usual one, with
-    ``departed_at`` (RFC 3339; null for a pod still there)."""
-    document: dict[str, Any] = {}
-    if key[0] == "ip":
-        document["ip"] = key[1]
-    if found.container is not None:
-        document["container"] = container_to_json(found.container)
-    document["pod"] = pod_to_json(found.pod)
-    document["departed_at"] = None if found.departed_at is None else rfc3339(found.departed_at)
-    return document
+def _openapi(auth: bool) -> tuple[bytes, str]:
+    """The OpenAPI document as served, and its ETag."""
+    body = msgspec.json.encode(document(auth=auth, version=podcache.__version__))
+    return body, f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
 
 
 def _found(head: bytes) -> Answer:
@@ -964,37 +940,6 @@ def _found(head: bytes) -> Answer:
 
 def _not_found(view: SnapshotView, message: str) -> Answer:
     return Answer("", 404, view.not_found_head(404, message), etag=False)
-
-
-class _AllPods:
-    """The all view's getter: ``getter.get_pods(True)`` whatever the cache asks (a cache
-    always asks ``False``), and the same event stream."""
-
-    def __init__(self, getter: AsyncPodGetter) -> None:
-        self._getter = getter
-
-    async def get_pods(self, all: bool) -> PodList:
-        return await self._getter.get_pods(True)
-
-    def container_events(self) -> Any:
-        """The runtime's event stream (asked for only when ``getter`` offers one)."""
-        return self._getter.container_events()  # type: ignore[attr-defined]
-
-
-class _AllPodsProbe(_AllPods):
-    """``_AllPods`` over a getter that can list one pod (``cache.pids.async_probe``): the all view's
-    ``/pids`` lookups ask the runtime about one container too, never the node."""
-
-    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
-        return await cast(AsyncPodProbe, self._getter).get_pod(uid, True)
-
-    async def pod_uid_of(self, ident: str) -> str | None:
-        return await cast(AsyncPodProbe, self._getter).pod_uid_of(ident)
-
-
-def _all_pods_getter(getter: AsyncPodGetter) -> _AllPods:
-    """The all view's getter over ``getter``, a probe when ``getter`` is one."""
-    return _AllPods(getter) if async_probe(getter) is None else _AllPodsProbe(getter)
 
 
 def _build(view: SnapshotView) -> None:

@@ -72,6 +72,11 @@ class Metrics:
         """Record one listing of the node (``CallTimer.on_call``)."""
         self._refresh_duration.observe(seconds)
 
+    def call_observers(self) -> dict[str, Callable[[float, bool], None]]:
+        """``CallTimer``'s observers: listings into the refresh histogram, relists of one pod
+        into theirs."""
+        return {"on_call": self.observe_refresh, "on_pod_call": self.observe_pod_relist}
+
     def observe_pod_relist(self, seconds: float, ok: bool) -> None:
         """Record one relist of one pod (``CallTimer.on_pod_call``)."""
         self._pod_relist_duration.observe(seconds)

@@ -508,6 +508,12 @@ def _snapshot_paths(auth: bool) -> dict[str, Any]:
             snapshot=True,
             auth=auth,
         ),
+    }
+
+
+def _lookup_paths(auth: bool) -> dict[str, Any]:
+    """The lookups by a key a pod that left may have held: an IP, a container or sandbox ID."""
+    return {
         "/ips/{ip}": _operation(
             "The pod holding an IP address now (host-network pods skipped), or, asked, one "
             "that left or held it at a time.",
@@ -636,7 +642,12 @@ def _process_paths(auth: bool) -> dict[str, Any]:
 
 def document(*, auth: bool, version: str) -> dict[str, Any]:
     """The OpenAPI document; ``auth``: every route but /healthz needs a bearer token."""
-    paths = {**_snapshot_paths(auth), **_process_paths(auth), **_service_paths(auth)}
+    paths = {
+        **_snapshot_paths(auth),
+        **_lookup_paths(auth),
+        **_process_paths(auth),
+        **_service_paths(auth),
+    }
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
