@@ -344,6 +344,7 @@ def test_healthz_readyz_metrics_openapi(served: ServedFixture) -> None:
         "/pods/{uid}",
         "/namespaces/{namespace}/pods/{name}",
         "/containers/{id}",
+        "/ips/{ip}",
         "/pids/{pid}",
         "/healthz",
         "/readyz",
