@@ -8,6 +8,7 @@ a daemon thread, so the caller can stop waiting while the refresh completes for 
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -45,7 +46,11 @@ from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, Watc
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
-__all__ = ["GetPods", "PodGetter", "RuntimeCache"]
+__all__ = ["POD_WORKER_IDLE", "GetPods", "PodGetter", "RuntimeCache"]
+
+POD_WORKER_IDLE = 10.0
+"""Seconds a relist worker waits for the next relist before it ends (a quiet node keeps no
+thread for them)."""
 
 
 class GetPods(Protocol):
@@ -218,6 +223,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
         self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+        self._pod_jobs: queue.SimpleQueue[PodRelist] = queue.SimpleQueue()
+        self._pool_lock = threading.Lock()  # the workers' counts (never held with _lock)
+        self._pod_workers = 0
+        self._pod_busy = 0
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -515,13 +524,50 @@ class RuntimeCache(CoreReadings[threading.Event]):
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
     def _spawn_pod(self, relist: PodRelist | None) -> None:
-        if relist is not None:
-            threading.Thread(
-                target=self._run_pod, args=(relist,), name="podcache-pod-relist", daemon=True
-            ).start()
+        """Hand ``relist`` to a relist worker, starting one when none is free (at most
+        ``podrelists.MAX_IN_FLIGHT`` run: the core never has more relists in flight)."""
+        if relist is None:
+            return
+        self._pod_jobs.put(relist)
+        with self._pool_lock:
+            if self._pod_workers - self._pod_busy >= self._pod_jobs.qsize():
+                return
+            self._pod_workers += 1
+        threading.Thread(target=self._pod_worker, name="podcache-pod-relist", daemon=True).start()
 
-    def _run_pod(self, relist: PodRelist) -> None:
-        """Relist one pod, store what came back, start what the core asks for next."""
+    def _pod_worker(self) -> None:
+        """Run relists as they come, and the one each asks for next in the slot it frees;
+        end after ``POD_WORKER_IDLE`` seconds without one. A worker leaves the count in the
+        same locked step as it sees the queue empty, so a relist queued meanwhile always
+        finds a worker or starts one."""
+        counted = True
+        try:
+            while True:
+                try:
+                    relist: PodRelist | None = self._pod_jobs.get(timeout=POD_WORKER_IDLE)
+                except queue.Empty:
+                    with self._pool_lock:
+                        if self._pod_jobs.empty():
+                            self._pod_workers -= 1
+                            counted = False
+                            return
+                    continue
+                with self._pool_lock:
+                    self._pod_busy += 1
+                try:
+                    while relist is not None:
+                        relist = self._run_pod(relist)
+                finally:
+                    with self._pool_lock:
+                        self._pod_busy -= 1
+        finally:
+            if counted:  # ended by an exception (^C in a relist)
+                with self._pool_lock:
+                    self._pod_workers -= 1
+
+    def _run_pod(self, relist: PodRelist) -> PodRelist | None:
+        """Relist one pod, store what came back, start what the core asks for next (a full
+        listing in a thread of its own); returns the relist to run next in this slot."""
         pod = None
         error: BaseException | None = None
         relist.started_wall = time.time()
@@ -535,11 +581,11 @@ class RuntimeCache(CoreReadings[threading.Event]):
             delay = self._core.arm(now)
             self._published()
         self._arm(delay)
-        self._spawn_pod(following)
         if full is not None:
             self._spawn(full)
         if error is not None and not isinstance(error, Exception):
             raise error
+        return following
 
     # -- the event subscription (thread) -------------------------------------------------------
     def _event(self, event: object) -> Step:
