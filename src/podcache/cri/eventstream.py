@@ -46,12 +46,12 @@ import re
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import grpc
-import grpc.aio
 
 from podcache.cri.eventwire import EventFields, EventWireError, event_fields
+from podcache.cri.http2 import CallFailedError, StreamCall
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
@@ -81,7 +81,6 @@ _EVENT_TYPES: dict[int, ContainerEventType] = {
 }
 _ID = re.compile(r"[A-Za-z0-9_.+-]+", re.ASCII)
 _METHOD = "GetContainerEvents"
-_EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # the stubs lack it; grpc has it
 
 ErrorMapper = Callable[[grpc.StatusCode | None, str], CRIError]
 """The runtime's reading of a failed stream call (its status code and details): the podcache
@@ -158,11 +157,6 @@ def _event(url: str, response: object, sink: SandboxSink | None = None) -> Conta
     raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message's bytes")
 
 
-def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
-    """A failed call's status code and details."""
-    return error.code(), error.details() or ""
-
-
 def _ended_by_server(code: grpc.StatusCode | None, details: str) -> bool:
     """Whether a stream's final status is the runtime closing the subscription on purpose
     (containerd 2.x: UNAVAILABLE, "container events subscription closed by server"), an end
@@ -178,15 +172,16 @@ class ContainerEventStream:
     """
 
     def __init__(
-        self, url: str, start: Callable[[], Any], error: ErrorMapper, confirm: float
+        self, url: str, start: Callable[[], StreamCall], error: ErrorMapper, confirm: float
     ) -> None:
         self._url = url
         self._start = start
         self._error = error
         self._confirm = confirm
-        self._call: Any = None
+        self._call: StreamCall | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._reading = False
         self.connected = False
         """Whether the call was made on a connected channel (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
@@ -206,12 +201,12 @@ class ContainerEventStream:
         with self._lock:
             if self._closed:
                 call.cancel()
+                call.close()
                 return
             self._call = call
-        ended = threading.Event()
-        call.add_done_callback(lambda _: ended.set())
-        if ended.wait(self._confirm) and not self._closed:
-            code, details = call.code(), call.details() or ""
+        ended = call.confirm(self._confirm)
+        if ended is not None and not self._closed:
+            code, details = ended
             if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
                 raise self._error(code, details) from None
 
@@ -221,23 +216,43 @@ class ContainerEventStream:
     def __next__(self) -> ContainerEvent:
         if self._call is None:
             self.open()
-        if self._closed:
-            raise StopIteration
+        with self._lock:
+            call = self._call
+            if self._closed or call is None:
+                raise StopIteration
+            self._reading = True
         try:
-            response = next(self._call)
-        except grpc.RpcError as e:
-            if self._closed or _ended_by_server(*_failure(e)):
+            response = call.next_message()
+        except CallFailedError as e:
+            self._done_reading(call)
+            call.close()  # the call is over: its connection too
+            if self._closed or _ended_by_server(e.code, e.details):
                 raise StopIteration from None
-            raise self._error(*_failure(e)) from e
+            raise self._error(e.code, e.details) from e
+        if self._done_reading(call) or response is None:
+            call.close()
+            raise StopIteration
         return _event(self._url, response, self.sandbox_sink)
+
+    def _done_reading(self, call: StreamCall) -> bool:
+        """After a read: whether the stream was closed meanwhile (its connection is then
+        closed here, by the reading thread, never under a read)."""
+        with self._lock:
+            self._reading = False
+            closed = self._closed
+        if closed:
+            call.close()
+        return closed
 
     def close(self) -> None:
         """End the stream; an iteration in progress stops. Idempotent."""
         with self._lock:
             self._closed = True
-            call = self._call
+            call, reading = self._call, self._reading
         if call is not None:
             call.cancel()
+            if not reading:
+                call.close()
 
     def __enter__(self) -> Self:
         return self
