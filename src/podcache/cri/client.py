@@ -23,6 +23,9 @@ here is the connection discipline and the error story:
   was down long enough for gRPC to wait seconds between attempts, and is back), the channel is
   replaced by a fresh one, which connects at once: the call never waits for a reconnect timer
   that may fire after its deadline. Calls still waiting on the old channel go on on the new one;
+- the thread getter's filtered list calls (one pod, one ID) and the event stream are made on
+  podcache's own HTTP/2 client (``http2``; docs/architecture.md §7 rule 6), whose failures
+  are mapped by the same table;
 - a call that reaches its deadline is followed by one short probe of the endpoint (a plain
   connect that sends the HTTP/2 preface) to say what is wrong: nothing there, nobody
   listening, something that is not gRPC, or a runtime that is up but does not answer.

@@ -1,12 +1,13 @@
 """GetContainerEvents as an iterator (threads) and an async iterator (asyncio); no channel logic.
 
 ``CRIRuntime.container_events()`` and ``AsyncCRIRuntime.container_events()`` return these
-streams; the runtimes open the gRPC call (on their current channel) and say what a gRPC failure
-means, this module turns the call into checked ``ContainerEvent`` values.
+streams; the runtimes open the call (an ``http2.StreamCall`` on a connection of its own,
+docs/architecture.md §7 rule 6) and say what a failed status means, this module turns the
+call into checked ``ContainerEvent`` values.
 
 Rules:
 
-- A stream is *open* once its call, made on a connected (READY) channel, has stayed alive for
+- A stream is *open* once its call, made on a connection the runtime accepted, has stayed alive for
   ``CONFIRM_SECONDS``: gRPC acknowledges nothing, and containerd sends nothing until the first
   change, so this is the only sign that the runtime took the subscription. A call that fails
   within that time fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at
@@ -24,12 +25,12 @@ Rules:
   characters of ``[A-Za-z0-9_.+-]`` (a container ID is required; the pod UID too), a
   ``created_at`` that is not negative. A response that breaks a rule ends the stream with
   ``RuntimeProtocolError``.
-- The receive limit: an event message is at most the channel's ``MAX_RECEIVE_MESSAGE_BYTES``
+- The receive limit: an event message is at most ``MAX_RECEIVE_MESSAGE_BYTES``
   (16 MiB, the list calls' limit too; a legitimate pod's labels and annotations make a sandbox
   status of about 1.5 MB). A larger one fails the stream (RESOURCE_EXHAUSTED): the cache
   resubscribes with its backoff and relists, within its event budget.
-- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (a
-  sync call on the runtime's list channel) in a thread of its own, which receives, reads and
+- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (the
+  sync stream of the runtime's list caller) in a thread of its own, which receives, reads and
   checks every message and hands the loop only the finished ``ContainerEvent``. The thread
   reads the runtime promptly whatever the loop does (containerd 2.x blocks delivery to every
   subscriber while one reads slowly): up to ``MAX_PENDING_EVENTS`` events wait for the loop;

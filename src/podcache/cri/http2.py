@@ -74,7 +74,9 @@ __all__ = [
 MAX_FRAME_BYTES = 16_384
 """Largest frame payload accepted: HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which it keeps."""
 MAX_HEADER_BLOCK = 64 * 1024
-"""Largest header block (HEADERS and CONTINUATION payloads, and its decoded header list)."""
+"""Largest header block (HEADERS and CONTINUATION payloads); its decoded header list may be
+twice that (hpack's count: names, values and 32 bytes a header), which also bounds a block
+of indexed fields that each name a big table entry."""
 STREAM_WINDOW = 32 * 1024 * 1024
 """The flow-control window each stream gives the runtime: two messages at the receive limit."""
 CONNECTION_WINDOW = 64 * 1024 * 1024
@@ -182,7 +184,7 @@ def _keeps_table(block: bytes) -> bool:
             if pos >= end:
                 return False
             size, pos = _integer_end(block, pos, 7)
-            pos += max(size, end)  if size < 0 else size
+            pos += max(size, end) if size < 0 else size
         if index < 0 or pos > end:
             return False
     return True
@@ -268,6 +270,7 @@ class _Stream:
     """One call's state on a connection: its answer as it arrives."""
 
     method: str
+    send_window: int = _DEFAULT_WINDOW
     headers_seen: bool = False
     pending: bytearray = field(default_factory=bytearray)
     messages: deque[bytes] = field(default_factory=deque)
@@ -329,7 +332,7 @@ class Connection:
     def __init__(self, endpoint: Endpoint, connect_timeout: float | None) -> None:
         self._sock = _connect(endpoint, connect_timeout)
         self._authority = _authority(endpoint)
-        self._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_BLOCK)
+        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
         self._decoded_blocks: dict[bytes, dict[bytes, bytes]] = {}
         self._inbox = bytearray()
         self._start = 0
@@ -360,19 +363,26 @@ class Connection:
 
     # -- the calls ---------------------------------------------------------------------------
     def call_all(self, requests: Sequence[tuple[str, bytes]], deadline: float) -> list[list[bytes]]:
-        """Each request's answer messages, in order; the requests are sent together (as many
-        at once as the runtime allows). ``CallFailedError`` for the first that failed."""
+        """Each request's answer messages, in order; the requests are sent together, in one
+        write (as many at once as the runtime allows). ``CallFailedError`` for the first that
+        failed."""
         answers: list[list[bytes]] = []
         batch = max(1, min(len(requests), self._peer_max_streams))
         for first in range(0, len(requests), batch):
+            out = bytearray()
             part = requests[first : first + batch]
-            ids = [self._open(method, body, deadline) for method, body in part]
+            ids = [self._open(method, body, deadline, out) for method, body in part]
+            if out:
+                self._send(bytes(out), deadline)
             answers.extend(self._finish(ids, deadline))
         return answers
 
     def stream(self, method: str, body: bytes) -> StreamCall:
         """Start a server-streaming call; its answers are read through the ``StreamCall``."""
-        stream_id = self._open(method, body, None)
+        out = bytearray()
+        stream_id = self._open(method, body, None, out)
+        if out:
+            self._send(bytes(out))
         return StreamCall(self, stream_id)
 
     def answered(self) -> bool:
@@ -391,24 +401,32 @@ class Connection:
             self._sock.shutdown(socket.SHUT_RDWR)
 
     # -- sending -----------------------------------------------------------------------------
-    def _open(self, method: str, body: bytes, deadline: float | None) -> int:
-        """Send one call's headers and request message; its stream ID."""
+    def _open(self, method: str, body: bytes, deadline: float | None, out: bytearray) -> int:
+        """Open one call: its headers and request message appended to ``out`` (sent by the
+        caller), or, when the runtime's windows do not take the message yet, ``out`` and the
+        headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
         if self._next_id > _LAST_STREAM_ID or self._going_away is not None:
             raise CallFailedError(grpc.StatusCode.UNAVAILABLE, "the connection is used up", method)
         stream_id = self._next_id
         self._next_id += 2
-        self._streams[stream_id] = _Stream(method)
+        stream = self._streams[stream_id] = _Stream(method, send_window=self._peer_stream_window)
         block = _request_headers(_SERVICE + method, self._authority)
         if deadline is not None:
             block += _grpc_timeout(deadline - time.monotonic())
-        if len(block) > MAX_FRAME_BYTES:
-            raise ValueError(f"the request headers of {method} do not fit one frame")
         message = b"\x00" + struct.pack(">I", len(body)) + body
-        while len(message) > min(self._send_window, self._peer_stream_window, MAX_FRAME_BYTES):
-            self._take(self._next_frame(deadline, method))  # wait for the runtime's window
+        if len(block) > MAX_FRAME_BYTES or len(message) > MAX_FRAME_BYTES:
+            raise ValueError(f"the request of {method} does not fit one frame")
+        out += _frame(_HEADERS, _END_HEADERS, stream_id, block)
+        if len(message) > min(self._send_window, stream.send_window):
+            self._send(bytes(out), deadline, method)
+            out.clear()
+            while len(message) > min(self._send_window, stream.send_window):
+                if stream.status is not None:
+                    raise CallFailedError(*stream.status, method)
+                self._take(self._next_frame(deadline, method))
         self._send_window -= len(message)
-        headers = _frame(_HEADERS, _END_HEADERS, stream_id, block)
-        self._send(headers + _frame(_DATA, _END_STREAM, stream_id, message), deadline, method)
+        stream.send_window -= len(message)
+        out += _frame(_DATA, _END_STREAM, stream_id, message)
         return stream_id
 
     def _send(self, data: bytes, deadline: float | None = None, method: str = "") -> None:
@@ -514,6 +532,8 @@ class Connection:
         for offset in range(0, len(frame.payload), 6):
             key, value = struct.unpack_from(">HI", frame.payload, offset)
             if key == _SETTING_WINDOW:
+                for stream in self._streams.values():  # RFC 9113 §6.9.2: by the difference
+                    stream.send_window += value - self._peer_stream_window
                 self._peer_stream_window = value
             elif key == _SETTING_MAX_STREAMS:
                 self._peer_max_streams = value
@@ -528,8 +548,11 @@ class Connection:
     def _on_window_update(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
             raise self._violation("a malformed WINDOW_UPDATE frame")
+        increment = int.from_bytes(frame.payload) & _LAST_STREAM_ID
         if frame.stream == 0:
-            self._send_window += int.from_bytes(frame.payload) & _LAST_STREAM_ID
+            self._send_window += increment
+        elif (stream := self._streams.get(frame.stream)) is not None:
+            stream.send_window += increment
 
     def _on_goaway(self, frame: _Frame) -> None:
         if frame.stream != 0 or len(frame.payload) < 8:
