@@ -126,8 +126,11 @@ def fake_runtime(sock_dir: str, script: Callable[[FakePeer], None]) -> Iterator[
     connections: list[socket.socket] = []
 
     def serve(conn: socket.socket) -> None:
+        conn.settimeout(20)  # a client that stalls the fake fails the test, never hangs it
         try:
             script(FakePeer(conn))
+        except TimeoutError as error:
+            failures.append(error)
         except (EOFError, OSError):
             pass
         except BaseException as error:  # reported to the test
