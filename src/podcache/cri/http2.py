@@ -24,7 +24,9 @@ Rules:
   the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (what it advertises), a header block of at
   most ``MAX_HEADER_BLOCK`` bytes (HEADERS and its CONTINUATIONs), a message of at most
-  ``MAX_RECEIVE_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit), every blocking
+  ``MAX_RECEIVE_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit), one message
+  in a unary answer (a second is a violation; a stream's are taken one at a time, so at most
+  one frame's worth wait), every blocking
   read and write under the call's deadline (a stream's reads wait without one; its writes have
   ``SEND_TIMEOUT``).
 - **Outcomes.** Every failure is a ``CallFailedError`` with a ``grpc.StatusCode`` and details, the
@@ -270,6 +272,7 @@ class _Stream:
     """One call's state on a connection: its answer as it arrives."""
 
     method: str
+    unary: bool = False
     send_window: int = _DEFAULT_WINDOW
     headers_seen: bool = False
     pending: bytearray = field(default_factory=bytearray)
@@ -371,7 +374,7 @@ class Connection:
         for first in range(0, len(requests), batch):
             out = bytearray()
             part = requests[first : first + batch]
-            ids = [self._open(method, body, deadline, out) for method, body in part]
+            ids = [self._open(method, body, deadline, out, unary=True) for method, body in part]
             if out:
                 self._send(bytes(out), deadline)
             answers.extend(self._finish(ids, deadline))
@@ -401,7 +404,15 @@ class Connection:
             self._sock.shutdown(socket.SHUT_RDWR)
 
     # -- sending -----------------------------------------------------------------------------
-    def _open(self, method: str, body: bytes, deadline: float | None, out: bytearray) -> int:
+    def _open(
+        self,
+        method: str,
+        body: bytes,
+        deadline: float | None,
+        out: bytearray,
+        *,
+        unary: bool = False,
+    ) -> int:
         """Open one call: its headers and request message appended to ``out`` (sent by the
         caller), or, when the runtime's windows do not take the message yet, ``out`` and the
         headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
@@ -409,7 +420,8 @@ class Connection:
             raise CallFailedError(grpc.StatusCode.UNAVAILABLE, "the connection is used up", method)
         stream_id = self._next_id
         self._next_id += 2
-        stream = self._streams[stream_id] = _Stream(method, send_window=self._peer_stream_window)
+        stream = _Stream(method, unary=unary, send_window=self._peer_stream_window)
+        self._streams[stream_id] = stream
         block = _request_headers(_SERVICE + method, self._authority)
         if deadline is not None:
             block += _grpc_timeout(deadline - time.monotonic())
@@ -647,6 +659,8 @@ class Connection:
                 )
             if len(pending) < 5 + size:
                 return
+            if stream.unary and stream.messages:  # bounds what a unary answer may hold
+                raise self._violation(f"a second message in the answer of {stream.method}")
             stream.messages.append(bytes(pending[5 : 5 + size]))
             del pending[: 5 + size]
 

@@ -492,6 +492,19 @@ def test_a_message_past_the_receive_limit_is_resource_exhausted(sock_dir: str, e
             assert [len(m) for m in one_call(where, timeout=60)] == [size]
 
 
+def test_a_unary_answer_holds_one_message_and_a_second_is_a_violation(sock_dir: str) -> None:
+    def raw(peer: FakePeer, stream: int) -> None:
+        peer.headers(stream, OK_HEADERS)
+        peer.send(frame(DATA, 0, stream, message(b"one") + message(b"two")))
+        peer.headers(stream, [("grpc-status", "0")], end=True)
+
+    with (
+        fake_runtime(sock_dir, _answer_with(raw)) as where,
+        pytest.raises(WireViolationError, match="second message"),
+    ):
+        one_call(where)
+
+
 def test_a_compressed_message_is_a_violation(sock_dir: str) -> None:
     def raw(peer: FakePeer, stream: int) -> None:
         peer.headers(stream, OK_HEADERS)
