@@ -268,12 +268,17 @@ class CRIHarness:
         return record
 
     def stop_pod(self, sandbox: SandboxRecord) -> None:
-        """StopPodSandbox: the sandbox turns NOTREADY and every container in it EXITED."""
+        """StopPodSandbox: the sandbox turns NOTREADY and every container in it EXITED.
+
+        Returns once the runtime reports the sandbox NOTREADY: containerd 2.x's StopPodSandbox
+        returns before it does (its exit monitor sets the state, then sends the STOPPED
+        event), so a listing made as the call returns may still show it READY."""
         self.runtime.StopPodSandbox(
             api_pb2.StopPodSandboxRequest(pod_sandbox_id=sandbox.id),
             timeout=self.timeout,
             wait_for_ready=True,
         )
+        self.wait_sandbox_state(sandbox.id, SANDBOX_NOTREADY)
         sandbox.state = SANDBOX_NOTREADY
         for c in self.containers.values():
             if c.sandbox_id == sandbox.id and c.state == CONTAINER_RUNNING:
@@ -379,6 +384,24 @@ class CRIHarness:
             wait_for_ready=True,
         )
         container.state = CONTAINER_RUNNING
+
+    def wait_sandbox_state(self, sandbox_id: str, state: int, timeout: float = 10.0) -> None:
+        """Wait until the runtime reports the sandbox in ``state`` (PodSandboxStatus)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.runtime.PodSandboxStatus(
+                api_pb2.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id),
+                timeout=self.timeout,
+                wait_for_ready=True,
+            ).status
+            if status.state == state:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"sandbox {sandbox_id} still in state "
+                    f"{api_pb2.PodSandboxState.Name(status.state)} after {timeout} s"
+                )
+            time.sleep(0.005)
 
     def wait_exited(self, container: ContainerRecord, timeout: float = 10.0) -> int:
         """Wait until the runtime reports the container EXITED; return its exit code."""
