@@ -98,9 +98,10 @@ def node_main(pods: int, socket_path: str) -> int:
             op = command["op"]
             reply: dict[str, Any] = {}
             if op == "create":
-                reply["uid"] = sim.population.create_pod(PodShape.RUNNING)[0]
+                reply["uid"], made = sim.population.create_pod(PodShape.RUNNING)
+                reply["events"] = len(made)
             elif op == "remove":
-                sim.population.remove_pod(command["uid"])
+                reply["events"] = len(sim.population.remove_pod(command["uid"]))
             elif op == "crash":
                 sim.population.crash_container(command["uid"])
             elif op == "shape":
