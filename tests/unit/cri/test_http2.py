@@ -220,7 +220,7 @@ frames_around = st.lists(
     extras=frames_around,
     write_sizes=st.integers(1, 600),
 )
-def test_an_answer_split_into_any_frames_and_writes_is_read_whole(  # noqa: PLR0917
+def test_an_answer_split_into_any_frames_and_writes_is_read_whole(  # noqa: PLR0917 -- one argument per strategy
     sock_dir: str,
     body: bytes,
     cuts: list[int],
