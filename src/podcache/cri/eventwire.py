@@ -13,12 +13,14 @@ none for the container statuses, which are skipped whole. Two implementations, o
 - the C extension's (``podcache.cri._wire``, when it is built: ``EVENT_READER == "c"``): a scan
   that touches no Python object records the values and the offsets of the strings read, then
   the strs are built. The scan of an input of at least 64 KiB of bytes (or a memoryview of
-  bytes) runs with the GIL released, so a 16 MiB event stops no other thread; a smaller one
-  (a few microseconds at most) keeps it, as retaking it can cost a switch interval (5 ms);
+  bytes) runs with the GIL released, so a 16 MiB event (about 12 ms) stops no other thread.
+  A smaller input keeps the GIL, as retaking it can cost a switch interval (5 ms): a real
+  event of a few KB takes under 1 us, the densest 64 KiB (two-byte fields) about 150 us. So
+  does a mutable buffer (a bytearray), which could change under a scan without the GIL;
 - the Python one (``event_fields_python``, ``status_fields_python``), where the extension is
-  not built, and the reference the C one is held to (tests/unit/cri/test_eventwire.py: equal
+  not built, and the reference the C one is held to (tests/unit/cri/test_eventwire_c.py: equal
   results and equal error messages on every input tested). It hands the GIL over like any
-  Python code. About 45 us per real event against under 1 us for the C one
+  Python code, every switch interval. 25-45 us per real event, 35 to 40 times the C one's
   (benchmarks/bench_eventwire.py).
 
 ``event_fields(data)`` returns ``EventFields`` as protobuf would decode them from ``data``:

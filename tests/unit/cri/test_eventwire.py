@@ -9,6 +9,7 @@ test_eventwire_c.py holds the C reader to the Python one, error messages include
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -17,6 +18,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podcache.cri import eventwire
 from podcache.cri.eventstream import event_from, event_from_bytes
 from podcache.cri.eventwire import (
     EVENT_READER,
@@ -287,3 +289,23 @@ def test_an_ip_that_is_not_utf8_is_kept_as_text_to_be_dropped_not_a_broken_answe
     for read in STATUS_READERS.values():
         fields = read(data)
         assert fields.sandbox_id == "s" and fields.ip == "\ufffd("
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="only CI insists on the C reader")
+def test_ci_reads_events_with_the_c_reader() -> None:
+    assert EVENT_READER == "c", "podcache.cri._wire did not compile: see scripts/setup's output"
+
+
+def test_without_the_c_extension_eventwire_reads_with_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    status = pb.PodSandboxStatus(id="s", metadata=pb.PodSandboxMetadata(uid="u"))
+    data = pb.ContainerEventResponse(
+        container_id="c", pod_sandbox_status=status
+    ).SerializeToString()
+    answer = pb.PodSandboxStatusResponse(status=status).SerializeToString()
+    monkeypatch.setattr(eventwire, "_C_READER", None)
+    assert event_fields(data) == event_fields_python(data) == EventFields(0, "c", 0, "s", "u")
+    assert status_fields(answer) == EventFields(0, "", 0, "s", "u")
+    with pytest.raises(EventWireError, match="past the end"):
+        event_fields(b"\x0a\x05abc")

@@ -345,6 +345,19 @@ def test_padded_and_over_long_varints(padding: int, where: str) -> None:
         assert outcome == ("fields", EventFields(3, "c", -5, "s", "", 1, network_mode=2))
 
 
+@pytest.mark.parametrize("value", [2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1])
+def test_int32_fields_keep_their_low_32_bits_signed_and_int64_its_64(value: int) -> None:
+    low32 = value & 0xFFFFFFFF
+    as_int32 = low32 - 2**32 if low32 >= 2**31 else low32
+    as_int64 = value - 2**64 if value >= 2**63 else value
+    options = length_field(2, tag(1, 0) + varint(value))
+    sandbox = tag(3, 0) + varint(value) + length_field(6, length_field(1, options))
+    data = tag(2, 0) + varint(value) + tag(3, 0) + varint(value) + length_field(4, sandbox)
+    expected = EventFields(as_int32, "", as_int64, "", "", as_int32, network_mode=as_int32)
+    assert _assert_alike(data) == ("fields", expected)
+    assert _reference(data) == expected
+
+
 def test_a_tenth_varint_byte_keeps_only_its_lowest_bit() -> None:
     data = tag(3, 0) + b"\xff" * 9 + b"\x7f"
     assert _assert_alike(data) == ("fields", EventFields(0, "", -1, "", ""))
