@@ -29,6 +29,10 @@ NOT_ERRORS = {
     "MalformedListingError at the boundary",
     "podcache.cri.eventwire.EventWireError": "the event reader's own; eventstream raises it "
     "as a RuntimeProtocolError naming the endpoint",
+    "podcache.cri.http2.CallFailedError": "the HTTP/2 client's status of a failed call; the "
+    "caller maps it (failures) to the CRIError of that status, naming the endpoint",
+    "podcache.cri.http2.WireViolationError": "a CallFailedError; mapped to a "
+    "RuntimeProtocolError naming the endpoint",
 }
 """Exception classes outside the tree, and why."""
 

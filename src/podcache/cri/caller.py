@@ -14,14 +14,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
-from podcache.cri.channels import _CORE_BACKING_OFF, _CORE_READY, _METHODS, _Line, _Methods
-from podcache.cri.diagnosis import _probe, _probe_budget, _unreachable
+from podcache.cri.channels import (
+    _CORE_BACKING_OFF,
+    _CORE_READY,
+    _EVENTS_METHOD,
+    _METHODS,
+    _Line,
+    _Methods,
+)
+from podcache.cri.diagnosis import _os_reason, _probe, _probe_budget, _unreachable
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import CONFIRM_SECONDS, ContainerEventStream
 from podcache.cri.failures import (
@@ -30,15 +38,23 @@ from podcache.cri.failures import (
     _deadline_error,
     _events_error,
     _rpc_error,
+    _status_error,
+)
+from podcache.cri.http2 import (
+    CallFailedError,
+    Connection,
+    ConnectionPool,
+    StreamCall,
+    WireViolationError,
 )
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION
 from podcache.cri.values import RuntimeVersion, _version_from
-from podcache.errors import CRIError, RuntimeUnavailableError
+from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 
 __all__ = ["Invoke", "SyncCaller"]
 
-_NOT_CONNECTED = "no connection for GetContainerEvents within {:g} s"
+_EVENTS_REQUEST = pb.GetEventsRequest().SerializeToString()
 
 _R = TypeVar("_R")
 
@@ -79,6 +95,8 @@ class SyncCaller:
         self.closed = False
         self.line = _Line(endpoint, methods)
         """The channel calls are made on now (replaced in reconnect backoff)."""
+        self._streams: weakref.WeakSet[StreamCall] = weakref.WeakSet()
+        self._pool = ConnectionPool(endpoint)
 
     def check_open(self) -> None:
         if self.closed:
@@ -129,6 +147,37 @@ class SyncCaller:
                 raise error from e
             return _answer(self._url, method, result, response), line
 
+    def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
+        """Each request's answer bytes, the calls made together on a connection of the pool
+        (``http2``, docs/architecture.md §7 rule 6): the filtered list calls of one pod or one
+        ID, whose cost must be the pod's. Failures are mapped as ``call``'s are."""
+        self.check_open()
+        wire = [(method, request.SerializeToString()) for method, request in requests]
+        try:
+            answers = self._pool.call_all(wire, self._timeout)
+        except OSError as failure:
+            raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+        except CallFailedError as failure:
+            raise self._failed(failure) from failure
+        for (method, _), messages in zip(requests, answers, strict=True):
+            if len(messages) != 1:
+                raise RuntimeProtocolError(
+                    self._url, f"its {method} answer is {len(messages)} messages, not one"
+                )
+        return [messages[0] for messages in answers]
+
+    def _failed(self, failure: CallFailedError) -> CRIError:
+        """The podcache error of a failed ``pod_calls`` call."""
+        if isinstance(failure, WireViolationError):
+            return RuntimeProtocolError(
+                self._url, f"its {failure.method} answer broke HTTP/2 or gRPC: {failure.details}"
+            )
+        error = _status_error(self._endpoint, failure.method, failure.code, failure.details)
+        if error is None:
+            probe = _probe(self._endpoint, _probe_budget(self._timeout))
+            error = _deadline_error(self._url, failure.method, self._timeout, probe)
+        return error
+
     def version(self) -> RuntimeVersion:
         """The runtime's Version answer: asked once per channel, then remembered.
 
@@ -153,35 +202,30 @@ class SyncCaller:
         return bool(self.line.state(False) == _CORE_BACKING_OFF)
 
     def container_events(self) -> ContainerEventStream:
-        """The GetContainerEvents stream on this caller's channel (``CRIRuntime``'s)."""
+        """The GetContainerEvents stream, on a connection of its own (``http2``: grpcio's
+        streaming costs several times the CPU per event). ``close()`` cancels it."""
         self.check_open()
-        holder: list[_Line] = []
 
-        def start() -> Any:
+        def start() -> StreamCall:
             self.check_open()
-            line = self.line
-            if line.state(False) != _CORE_READY:
-                line = self._connected(self._usable(line))
-            holder.append(line)
-            return line.events(pb.GetEventsRequest(), wait_for_ready=False)
+            try:
+                connection = Connection(self._endpoint, self._timeout)
+                call = connection.stream(_EVENTS_METHOD, _EVENTS_REQUEST)
+            except OSError as failure:
+                raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+            except CallFailedError as failure:
+                raise error(failure.code, failure.details) from None
+            with self._swap_lock:
+                closed = self.closed
+                self._streams.add(call)
+            if closed:
+                call.cancel()
+            return call
 
         def error(code: grpc.StatusCode | None, details: str) -> CRIError:
-            return _events_error(self._endpoint, bool(holder) and holder[-1].retired, code, details)
+            return _events_error(self._endpoint, self.closed, code, details)
 
         return ContainerEventStream(self._url, start, error, CONFIRM_SECONDS)
-
-    def _connected(self, line: _Line) -> _Line:
-        """``line`` once READY (a stream must not be taken for open while it is connecting);
-        ``RuntimeUnavailableError`` when it fails to connect or takes longer than the timeout."""
-        deadline = time.monotonic() + self._timeout
-        while (state := line.state(True)) != _CORE_READY:
-            if state == _CORE_BACKING_OFF or time.monotonic() > deadline:
-                problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
-                raise RuntimeUnavailableError(
-                    self._url, problem or _NOT_CONNECTED.format(self._timeout)
-                )
-            time.sleep(0.002)
-        return line
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
@@ -189,4 +233,8 @@ class SyncCaller:
             if self.closed:
                 return
             self.closed = True
+            streams = list(self._streams)
         self.line.close()
+        self._pool.close()
+        for call in streams:
+            call.cancel()

@@ -121,7 +121,7 @@ class _Line:
     ``retired``: replaced by a fresh channel, or closed.
     """
 
-    __slots__ = ("channel", "events", "retired", "rpcs", "state", "version")
+    __slots__ = ("channel", "retired", "rpcs", "state", "version")
 
     def __init__(self, endpoint: Endpoint, methods: _Methods | None = None) -> None:
         self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -133,12 +133,6 @@ class _Line:
             )
             for method, (request, decode) in (methods or _METHODS).items()
         }
-        # Its answers stay bytes: eventstream reads them (eventwire), off any event loop.
-        self.events = self.channel.unary_stream(
-            _SERVICE + _EVENTS_METHOD,
-            request_serializer=pb.GetEventsRequest.SerializeToString,
-            response_deserializer=None,
-        )
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
         self.retired = False

@@ -23,6 +23,9 @@ here is the connection discipline and the error story:
   was down long enough for gRPC to wait seconds between attempts, and is back), the channel is
   replaced by a fresh one, which connects at once: the call never waits for a reconnect timer
   that may fire after its deadline. Calls still waiting on the old channel go on on the new one;
+- the thread getter's filtered list calls (one pod, one ID) and the event stream are made on
+  podcache's own HTTP/2 client (``http2``; docs/architecture.md §7 rule 6), whose failures
+  are mapped by the same table;
 - a call that reaches its deadline is followed by one short probe of the endpoint (a plain
   connect that sends the HTTP/2 preface) to say what is wrong: nothing there, nobody
   listening, something that is not gRPC, or a runtime that is up but does not answer.
@@ -45,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -61,7 +65,7 @@ from podcache.cri.channels import (
     _cancelled_by_caller,
     channel_options,
 )
-from podcache.cri.convert import Listing, Memo
+from podcache.cri.convert import Listing, Memo, read_containers, read_sandboxes
 from podcache.cri.converter import (
     READ_PIECE_BYTES,
     _converted,
@@ -73,7 +77,13 @@ from podcache.cri.diagnosis import _probe_async, _probe_budget, _unreachable_asy
 from podcache.cri.endpoint import resolve_endpoint
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 from podcache.cri.eventwire import EventFields
-from podcache.cri.failures import _answer, _closed_error, _deadline_error, _rpc_error
+from podcache.cri.failures import (
+    _answer,
+    _closed_error,
+    _deadline_error,
+    _not_cri_message,
+    _rpc_error,
+)
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
 from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader
 from podcache.cri.proto import api_pb2 as pb
@@ -92,7 +102,7 @@ from podcache.cri.values import (
     _status_from,
     _version_from,
 )
-from podcache.errors import RuntimeUnavailableError
+from podcache.errors import MalformedListingError, RuntimeProtocolError, RuntimeUnavailableError
 from podcache.model import Pod, PodList
 
 __all__ = [
@@ -113,6 +123,14 @@ DEFAULT_TIMEOUT = 2.0
 """Seconds allowed for each call (crictl's default)."""
 
 _R = TypeVar("_R")
+
+
+def _read_answer(url: str, method: str, read: Callable[[bytes], Listing], data: bytes) -> Listing:
+    """A list answer's bytes, read; ``RuntimeProtocolError`` when they are not one."""
+    try:
+        return read(data)
+    except MalformedListingError:
+        raise RuntimeProtocolError(url, _not_cri_message(method)) from None
 
 
 def _check_timeout(timeout: float) -> float:
@@ -218,6 +236,20 @@ class CRIRuntime(_Base):
         containers, _ = self._caller.call("ListContainers", container_request, Listing)
         return sandboxes, containers
 
+    def _filtered_listings(
+        self, sandbox_request: pb.ListPodSandboxRequest, container_request: pb.ListContainersRequest
+    ) -> tuple[Listing, Listing]:
+        """``_listings`` of a filter that names one pod or one ID: both calls at once on a
+        connection of the caller's pool (docs/architecture.md §7 rule 6), read by the same
+        reader as a node's listing."""
+        answers = self._caller.pod_calls(
+            (("ListPodSandbox", sandbox_request), ("ListContainers", container_request))
+        )
+        return (
+            _read_answer(self.endpoint, "ListPodSandbox", read_sandboxes, answers[0]),
+            _read_answer(self.endpoint, "ListContainers", read_containers, answers[1]),
+        )
+
     def get_pods(self, all: bool = False) -> PodList:
         """The node's pods: running ones (ready sandboxes, running containers), or all."""
         runtime_name = self.version().runtime_name
@@ -232,7 +264,7 @@ class CRIRuntime(_Base):
         reader). Its cost is that pod's, not the node's. The listing memo is left alone."""
         _check_uid(uid)
         runtime_name = self.version().runtime_name
-        sandboxes, containers = self._listings(*_pod_requests(uid, all))
+        sandboxes, containers = self._filtered_listings(*_pod_requests(uid, all))
         listing = self._networks.begin(full=False)
         pods = _converted(runtime_name, sandboxes, containers, None, listing)
         return self._statuses.complete(pods, listing, full=False).by_uid(uid)
@@ -242,7 +274,7 @@ class CRIRuntime(_Base):
         runtime lists it now (any state): ListPodSandbox and ListContainers filtered by that
         ID. None when the runtime lists no such item."""
         runtime_name = self.version().runtime_name
-        sandboxes, containers = self._listings(*_id_requests(ident))
+        sandboxes, containers = self._filtered_listings(*_id_requests(ident))
         return _owner_of(_converted(runtime_name, sandboxes, containers, None), ident)
 
     def container_events(self) -> ContainerEventStream:

@@ -1,12 +1,13 @@
 """GetContainerEvents as an iterator (threads) and an async iterator (asyncio); no channel logic.
 
 ``CRIRuntime.container_events()`` and ``AsyncCRIRuntime.container_events()`` return these
-streams; the runtimes open the gRPC call (on their current channel) and say what a gRPC failure
-means, this module turns the call into checked ``ContainerEvent`` values.
+streams; the runtimes open the call (an ``http2.StreamCall`` on a connection of its own,
+docs/architecture.md §7 rule 6) and say what a failed status means, this module turns the
+call into checked ``ContainerEvent`` values.
 
 Rules:
 
-- A stream is *open* once its call, made on a connected (READY) channel, has stayed alive for
+- A stream is *open* once its call, made on a connection the runtime accepted, has stayed alive for
   ``CONFIRM_SECONDS``: gRPC acknowledges nothing, and containerd sends nothing until the first
   change, so this is the only sign that the runtime took the subscription. A call that fails
   within that time fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at
@@ -24,12 +25,12 @@ Rules:
   characters of ``[A-Za-z0-9_.+-]`` (a container ID is required; the pod UID too), a
   ``created_at`` that is not negative. A response that breaks a rule ends the stream with
   ``RuntimeProtocolError``.
-- The receive limit: an event message is at most the channel's ``MAX_RECEIVE_MESSAGE_BYTES``
+- The receive limit: an event message is at most ``MAX_RECEIVE_MESSAGE_BYTES``
   (16 MiB, the list calls' limit too; a legitimate pod's labels and annotations make a sandbox
   status of about 1.5 MB). A larger one fails the stream (RESOURCE_EXHAUSTED): the cache
   resubscribes with its backoff and relists, within its event budget.
-- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (a
-  sync call on the runtime's list channel) in a thread of its own, which receives, reads and
+- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (the
+  sync stream of the runtime's list caller) in a thread of its own, which receives, reads and
   checks every message and hands the loop only the finished ``ContainerEvent``. The thread
   reads the runtime promptly whatever the loop does (containerd 2.x blocks delivery to every
   subscriber while one reads slowly): up to ``MAX_PENDING_EVENTS`` events wait for the loop;
@@ -46,12 +47,12 @@ import re
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import grpc
-import grpc.aio
 
 from podcache.cri.eventwire import EventFields, EventWireError, event_fields
+from podcache.cri.http2 import CallFailedError, StreamCall
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
@@ -81,7 +82,6 @@ _EVENT_TYPES: dict[int, ContainerEventType] = {
 }
 _ID = re.compile(r"[A-Za-z0-9_.+-]+", re.ASCII)
 _METHOD = "GetContainerEvents"
-_EOF: object = grpc.aio.EOF  # type: ignore[attr-defined]  # the stubs lack it; grpc has it
 
 ErrorMapper = Callable[[grpc.StatusCode | None, str], CRIError]
 """The runtime's reading of a failed stream call (its status code and details): the podcache
@@ -158,11 +158,6 @@ def _event(url: str, response: object, sink: SandboxSink | None = None) -> Conta
     raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message's bytes")
 
 
-def _failure(error: grpc.RpcError) -> tuple[grpc.StatusCode | None, str]:
-    """A failed call's status code and details."""
-    return error.code(), error.details() or ""
-
-
 def _ended_by_server(code: grpc.StatusCode | None, details: str) -> bool:
     """Whether a stream's final status is the runtime closing the subscription on purpose
     (containerd 2.x: UNAVAILABLE, "container events subscription closed by server"), an end
@@ -178,15 +173,16 @@ class ContainerEventStream:
     """
 
     def __init__(
-        self, url: str, start: Callable[[], Any], error: ErrorMapper, confirm: float
+        self, url: str, start: Callable[[], StreamCall], error: ErrorMapper, confirm: float
     ) -> None:
         self._url = url
         self._start = start
         self._error = error
         self._confirm = confirm
-        self._call: Any = None
+        self._call: StreamCall | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._reading = False
         self.connected = False
         """Whether the call was made on a connected channel (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
@@ -206,12 +202,12 @@ class ContainerEventStream:
         with self._lock:
             if self._closed:
                 call.cancel()
+                call.close()
                 return
             self._call = call
-        ended = threading.Event()
-        call.add_done_callback(lambda _: ended.set())
-        if ended.wait(self._confirm) and not self._closed:
-            code, details = call.code(), call.details() or ""
+        ended = call.confirm(self._confirm)
+        if ended is not None and not self._closed:
+            code, details = ended
             if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
                 raise self._error(code, details) from None
 
@@ -221,23 +217,43 @@ class ContainerEventStream:
     def __next__(self) -> ContainerEvent:
         if self._call is None:
             self.open()
-        if self._closed:
-            raise StopIteration
+        with self._lock:
+            call = self._call
+            if self._closed or call is None:
+                raise StopIteration
+            self._reading = True
         try:
-            response = next(self._call)
-        except grpc.RpcError as e:
-            if self._closed or _ended_by_server(*_failure(e)):
+            response = call.next_message()
+        except CallFailedError as e:
+            self._done_reading(call)
+            call.close()  # the call is over: its connection too
+            if self._closed or _ended_by_server(e.code, e.details):
                 raise StopIteration from None
-            raise self._error(*_failure(e)) from e
+            raise self._error(e.code, e.details) from e
+        if self._done_reading(call) or response is None:
+            call.close()
+            raise StopIteration
         return _event(self._url, response, self.sandbox_sink)
+
+    def _done_reading(self, call: StreamCall) -> bool:
+        """After a read: whether the stream was closed meanwhile (its connection is then
+        closed here, by the reading thread, never under a read)."""
+        with self._lock:
+            self._reading = False
+            closed = self._closed
+        if closed:
+            call.close()
+        return closed
 
     def close(self) -> None:
         """End the stream; an iteration in progress stops. Idempotent."""
         with self._lock:
             self._closed = True
-            call = self._call
+            call, reading = self._call, self._reading
         if call is not None:
             call.cancel()
+            if not reading:
+                call.close()
 
     def __enter__(self) -> Self:
         return self

@@ -1,0 +1,805 @@
+"""podcache's own HTTP/2 client for the gRPC calls a pod change makes: the GetContainerEvents
+stream and the filtered list calls of one pod (docs/architecture.md §7 rule 6).
+
+Why not grpcio for these: its Python layer costs about 200 us of CPU per streamed message (a
+receive operation queued per message, a completion-queue thread and a condition handed between
+threads, gRPC core's event-engine threads) and about 280 us per unary call, and a pod change
+brings some seven events and two list calls. Here the thread that needs an answer reads it
+from its own socket: one ``recv`` and a few slices per message. grpcio keeps every other call
+(the full listings, Version, Status), so a node's listing and this client are held to the same
+conversion and compared by the tests.
+
+Rules:
+
+- **One thread per connection.** A ``Connection`` is used by one thread at a time; the
+  ``ConnectionPool`` lends its idle connections (at most ``MAX_IDLE`` kept) to the threads that
+  relist pods, and an event stream owns a connection of its own. ``StreamCall.cancel()`` is
+  the one call another thread may make: it shuts the socket down, and the reading thread sees
+  the call cancelled.
+- **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
+  compression asked for (a compressed message is a violation), request headers written as
+  literals (never indexed); answers' header blocks are decoded with ``hpack``. PINGs and
+  SETTINGS are acknowledged, flow control is kept both ways: the windows it gives the runtime
+  (``STREAM_WINDOW`` per stream, ``CONNECTION_WINDOW``) are given back as it reads, the ones
+  the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
+- **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (what it advertises), a header block of at
+  most ``MAX_HEADER_BLOCK`` bytes (HEADERS and its CONTINUATIONs), a message of at most
+  ``MAX_RECEIVE_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit), one message
+  in a unary answer (a second is a violation; a stream's are taken one at a time, so at most
+  one frame's worth wait), every blocking
+  read and write under the call's deadline (a stream's reads wait without one; its writes have
+  ``SEND_TIMEOUT``).
+- **Outcomes.** Every failure is a ``CallFailedError`` with a ``grpc.StatusCode`` and details, the
+  same codes ``failures`` maps for grpcio's calls: the trailers' grpc-status and grpc-message
+  (percent-decoded), an HTTP status other than 200 by gRPC's table, RST_STREAM by its error
+  code, GOAWAY and a lost connection UNAVAILABLE, the deadline DEADLINE_EXCEEDED. A runtime
+  that breaks HTTP/2 or gRPC framing is a ``WireViolationError`` (a ``CallFailedError``): the
+  connection is closed, never reused.
+- **Retry.** A pooled connection the runtime closed while it was idle (a restart) fails before
+  any answer arrives; the pool then makes the calls once more on a fresh connection (the list
+  calls only read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
+
+import grpc
+import hpack
+
+from podcache.cri.endpoint import Endpoint
+
+__all__ = [
+    "CONNECTION_WINDOW",
+    "MAX_FRAME_BYTES",
+    "MAX_HEADER_BLOCK",
+    "MAX_IDLE",
+    "SEND_TIMEOUT",
+    "STREAM_WINDOW",
+    "CallFailedError",
+    "Connection",
+    "ConnectionPool",
+    "StreamCall",
+    "WireViolationError",
+]
+
+MAX_FRAME_BYTES = 16_384
+"""Largest frame payload accepted: HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which it keeps."""
+MAX_HEADER_BLOCK = 64 * 1024
+"""Largest header block (HEADERS and CONTINUATION payloads); its decoded header list may be
+twice that (hpack's count: names, values and 32 bytes a header), which also bounds a block
+of indexed fields that each name a big table entry."""
+STREAM_WINDOW = 32 * 1024 * 1024
+"""The flow-control window each stream gives the runtime: two messages at the receive limit."""
+CONNECTION_WINDOW = 64 * 1024 * 1024
+"""The connection's flow-control window given to the runtime."""
+MAX_IDLE = 8
+"""Idle connections a pool keeps (one per relist worker: ``podrelists.MAX_IN_FLIGHT``)."""
+SEND_TIMEOUT = 10.0
+"""Seconds a write may wait for the runtime to read (a stream's acknowledgements)."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The receive limit of one gRPC message (``channels.MAX_RECEIVE_MESSAGE_BYTES``)."""
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE = 0, 1, 2, 3, 4, 5
+_PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 6, 7, 8, 9
+_END_STREAM = _ACK = 0x1
+_END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
+_SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
+_SETTING_MAX_FRAME, _SETTING_MAX_HEADER_LIST = 0x5, 0x6
+_DEFAULT_WINDOW = 65_535
+_LAST_STREAM_ID = 2**31 - 1
+_RECV_BYTES = 256 * 1024
+_COMPACT_AT = 1024 * 1024
+_SERVICE = "/runtime.v1.RuntimeService/"
+_DECODED_KEPT = 32
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+# gRPC's mapping of an HTTP status that is not 200 (doc/http-grpc-status-mapping.md).
+_HTTP_CODES = {
+    400: grpc.StatusCode.INTERNAL,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.UNIMPLEMENTED,
+    429: grpc.StatusCode.UNAVAILABLE,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.UNAVAILABLE,
+}
+# An RST_STREAM's error code as a status (gRPC's PROTOCOL.md); anything else is INTERNAL.
+_RESET_CODES = {
+    0x0: grpc.StatusCode.INTERNAL,
+    0x7: grpc.StatusCode.UNAVAILABLE,
+    0x8: grpc.StatusCode.CANCELLED,
+    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    0xC: grpc.StatusCode.PERMISSION_DENIED,
+}
+
+
+class CallFailedError(Exception):
+    """A call that did not end with OK: its status ``code``, ``details`` and ``method``."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, method: str = "") -> None:
+        super().__init__(f"{method or 'call'}: {code.name}: {details}")
+        self.code = code
+        self.details = details
+        self.method = method
+
+
+class WireViolationError(CallFailedError):
+    """The runtime broke HTTP/2 or gRPC framing (the connection is not used again)."""
+
+    def __init__(self, details: str, method: str = "") -> None:
+        super().__init__(grpc.StatusCode.INTERNAL, details, method)
+
+
+class _Frame(NamedTuple):
+    kind: int
+    flags: int
+    stream: int
+    payload: bytes
+
+
+def _integer_end(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    """(value, position after) of an HPACK integer at ``pos`` (RFC 7541 §5.1); (-1, end)
+    when it runs past the block."""
+    limit = (1 << prefix_bits) - 1
+    value = block[pos] & limit
+    pos += 1
+    if value < limit:
+        return value, pos
+    shift = 0
+    while pos < len(block):
+        byte = block[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    return -1, len(block)
+
+
+def _keeps_table(block: bytes) -> bool:
+    """Whether decoding a header block leaves the dynamic table as it is: it holds indexed
+    fields (1xxxxxxx) and literals not indexed (0000xxxx, 0001xxxx) only, no literal with
+    incremental indexing (01xxxxxx) and no table size update (001xxxxx), RFC 7541 §6."""
+    pos, end = 0, len(block)
+    while pos < end:
+        first = block[pos]
+        if first >= 0x80:
+            pos = _integer_end(block, pos, 7)[1]
+            continue
+        if first >= 0x20:
+            return False
+        index, pos = _integer_end(block, pos, 4)
+        for _ in range(2 if index == 0 else 1):  # the name when not indexed, then the value
+            if pos >= end:
+                return False
+            size, pos = _integer_end(block, pos, 7)
+            pos += max(size, end) if size < 0 else size
+        if index < 0 or pos > end:
+            return False
+    return True
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + stream.to_bytes(4) + payload
+
+
+def _hpack_integer(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer (RFC 7541 §5.1) in a first byte holding ``first``'s high bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: str | int, value: str) -> bytes:
+    """A header as a literal never added to the table (RFC 7541 §6.2.2); ``name``: a static
+    table index, or the name itself. No Huffman coding."""
+    encoded = value.encode("ascii")
+    if isinstance(name, int):
+        head = _hpack_integer(name, 4, 0x00)
+    else:
+        raw = name.encode("ascii")
+        head = b"\x00" + _hpack_integer(len(raw), 7, 0x00) + raw
+    return head + _hpack_integer(len(encoded), 7, 0x00) + encoded
+
+
+@functools.cache
+def _request_headers(path: str, authority: str) -> bytes:
+    """The header block of a call: POST (static 3), http (static 6), its path and authority
+    (made once per method and authority: literals never indexed do not depend on the table)."""
+    return b"".join(
+        (
+            b"\x83\x86",
+            _literal(4, path),
+            _literal(1, authority),
+            _literal(31, "application/grpc"),
+            _literal("te", "trailers"),
+            _literal("user-agent", "podcache"),
+        )
+    )
+
+
+def _grpc_timeout(seconds: float) -> bytes:
+    """The grpc-timeout header of a deadline ``seconds`` away (milliseconds, at least 1)."""
+    return _literal("grpc-timeout", f"{min(99_999_999, max(1, int(seconds * 1000)))}m")
+
+
+def _connect(endpoint: Endpoint, timeout: float | None) -> socket.socket:
+    """A connected socket to the runtime (OSError when it takes none)."""
+    if endpoint.path is not None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(endpoint.path)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    assert endpoint.address is not None
+    sock = socket.create_connection(endpoint.address, timeout=timeout)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _authority(endpoint: Endpoint) -> str:
+    if endpoint.address is None:
+        return "localhost"
+    host, port = endpoint.address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+@dataclass(slots=True)
+class _Stream:
+    """One call's state on a connection: its answer as it arrives."""
+
+    method: str
+    unary: bool = False
+    send_window: int = _DEFAULT_WINDOW
+    headers_seen: bool = False
+    pending: bytearray = field(default_factory=bytearray)
+    messages: deque[bytes] = field(default_factory=deque)
+    status: tuple[grpc.StatusCode, str] | None = None
+    unacked: int = 0
+    answered: bool = False
+
+    def end(self, code: grpc.StatusCode, details: str) -> None:
+        if self.status is None:
+            self.status = (code, details)
+
+
+def _status_of(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
+    """The status a trailer block (or a trailers-only answer) gives."""
+    raw = headers.get(b"grpc-status")
+    if raw is None:
+        return grpc.StatusCode.UNKNOWN, "the answer ended without a grpc-status"
+    number = int(raw) if raw.isdigit() and len(raw) <= 3 else -1
+    code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
+    details = unquote_to_bytes(headers.get(b"grpc-message", b"")).decode("utf-8", "replace")
+    return code, details
+
+
+def _http_failure(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str] | None:
+    """The status of response headers that are not a gRPC answer's, or None."""
+    status = headers.get(b":status", b"")
+    if status != b"200":
+        number = int(status) if status.isdigit() and len(status) == 3 else 0
+        code = _HTTP_CODES.get(number, grpc.StatusCode.UNKNOWN)
+        return code, f"the runtime answered HTTP status {status.decode('ascii', 'replace')!r}"
+    content_type = headers.get(b"content-type", b"")
+    if not content_type.startswith(b"application/grpc"):
+        shown = content_type[:60].decode("ascii", "replace")
+        return grpc.StatusCode.UNKNOWN, f"the runtime answered content-type {shown!r}, not gRPC"
+    return None
+
+
+def _unpadded(frame: _Frame, method: str) -> bytes:
+    """A DATA or HEADERS payload without its padding (and a HEADERS' priority fields)."""
+    payload = frame.payload
+    start, end = 0, len(payload)
+    if frame.flags & _PADDED:
+        if not payload or payload[0] >= len(payload):
+            raise WireViolationError(f"a padded frame of {len(payload)} bytes", method)
+        start, end = 1, len(payload) - payload[0]
+    if frame.kind == _HEADERS and frame.flags & _PRIORITY_FLAG:
+        start += 5
+        if start > end:
+            raise WireViolationError("a HEADERS frame too short for its priority", method)
+    return payload[start:end]
+
+
+class Connection:
+    """One HTTP/2 connection to the runtime, for one thread at a time (see the module rules).
+
+    ``connect_timeout``: seconds the connect may take. OSError when the runtime takes none.
+    """
+
+    def __init__(self, endpoint: Endpoint, connect_timeout: float | None) -> None:
+        self._sock = _connect(endpoint, connect_timeout)
+        self._authority = _authority(endpoint)
+        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._decoded_blocks: dict[bytes, dict[bytes, bytes]] = {}
+        self._inbox = bytearray()
+        self._start = 0
+        self._next_id = 1
+        self._streams: dict[int, _Stream] = {}
+        self._block: tuple[int, bytearray, bool] | None = None
+        self._send_window = _DEFAULT_WINDOW
+        self._peer_stream_window = _DEFAULT_WINDOW
+        self._peer_max_streams = _LAST_STREAM_ID
+        self._unacked = 0
+        self._going_away: int | None = None
+        self._cancelled = False
+        self.broken: str | None = None
+        """Why the connection may not be used again (None: it may)."""
+        settings = struct.pack(
+            ">HIHIHI",
+            _SETTING_ENABLE_PUSH,
+            0,
+            _SETTING_WINDOW,
+            STREAM_WINDOW,
+            _SETTING_MAX_HEADER_LIST,
+            MAX_HEADER_BLOCK,
+        )
+        grow = struct.pack(">I", CONNECTION_WINDOW - _DEFAULT_WINDOW)
+        self._send(
+            _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
+        )
+
+    # -- the calls ---------------------------------------------------------------------------
+    def call_all(self, requests: Sequence[tuple[str, bytes]], deadline: float) -> list[list[bytes]]:
+        """Each request's answer messages, in order; the requests are sent together, in one
+        write (as many at once as the runtime allows). ``CallFailedError`` for the first that
+        failed."""
+        answers: list[list[bytes]] = []
+        batch = max(1, min(len(requests), self._peer_max_streams))
+        for first in range(0, len(requests), batch):
+            out = bytearray()
+            part = requests[first : first + batch]
+            ids = [self._open(method, body, deadline, out, unary=True) for method, body in part]
+            if out:
+                self._send(bytes(out), deadline)
+            answers.extend(self._finish(ids, deadline))
+        return answers
+
+    def stream(self, method: str, body: bytes) -> StreamCall:
+        """Start a server-streaming call; its answers are read through the ``StreamCall``."""
+        out = bytearray()
+        stream_id = self._open(method, body, None, out)
+        if out:
+            self._send(bytes(out))
+        return StreamCall(self, stream_id)
+
+    def answered(self) -> bool:
+        """Whether any stream of this connection received a frame of its answer."""
+        return any(stream.answered for stream in self._streams.values())
+
+    def close(self) -> None:
+        """Close the socket (the owning thread only)."""
+        self.broken = self.broken or "closed"
+        self._sock.close()
+
+    def cancel(self) -> None:
+        """From any thread: shut the socket down; the reading thread sees its call cancelled."""
+        self._cancelled = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+
+    # -- sending -----------------------------------------------------------------------------
+    def _open(
+        self,
+        method: str,
+        body: bytes,
+        deadline: float | None,
+        out: bytearray,
+        *,
+        unary: bool = False,
+    ) -> int:
+        """Open one call: its headers and request message appended to ``out`` (sent by the
+        caller), or, when the runtime's windows do not take the message yet, ``out`` and the
+        headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
+        if self._next_id > _LAST_STREAM_ID or self._going_away is not None:
+            raise CallFailedError(grpc.StatusCode.UNAVAILABLE, "the connection is used up", method)
+        stream_id = self._next_id
+        self._next_id += 2
+        stream = _Stream(method, unary=unary, send_window=self._peer_stream_window)
+        self._streams[stream_id] = stream
+        block = _request_headers(_SERVICE + method, self._authority)
+        if deadline is not None:
+            block += _grpc_timeout(deadline - time.monotonic())
+        message = b"\x00" + struct.pack(">I", len(body)) + body
+        if len(block) > MAX_FRAME_BYTES or len(message) > MAX_FRAME_BYTES:
+            raise ValueError(f"the request of {method} does not fit one frame")
+        out += _frame(_HEADERS, _END_HEADERS, stream_id, block)
+        if len(message) > min(self._send_window, stream.send_window):
+            self._send(bytes(out), deadline, method)
+            out.clear()
+            while len(message) > min(self._send_window, stream.send_window):
+                if stream.status is not None:
+                    raise CallFailedError(*stream.status, method)
+                self._take(self._next_frame(deadline, method))
+        self._send_window -= len(message)
+        stream.send_window -= len(message)
+        out += _frame(_DATA, _END_STREAM, stream_id, message)
+        return stream_id
+
+    def _send(self, data: bytes, deadline: float | None = None, method: str = "") -> None:
+        timeout = SEND_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+        try:
+            self._sock.settimeout(timeout)
+            self._sock.sendall(data)
+        except TimeoutError:
+            raise self._lost(method, "the runtime did not read what was sent in time") from None
+        except OSError as error:
+            raise self._lost(method, f"writing: {error.strerror or error}") from None
+
+    def _lost(self, method: str, why: str) -> CallFailedError:
+        """The failure of every call when the connection is gone (cancelled: CANCELLED)."""
+        self.broken = why
+        if self._cancelled:
+            return CallFailedError(grpc.StatusCode.CANCELLED, "the call was cancelled", method)
+        return CallFailedError(grpc.StatusCode.UNAVAILABLE, f"connection lost: {why}", method)
+
+    # -- reading -----------------------------------------------------------------------------
+    def _finish(self, ids: list[int], deadline: float) -> list[list[bytes]]:
+        """Read until every stream of ``ids`` ended; their messages, or the first failure."""
+        for stream_id in ids:
+            stream = self._streams[stream_id]
+            while stream.status is None:
+                self._take(self._next_frame(deadline, stream.method))
+        answers = []
+        for stream_id in ids:
+            stream = self._streams.pop(stream_id)
+            assert stream.status is not None
+            code, details = stream.status
+            if code is not grpc.StatusCode.OK:
+                raise CallFailedError(code, details, stream.method)
+            answers.append(list(stream.messages))
+        return answers
+
+    def read_stream(self, stream_id: int, deadline: float | None) -> None:
+        """Read one frame for a stream call (any stream's frames are taken as they come)."""
+        self._take(self._next_frame(deadline, self._streams[stream_id].method))
+
+    def stream_state(self, stream_id: int) -> _Stream:
+        return self._streams[stream_id]
+
+    def _next_frame(self, deadline: float | None, method: str) -> _Frame:
+        inbox = self._inbox
+        while True:
+            start = self._start
+            if len(inbox) - start >= 9:
+                length = int.from_bytes(inbox[start : start + 3])
+                if length > MAX_FRAME_BYTES:
+                    self.broken = "an oversized frame"
+                    raise WireViolationError(
+                        f"a frame of {length} bytes (at most {MAX_FRAME_BYTES}): not HTTP/2?",
+                        method,
+                    )
+                end = start + 9 + length
+                if len(inbox) >= end:
+                    self._start = end
+                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & _LAST_STREAM_ID
+                    payload = bytes(inbox[start + 9 : end])
+                    return _Frame(inbox[start + 3], inbox[start + 4], stream, payload)
+            if start >= _COMPACT_AT or start == len(inbox):
+                del inbox[:start]
+                self._start = 0
+            self._fill(deadline, method)
+
+    def _fill(self, deadline: float | None, method: str) -> None:
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise CallFailedError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", method)
+        try:
+            self._sock.settimeout(timeout)
+            chunk = self._sock.recv(_RECV_BYTES)
+        except TimeoutError:
+            self.broken = "a call's deadline passed"
+            raise CallFailedError(
+                grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", method
+            ) from None
+        except OSError as error:
+            raise self._lost(method, f"reading: {error.strerror or error}") from None
+        if not chunk:
+            raise self._lost(method, "the runtime closed the connection")
+        self._inbox += chunk
+
+    # -- frames ------------------------------------------------------------------------------
+    def _take(self, frame: _Frame) -> None:
+        """Act on one frame (a header block is assembled first, whatever its stream)."""
+        if self._block is not None and frame.kind != _CONTINUATION:
+            raise self._violation("a header block interrupted by another frame")
+        handler = _HANDLERS.get(frame.kind)
+        if handler is not None:
+            handler(self, frame)
+
+    def _violation(self, details: str) -> WireViolationError:
+        self.broken = details
+        return WireViolationError(details)
+
+    def _on_settings(self, frame: _Frame) -> None:
+        if frame.stream != 0 or len(frame.payload) % 6:
+            raise self._violation("a malformed SETTINGS frame")
+        if frame.flags & _ACK:
+            return
+        for offset in range(0, len(frame.payload), 6):
+            key, value = struct.unpack_from(">HI", frame.payload, offset)
+            if key == _SETTING_WINDOW:
+                for stream in self._streams.values():  # RFC 9113 §6.9.2: by the difference
+                    stream.send_window += value - self._peer_stream_window
+                self._peer_stream_window = value
+            elif key == _SETTING_MAX_STREAMS:
+                self._peer_max_streams = value
+        self._send(_frame(_SETTINGS, _ACK, 0))
+
+    def _on_ping(self, frame: _Frame) -> None:
+        if frame.stream != 0 or len(frame.payload) != 8:
+            raise self._violation("a malformed PING frame")
+        if not frame.flags & _ACK:
+            self._send(_frame(_PING, _ACK, 0, frame.payload))
+
+    def _on_window_update(self, frame: _Frame) -> None:
+        if len(frame.payload) != 4:
+            raise self._violation("a malformed WINDOW_UPDATE frame")
+        increment = int.from_bytes(frame.payload) & _LAST_STREAM_ID
+        if frame.stream == 0:
+            self._send_window += increment
+        elif (stream := self._streams.get(frame.stream)) is not None:
+            stream.send_window += increment
+
+    def _on_goaway(self, frame: _Frame) -> None:
+        if frame.stream != 0 or len(frame.payload) < 8:
+            raise self._violation("a malformed GOAWAY frame")
+        last = int.from_bytes(frame.payload[:4]) & _LAST_STREAM_ID
+        self._going_away = last
+        self.broken = "the runtime sent GOAWAY"
+        for stream_id, stream in self._streams.items():
+            if stream_id > last:
+                stream.end(grpc.StatusCode.UNAVAILABLE, "the runtime is closing the connection")
+
+    def _on_reset(self, frame: _Frame) -> None:
+        if len(frame.payload) != 4:
+            raise self._violation("a malformed RST_STREAM frame")
+        stream = self._streams.get(frame.stream)
+        if stream is not None:
+            error = int.from_bytes(frame.payload)
+            code = _RESET_CODES.get(error, grpc.StatusCode.INTERNAL)
+            stream.end(code, f"the runtime reset the stream (HTTP/2 error {error})")
+
+    def _on_push(self, frame: _Frame) -> None:
+        raise self._violation("a PUSH_PROMISE, which this client disabled")
+
+    def _on_headers(self, frame: _Frame) -> None:
+        payload = _unpadded(frame, "")
+        self._block = (frame.stream, bytearray(payload), bool(frame.flags & _END_STREAM))
+        self._block_grew(frame)
+
+    def _on_continuation(self, frame: _Frame) -> None:
+        if self._block is None or self._block[0] != frame.stream:
+            raise self._violation("a CONTINUATION that continues no header block")
+        self._block[1].extend(frame.payload)
+        self._block_grew(frame)
+
+    def _block_grew(self, frame: _Frame) -> None:
+        assert self._block is not None
+        stream_id, block, ends = self._block
+        if len(block) > MAX_HEADER_BLOCK:
+            raise self._violation(f"a header block over {MAX_HEADER_BLOCK} bytes")
+        if not frame.flags & _END_HEADERS:
+            return
+        self._block = None
+        headers = self._decoded(bytes(block))
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            _stream_headers(stream, headers, ends)
+
+    def _decoded(self, block: bytes) -> dict[bytes, bytes]:
+        """A header block's headers, decoded whatever its stream (the table is the
+        connection's). A block that leaves the table as it is (``_keeps_table``) is
+        remembered with its headers (at most ``_DECODED_KEPT``) until a block that may change the
+        table: a runtime repeats the same few blocks on every answer."""
+        known = self._decoded_blocks.get(block)
+        if known is not None:
+            return known
+        try:
+            headers = dict(self._decoder.decode(block, raw=True))
+        except hpack.HPACKError as error:
+            raise self._violation(f"a header block HPACK cannot decode ({error})") from None
+        if not _keeps_table(block):
+            self._decoded_blocks.clear()  # decoded under a table that may have changed
+        elif len(self._decoded_blocks) < _DECODED_KEPT:
+            self._decoded_blocks[block] = headers
+        return headers
+
+    def _on_data(self, frame: _Frame) -> None:
+        size = len(frame.payload)
+        self._unacked += size
+        stream = self._streams.get(frame.stream)
+        if stream is not None:
+            stream.answered = True
+            stream.unacked += size
+            stream.pending += _unpadded(frame, stream.method)
+            self._split(stream)
+            if frame.flags & _END_STREAM:
+                stream.end(grpc.StatusCode.INTERNAL, "the answer ended without trailers")
+        self._give_back(frame.stream, stream)
+
+    def _split(self, stream: _Stream) -> None:
+        """Move the whole messages of ``stream.pending`` to its messages."""
+        pending = stream.pending
+        while len(pending) >= 5:
+            if pending[0] != 0:
+                raise self._violation(f"a message with flags {pending[0]} (compressed?)")
+            size = int.from_bytes(pending[1:5])
+            if size > MAX_MESSAGE_BYTES:
+                self.broken = "an oversized message"
+                raise CallFailedError(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"received message larger than max ({size} vs. {MAX_MESSAGE_BYTES})",
+                    stream.method,
+                )
+            if len(pending) < 5 + size:
+                return
+            if stream.unary and stream.messages:  # bounds what a unary answer may hold
+                raise self._violation(f"a second message in the answer of {stream.method}")
+            stream.messages.append(bytes(pending[5 : 5 + size]))
+            del pending[: 5 + size]
+
+    def _give_back(self, stream_id: int, stream: _Stream | None) -> None:
+        """Return read bytes to the runtime's windows once half of one is used."""
+        updates = b""
+        if self._unacked >= CONNECTION_WINDOW // 2:
+            updates += _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked))
+            self._unacked = 0
+        if stream is not None and stream.status is None and stream.unacked >= STREAM_WINDOW // 2:
+            updates += _frame(_WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
+            stream.unacked = 0
+        if updates:
+            self._send(updates)
+
+
+def _stream_headers(stream: _Stream, headers: dict[bytes, bytes], ends: bool) -> None:
+    """A stream's header block: its response headers (first), or its trailers (ending)."""
+    stream.answered = True
+    if not stream.headers_seen:
+        stream.headers_seen = True
+        failure = _http_failure(headers)
+        if failure is not None:
+            stream.end(*failure)
+            return
+    if ends:
+        stream.end(*_status_of(headers))
+
+
+_HANDLERS = {
+    _DATA: Connection._on_data,
+    _HEADERS: Connection._on_headers,
+    _RST_STREAM: Connection._on_reset,
+    _SETTINGS: Connection._on_settings,
+    _PUSH_PROMISE: Connection._on_push,
+    _PING: Connection._on_ping,
+    _GOAWAY: Connection._on_goaway,
+    _WINDOW_UPDATE: Connection._on_window_update,
+    _CONTINUATION: Connection._on_continuation,
+}
+"""What each frame type does; PRIORITY and unknown types are ignored (RFC 9113 §5.5)."""
+
+
+class StreamCall:
+    """A server-streaming call on a connection of its own (the event stream's)."""
+
+    def __init__(self, connection: Connection, stream_id: int) -> None:
+        self._connection = connection
+        self._id = stream_id
+        self._method = connection.stream_state(stream_id).method
+
+    def confirm(self, seconds: float) -> tuple[grpc.StatusCode, str] | None:
+        """Read for up to ``seconds`` (keeping any message); the call's final status if it
+        ended meanwhile, else None. A lost connection is its status too."""
+        deadline = time.monotonic() + seconds
+        state = self._connection.stream_state(self._id)
+        try:
+            while state.status is None:
+                self._connection.read_stream(self._id, deadline)
+        except CallFailedError as failure:
+            if failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                return None
+            return failure.code, failure.details
+        return state.status
+
+    def next_message(self) -> bytes | None:
+        """The next message, waiting as long as it takes; None when the call ended with OK.
+        ``CallFailedError`` when it ended otherwise, or the connection did."""
+        state = self._connection.stream_state(self._id)
+        while not state.messages:
+            if state.status is not None:
+                code, details = state.status
+                if code is grpc.StatusCode.OK:
+                    return None
+                raise CallFailedError(code, details, self._method)
+            self._connection.read_stream(self._id, None)
+        return state.messages.popleft()
+
+    def cancel(self) -> None:
+        """End the call from any thread (the reading thread then sees CANCELLED)."""
+        self._connection.cancel()
+
+    def close(self) -> None:
+        """Close the connection (the reading thread, once done with it)."""
+        self._connection.close()
+
+
+class ConnectionPool:
+    """Connections lent to one thread at a time, the idle ones kept (at most ``MAX_IDLE``)."""
+
+    def __init__(self, endpoint: Endpoint, max_idle: int = MAX_IDLE) -> None:
+        self._endpoint = endpoint
+        self._max_idle = max_idle
+        self._idle: list[Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def call_all(self, requests: Sequence[tuple[str, bytes]], timeout: float) -> list[list[bytes]]:
+        """``Connection.call_all`` on a lent connection; made once more on a fresh one when a
+        reused connection failed before any answer arrived (the runtime closed it idle).
+        OSError when the runtime takes no connection."""
+        deadline = time.monotonic() + timeout
+        connection, reused = self._lend(timeout)
+        try:
+            answers = connection.call_all(requests, deadline)
+        except CallFailedError as failure:
+            connection.close()
+            if (
+                not reused
+                or connection.answered()
+                or failure.code is not grpc.StatusCode.UNAVAILABLE
+            ):
+                raise
+            connection = Connection(self._endpoint, max(0.001, deadline - time.monotonic()))
+            try:
+                answers = connection.call_all(requests, deadline)
+            except CallFailedError:
+                connection.close()
+                raise
+        self._return(connection)
+        return answers
+
+    def _lend(self, timeout: float) -> tuple[Connection, bool]:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return Connection(self._endpoint, timeout), False
+
+    def _return(self, connection: Connection) -> None:
+        with self._lock:
+            if connection.broken is None and not self._closed and len(self._idle) < self._max_idle:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def close(self) -> None:
+        """Close the idle connections; lent ones are closed when they come back."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
