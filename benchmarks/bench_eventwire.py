@@ -12,13 +12,15 @@ Run on demand (not part of ``benchmarks/run``); it needs the C extension built.
    passes interleaved; the figure is the best pass's us per event (the machine's noise only
    ever adds). The ratio is Python's over C's, measured in the same run. The same for
    ``status_fields`` over the sandboxes' ``PodSandboxStatusResponse`` answers.
-2. The GIL: a thread ticks (a Python loop that notes the longest gap between its ticks) while
-   the main thread reads a 16 MiB event of small labels (about 1.6 million fields) over and
-   over: with the C reader from bytes (the scan runs with the GIL released), from a bytearray
-   (the same scan with the GIL held: mutable input), and with the Python reader. Reported: the
-   ticker's progress as a share of its progress alone over the same time, and its longest
-   gap. Also the scan time of the worst input kept under the GIL: 64 KiB of two-byte fields,
-   just under the release threshold.
+2. The GIL: a thread ticks (a Python loop counting its turns) while the main thread reads a
+   16 MiB event of small labels (about 1.6 million fields) over and over: with the C reader
+   from bytes (the scan runs with the GIL released), from a bytearray (the same scan with the
+   GIL held: mutable input), and with the Python reader. Reported: the ticker's turns taken
+   while the main thread is inside a read, and their rate as a share of the ticker's rate
+   alone; then the same turns with no forced switch (a 60 s switch interval, a ticker that
+   gives the GIL up after each turn): only a read that releases the GIL lets it turn at all.
+   Also the scan time of the worst input kept under the GIL: 64 KiB of two-byte fields, just
+   under the release threshold.
 """
 
 from __future__ import annotations
@@ -82,21 +84,24 @@ def us_per_message(
 
 
 class Ticker:
-    """A thread that counts loop turns and the longest gap between two of them."""
+    """A thread that counts its loop turns: all of them, and those taken while the main thread
+    is inside a read (``reading``, which the main thread sets around each call)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, yielding: bool = False) -> None:
         self.ticks = 0
-        self.longest_gap = 0.0
+        self.ticks_reading = 0
+        self.reading = False
+        self._yielding = yielding  # each turn gives the GIL up (sleep(0)) as it ends
         self._running = True
         self._thread = threading.Thread(target=self._run, name="ticker", daemon=True)
 
     def _run(self) -> None:
-        last = time.perf_counter()
         while self._running:
-            now = time.perf_counter()
-            self.longest_gap = max(self.longest_gap, now - last)
-            last = now
             self.ticks += 1
+            if self.reading:
+                self.ticks_reading += 1
+            if self._yielding:
+                time.sleep(0)
 
     def __enter__(self) -> Ticker:
         self._thread.start()
@@ -107,23 +112,46 @@ class Ticker:
         self._thread.join()
 
 
+def turns_inside_without_forced_switches(work: Callable[[], object], reads: int) -> float:
+    """The ticker's turns per read while the main thread is inside ``work``, with the switch
+    interval at 60 s and a ticker that gives the GIL up after each turn: the GIL changes hands
+    only where a thread releases it itself, so a read that holds it gives the ticker none."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(60)
+    try:
+        with Ticker(yielding=True) as ticker:
+            for _ in range(reads):
+                ticker.reading = True
+                work()
+                ticker.reading = False
+    finally:
+        sys.setswitchinterval(interval)
+    return ticker.ticks_reading / reads
+
+
 def ticker_share(work: Callable[[], object], seconds: float) -> dict[str, float]:
-    """The ticker's ticks per second while ``work`` runs over and over for ``seconds``, as a
-    share of its rate while the main thread sleeps for as long; its longest gap meanwhile."""
+    """The ticker's rate while the main thread is inside ``work`` (called over and over for
+    ``seconds``), as a share of its rate while the main thread sleeps. A read that holds the
+    GIL throughout gives it none: it can only run while a read has released the GIL (or, for
+    Python code, at the switch interval's forced hand-overs)."""
     with Ticker() as alone:
         time.sleep(seconds)
     alone_rate = alone.ticks / seconds
     with Ticker() as ticker:
         began = time.perf_counter()
-        calls = 0
+        calls, inside = 0, 0.0
         while time.perf_counter() - began < seconds:
+            entered = time.perf_counter()
+            ticker.reading = True
             work()
+            ticker.reading = False
+            inside += time.perf_counter() - entered
             calls += 1
-        elapsed = time.perf_counter() - began
     return {
-        "share_of_alone": ticker.ticks / elapsed / alone_rate,
-        "longest_gap_ms": ticker.longest_gap * 1000,
-        "ms_per_read": elapsed / calls * 1000,
+        "share_of_alone": ticker.ticks_reading / inside / alone_rate,
+        "ticks_per_read": ticker.ticks_reading / calls,
+        "ms_per_read": inside / calls * 1000,
+        "ticks_per_read_no_forced_switch": turns_inside_without_forced_switches(work, 3),
     }
 
 
@@ -198,9 +226,12 @@ def report(figures: dict[str, Any], source: str) -> None:
     print(f" (Python/C {figures['status_ratio']:.0f})")
     print(f"{figures['big_event_bytes'] / 2**20:.1f} MiB event, a ticker thread meanwhile:")
     for name, g in figures["gil"].items():
-        print(f"  {name:12s} {g['ms_per_read']:7.1f} ms per read; ticker at", end="")
-        print(f" {g['share_of_alone']:.0%} of its rate alone, longest gap", end="")
-        print(f" {g['longest_gap_ms']:.1f} ms")
+        print(f"  {name:12s} {g['ms_per_read']:7.1f} ms per read; the ticker, inside it:", end="")
+        print(
+            f" {g['ticks_per_read']:9.0f} turns, {g['share_of_alone']:4.0%} of its rate alone;",
+            end="",
+        )
+        print(f" with no forced switch {g['ticks_per_read_no_forced_switch']:.0f} turns")
     kept = figures["worst_kept_scan_us"]
     print(f"worst scan kept under the GIL (64 KiB of 2-byte fields): {kept:.0f} us")
     alone = figures["big_scan_ms"]

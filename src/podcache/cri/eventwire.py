@@ -6,9 +6,10 @@ Why not protobuf's decoder: an event's sandbox status carries the pod's labels a
 container statuses as much again; decoding all of it is one C call that holds the GIL for tens
 of milliseconds, and on the event loop it stopped every request (12 events/s of 15 MB: /healthz
 p50 45 ms, p99 140 ms). This reader runs in the event stream's own thread (``eventstream``) or
-gRPC's (``status_fields``), never on the loop, and never holds the GIL for long. Its cost is
-one step per field at the top level and in the sandbox status (each label is a field there),
-none for the container statuses, which are skipped whole. Two implementations, one result:
+the status call's (``status_fields``), never on the loop, and never holds the GIL for long. Its
+cost is one step per field at the top level and in the sandbox status (each label is a field
+there), none for the container statuses, which are skipped whole. Two implementations, one
+result:
 
 - the C extension's (``podcache.cri._wire``, when it is built: ``EVENT_READER == "c"``): a scan
   that touches no Python object records the values and the offsets of the strings read, then
@@ -46,8 +47,8 @@ none for the container statuses, which are skipped whole. Two implementations, o
 The one difference from protobuf, by design: a string podcache does not read (a label, a
 container status) is never decoded, so one that is not valid UTF-8 is not noticed. The
 decoder is the reference of both readers: tests/unit/cri/test_eventwire.py holds each to one
-specification on generated messages and corrupted bytes, and the C one to the Python one.
-Both take bytes or a memoryview (the C one any contiguous buffer).
+specification on generated messages and corrupted bytes (test_eventwire_c.py the C one to the
+Python one). Both take bytes or a memoryview (the C one any contiguous buffer).
 """
 
 from __future__ import annotations
