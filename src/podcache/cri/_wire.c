@@ -1089,7 +1089,7 @@ done:
  * into groups, at most MAX_DEPTH deep. */
 
 #define EV_MAX_ADDITIONAL_IPS 8     /* eventwire.MAX_ADDITIONAL_IPS */
-#define EV_RELEASE_BYTES (64 * 1024) /* scans of at most ~150 us keep the GIL */
+#define EV_RELEASE_BYTES (64 * 1024) /* scans of at most ~200 us keep the GIL */
 
 enum { EV_VARINT = 0, EV_FIXED64 = 1, EV_LENGTH = 2, EV_START_GROUP = 3, EV_END_GROUP = 4 };
 

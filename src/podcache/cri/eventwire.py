@@ -16,7 +16,7 @@ result:
   the strs are built. The scan of an input of at least 64 KiB of bytes (or a memoryview of
   bytes) runs with the GIL released, so a 16 MiB event (about 12 ms) stops no other thread.
   A smaller input keeps the GIL, as retaking it can cost a switch interval (5 ms): a real
-  event of a few KB takes under 1 us, the densest 64 KiB (two-byte fields) about 150 us. So
+  event of a few KB takes under 1 us, the densest 64 KiB (two-byte fields) 150-200 us. So
   does a mutable buffer (a bytearray), which could change under a scan without the GIL;
 - the Python one (``event_fields_python``, ``status_fields_python``), where the extension is
   not built, and the reference the C one is held to (tests/unit/cri/test_eventwire_c.py: equal
