@@ -1,4 +1,5 @@
-/* podcache.cri._wire: the two CRI list answers read straight from their protobuf wire bytes.
+/* podcache.cri._wire: the two CRI list answers read straight from their protobuf wire bytes
+ * (and, at the end of this file, eventwire's reader of events: see "event_fields").
  *
  * Why: a refresh at node scale spends most of its time reading fields out of decoded upb
  * messages (every read allocates a wrapper or a string). This reads only the fields the
@@ -1070,6 +1071,422 @@ done:
     return order;
 }
 
+/* -- event_fields, status_fields: the fields podcache uses of one event ------------------
+ *
+ * eventwire.py's reader of a ContainerEventResponse (or a PodSandboxStatusResponse) in C,
+ * rule for rule: eventwire's docstring is the specification and its Python reader
+ * (event_fields_python) the reference a test holds this one to, result for result and error
+ * message for error message. It is not the list reader above: tags and lengths are varints of
+ * up to 10 bytes, a field number is checked only as eventwire does, and only the strings it
+ * reads are checked for UTF-8 (the labels and container statuses are skipped unread).
+ *
+ * Two phases. The scan (ev_*) touches no Python object: it records numbers and the offsets of
+ * the strings read in an ev_reading. It runs with the GIL released when the input is at least
+ * EV_RELEASE_BYTES of an immutable object (bytes, or a memoryview of bytes; its buffer is held
+ * meanwhile); below that, or for a mutable buffer, the GIL stays held (releasing and retaking
+ * it would cost more than the scan, and a mutable buffer must not change under the scan). The
+ * strs are then built with the GIL held. Every cost is linear in the bytes; recursion only
+ * into groups, at most MAX_DEPTH deep. */
+
+#define EV_MAX_ADDITIONAL_IPS 8     /* eventwire.MAX_ADDITIONAL_IPS */
+#define EV_RELEASE_BYTES (64 * 1024) /* scans of at most ~200 us keep the GIL */
+
+enum { EV_VARINT = 0, EV_FIXED64 = 1, EV_LENGTH = 2, EV_START_GROUP = 3, EV_END_GROUP = 4 };
+
+/* What is wrong with the bytes; the messages are eventwire's own. */
+typedef enum {
+    EV_VARINT_PAST_END,
+    EV_VARINT_TOO_LONG,
+    EV_BAD_FIELD_NUMBER,
+    EV_BAD_WIRE_TYPE,
+    EV_LENGTH_PAST_END,
+    EV_FIXED_PAST_END,
+    EV_END_WITHOUT_GROUP,
+    EV_TOO_DEEP,
+    EV_WRONG_GROUP_END,
+    EV_GROUP_NOT_ENDED,
+    EV_NOT_UTF8,
+} ev_problem;
+
+/* Each takes two unsigned long long arguments (unused ones are ignored). */
+static const char *const EV_MESSAGES[] = {
+    [EV_VARINT_PAST_END] = "a varint runs past the end of its message",
+    [EV_VARINT_TOO_LONG] = "a varint is longer than 10 bytes",
+    [EV_BAD_FIELD_NUMBER] = "a field number of %llu is not valid",
+    [EV_BAD_WIRE_TYPE] = "wire type %llu does not exist",
+    [EV_LENGTH_PAST_END] = "a length-delimited field runs past the end of its message",
+    [EV_FIXED_PAST_END] = "a fixed-size field runs past the end of its message",
+    [EV_END_WITHOUT_GROUP] = "a group end (field %llu) with no group open",
+    [EV_TOO_DEEP] = "groups nested deeper than %llu",
+    [EV_WRONG_GROUP_END] = "group %llu ended by the end of group %llu",
+    [EV_GROUP_NOT_ENDED] = "group %llu is not ended",
+};
+
+/* The fields read so far (the last of each wins; messages merge), or the first problem. */
+typedef struct {
+    int64_t created_at;
+    int32_t event_type, state, network_mode;
+    span container_id, sandbox_id, uid, ip;
+    span additional_ips[EV_MAX_ADDITIONAL_IPS];
+    size_t additional_count, additional_dropped;
+    ev_problem problem;
+    uint64_t first, second; /* the numbers the problem's message names */
+    const char *field_name; /* EV_NOT_UTF8: which field */
+} ev_reading;
+
+static int ev_fail(ev_reading *r, ev_problem problem, uint64_t first, uint64_t second) {
+    r->problem = problem;
+    r->first = first;
+    r->second = second;
+    return -1;
+}
+
+/* A varint of at most 10 bytes, its value the low 64 bits. */
+static int ev_long_varint(ev_reading *r, const uint8_t **pp, const uint8_t *end,
+                          uint64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t value = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (p >= end) return ev_fail(r, EV_VARINT_PAST_END, 0, 0);
+        uint8_t byte = *p++;
+        value |= (uint64_t)(byte & 0x7f) << shift; /* shift 63: only the lowest bit stays */
+        if (byte < 0x80) {
+            *pp = p;
+            *out = value;
+            return 0;
+        }
+    }
+    return ev_fail(r, EV_VARINT_TOO_LONG, 0, 0);
+}
+
+static inline int ev_varint(ev_reading *r, const uint8_t **pp, const uint8_t *end,
+                            uint64_t *out) {
+    if (*pp < end && **pp < 0x80) {
+        *out = *(*pp)++;
+        return 0;
+    }
+    return ev_long_varint(r, pp, end, out);
+}
+
+/* A tag: field number 0 is an error but inside an unknown group; a key past 2^32-1 and wire
+ * types 6 and 7 are errors. */
+static int ev_tag(ev_reading *r, const uint8_t **pp, const uint8_t *end, int in_group,
+                  uint32_t *field, int *wire) {
+    uint64_t key;
+    if (ev_varint(r, pp, end, &key) < 0) return -1;
+    if ((key >> 3 == 0 && !in_group) || key > UINT32_MAX)
+        return ev_fail(r, EV_BAD_FIELD_NUMBER, key >> 3, 0);
+    if ((key & 7) >= 6) return ev_fail(r, EV_BAD_WIRE_TYPE, key & 7, 0);
+    *field = (uint32_t)(key >> 3);
+    *wire = (int)(key & 7);
+    return 0;
+}
+
+/* A length-delimited value: *pp moves past it. */
+static int ev_length(ev_reading *r, const uint8_t **pp, const uint8_t *end, span *out) {
+    uint64_t size;
+    if (ev_varint(r, pp, end, &size) < 0) return -1;
+    if (size > (uint64_t)(end - *pp)) return ev_fail(r, EV_LENGTH_PAST_END, 0, 0);
+    out->p = *pp;
+    out->n = (size_t)size;
+    *pp += size;
+    return 0;
+}
+
+static int ev_skip_group(ev_reading *r, uint32_t group, const uint8_t **pp, const uint8_t *end,
+                         int depth);
+
+/* Past the value of a field not read; `depth`: the groups open around it. */
+static int ev_skip(ev_reading *r, uint32_t field, int wire, const uint8_t **pp,
+                   const uint8_t *end, int depth) {
+    uint64_t ignored;
+    span value;
+    switch (wire) {
+    case EV_VARINT:
+        return ev_varint(r, pp, end, &ignored);
+    case EV_LENGTH:
+        return ev_length(r, pp, end, &value);
+    case EV_FIXED64:
+    case 5: {
+        ptrdiff_t size = wire == EV_FIXED64 ? 8 : 4;
+        if (end - *pp < size) return ev_fail(r, EV_FIXED_PAST_END, 0, 0);
+        *pp += size;
+        return 0;
+    }
+    case EV_END_GROUP:
+        return ev_fail(r, EV_END_WITHOUT_GROUP, field, 0);
+    default: /* EV_START_GROUP: ev_tag lets no other wire type through */
+        return ev_skip_group(r, field, pp, end, depth + 1);
+    }
+}
+
+static int ev_skip_group(ev_reading *r, uint32_t group, const uint8_t **pp, const uint8_t *end,
+                         int depth) {
+    if (depth > MAX_DEPTH) return ev_fail(r, EV_TOO_DEEP, MAX_DEPTH, 0);
+    while (*pp < end) {
+        uint32_t field;
+        int wire;
+        if (ev_tag(r, pp, end, 1, &field, &wire) < 0) return -1;
+        if (wire == EV_END_GROUP) {
+            if (field != group) return ev_fail(r, EV_WRONG_GROUP_END, group, field);
+            return 0;
+        }
+        if (ev_skip(r, field, wire, pp, end, depth) < 0) return -1;
+    }
+    return ev_fail(r, EV_GROUP_NOT_ENDED, group, 0);
+}
+
+/* A string field read: it must be UTF-8. */
+static int ev_text(ev_reading *r, span value, const char *field_name, span *out) {
+    if (!utf8_ok(value.p, value.n)) {
+        r->field_name = field_name;
+        return ev_fail(r, EV_NOT_UTF8, 0, 0);
+    }
+    *out = value;
+    return 0;
+}
+
+/* The last `wanted` field of wire type `wire_type` in message `m`: its value (a varint) or
+ * span; 1 when found, 0 when absent. */
+static int ev_one_field(ev_reading *r, span m, uint32_t wanted, int wire_type, uint64_t *value,
+                        span *found) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    int present = 0;
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if (field != wanted || wire != wire_type) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+            continue;
+        }
+        int failed = wire == EV_VARINT ? ev_varint(r, &p, end, value)
+                                       : ev_length(r, &p, end, found);
+        if (failed < 0) return -1;
+        present = 1;
+    }
+    return present;
+}
+
+/* One PodIP of additional_ips: the first EV_MAX_ADDITIONAL_IPS kept, the rest counted (each
+ * still read, as protobuf checks it). An entry without its ip (1) is "". */
+static int ev_additional_ip(ev_reading *r, span m) {
+    span ip = {m.p, 0};
+    if (ev_one_field(r, m, 1, EV_LENGTH, NULL, &ip) < 0) return -1;
+    if (r->additional_count < EV_MAX_ADDITIONAL_IPS)
+        r->additional_ips[r->additional_count++] = ip;
+    else
+        r->additional_dropped++;
+    return 0;
+}
+
+/* PodSandboxNetworkStatus: ip (1), additional_ips (2). */
+static int ev_network(ev_reading *r, span m) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if ((field != 1 && field != 2) || wire != EV_LENGTH) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+            continue;
+        }
+        if (ev_length(r, &p, end, &value) < 0) return -1;
+        if (field == 1) r->ip = value; /* read loosely: not checked here */
+        else if (ev_additional_ip(r, value) < 0) return -1;
+    }
+    return 0;
+}
+
+/* NamespaceOption (the `options` (2) of Namespace): network (1). */
+static int ev_namespace_options(ev_reading *r, span m) {
+    uint64_t mode;
+    int found = ev_one_field(r, m, 1, EV_VARINT, &mode, NULL);
+    if (found > 0) r->network_mode = (int32_t)(uint32_t)mode;
+    return found < 0 ? -1 : 0;
+}
+
+/* The message fields `field` (length-delimited) of `m` handed to `read` in turn, the others
+ * skipped: LinuxPodSandboxStatus -> namespaces (1), Namespace -> options (2),
+ * PodSandboxMetadata's uid (2) through ev_uid. */
+static int ev_each(ev_reading *r, span m, uint32_t wanted, int (*read)(ev_reading *, span)) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if (field != wanted || wire != EV_LENGTH) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+        } else if (ev_length(r, &p, end, &value) < 0 || read(r, value) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int ev_namespaces(ev_reading *r, span m) {
+    return ev_each(r, m, 2, ev_namespace_options);
+}
+
+static int ev_linux(ev_reading *r, span m) { return ev_each(r, m, 1, ev_namespaces); }
+
+static int ev_uid(ev_reading *r, span value) {
+    return ev_text(r, value, "pod_sandbox_status.metadata.uid", &r->uid);
+}
+
+static int ev_metadata(ev_reading *r, span m) { return ev_each(r, m, 2, ev_uid); }
+
+/* PodSandboxStatus: id (1), metadata (2), state (3), network (5), linux (6); its labels and
+ * annotations (7, 8: most of its bytes) skipped by their lengths. */
+static int ev_sandbox(ev_reading *r, span m) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire, failed;
+        uint64_t state;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if (field == 3 && wire == EV_VARINT) {
+            if (ev_varint(r, &p, end, &state) < 0) return -1;
+            r->state = (int32_t)(uint32_t)state;
+            continue;
+        }
+        if (wire != EV_LENGTH || (field != 1 && field != 2 && field != 5 && field != 6)) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+            continue;
+        }
+        if (ev_length(r, &p, end, &value) < 0) return -1;
+        if (field == 1) failed = ev_text(r, value, "pod_sandbox_status.id", &r->sandbox_id);
+        else if (field == 2) failed = ev_metadata(r, value);
+        else if (field == 5) failed = ev_network(r, value);
+        else failed = ev_linux(r, value);
+        if (failed < 0) return -1;
+    }
+    return 0;
+}
+
+/* ContainerEventResponse: container_id (1), container_event_type (2), created_at (3),
+ * pod_sandbox_status (4); its containers_statuses (5) skipped whole. */
+static int ev_event(ev_reading *r, span m) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        uint64_t number;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if ((field == 2 || field == 3) && wire == EV_VARINT) {
+            if (ev_varint(r, &p, end, &number) < 0) return -1;
+            if (field == 2) r->event_type = (int32_t)(uint32_t)number;
+            else r->created_at = (int64_t)number;
+        } else if ((field == 1 || field == 4) && wire == EV_LENGTH) {
+            if (ev_length(r, &p, end, &value) < 0) return -1;
+            if (field == 1 ? ev_text(r, value, "container_id", &r->container_id)
+                           : ev_sandbox(r, value))
+                return -1;
+        } else if (ev_skip(r, field, wire, &p, end, 0) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* PodSandboxStatusResponse: status (1), read as an event's sandbox status. */
+static int ev_status(ev_reading *r, span m) { return ev_each(r, m, 1, ev_sandbox); }
+
+/* A str of a span; `errors` NULL: checked UTF-8 already; "replace": read loosely. */
+static PyObject *ev_str(span s, const char *errors) {
+    if (s.n == 0) return PyUnicode_New(0, 0);
+    return PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)s.n, errors);
+}
+
+#define EV_FIELD_COUNT 10 /* eventwire.EventFields' */
+
+/* An instance of `type` (eventwire.EventFields, a tuple subclass) holding the fields read,
+ * made as tuple.__new__ makes one: allocated, then filled. */
+static PyObject *ev_fields(const ev_reading *r, PyTypeObject *type) {
+    PyObject *ips[EV_MAX_ADDITIONAL_IPS];
+    for (size_t i = 0; i < r->additional_count; i++)
+        ips[i] = ev_str(r->additional_ips[i], "replace");
+    PyObject *values[EV_FIELD_COUNT] = {
+        PyLong_FromLong(r->event_type),
+        ev_str(r->container_id, NULL),
+        PyLong_FromLongLong(r->created_at),
+        ev_str(r->sandbox_id, NULL),
+        ev_str(r->uid, NULL),
+        PyLong_FromLong(r->state),
+        ev_str(r->ip, "replace"),
+        flat_tuple((Py_ssize_t)r->additional_count, ips),
+        PyLong_FromSize_t(r->additional_dropped),
+        PyLong_FromLong(r->network_mode),
+    };
+    PyObject *fields = NULL;
+    for (int i = 0; i < EV_FIELD_COUNT; i++) {
+        if (values[i] == NULL) goto done;
+    }
+    fields = type->tp_alloc(type, EV_FIELD_COUNT);
+    if (fields == NULL) goto done;
+    for (int i = 0; i < EV_FIELD_COUNT; i++) PyTuple_SET_ITEM(fields, i, values[i]);
+    return fields;
+done:
+    for (int i = 0; i < EV_FIELD_COUNT; i++) Py_XDECREF(values[i]);
+    return NULL;
+}
+
+static PyObject *ev_raise(const ev_reading *r) {
+    if (r->problem == EV_NOT_UTF8)
+        return PyErr_Format(MalformedError, "%s is not UTF-8", r->field_name);
+    return PyErr_Format(MalformedError, EV_MESSAGES[r->problem], (unsigned long long)r->first,
+                        (unsigned long long)r->second);
+}
+
+/* Whether nothing can change the bytes of `data` while the GIL is released. */
+static int ev_immutable(PyObject *data) {
+    if (PyBytes_Check(data)) return 1;
+    return PyMemoryView_Check(data) && PyMemoryView_GET_BASE(data) != NULL &&
+           PyBytes_Check(PyMemoryView_GET_BASE(data));
+}
+
+/* The fields of the message in args[0] read by `read` (ev_event or ev_status), as an
+ * instance of args[1], a tuple subclass. */
+static PyObject *ev_read(PyObject *const *args, Py_ssize_t nargs, const char *name,
+                         int (*read)(ev_reading *, span)) {
+    if (nargs != 2) {
+        return PyErr_Format(PyExc_TypeError, "%s takes 2 arguments (%zd given)", name, nargs);
+    }
+    PyObject *data = args[0], *type = args[1];
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        return PyErr_Format(PyExc_TypeError, "%s: its fields type must be a tuple subclass",
+                            name);
+    }
+    Py_buffer buffer;
+    if (PyObject_GetBuffer(data, &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    ev_reading r;
+    memset(&r, 0, sizeof(r));
+    span whole = {buffer.buf, (size_t)buffer.len};
+    int failed;
+    if (buffer.len >= EV_RELEASE_BYTES && ev_immutable(data)) {
+        Py_BEGIN_ALLOW_THREADS
+        failed = read(&r, whole);
+        Py_END_ALLOW_THREADS
+    } else {
+        failed = read(&r, whole);
+    }
+    PyObject *fields = failed < 0 ? ev_raise(&r) : ev_fields(&r, (PyTypeObject *)type);
+    PyBuffer_Release(&buffer);
+    return fields;
+}
+
+static PyObject *event_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return ev_read(args, nargs, "event_fields", ev_event);
+}
+
+static PyObject *status_fields(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return ev_read(args, nargs, "status_fields", ev_status);
+}
+
 static PyMethodDef methods[] = {
     {"sandboxes", sandboxes, METH_VARARGS,
      "sandboxes(data) -> the items of a ListPodSandboxResponse (wire bytes) as SandboxRows."},
@@ -1081,12 +1498,19 @@ static PyMethodDef methods[] = {
     {"newest_first", newest_first, METH_VARARGS,
      "newest_first(created, ids) -> positions ordered newest first, then by id, then by "
      "position (sorted with the GIL released)."},
+    {"event_fields", (PyCFunction)(void (*)(void))event_fields, METH_FASTCALL,
+     "event_fields(data, fields_type) -> the eventwire.EventFields (fields_type) of the "
+     "ContainerEventResponse in data (see eventwire.py)."},
+    {"status_fields", (PyCFunction)(void (*)(void))status_fields, METH_FASTCALL,
+     "status_fields(data, fields_type) -> the eventwire.EventFields (fields_type) of the "
+     "PodSandboxStatusResponse in data (see eventwire.py)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "podcache.cri._wire",
-    "The CRI list answers read from their wire bytes (see convert.py).", -1, methods,
+    "The CRI list answers and events read from their wire bytes (see convert.py, eventwire.py).",
+    -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

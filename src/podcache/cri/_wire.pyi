@@ -1,14 +1,18 @@
-"""Types of the C extension ``podcache.cri._wire``: the CRI list answers read from wire bytes.
+"""Types of the C extension ``podcache.cri._wire``: the CRI list answers and events read from
+wire bytes.
 
 The rows' fields are the ``*_ROW_FIELDS`` tables of ``_wire.c``, in the same order (a test
 holds the two to each other). Absent strings are ``""``.
 """
 
 from collections.abc import Sequence
-from typing import final
+from typing import TypeVar, final
+
+_Fields = TypeVar("_Fields", bound=tuple[object, ...])
 
 class MalformedError(ValueError):
-    """The bytes are not a valid message of podcache's api.proto."""
+    """The bytes are not a valid message of podcache's api.proto (or, from ``event_fields``
+    and ``status_fields``, eventwire's message naming the problem)."""
 
 @final
 class SandboxRow:
@@ -88,3 +92,11 @@ def newest_first(created: Sequence[int], ids: Sequence[str], /) -> list[int]:
     then by position: what two stable sorts (by id, then by created, reversed) give. The
     sort runs with the GIL released. TypeError unless ints and strs; OverflowError past 64
     bits; UnicodeEncodeError for a str without UTF-8 (a lone surrogate)."""
+
+def event_fields(data: bytes | memoryview, fields_type: type[_Fields], /) -> _Fields:
+    """``eventwire.event_fields``: the ``fields_type`` (``eventwire.EventFields``) of the
+    ``ContainerEventResponse`` in ``data`` (``eventwire.event_fields_python`` is the
+    reference). The scan of 64 KiB or more of bytes runs with the GIL released."""
+
+def status_fields(data: bytes | memoryview, fields_type: type[_Fields], /) -> _Fields:
+    """``eventwire.status_fields``: as ``event_fields``, of a ``PodSandboxStatusResponse``."""

@@ -5,10 +5,24 @@ Why not protobuf's decoder: an event's sandbox status carries the pod's labels a
 (about 1.5 MB for a legitimate pod, up to the receive limit for a hostile one) and its
 container statuses as much again; decoding all of it is one C call that holds the GIL for tens
 of milliseconds, and on the event loop it stopped every request (12 events/s of 15 MB: /healthz
-p50 45 ms, p99 140 ms). This reader is Python: it hands the GIL over like any Python code, and
-it runs in the event stream's own thread (``eventstream``), never on the loop. Its cost is one
-step per field at the top level and in the sandbox status (each label is a field there), none
-for the container statuses, which are skipped whole.
+p50 45 ms, p99 140 ms). This reader runs in the event stream's own thread (``eventstream``) or
+the status call's (``status_fields``), never on the loop, and never holds the GIL for long. Its
+cost is one step per field at the top level and in the sandbox status (each label is a field
+there), none for the container statuses, which are skipped whole. Two implementations, one
+result:
+
+- the C extension's (``podcache.cri._wire``, when it is built: ``EVENT_READER == "c"``): a scan
+  that touches no Python object records the values and the offsets of the strings read, then
+  the strs are built. The scan of an input of at least 64 KiB of bytes (or a memoryview of
+  bytes) runs with the GIL released, so a 16 MiB event (about 12 ms) stops no other thread.
+  A smaller input keeps the GIL, as retaking it can cost a switch interval (5 ms): a real
+  event of a few KB takes under 1 us, the densest 64 KiB (two-byte fields) 150-200 us. So
+  does a mutable buffer (a bytearray), which could change under a scan without the GIL;
+- the Python one (``event_fields_python``, ``status_fields_python``), where the extension is
+  not built, and the reference the C one is held to (tests/unit/cri/test_eventwire_c.py: equal
+  results and equal error messages on every input tested). It hands the GIL over like any
+  Python code, every switch interval. 25-45 us per real event, 35 to 40 times the C one's
+  (benchmarks/bench_eventwire.py).
 
 ``event_fields(data)`` returns ``EventFields`` as protobuf would decode them from ``data``:
 
@@ -32,21 +46,26 @@ for the container statuses, which are skipped whole.
 
 The one difference from protobuf, by design: a string podcache does not read (a label, a
 container status) is never decoded, so one that is not valid UTF-8 is not noticed. The
-decoder is the reference: tests/unit/cri/test_eventwire.py holds the two to one specification
-on generated messages and corrupted bytes.
+decoder is the reference of both readers: tests/unit/cri/test_eventwire.py holds each to one
+specification on generated messages and corrupted bytes (test_eventwire_c.py the C one to the
+Python one). Both take bytes or a memoryview (the C one any contiguous buffer).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Literal, NamedTuple
 
 __all__ = [
+    "EVENT_READER",
     "MAX_ADDITIONAL_IPS",
     "MAX_DEPTH",
     "EventFields",
     "EventWireError",
     "event_fields",
+    "event_fields_python",
     "status_fields",
+    "status_fields_python",
 ]
 
 MAX_DEPTH = 100
@@ -345,18 +364,15 @@ class _Reading:
                 pos = _skip(data, field, wire, pos, end, depth=0)
 
 
-def event_fields(data: bytes | memoryview) -> EventFields:
-    """The fields podcache uses of the ``ContainerEventResponse`` in ``data`` (see the module
-    docstring); ``EventWireError`` when ``data`` is not a valid message."""
+def event_fields_python(data: bytes | memoryview) -> EventFields:
+    """``event_fields`` in Python: the fallback and the reference."""
     reading = _Reading()
     reading.top(data, 0, len(data))
     return reading.fields()
 
 
-def status_fields(data: bytes | memoryview) -> EventFields:
-    """The sandbox fields of the ``PodSandboxStatusResponse`` in ``data``, read as an event's
-    ``pod_sandbox_status`` is (its ``info`` and container statuses skipped); ``EventWireError``
-    when ``data`` is not a valid message."""
+def status_fields_python(data: bytes | memoryview) -> EventFields:
+    """``status_fields`` in Python: the fallback and the reference."""
     reading = _Reading()
     pos, end = 0, len(data)
     while pos < end:
@@ -367,3 +383,49 @@ def status_fields(data: bytes | memoryview) -> EventFields:
         else:
             pos = _skip(data, field, wire, pos, end, depth=0)
     return reading.fields()
+
+
+class _CReader(NamedTuple):
+    """The C extension's entry points for events."""
+
+    event_fields: Callable[[bytes | memoryview, type[EventFields]], EventFields]
+    status_fields: Callable[[bytes | memoryview, type[EventFields]], EventFields]
+    error: type[ValueError]
+
+
+def _load_c_reader() -> _CReader | None:
+    try:
+        from podcache.cri import _wire  # noqa: PLC0415 -- optional: built only with a C compiler
+    except ImportError:  # not compiled here: the Python reader reads events
+        return None
+    return _CReader(_wire.event_fields, _wire.status_fields, _wire.MalformedError)
+
+
+_C_READER = _load_c_reader()
+
+EVENT_READER: Literal["c", "python"] = "python" if _C_READER is None else "c"
+"""Which reader ``event_fields`` and ``status_fields`` use: the C extension's, or the Python
+one (an install without a C compiler)."""
+
+
+def event_fields(data: bytes | memoryview) -> EventFields:
+    """The fields podcache uses of the ``ContainerEventResponse`` in ``data`` (see the module
+    docstring); ``EventWireError`` when ``data`` is not a valid message."""
+    if _C_READER is None:
+        return event_fields_python(data)
+    try:
+        return _C_READER.event_fields(data, EventFields)
+    except _C_READER.error as error:
+        raise EventWireError(str(error)) from None
+
+
+def status_fields(data: bytes | memoryview) -> EventFields:
+    """The sandbox fields of the ``PodSandboxStatusResponse`` in ``data``, read as an event's
+    ``pod_sandbox_status`` is (its ``info`` and container statuses skipped); ``EventWireError``
+    when ``data`` is not a valid message."""
+    if _C_READER is None:
+        return status_fields_python(data)
+    try:
+        return _C_READER.status_fields(data, EventFields)
+    except _C_READER.error as error:
+        raise EventWireError(str(error)) from None

@@ -1,13 +1,16 @@
-"""``eventwire.event_fields`` held to protobuf's decoder (issue 20 §4): on generated
-``ContainerEventResponse`` messages (merged repeats, unknown fields and groups, every int range,
-non-ASCII text, big label maps and container statuses) the two read the same fields; on
-corrupted and truncated bytes the reader is never stricter than protobuf, and whenever both
-accept they agree. Its one documented leniency (strings it does not read are not decoded) is
-tested by name.
+"""``eventwire.event_fields`` held to protobuf's decoder (issue 20 §4), both of its readers (the
+Python one and, where it is built, the C extension's): on generated ``ContainerEventResponse``
+messages (merged repeats, unknown fields and groups, every int range, non-ASCII text, big label
+maps and container statuses) each reads the fields protobuf decodes; on corrupted and truncated
+bytes each is never stricter than protobuf, and whenever both accept they agree. Its one
+documented leniency (strings it does not read are not decoded) is tested by name.
+test_eventwire_c.py holds the C reader to the Python one, error messages included.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -15,14 +18,18 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from podcache.cri import eventwire
 from podcache.cri.eventstream import event_from, event_from_bytes
 from podcache.cri.eventwire import (
+    EVENT_READER,
     MAX_ADDITIONAL_IPS,
     MAX_DEPTH,
     EventFields,
     EventWireError,
     event_fields,
+    event_fields_python,
     status_fields,
+    status_fields_python,
 )
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import RuntimeProtocolError
@@ -32,6 +39,13 @@ INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 TEXT = st.text(max_size=12)
 LABELS = st.dictionaries(TEXT, TEXT, max_size=6)
 IP_TEXT = st.one_of(st.ip_addresses().map(str), TEXT)
+
+Reader = Callable[[bytes], EventFields]
+EVENT_READERS: dict[str, Reader] = {"python": event_fields_python}
+STATUS_READERS: dict[str, Reader] = {"python": status_fields_python}
+if EVENT_READER == "c":  # eventwire's own functions are the C reader's then
+    EVENT_READERS["c"] = event_fields
+    STATUS_READERS["c"] = status_fields
 
 
 def _status_reference(
@@ -153,7 +167,9 @@ def wire_message(draw: st.DrawFn) -> bytes:
 @settings(max_examples=600, deadline=None)
 @given(wire_message())
 def test_the_reader_reads_what_protobuf_decodes(data: bytes) -> None:
-    assert event_fields(data) == _reference(data)
+    expected = _reference(data)
+    for name, read in EVENT_READERS.items():
+        assert read(data) == expected, name
 
 
 @settings(max_examples=1500, deadline=None)
@@ -174,13 +190,14 @@ def test_on_corrupted_bytes_the_reader_is_never_stricter_and_agrees(
         expected = _reference(raw)
     except DecodeError:
         expected = None
-    try:
-        got = event_fields(raw)
-    except EventWireError:
-        assert expected is None, f"protobuf accepts {raw!r}, the reader refused it"
-        return
-    if expected is not None:
-        assert got == expected
+    for name, read in EVENT_READERS.items():
+        try:
+            got = read(raw)
+        except EventWireError:
+            assert expected is None, f"protobuf accepts {raw!r}, the {name} reader refused it"
+            continue
+        if expected is not None:
+            assert got == expected, name
 
 
 @pytest.mark.parametrize(
@@ -199,15 +216,17 @@ def test_on_corrupted_bytes_the_reader_is_never_stricter_and_agrees(
     ],
 )
 def test_malformed_wire_data_is_refused_naming_the_problem(data: bytes, words: str) -> None:
-    with pytest.raises(EventWireError, match=words):
-        event_fields(data)
+    for read in EVENT_READERS.values():
+        with pytest.raises(EventWireError, match=words):
+            read(data)
     with pytest.raises(DecodeError):
         pb.ContainerEventResponse.FromString(data)
 
 
 def test_field_number_0_is_allowed_inside_an_unknown_group_as_protobuf_allows_it() -> None:
     data = b"\x0a\x01c\x10\x01" + b"\x33" + b"\x00\x05" + b"\x34"  # group 6 holding field 0
-    assert event_fields(data) == _reference(data) == EventFields(1, "c", 0, "", "")
+    for read in EVENT_READERS.values():
+        assert read(data) == _reference(data) == EventFields(1, "c", 0, "", "")
 
 
 def test_strings_it_does_not_read_are_not_decoded() -> None:
@@ -217,7 +236,8 @@ def test_strings_it_does_not_read_are_not_decoded() -> None:
     data = b"\x0a\x01c\x10\x01" + b"\x22" + bytes([len(status)]) + status
     with pytest.raises(DecodeError):
         pb.ContainerEventResponse.FromString(data)
-    assert event_fields(data) == EventFields(1, "c", 0, "s", "")
+    for read in EVENT_READERS.values():
+        assert read(data) == EventFields(1, "c", 0, "s", "")
 
 
 def test_a_big_sandbox_status_is_read_without_its_labels_being_built() -> None:
@@ -232,7 +252,8 @@ def test_a_big_sandbox_status_is_read_without_its_labels_being_built() -> None:
     message.containers_statuses.add(id="c" * 64, annotations={"a": "b" * 1_000_000})
     data = message.SerializeToString()
     assert len(data) > 3_000_000
-    assert event_fields(data) == EventFields(1, "c" * 64, 5, "s" * 64, "u-1")
+    for read in EVENT_READERS.values():
+        assert read(data) == EventFields(1, "c" * 64, 5, "s" * 64, "u-1")
     assert event_from_bytes("fake://", data) == event_from("fake://", message)
 
 
@@ -256,14 +277,35 @@ def test_a_status_answer_is_read_as_an_events_sandbox_status(
     )
     answer.containers_statuses.add(id="c", labels={"a": "b"})
     data = answer.SerializeToString()
-    assert status_fields(data) == _status_reference(
-        pb.PodSandboxStatusResponse.FromString(data).status
-    )
+    expected = _status_reference(pb.PodSandboxStatusResponse.FromString(data).status)
+    for name, read in STATUS_READERS.items():
+        assert read(data) == expected, name
 
 
 def test_an_ip_that_is_not_utf8_is_kept_as_text_to_be_dropped_not_a_broken_answer() -> None:
     network = b"\x0a\x02\xc3\x28"  # ip = b"\xc3\x28"
     status = b"\x0a\x01s" + b"\x2a" + bytes([len(network)]) + network
     data = b"\x0a" + bytes([len(status)]) + status
-    fields = status_fields(data)
-    assert fields.sandbox_id == "s" and fields.ip == "\ufffd("
+    for read in STATUS_READERS.values():
+        fields = read(data)
+        assert fields.sandbox_id == "s" and fields.ip == "\ufffd("
+
+
+@pytest.mark.skipif(os.environ.get("CI") != "true", reason="only CI insists on the C reader")
+def test_ci_reads_events_with_the_c_reader() -> None:
+    assert EVENT_READER == "c", "podcache.cri._wire did not compile: see scripts/setup's output"
+
+
+def test_without_the_c_extension_eventwire_reads_with_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    status = pb.PodSandboxStatus(id="s", metadata=pb.PodSandboxMetadata(uid="u"))
+    data = pb.ContainerEventResponse(
+        container_id="c", pod_sandbox_status=status
+    ).SerializeToString()
+    answer = pb.PodSandboxStatusResponse(status=status).SerializeToString()
+    monkeypatch.setattr(eventwire, "_C_READER", None)
+    assert event_fields(data) == event_fields_python(data) == EventFields(0, "c", 0, "s", "u")
+    assert status_fields(answer) == EventFields(0, "", 0, "s", "u")
+    with pytest.raises(EventWireError, match="past the end"):
+        event_fields(b"\x0a\x05abc")
