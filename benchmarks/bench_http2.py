@@ -40,11 +40,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpc  # noqa: E402 -- after sys.path names the repository
 from bench_perpod import Node, node  # noqa: E402 -- after sys.path names benchmarks/
 
-from podcache.cri import CRIRuntime  # noqa: E402
-from podcache.cri.eventstream import event_from_bytes  # noqa: E402
-from podcache.cri.proto import api_pb2 as pb  # noqa: E402
-from podcache.cri.queries import _pod_requests  # noqa: E402
-from podcache.model import ContainerEvent  # noqa: E402
+from podcache.cri import CRIRuntime  # noqa: E402 -- after sys.path names the repository
+from podcache.cri.eventstream import event_from_bytes  # noqa: E402 -- after sys.path names the repository
+from podcache.cri.proto import api_pb2 as pb  # noqa: E402 -- after sys.path names the repository
+from podcache.cri.queries import _pod_requests  # noqa: E402 -- after sys.path names the repository
+from podcache.model import ContainerEvent  # noqa: E402 -- after sys.path names the repository
 
 RESULTS = ROOT / "benchmarks" / "results" / "http2.json"
 _TICK = os.sysconf("SC_CLK_TCK")
