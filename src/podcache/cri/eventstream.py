@@ -151,13 +151,6 @@ def event_from_bytes(url: str, data: bytes, sink: SandboxSink | None = None) -> 
     return event
 
 
-def _event(url: str, response: object, sink: SandboxSink | None = None) -> ContainerEvent:
-    """A response as the call gave it: its bytes (podcache's channels never decode events)."""
-    if isinstance(response, bytes):
-        return event_from_bytes(url, response, sink)
-    raise RuntimeProtocolError(url, f"its {_METHOD} answer is not a CRI message's bytes")
-
-
 def _ended_by_server(code: grpc.StatusCode | None, details: str) -> bool:
     """Whether a stream's final status is the runtime closing the subscription on purpose
     (containerd 2.x: UNAVAILABLE, "container events subscription closed by server"), an end
@@ -184,7 +177,7 @@ class ContainerEventStream:
         self._closed = False
         self._reading = False
         self.connected = False
-        """Whether the call was made on a connected channel (the runtime was reached)."""
+        """Whether the call's connection was made (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
         """Given each checked event's fields (a getter learns sandbox networks from them)."""
 
@@ -233,7 +226,7 @@ class ContainerEventStream:
         if self._done_reading(call) or response is None:
             call.close()
             raise StopIteration
-        return _event(self._url, response, self.sandbox_sink)
+        return event_from_bytes(self._url, response, self.sandbox_sink)
 
     def _done_reading(self, call: StreamCall) -> bool:
         """After a read: whether the stream was closed meanwhile (its connection is then
@@ -296,7 +289,7 @@ class AsyncContainerEventStream:
 
     @property
     def connected(self) -> bool:
-        """Whether the call was made on a connected channel (the runtime was reached)."""
+        """Whether the call's connection was made (the runtime was reached)."""
         return self._stream.connected
 
     async def open(self) -> None:
