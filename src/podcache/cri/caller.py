@@ -37,7 +37,6 @@ from podcache.cri.failures import (
     _closed_error,
     _deadline_error,
     _events_error,
-    _rpc_error,
     _status_error,
 )
 from podcache.cri.http2 import (
@@ -140,11 +139,7 @@ class SyncCaller:
                 if line.retired and not self.closed and e.code() is grpc.StatusCode.CANCELLED:
                     line = self.line  # replaced while this call waited on it
                     continue
-                error = _rpc_error(self._endpoint, method, e)
-                if error is None:
-                    probe = _probe(self._endpoint, _probe_budget(self._timeout))
-                    error = _deadline_error(self._url, method, self._timeout, probe)
-                raise error from e
+                raise self._status_failure(method, e.code(), e.details() or "") from e
             return _answer(self._url, method, result, response), line
 
     def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
@@ -172,10 +167,15 @@ class SyncCaller:
             return RuntimeProtocolError(
                 self._url, f"its {failure.method} answer broke HTTP/2 or gRPC: {failure.details}"
             )
-        error = _status_error(self._endpoint, failure.method, failure.code, failure.details)
+        return self._status_failure(failure.method, failure.code, failure.details)
+
+    def _status_failure(self, method: str, code: grpc.StatusCode | None, details: str) -> CRIError:
+        """The podcache error of a call of either client that ended with ``code``: mapped by
+        ``failures``, a deadline after one probe of the endpoint (``diagnosis``)."""
+        error = _status_error(self._endpoint, method, code, details)
         if error is None:
             probe = _probe(self._endpoint, _probe_budget(self._timeout))
-            error = _deadline_error(self._url, failure.method, self._timeout, probe)
+            error = _deadline_error(self._url, method, self._timeout, probe)
         return error
 
     def version(self) -> RuntimeVersion:
