@@ -57,6 +57,7 @@ from urllib.parse import unquote_to_bytes
 import grpc
 import hpack
 
+from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.endpoint import Endpoint
 
 __all__ = [
@@ -87,8 +88,8 @@ MAX_IDLE = 8
 """Idle connections a pool keeps (one per relist worker: ``podrelists.MAX_IN_FLIGHT``)."""
 SEND_TIMEOUT = 10.0
 """Seconds a write may wait for the runtime to read (a stream's acknowledgements)."""
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""The receive limit of one gRPC message (``channels.MAX_RECEIVE_MESSAGE_BYTES``)."""
+MAX_MESSAGE_BYTES = MAX_RECEIVE_MESSAGE_BYTES
+"""The receive limit of one gRPC message: the channels' (16 MiB), one limit for both clients."""
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE = 0, 1, 2, 3, 4, 5
