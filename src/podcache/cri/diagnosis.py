@@ -130,21 +130,27 @@ def _probe_budget(timeout: float) -> float:
     return min(_PROBE_BUDGET, timeout)
 
 
+def _connect(endpoint: Endpoint, timeout: float | None) -> socket.socket:
+    """A socket connected to the endpoint within ``timeout`` seconds (None: no limit), left
+    with that timeout; OSError (TimeoutError too) when it takes none."""
+    if endpoint.path is None:
+        assert endpoint.address is not None
+        return socket.create_connection(endpoint.address, timeout=timeout)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(endpoint.path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _probe(endpoint: Endpoint, budget: float) -> _Probe:
     """Connect, send the HTTP/2 preface, read the first frame header (blocking, <= budget)."""
     deadline = time.monotonic() + budget
     try:
-        if endpoint.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(budget)
-            try:
-                sock.connect(endpoint.path)
-            except BaseException:
-                sock.close()
-                raise
-        else:
-            assert endpoint.address is not None
-            sock = socket.create_connection(endpoint.address, timeout=budget)
+        sock = _connect(endpoint, budget)
     except TimeoutError:
         return _Probe()
     except OSError as e:
