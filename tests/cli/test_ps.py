@@ -7,6 +7,7 @@ import pytest
 from podcache.cri import CRIRuntime
 from podcache.model import Container, Pod
 from podcache.sim import SimRuntime
+from podcache.sim.population import PodShape
 from tests.cli.conftest import (
     TRUNC,
     Runner,
@@ -28,14 +29,23 @@ def item(pod: Pod, container: Container) -> dict[str, object]:
     return container_json(container) | {"pod": pod_part}
 
 
+STATE_SHAPES = (PodShape.STARTING, PodShape.STOPPED, PodShape.UNKNOWN_CONTAINER)
+"""Shapes holding a created, an exited and an unknown container."""
+
+
 @pytest.mark.parametrize("all_", [False, True], ids=["running", "all"])
 @pytest.mark.parametrize("fmt", ["json", "yaml"])
 def test_document_lists_every_container_with_its_pod(
     run: Runner, sim: SimRuntime, runtime: CRIRuntime, fmt: str, all_: bool
 ) -> None:
     flags = ["--all"] if all_ else []
-    with paused(sim, runtime, all_) as pods:
-        result = run("ps", "-r", sim.endpoint, "-o", fmt, *flags)
+    with sim.pause_churn():
+        # Churn may have replaced the population's first pods, which held every state: one
+        # pod of each shape with a state other than running makes the listing hold them all.
+        for shape in STATE_SHAPES:
+            sim.population.create_pod(shape)
+        with paused(sim, runtime, all_) as pods:
+            result = run("ps", "-r", sim.endpoint, "-o", fmt, *flags)
     assert result.returncode == 0, result
     expected = [item(pod, c) for pod, c in rows_of(pods.pods)]
     assert parse(fmt, result.stdout) == {"items": expected}
