@@ -243,6 +243,32 @@ def served(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
     assert "Traceback" not in server.stderr, server.stderr
 
 
+@pytest.fixture(scope="module")
+def served_polling(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
+    """``podcache serve`` over ``sim`` with ``--events off`` and a 60 s period: nothing but a
+    caller's freshness demand refreshes it, so a test can hold an old snapshot while the pods
+    change (with events on, a change's relist may land before the next request)."""
+    port = free_port()
+    server = ServeProcess(
+        [
+            "-r",
+            sim.endpoint,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--cache-period",
+            "60s",
+            "--events",
+            "off",
+        ]
+    )
+    with server:
+        client = Client(port=port)
+        client.get("/pods?fresh=1")
+        yield server, client
+    assert server.returncode == 0, server.stderr
+    assert "Traceback" not in server.stderr, server.stderr
+
+
 def settle_subscription(client: Client, timeout: float = 60.0) -> None:
     """Wait until serve's event subscription is open and the refresh it starts has ended, so
     tests that compare two answers see no refresh of its own in between."""

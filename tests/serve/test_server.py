@@ -154,9 +154,9 @@ def test_an_ambiguous_container_prefix_is_409_listing_the_matches(
 
 # -- read-your-writes -----------------------------------------------------------------------------
 def test_without_newer_than_a_long_period_serves_the_old_snapshot(
-    sim: SimRuntime, served: ServedFixture
+    sim: SimRuntime, served_polling: ServedFixture
 ) -> None:
-    _, client = served
+    _, client = served_polling
     client.get("/pods?fresh=1")
     uid, _ = sim.population.create_pod(PodShape.RUNNING)
     try:
@@ -169,9 +169,9 @@ def test_without_newer_than_a_long_period_serves_the_old_snapshot(
 
 
 def test_the_newer_than_header_and_fresh_work_like_the_parameter(
-    sim: SimRuntime, served: ServedFixture
+    sim: SimRuntime, served_polling: ServedFixture
 ) -> None:
-    _, client = served
+    _, client = served_polling
     client.get("/pods?fresh=1")
     uid, _ = sim.population.create_pod(PodShape.RUNNING)
     assert client.get(f"/pods/{uid}").status == 404
