@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from podcache import __version__
-from podcache.cri import DECODER, CRIRuntime
+from podcache.cri import DECODER, EVENT_DECODER, CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import Runner, newest_sandbox_id, parse
 
@@ -66,6 +66,7 @@ def test_version_reports_the_runtimes_version_answer(run: Runner, sim: SimRuntim
     assert fields == {
         "PodcacheVersion": __version__,
         "Decoder": DECODER,
+        "EventDecoder": EVENT_DECODER,
         "Endpoint": sim.endpoint,
         "Version": answer.version,
         "RuntimeName": answer.runtime_name,
@@ -83,13 +84,14 @@ def test_version_without_a_runtime_prints_podcaches_own_then_fails(
     gone = f"unix://{run.scratch}/no-runtime.sock"
     result = run("version", "-r", gone, "-o", output)
     assert result.returncode == 1, result
-    own = {"podcache_version": __version__, "decoder": DECODER}
+    own = {"podcache_version": __version__, "decoder": DECODER, "event_decoder": EVENT_DECODER}
     if output == "json":
         assert json.loads(result.stdout) == own
     else:
         assert result.lines() == [
             f"PodcacheVersion:   {__version__}",
             f"Decoder:           {DECODER}",
+            f"EventDecoder:      {EVENT_DECODER}",
         ]
     assert "no-runtime.sock" in result.stderr  # the error names the endpoint
 

@@ -1,5 +1,6 @@
-"""Which CRI list decoder runs is said, and a slow install is not silent: ``podcache version``
-and ``/metrics`` (``podcache_build_info{decoder=...}``) name it, and ``serve`` warns once at
+"""Which CRI list and event decoders run is said, and a slow install is not silent:
+``podcache version`` and ``/metrics`` (``podcache_build_info{decoder=...,event_decoder=...}``)
+name them, and ``serve`` warns once at
 start-up when it is protobuf's.
 
 The fallback is a real install: this repository installed with ``CC=/bin/false`` (no compiler,
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from podcache import __version__
-from podcache.cri import DECODER
+from podcache.cri import DECODER, EVENT_DECODER
 from podcache.sim import SimRuntime
 from tests.serve.conftest import Client, ServeProcess
 
@@ -73,7 +74,8 @@ def test_the_fallback_install_says_protobuf_in_version(fallback_install: str) ->
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["decoder"] == "protobuf"
+    document = json.loads(done.stdout)
+    assert (document["decoder"], document["event_decoder"]) == ("protobuf", "python")
 
 
 def test_the_fallback_install_warns_once_at_serve_start_and_says_protobuf_in_metrics(
@@ -87,7 +89,8 @@ def test_the_fallback_install_warns_once_at_serve_start_and_says_protobuf_in_met
         with server:
             metrics = Client(path=path).get("/metrics").body.decode()
     assert server.stderr.count(WARNING) == 1, server.stderr
-    assert labels(metrics)["decoder"] == "protobuf"
+    found = labels(metrics)
+    assert (found["decoder"], found["event_decoder"]) == ("protobuf", "python")
 
 
 def test_this_install_names_its_decoder_in_metrics_and_warns_only_without_c(
@@ -100,6 +103,7 @@ def test_this_install_names_its_decoder_in_metrics_and_warns_only_without_c(
             metrics = Client(path=path).get("/metrics").body.decode()
     found = labels(metrics)
     assert found["decoder"] == DECODER
+    assert found["event_decoder"] == EVENT_DECODER
     assert found["version"] == __version__
     assert found["python"] == ".".join(map(str, sys.version_info[:3]))
     assert (WARNING in server.stderr) == (DECODER != "c"), server.stderr

@@ -19,10 +19,12 @@ from podcache.cri.endpoint import (
     resolve_endpoint,
 )
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
+from podcache.cri.eventwire import EVENT_READER as EVENT_DECODER
 
 __all__ = [
     "DECODER",
     "DEFAULT_ENDPOINTS",
+    "EVENT_DECODER",
     "AsyncCRIRuntime",
     "AsyncContainerEventStream",
     "CRIRuntime",

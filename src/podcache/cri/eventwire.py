@@ -405,7 +405,9 @@ _C_READER = _load_c_reader()
 
 EVENT_READER: Literal["c", "python"] = "python" if _C_READER is None else "c"
 """Which reader ``event_fields`` and ``status_fields`` use: the C extension's, or the Python
-one (an install without a C compiler)."""
+one (an install without a C compiler). Public as ``podcache.cri.EVENT_DECODER``; ``podcache
+version`` (``EventDecoder:``) and ``/metrics`` (``podcache_build_info{event_decoder}``) report
+it."""
 
 
 def event_fields(data: bytes | memoryview) -> EventFields:

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 import podcache
 from podcache.cache import CacheStats
 from podcache.cache.events import EventState
-from podcache.cri import DECODER
+from podcache.cri import DECODER, EVENT_DECODER
 from podcache.model import PodList
 
 if TYPE_CHECKING:
@@ -186,11 +186,13 @@ def _build_info() -> Metric:
     build = GaugeMetricFamily(
         "podcache_build_info",
         "podcache's build: its version, the CRI list decoder in use (c: the C list reader; "
-        "protobuf: the fallback of an install built without a C compiler) and Python's "
-        "version; always 1.",
-        labels=["version", "decoder", "python"],
+        "protobuf: the fallback of an install built without a C compiler), the container "
+        "event decoder (c: the C event reader; python: the fallback) and Python's version; "
+        "always 1.",
+        labels=["version", "decoder", "event_decoder", "python"],
     )
-    build.add_metric([podcache.__version__, DECODER, platform.python_version()], 1.0)
+    labels = [podcache.__version__, DECODER, EVENT_DECODER, platform.python_version()]
+    build.add_metric(labels, 1.0)
     return build
 
 

@@ -1,4 +1,4 @@
-"""``podcache version``: podcache's version and decoder, then the runtime's Version answer; the
+"""``podcache version``: podcache's version and decoders, then the runtime's Version answer; the
 command only."""
 
 # ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
@@ -14,6 +14,7 @@ __all__ = ["version_command"]
 _LABELS = {
     "podcache_version": "PodcacheVersion",
     "decoder": "Decoder",
+    "event_decoder": "EventDecoder",
     "endpoint": "Endpoint",
     "version": "Version",
     "runtime_name": "RuntimeName",
@@ -27,8 +28,9 @@ _WIDTH = max(len(label) for label in _LABELS.values()) + 2
 @output_options(quiet=False, formats=("table", "json", "yaml"))
 @runtime_options
 def version_command(*, out: OutputOptions, runtime: RuntimeSettings) -> None:
-    """Show podcache's version and the CRI list decoder it runs (c: the C list reader;
-    protobuf: the slower fallback of an install built without a C compiler), then the runtime's
+    """Show podcache's version, the CRI list decoder it runs (c: the C list reader;
+    protobuf: the slower fallback of an install built without a C compiler) and its container
+    event decoder (c: the C event reader; python: the fallback), then the runtime's
     endpoint and its Version answer (as crictl version: Version is the CRI version,
     RuntimeName, RuntimeVersion, RuntimeApiVersion).
 
@@ -38,9 +40,9 @@ def version_command(*, out: OutputOptions, runtime: RuntimeSettings) -> None:
     """
     from podcache import __version__
     from podcache.cli.render import print_document
-    from podcache.cri import DECODER
+    from podcache.cri import DECODER, EVENT_DECODER
 
-    client = {"podcache_version": __version__, "decoder": DECODER}
+    client = {"podcache_version": __version__, "decoder": DECODER, "event_decoder": EVENT_DECODER}
     if out.format not in ("json", "yaml"):
         _print_lines(client)
         _print_lines(_runtime_fields(runtime))
