@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,45 +229,36 @@ def sim() -> Iterator[SimRuntime]:
         yield runtime
 
 
-@pytest.fixture(scope="module")
-def served(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
-    """``podcache serve`` over ``sim`` on TCP loopback with a 60 s cache period."""
+@contextmanager
+def _served(sim: SimRuntime, *extra: str) -> Iterator[tuple[ServeProcess, Client]]:
+    """``podcache serve`` over ``sim`` on TCP loopback with a 60 s cache period and ``extra``
+    arguments; it must end cleanly (status 0, no traceback)."""
     port = free_port()
     server = ServeProcess(
-        ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+        ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s", *extra]
     )
     with server:
-        client = Client(port=port)
-        settle_subscription(client)
-        yield server, client
+        yield server, Client(port=port)
     assert server.returncode == 0, server.stderr
     assert "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.fixture(scope="module")
+def served(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
+    """``podcache serve`` over ``sim``, its event subscription open and settled."""
+    with _served(sim) as (server, client):
+        settle_subscription(client)
+        yield server, client
 
 
 @pytest.fixture(scope="module")
 def served_polling(sim: SimRuntime) -> Iterator[tuple[ServeProcess, Client]]:
-    """``podcache serve`` over ``sim`` with ``--events off`` and a 60 s period: nothing but a
-    caller's freshness demand refreshes it, so a test can hold an old snapshot while the pods
+    """``podcache serve`` over ``sim`` with ``--events off``: nothing but a caller's freshness
+    demand refreshes it within the period, so a test can hold an old snapshot while the pods
     change (with events on, a change's relist may land before the next request)."""
-    port = free_port()
-    server = ServeProcess(
-        [
-            "-r",
-            sim.endpoint,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--cache-period",
-            "60s",
-            "--events",
-            "off",
-        ]
-    )
-    with server:
-        client = Client(port=port)
+    with _served(sim, "--events", "off") as (server, client):
         client.get("/pods?fresh=1")
         yield server, client
-    assert server.returncode == 0, server.stderr
-    assert "Traceback" not in server.stderr, server.stderr
 
 
 def settle_subscription(client: Client, timeout: float = 60.0) -> None:
