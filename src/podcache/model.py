@@ -113,7 +113,9 @@ def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
 
 def normalise_ip(text: str) -> str:
     """``text`` as an IP address's canonical text (``ipaddress``'s compressed form: IPv6 in
-    lower case with the longest zero run folded, ``::ffff:`` forms kept as IPv6). A ValueError
+    lower case with the longest zero run folded). An IPv4-mapped IPv6 address
+    (``::ffff:10.0.0.7``, RFC 4291 2.5.5.2) is the IPv4 address it maps (``10.0.0.7``): a
+    dual-stack socket reports IPv4 peers that way, and they are the same host. A ValueError
     naming ``text`` when it is not an IPv4 or IPv6 address (no scope IDs, no prefix lengths)."""
     if not isinstance(text, str):
         raise TypeError(f"IP address must be a str, not {type(text).__name__}")
@@ -123,7 +125,8 @@ def normalise_ip(text: str) -> str:
         raise ValueError(f"{text!r} is not an IP address") from None
     if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
         raise ValueError(f"{text!r} is not an IP address: a pod IP has no scope ID")
-    return address.compressed
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (address if mapped is None else mapped).compressed
 
 
 def _as_ips(ips: Iterable[str]) -> tuple[str, ...]:

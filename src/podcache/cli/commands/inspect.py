@@ -68,6 +68,7 @@ def inspect_command(
     from podcache.cli.source import open_source
     from podcache.jsonview import pod_to_json
 
+    started = time.monotonic()  # --timeout bounds the whole command, the listing included
     with open_source(runtime) as source:
         pods = source.runtime.get_pods(True)
     try:
@@ -75,7 +76,7 @@ def inspect_command(
     except NotFoundError:
         if not departed:
             raise
-        _print_departed(ident, server, token_file, out, runtime.timeout)
+        _print_departed(ident, server, token_file, out, runtime.timeout, started=started)
         return
     if out.format == "table":
         print_tables(pod_detail(pod, out, time.time_ns()))
@@ -84,7 +85,13 @@ def inspect_command(
 
 
 def _print_departed(
-    ident: str, server: str, token_file: str | None, out: OutputOptions, timeout: float | None
+    ident: str,
+    server: str,
+    token_file: str | None,
+    out: OutputOptions,
+    timeout: float | None,
+    *,
+    started: float,
 ) -> None:
     """The departed pod ``ident`` names, as podcache serve remembers it; exit 3 if none."""
     from pathlib import Path
@@ -94,7 +101,8 @@ def _print_departed(
     from podcache.cli.render import print_document
 
     token = Path(token_file).read_text().strip() if token_file else None
-    document = ask_departed(server, ident, token, 10.0 if timeout is None else timeout)
+    budget = 10.0 if timeout is None else timeout
+    document = ask_departed(server, ident, token, budget, since=started)
     if document is None:
         raise NotFoundError(f"no pod or container {ident}, listed or departed (asked {server})")
     item = {**document["pod"], "departed_at": document.get("departed_at")}
