@@ -31,13 +31,14 @@ from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
+    Events,
     PodGetter,
     check_getter,
     check_timeout,
     event_pod,
     event_time,
+    events_wanted,
     gone_unseen,
-    offers_events,
     offers_pod,
     with_events,
 )
@@ -59,12 +60,16 @@ def _new_future() -> asyncio.Future[None]:
 
 
 class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
-    """A bounded-staleness cache of ``await getter.get_pods(False)`` for asyncio.
+    """A bounded-staleness cache of ``await getter.get_pods(all)`` for asyncio (``all=False``,
+    the default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
+    containers too, a relist of one pod and a PID's probe asking the same).
 
     A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
     loop never blocks on the runtime.
 
-    ``events=True``: when the getter offers ``container_events()``, a background task keeps a
+    ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
+    default ``False``, ``"off"``, see the README for why the library's default is off): when
+    the getter offers ``container_events()``, a background task keeps a
     subscription to the runtime's container events (from construction inside a running loop,
     else from the first call that is not a hit); every event starts a background refresh
     (coalesced; rules in ``podcache.cache.events``). End it with ``await close()`` or
@@ -84,13 +89,16 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
-        events: bool = False,
+        events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
         wall_clock: Callable[[], float] = time.time,
+        all: bool = False,
     ) -> None:
         check_getter(getter)
+        subscribe = events_wanted(events, getter)
         self._getter = getter
+        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
@@ -115,7 +123,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake: asyncio.Event | None = None
         self._closed = False
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
+        self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
         # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
@@ -125,7 +133,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
             getattr(getter, "get_pod", None)
         )
-        if events and offers_events(getter):
+        if subscribe:
             endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
             self._subscription = Subscription(endpoint, clock)
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
@@ -374,9 +382,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         try:
             if self._is_async:
                 getter = cast(AsyncPodGetter, self._getter)
-                result: PodList = await cast(Awaitable[PodList], getter.get_pods(False))
+                result: PodList = await cast(Awaitable[PodList], getter.get_pods(self._all))
             else:
-                result = await asyncio.to_thread(cast(PodGetter, self._getter).get_pods, False)
+                result = await asyncio.to_thread(cast(PodGetter, self._getter).get_pods, self._all)
             pods = result if isinstance(result, PodList) else PodList(result)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
@@ -422,9 +430,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         relist.started_wall = time.time()
         try:
             if self._pod_is_async:
-                pod = await getter.get_pod(relist.uid, False)
+                pod = await getter.get_pod(relist.uid, self._all)
             else:
-                pod = await asyncio.to_thread(getter.get_pod, relist.uid, False)
+                pod = await asyncio.to_thread(getter.get_pod, relist.uid, self._all)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
         now = self._clock()

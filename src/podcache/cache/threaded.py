@@ -31,14 +31,15 @@ from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
+    Events,
     EventStream,
     PodGetter,
     check_getter,
     check_timeout,
     event_pod,
     event_time,
+    events_wanted,
     gone_unseen,
-    offers_events,
     offers_pod,
     with_events,
 )
@@ -162,14 +163,18 @@ def make_hit_path(
 
 
 class RuntimeCache(CoreReadings[threading.Event]):
-    """A bounded-staleness cache of ``getter.get_pods(False)`` for threads.
+    """A bounded-staleness cache of ``getter.get_pods(all)`` for threads (``all=False``, the
+    default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
+    containers too, a relist of one pod and a PID's probe asking the same).
 
     ``get_pods`` returns pods fetched at most ``cache_period`` before the call (strictly
     greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
     from ``t`` on. One getter call at most is in flight; callers that need the same refresh
     share it and receive the same immutable ``PodList``.
 
-    ``events=True``: when the getter offers ``container_events()``, a background thread keeps
+    ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
+    default ``False``, ``"off"``, see the README for why the library's default is off): when
+    the getter offers ``container_events()``, a background thread keeps
     a subscription to the runtime's container events, and every event starts a background
     refresh (coalesced; rules in ``podcache.cache.events``). End it with ``close()`` or a
     ``with`` block; a cache without events needs neither.
@@ -188,13 +193,16 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
-        events: bool = False,
+        events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
         wall_clock: Callable[[], float] = time.time,
+        all: bool = False,
     ) -> None:
         check_getter(getter)
+        subscribe = events_wanted(events, getter)
         self._getter = getter
+        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
@@ -216,7 +224,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = sync_probe(getter)  # pod_of_pid's way to ask about one container
+        self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
         # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
@@ -232,7 +240,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._closing = threading.Event()
         self._wake = threading.Event()
         self._subscriber: threading.Thread | None = None
-        if events and offers_events(getter):
+        if subscribe:
             self._subscribe(getter, clock)
 
     def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
@@ -490,7 +498,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         error: BaseException | None = None
         refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
-            pods = self._getter.get_pods(False)
+            pods = self._getter.get_pods(self._all)
             if not isinstance(pods, PodList):
                 pods = PodList(pods)
         except BaseException as exc:  # every outcome must reach the waiters, even ^C
@@ -572,7 +580,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         error: BaseException | None = None
         relist.started_wall = time.time()
         try:
-            pod = self._getter.get_pod(relist.uid, False)  # type: ignore[attr-defined]
+            pod = self._getter.get_pod(relist.uid, self._all)  # type: ignore[attr-defined]
         except BaseException as exc:  # a failure asks for a full listing, even ^C
             error = exc
         with self._lock:

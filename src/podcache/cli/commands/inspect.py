@@ -53,7 +53,11 @@ def inspect_command(
     ID is tried as: a container or sandbox ID as type://id; a pod UID; name_namespace; a bare
     container or sandbox ID or a unique prefix of it (at least 4 characters). Pods are looked up
     among all of the runtime's pods, ready or not. Prints the pod as JSON (default, the shape of
-    one item of `podcache pods -o json`), YAML, or a table.
+    one item of `podcache pods -o json`, with "matched"), YAML, or a table.
+
+    Which container or sandbox an ID matched is said: "matched" in JSON and YAML ({"kind":
+    "container" or "sandbox", "id": type://id, "name", "attempt"}; null when ID is a UID or
+    name_namespace), a "Matched:" line in the table, whose row of it is marked "*".
 
     With --departed, an ID the runtime no longer lists is asked of the node's podcache serve,
     which remembers the pods that left (a whole container or sandbox ID, or a pod UID): the
@@ -63,8 +67,8 @@ def inspect_command(
     stderr) or a prefix shorter than 4 characters.
     """
     from podcache.cli.exits import NotFoundError
-    from podcache.cli.query import find_pod
-    from podcache.cli.render import pod_detail, print_document, print_tables
+    from podcache.cli.query import find
+    from podcache.cli.render import matched_document, pod_detail, print_document, print_tables
     from podcache.cli.source import open_source
     from podcache.jsonview import pod_to_json
 
@@ -72,16 +76,16 @@ def inspect_command(
     with open_source(runtime) as source:
         pods = source.runtime.get_pods(True)
     try:
-        pod = find_pod(pods, ident)
+        pod, matched = find(pods, ident)
     except NotFoundError:
         if not departed:
             raise
         _print_departed(ident, server, token_file, out, runtime.timeout, started=started)
         return
     if out.format == "table":
-        print_tables(pod_detail(pod, out, time.time_ns()))
+        print_tables(pod_detail(pod, out, time.time_ns(), matched))
     else:
-        print_document(pod_to_json(pod), out.format)
+        print_document(pod_to_json(pod) | {"matched": matched_document(pod, matched)}, out.format)
 
 
 def _print_departed(
