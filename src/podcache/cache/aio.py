@@ -76,6 +76,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     ``async with``.
     """
 
+    _pod_timer: asyncio.TimerHandle | None = None
+    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7 rule 7), while armed."""
+
     def __init__(
         self,
         getter: AsyncPodGetter | PodGetter,
@@ -308,6 +311,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if self._timer is not None:  # nothing left for it to start
             self._timer.cancel()
             self._timer = None
+        if self._pod_timer is not None:  # relists waiting for the budget: hints, left to the period
+            self._pod_timer.cancel()
+            self._pod_timer = None
 
     async def aclose(self) -> None:
         """``close()``: end the subscription, wait for refreshes still running or waiting."""
@@ -414,13 +420,24 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake_watchers()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pod(self, relist: PodRelist | None) -> None:
-        if relist is not None:
+    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+        for relist in relists:
             task = asyncio.get_running_loop().create_task(
                 self._run_pod(relist), name="podcache-pod-relist"
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _arm_pods(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""
+        if delay is not None:
+            self._pod_timer = asyncio.get_running_loop().call_later(delay, self._fire_pods)
+
+    def _fire_pods(self) -> None:
+        self._pod_timer = None
+        relists, again = self._core.pod_fire(self._clock())
+        self._arm_pods(again)
+        self._spawn_pods(relists)
 
     async def _run_pod(self, relist: PodRelist) -> None:
         """Relist one pod, store what came back, start what the core asks for next."""
@@ -439,7 +456,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         following, full = self._core.pod_complete(relist, pod, error, now)
         self._published()
         self._arm(self._core.arm(now))
-        self._spawn_pod(following)
+        self._arm_pods(self._core.pod_arm(now))
+        self._spawn_pods(following)
         if full is not None:
             self._spawn(full)
 
@@ -455,11 +473,12 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             now = self._clock()
             uid = event_pod(event, self._core.snapshot[0])
             happened = event_time(event, time.time())
-            relist, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
+            relists, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
             if scheduled is not None:
                 self._subscription.counted_refresh(scheduled)
-            self._spawn_pod(relist)
+            self._spawn_pods(relists)
             self._arm(self._core.arm(now))
+            self._arm_pods(self._core.pod_arm(now))
             if full is not None:
                 self._spawn(full)
         return step

@@ -531,17 +531,33 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._changed.notify_all()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pod(self, relist: PodRelist | None) -> None:
-        """Hand ``relist`` to a relist worker, starting one when none is free (at most
+    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+        """Hand each of ``relists`` to a relist worker, starting one when none is free (at most
         ``podrelists.MAX_IN_FLIGHT`` run: the core never has more relists in flight)."""
-        if relist is None:
-            return
-        self._pod_jobs.put(relist)
-        with self._pool_lock:
-            if self._pod_workers - self._pod_busy >= self._pod_jobs.qsize():
-                return
-            self._pod_workers += 1
-        threading.Thread(target=self._pod_worker, name="podcache-pod-relist", daemon=True).start()
+        for relist in relists:
+            self._pod_jobs.put(relist)
+            with self._pool_lock:
+                if self._pod_workers - self._pod_busy >= self._pod_jobs.qsize():
+                    continue
+                self._pod_workers += 1
+            thread = threading.Thread(
+                target=self._pod_worker, name="podcache-pod-relist", daemon=True
+            )
+            thread.start()
+
+    def _arm_pods(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""
+        if delay is not None:
+            timer = threading.Timer(delay, self._fire_pods)
+            timer.name = "podcache-relist-timer"
+            timer.daemon = True
+            timer.start()
+
+    def _fire_pods(self) -> None:
+        with self._lock:
+            relists, again = self._core.pod_fire(self._clock())
+        self._arm_pods(again)
+        self._spawn_pods(relists)
 
     def _pod_worker(self) -> None:
         """Run relists as they come, and the one each asks for next in the slot it frees;
@@ -587,13 +603,18 @@ class RuntimeCache(CoreReadings[threading.Event]):
             now = self._clock()
             following, full = self._core.pod_complete(relist, pod, error, now)
             delay = self._core.arm(now)
+            pod_delay = self._core.pod_arm(now)
             self._published()
         self._arm(delay)
+        self._arm_pods(pod_delay)
         if full is not None:
             self._spawn(full)
         if error is not None and not isinstance(error, Exception):
             raise error
-        return following
+        if not following:
+            return None
+        self._spawn_pods(following[1:])
+        return following[0]
 
     # -- the event subscription (thread) -------------------------------------------------------
     def _event(self, event: object) -> Step:
@@ -602,22 +623,25 @@ class RuntimeCache(CoreReadings[threading.Event]):
         if not self._relists_pods:
             return self._signal(Signal.EVENT)
         assert self._subscription is not None
-        relist = full = None
-        delay = None
+        relists: list[PodRelist] = []
+        full = None
+        delay = pod_delay = None
         with self._lock:
             step = self._subscription.on(Signal.EVENT)
             if step is Step.REFRESH:
                 now = self._clock()
                 uid = event_pod(event, self._core.snapshot[0])
                 happened = event_time(event, time.time())
-                relist, full, scheduled = self._core.on_event(
+                relists, full, scheduled = self._core.on_event(
                     uid, now, happened, gone_unseen(event)
                 )
                 if scheduled is not None:
                     self._subscription.counted_refresh(scheduled)
                 delay = self._core.arm(now)
+                pod_delay = self._core.pod_arm(now)
         self._arm(delay)
-        self._spawn_pod(relist)
+        self._arm_pods(pod_delay)
+        self._spawn_pods(relists)
         if full is not None:
             self._spawn(full)
         return step
