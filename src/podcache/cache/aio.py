@@ -267,7 +267,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
-        return with_events(self._core.stats(self._clock(), self._fast_hits), self._subscription)
+        now = self._clock()
+        return with_events(self._core.stats(now, self._fast_hits), self._subscription, now)
 
     def watch(self, since: int | None = None) -> AsyncPodWatch:
         """The pods' changes as they are published: an async iterator of ``PodChange``; the
