@@ -34,6 +34,7 @@ __all__ = [
     "Pod",
     "PodList",
     "derive",
+    "ids_with_prefix",
     "normalise_ip",
     "pod_at_ip",
     "pods_by_uid",
@@ -499,10 +500,7 @@ class PodList(Sequence[Pod]):
                 f"container ID prefix {id_or_prefix!r} is too short: "
                 f"give at least {MIN_PREFIX} characters"
             )
-        ids = index.sorted_ids
-        start = bisect.bisect_left(ids, id_or_prefix)
-        end = bisect.bisect_left(ids, id_or_prefix + _MAX_CHAR, lo=start)
-        matches = ids[start:end]
+        matches = ids_with_prefix(self, id_or_prefix)
         if not matches:
             return None
         if len(matches) > 1:
@@ -626,6 +624,16 @@ def pod_at_ip(pods: PodList, canonical: str) -> Pod | None:
     """``pods.by_ip`` for an address already in ``normalise_ip``'s text: one dict lookup, no
     parse on a miss (a lookup of a departed pod's IP misses the snapshot)."""
     return pods._idx().by_ip.get(canonical)
+
+
+def ids_with_prefix(pods: PodList, prefix: str) -> list[str]:
+    """The bare container and sandbox IDs of ``pods`` that start with ``prefix``, in order:
+    two bisections of the snapshot's sorted IDs (built once per snapshot, as
+    ``by_container_id``'s), then a slice of the matches."""
+    ids = pods._idx().sorted_ids
+    start = bisect.bisect_left(ids, prefix)
+    end = bisect.bisect_left(ids, prefix + _MAX_CHAR, lo=start)
+    return ids[start:end]
 
 
 def pods_by_uid(pods: PodList) -> Mapping[str, Pod]:

@@ -77,7 +77,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     """
 
     _pod_timer: asyncio.TimerHandle | None = None
-    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7 rule 7), while armed."""
+    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7
+    rule 7), while armed."""
 
     def __init__(
         self,
@@ -278,7 +279,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
-        return with_events(self._core.stats(self._clock(), self._fast_hits), self._subscription)
+        now = self._clock()
+        return with_events(self._core.stats(now, self._fast_hits), self._subscription, now)
 
     def watch(self, since: int | None = None) -> AsyncPodWatch:
         """The pods' changes as they are published: an async iterator of ``PodChange``; the

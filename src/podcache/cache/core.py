@@ -205,6 +205,8 @@ class CacheStats:
     """Events for a pod whose change a call made after it already held (§7 rule 4)."""
     pod_relist_storms: int = 0
     """Times more pods were pending than ``podrelists.MAX_PENDING`` (one full listing each)."""
+    last_event_age: float | None = None
+    """Seconds since the last container event was received (None: none yet, or events off)."""
 
 
 class FreshnessCore(Generic[S]):

@@ -126,6 +126,8 @@ class EventCounters:
     received: int
     refreshes: int
     resubscriptions: int
+    last_event_at: float | None = None
+    """The cache clock's reading when the last event was received (None: none yet)."""
 
 
 def failure(stream: object) -> Signal:
@@ -151,6 +153,7 @@ class Subscription:
         self.endpoint = endpoint
         self.state = EventState.RECONNECTING if enabled else EventState.OFF
         self.received = 0
+        self.last_event_at: float | None = None  # the clock when the last event arrived
         self.refreshes = 0
         self.resubscriptions = 0
         self.subscriptions = 0
@@ -176,6 +179,7 @@ class Subscription:
             self._opened()
         elif signal is Signal.EVENT:
             self.received += 1
+            self.last_event_at = self._clock()
         elif signal in (Signal.FAILED, Signal.UNREACHABLE):
             self._unreached = self._unreached or signal is Signal.UNREACHABLE
             self._failed(before)
@@ -248,4 +252,6 @@ class Subscription:
         return back
 
     def counters(self) -> EventCounters:
-        return EventCounters(self.state, self.received, self.refreshes, self.resubscriptions)
+        return EventCounters(
+            self.state, self.received, self.refreshes, self.resubscriptions, self.last_event_at
+        )

@@ -118,17 +118,20 @@ def event_pod(event: object, pods: PodList | None) -> str | None:
     return None
 
 
-def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheStats:
-    """``stats`` with the subscription's state and counters (unchanged without one)."""
+def with_events(stats: CacheStats, subscription: Subscription | None, now: float) -> CacheStats:
+    """``stats`` with the subscription's state and counters at clock reading ``now``
+    (unchanged without one)."""
     if subscription is None:
         return stats
     counters = subscription.counters()
+    last = counters.last_event_at
     return dataclasses.replace(
         stats,
         events_state=counters.state.value,
         events_received=counters.received,
         event_refreshes=counters.refreshes,
         resubscriptions=counters.resubscriptions,
+        last_event_age=None if last is None else max(now - last, 0.0),
     )
 
 

@@ -376,9 +376,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         with self._lock:
-            return with_events(
-                self._core.stats(self._clock(), self._fast_hits()), self._subscription
-            )
+            now = self._clock()
+            return with_events(self._core.stats(now, self._fast_hits()), self._subscription, now)
 
     def close(self, timeout: float = 5.0) -> None:
         """End the event subscription (waiting at most ``timeout`` s for its thread) and stop the

@@ -3,7 +3,8 @@
 A one-shot command lists the runtime once and remembers nothing; the pods that left are
 remembered by a long-running cache (docs/architecture.md §3 rule 12), so the command asks the
 node's ``podcache serve`` for them: ``GET /containers/{id}?departed=1`` for something that
-looks like a container or sandbox ID, else ``GET /pods/{uid}?departed=1``. The answer is the
+looks like a container or sandbox ID or a prefix of one (at least 4 characters, as crictl's
+12), else ``GET /pods/{uid}?departed=1``. The answer is the
 pod's JSON with ``departed_at``. No I/O beyond that one HTTP exchange (at most two requests),
 bounded by ``MAX_ANSWER`` bytes and by the command's ``--timeout``, which is the whole
 exchange's: every connect, send and receive of both requests waits at most what is left of it
@@ -20,7 +21,7 @@ import time
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from podcache.cli.exits import CLIError
+from podcache.cli.exits import AmbiguousIDError, CLIError
 
 __all__ = ["DEFAULT_SERVER", "MAX_ANSWER", "ask_departed"]
 
@@ -139,14 +140,26 @@ def _get(
         ) from None
 
 
+def _ambiguous(ident: str, document: Any) -> AmbiguousIDError:
+    """The 409 of a prefix several listed or released IDs share, as the CLI says it (exit 2,
+    the candidates listed)."""
+    matches = document.get("matches") if isinstance(document, dict) else None
+    candidates = [str(m) for m in matches] if isinstance(matches, list) else []
+    return AmbiguousIDError(
+        f"ID prefix {ident!r} is ambiguous: it matches {len(candidates) or 'several'} "
+        "containers or sandboxes, listed or departed; give more characters",
+        candidates,
+    )
+
+
 def ask_departed(
     server: str, ident: str, token: str | None, timeout: float, *, since: float | None = None
 ) -> dict[str, Any] | None:
     """The pod ``ident`` names that left (its JSON with ``departed_at``), asked of ``podcache
-    serve`` at ``server``; None when it knows of none. CLIError (exit 1) naming the server
-    when it cannot be asked, refuses (401: a token is needed), or has not answered within
-    ``timeout`` seconds of ``since`` (``time.monotonic()``: the command's start; default now),
-    both requests together."""
+    serve`` at ``server``; None when it knows of none. AmbiguousIDError (exit 2) for a prefix
+    several IDs share; CLIError (exit 1) naming the server when it cannot be asked, refuses
+    (401: a token is needed), or has not answered within ``timeout`` seconds of ``since``
+    (``time.monotonic()``: the command's start; default now), both requests together."""
     kinds = ("containers", "pods") if _ID_LIKE.fullmatch(ident) else ("pods", "containers")
     deadline = (time.monotonic() if since is None else since) + timeout  # both requests
     for kind in kinds:
@@ -157,7 +170,9 @@ def ask_departed(
             return document
         if status == 401:
             raise CLIError(f"podcache serve at {server} wants a token (--token-file)")
-        if status not in (400, 404, 409):
+        if status == 409 and kind == "containers":
+            raise _ambiguous(ident, document)
+        if status not in (400, 404):
             message = document.get("error") if isinstance(document, dict) else None
             raise CLIError(f"podcache serve at {server} answered {status}: {message}")
     return None

@@ -32,13 +32,14 @@ from podcache.cache import AsyncPodGetter, AsyncRuntimeCache, Found
 from podcache.cache.pids import LookupResult, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.publishing import Publication
 from podcache.cache.shared import offers_events
-from podcache.errors import PodcacheError
+from podcache.errors import AmbiguousContainerIDError, PodcacheError
 from podcache.jsonview import PID_MISS_REASONS, pod_to_json
 from podcache.model import Pod, PodList
 from podcache.serve.allview import all_pods_getter
 from podcache.serve.auth import BearerAuth
 from podcache.serve.calltimer import CallTimer, timed
 from podcache.serve.failures import RETRY, failure_of
+from podcache.serve.keeper import keep_fresh
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from podcache.serve.metrics import Metrics
 from podcache.serve.openapi import document
@@ -208,7 +209,7 @@ class App:
         self._wall = wall
         self._auth = auth
         self._wait = wait
-        self.metrics = Metrics(self._stats, self._latest)
+        self.metrics = Metrics(self._stats, self._latest, wall)
         self.calls: CallTimer = timed(getter, clock=clock, **self.metrics.call_observers())
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
@@ -233,6 +234,9 @@ class App:
         self._openapi, self._openapi_etag = _openapi(auth is not None)
         self._all_view: App | None = None
         """The App that answers ``?all=1``, once built (never in an all view itself)."""
+        self._keeper: asyncio.Task[None] | None = None
+        """The task that keeps the snapshot within its period while nobody reads
+        (``serve/keeper.py``), from ``warm`` on (the all view's from when it is built)."""
         self._make_all_view: Callable[[], App] | None = None
         if not all_pods:
             self._make_all_view = lambda: App(all_pods_getter(getter), **options, all_pods=True)
@@ -267,6 +271,7 @@ class App:
         period = (
             cache_period.total_seconds() if isinstance(cache_period, timedelta) else cache_period
         )
+        self._refresh_ahead = period / 4 if refresh_ahead is None else refresh_ahead
         return AsyncRuntimeCache(
             self.calls,
             cache_period,
@@ -274,7 +279,7 @@ class App:
             stats=True,
             min_refresh_interval=min_refresh_interval,
             max_stale=max_stale,
-            refresh_ahead=period / 4 if refresh_ahead is None else refresh_ahead,
+            refresh_ahead=self._refresh_ahead,
             events=events,  # when the runtime getter has container_events (the timer passes them)
             first_revision=first_revision,
             wall_clock=self._wall,
@@ -481,6 +486,8 @@ class App:
             view.calls.on_call = self.metrics.observe_refresh
             view.calls.on_pod_call = self.metrics.observe_pod_relist
             view.streams.counters = self.streams.counters
+            if self._keeper is not None:
+                view.keep_fresh()
         return view
 
     def _route_label(self, path: str) -> str:
@@ -722,14 +729,23 @@ class App:
         return self.cache.find_in(pods, container_id=value, at=at)
 
     def _missing(self, view: SnapshotView, message: str, key: tuple[str, str]) -> Answer:
-        """A 404 from ``view``; when a pod that left held the key, the body says when
-        (``departed_at``: the client may ask again with ``departed=1``), and the memo does
-        not keep it (the departed age out without a new snapshot)."""
-        found = self._find(view.pods, key)
-        if found is None or found.departed_at is None:
+        """A 404 from ``view``; when a pod held the key until lately, the body says when it
+        stopped (``held_until``) and, when the pod left, when (``departed_at``): the client
+        may ask again with ``departed=1``. The memo does not keep it (the released keys age
+        out without a new snapshot)."""
+        try:
+            found = self._find(view.pods, key)
+        except (ValueError, LookupError):  # a prefix several released IDs share: plain 404
+            found = None
+        if found is None or found.held_until is None:
             return _not_found(view, message)
-        extra = {"departed_at": rfc3339(found.departed_at)}
-        head = view.not_found_head(404, f"{message}; a pod that left held it", **extra)
+        extra = {"held_until": rfc3339(found.held_until)}
+        said = "a pod that left held it"
+        if found.departed_at is None:
+            said = "a pod that is still listed held it"
+        else:
+            extra["departed_at"] = rfc3339(found.departed_at)
+        head = view.not_found_head(404, f"{message}; {said}", **extra)
         return Answer("", 404, head, etag=False, kept=False)
 
     async def _answer_who(
@@ -743,8 +759,10 @@ class App:
         view, _ = await self._snapshot(need)
         try:
             found = self._find(view.pods, key, who.at)
-        except ValueError as exc:  # a malformed type://id
+        except ValueError as exc:  # a malformed type://id, or a prefix under 4 characters
             raise HTTPError(400, str(exc)) from None
+        except AmbiguousContainerIDError as exc:  # a prefix of several IDs, listed or released
+            raise HTTPError(409, str(exc), extra={"matches": list(exc.matches)}) from None
         route = WHO_ROUTES[key[0]]
         if found is None:
             what = "" if who.at is None else f" at {rfc3339(who.at)}"
@@ -754,7 +772,7 @@ class App:
         document = who_document(found, key)
         answer = Answer(route, 200, view.document_head(document), etag=False)
         response = self._from_answer(view, answer, headers, stale=self._stale_for(view, arrival))
-        if found.departed_at is not None:
+        if found.held_until is not None:
             response.headers.append(DEPARTED)
         return response
 
@@ -774,7 +792,8 @@ class App:
         ident = check_name(args[0], "container ID")
         who = who_of(query)
         if who is not None:
-            return Later(lambda need: self._container_who(need, headers, who, ident))
+            key = ("container_id", ident)
+            return Later(lambda need: self._answer_who(need, headers, who, key))
 
         def build(view: SnapshotView) -> Answer:
             try:
@@ -789,23 +808,6 @@ class App:
             return _found(view.container_head(*found))
 
         return FromSnapshot(build)
-
-    async def _container_who(
-        self, need: float | None, headers: dict[str, str], who: Who, ident: str
-    ) -> Response:
-        """``/containers/{id}`` with ``departed=1`` or ``at``: a unique prefix names the
-        snapshot's container as without them; a departed one is named by its whole ID."""
-        if who.at is None:  # departed=1 alone: a prefix may name one of the snapshot's
-            view, _ = await self._snapshot(need)
-            try:
-                found = view.pods.by_container_id(ident)
-            except ValueError as exc:
-                raise HTTPError(400, str(exc)) from None
-            except LookupError as exc:
-                raise HTTPError(409, str(exc)) from None
-            if found is not None:
-                ident = found[1].id.id
-        return await self._answer_who(need, headers, who, ("container_id", ident))
 
     def _pid(self, query: Query, headers: dict[str, str], args: tuple[str, ...]) -> Plan:
         pid = parse_pid(args[0])
@@ -894,15 +896,34 @@ class App:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def warm(self) -> BaseException | None:
-        """Fill the cache once (at startup); returns the error instead of raising it."""
+        """Fill the cache once (at startup), then keep it within its period while nobody
+        reads (``keep_fresh``); returns the fill's error instead of raising it."""
+        error: BaseException | None = None
         try:
             await self.cache.get_pods(timeout=self._wait)
         except Exception as exc:
-            return exc
-        return None
+            error = exc
+        self.keep_fresh()
+        return error
+
+    def keep_fresh(self) -> None:
+        """Start the keeper (``serve/keeper.py``), unless it runs or the period is 0 (every
+        answer is fetched for its request: there is no period to keep within)."""
+        period = self.cache.cache_period
+        if self._keeper is not None or period == 0:
+            return
+        fresh_for = max(period - self._refresh_ahead, 0.0)
+        self._keeper = asyncio.get_running_loop().create_task(
+            keep_fresh(self.cache, fresh_for, self._wait, self._clock), name="podcache-keeper"
+        )
 
     async def aclose(self) -> None:
-        """End the event subscription, wait for refreshes still running (the all view's too)."""
+        """Stop the keeper, end the event subscription, wait for refreshes still running (the
+        all view's too)."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
         await self.cache.close()
         if self._all_view is not None:
             await self._all_view.aclose()

@@ -9,6 +9,7 @@ servers or tests in one process do not collide). It holds no HTTP and no cache l
 from __future__ import annotations
 
 import platform
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -38,7 +39,10 @@ class Metrics:
     """The server's metrics. ``stats`` reads the cache's counters; ``latest`` its last pods."""
 
     def __init__(
-        self, stats: Callable[[], CacheStats], latest: Callable[[], PodList | None]
+        self,
+        stats: Callable[[], CacheStats],
+        latest: Callable[[], PodList | None],
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests: dict[tuple[str, int], int] = {}
@@ -66,7 +70,7 @@ class Metrics:
             registry=self.registry,
             buckets=_BUCKETS,
         )
-        self.registry.register(_Collector(self, stats, latest))
+        self.registry.register(_Collector(self, stats, latest, wall))
 
     def observe_refresh(self, seconds: float, ok: bool) -> None:
         """Record one listing of the node (``CallTimer.on_call``)."""
@@ -108,10 +112,12 @@ class _Collector(Collector):
         metrics: Metrics,
         stats: Callable[[], CacheStats],
         latest: Callable[[], PodList | None],
+        wall: Callable[[], float],
     ) -> None:
         self._metrics = metrics
         self._stats = stats
         self._latest = latest
+        self._wall = wall
 
     def collect(self) -> Iterator[Metric]:
         """Every scrape-time metric, in the exposition's order."""
@@ -119,6 +125,7 @@ class _Collector(Collector):
         yield _build_info()
         yield from _cache_metrics(stats)
         yield from _snapshot_metrics(stats, self._latest())
+        yield from _timestamps(stats, self._wall())
         yield _requests(self._metrics.requests)
         if self._metrics.watchers is not None:
             yield from _watch_metrics(self._metrics.watchers)
@@ -215,7 +222,9 @@ def _snapshot_metrics(stats: CacheStats, pods: PodList | None) -> Iterator[Metri
     """The snapshot's age and size."""
     age = GaugeMetricFamily(
         "podcache_snapshot_age_seconds",
-        "Age of the cached snapshot (absent until the first refresh succeeds).",
+        "How old the snapshot's content is at most: seconds since the full listing it comes "
+        "from began (relists of one pod since only make pods newer); kept under the cache "
+        "period while the runtime answers, idle or not (absent until the first listing).",
     )
     if stats.age is not None:
         age.add_metric([], stats.age)
@@ -228,6 +237,28 @@ def _snapshot_metrics(stats: CacheStats, pods: PodList | None) -> Iterator[Metri
         "Containers (not sandboxes) in the latest snapshot.",
         value=0 if pods is None else sum(len(pod.containers) for pod in pods),
     )
+
+
+def _timestamps(stats: CacheStats, wall: float) -> Iterator[Metric]:
+    """When the last full listing began and the last event arrived, as unix timestamps
+    (Prometheus's convention for a time: alert on ``time() - metric``); each is absent until
+    it first happens."""
+    listing = GaugeMetricFamily(
+        "podcache_last_full_listing_timestamp_seconds",
+        "Unix time at which the last successful listing of the whole node began (the "
+        "snapshot's time).",
+    )
+    if stats.age is not None:
+        listing.add_metric([], wall - stats.age)
+    yield listing
+    event = GaugeMetricFamily(
+        "podcache_last_event_timestamp_seconds",
+        "Unix time at which the last container event was received from the runtime (a quiet "
+        "node sends none: not a liveness signal on its own).",
+    )
+    if stats.last_event_age is not None:
+        event.add_metric([], wall - stats.last_event_age)
+    yield event
 
 
 def _requests(counts: dict[tuple[str, int], int]) -> Metric:

@@ -65,6 +65,17 @@ _DEPARTED_OR_NULL = {
     "oneOf": [_DEPARTED_AT, {"type": "null"}],
     "description": "When the pod left (RFC 3339, UTC); null for a pod still there.",
 }
+_HELD_UNTIL = {
+    "type": "string",
+    "format": "date-time",
+    "description": "When the cache first saw the pod no longer holding the key (RFC 3339, "
+    "UTC): it left, or the container exited or was removed from it.",
+}
+_HELD_OR_NULL = {
+    "oneOf": [_HELD_UNTIL, {"type": "null"}],
+    "description": "When the pod stopped holding the key (RFC 3339, UTC); null while it "
+    "holds it. The holding began at the pod's created_at.",
+}
 
 
 def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
@@ -79,6 +90,17 @@ def _error_schema(**required: dict[str, Any]) -> dict[str, Any]:
                 **_DEPARTED_AT,
                 "description": "A lookup's 404 for a key a pod that left held: when it "
                 "left (ask again with departed=1).",
+            },
+            "held_until": {
+                **_HELD_UNTIL,
+                "description": "A lookup's 404 for a key a pod held lately (it left, or the "
+                "container exited): when it stopped (ask again with departed=1).",
+            },
+            "matches": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "A 409 for an ambiguous prefix with departed=1 or at: the "
+                "IDs it matches (at most 64 remembered ones).",
             },
             "cache_time": {
                 "type": "number",
@@ -205,12 +227,20 @@ SCHEMAS: dict[str, Any] = {
     "PodResponse": _envelope(pod=_ref("Pod")),
     "ContainerResponse": _envelope(container=_ref("Container"), pod=_ref("Pod")),
     "IPResponse": _envelope(ip={"type": "string"}, pod=_ref("Pod")),
-    "DepartedPodResponse": _envelope(pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL),
+    "DepartedPodResponse": _envelope(
+        pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL, held_until=_HELD_OR_NULL
+    ),
     "DepartedContainerResponse": _envelope(
-        container=_ref("Container"), pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL
+        container=_ref("Container"),
+        pod=_ref("Pod"),
+        departed_at=_DEPARTED_OR_NULL,
+        held_until=_HELD_OR_NULL,
     ),
     "DepartedIPResponse": _envelope(
-        ip={"type": "string"}, pod=_ref("Pod"), departed_at=_DEPARTED_OR_NULL
+        ip={"type": "string"},
+        pod=_ref("Pod"),
+        departed_at=_DEPARTED_OR_NULL,
+        held_until=_HELD_OR_NULL,
     ),
     "ProcessResponse": _envelope(
         pid={"type": "integer", "minimum": 1, "maximum": PID_MAX},
@@ -440,15 +470,17 @@ _POD_FILTERS: list[dict[str, Any]] = [
 ]
 _NOT_FOUND = {"404": "Nothing with that identity in the snapshot."}
 _WHO_NOT_FOUND = {
-    "404": "Nothing with that identity in the snapshot (its departed_at says when a pod that "
-    "left held it: ask again with departed=1); with departed=1 or at, nobody known held it."
+    "404": "Nothing with that identity in the snapshot (its held_until says when a pod held "
+    "it lately, and departed_at when that pod left: ask again with departed=1); with "
+    "departed=1 or at, nobody known held it."
 }
 _WHO: list[dict[str, Any]] = [
     {
         "name": "departed",
         "in": "query",
-        "description": "Answer a pod that left in the last departed_for seconds too (200, "
-        "with departed_at and X-Podcache-Departed: true).",
+        "description": "Answer a key released in the last departed_for seconds too (a pod "
+        "that left, a container that exited or was removed): 200, with departed_at, "
+        "held_until and X-Podcache-Departed: true.",
         "schema": {"type": "string", "enum": ["1", "true", "0", "false"]},
     },
     {
@@ -471,7 +503,8 @@ def _who_ok(schema: str, departed: str, description: str) -> dict[str, Any]:
     departed_at (and X-Podcache-Departed when the pod left)."""
     ok = _json(schema, description, etag=True)
     ok["headers"]["X-Podcache-Departed"] = {
-        "description": "true when the answer is a pod that left (departed=1 or at).",
+        "description": "true when the answer no longer holds the key (departed=1 or at): "
+        "the pod left, or the container exited or was removed.",
         "schema": {"type": "string", "enum": ["true"]},
     }
     ok["content"]["application/json"]["schema"] = {"oneOf": [_ref(schema), _ref(departed)]}
@@ -549,8 +582,8 @@ def _lookup_paths(auth: bool) -> dict[str, Any]:
             auth=auth,
         ),
         "/containers/{id}": _operation(
-            "A container or sandbox and its pod, by ID (or, asked, one that left: by its "
-            "whole ID).",
+            "A container or sandbox and its pod, by ID (or, asked, one that exited or left, "
+            "by its ID or a unique prefix).",
             _who_ok("ContainerResponse", "DepartedContainerResponse", "The container and its pod."),
             parameters=[
                 _path(
@@ -565,7 +598,8 @@ def _lookup_paths(auth: bool) -> dict[str, Any]:
             ],
             extra={
                 **_WHO_NOT_FOUND,
-                "409": "The prefix matches several containers (the message lists them).",
+                "409": "The prefix matches several containers (the message lists them; with "
+                "departed=1 or at, listed and released ones together, also in matches).",
             },
             snapshot=True,
             auth=auth,

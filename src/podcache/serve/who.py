@@ -42,7 +42,8 @@ def rfc3339(seconds: float) -> str:
 
 def who_document(found: Found, key: tuple[str, str]) -> dict[str, Any]:
     """The body of a lookup that may answer a pod that left: as the route's usual one, with
-    ``departed_at`` (RFC 3339; null for a pod still there)."""
+    ``departed_at`` (RFC 3339; null for a pod still there) and ``held_until`` (when the pod
+    stopped holding the key, RFC 3339; null while it holds it)."""
     document: dict[str, Any] = {}
     if key[0] == "ip":
         document["ip"] = key[1]
@@ -50,4 +51,5 @@ def who_document(found: Found, key: tuple[str, str]) -> dict[str, Any]:
         document["container"] = container_to_json(found.container)
     document["pod"] = pod_to_json(found.pod)
     document["departed_at"] = None if found.departed_at is None else rfc3339(found.departed_at)
+    document["held_until"] = None if found.held_until is None else rfc3339(found.held_until)
     return document

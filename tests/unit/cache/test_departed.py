@@ -169,18 +169,19 @@ def test_a_reused_ip_never_answers_for_a_time_before_its_new_holder_was_created(
     second = pod(2, "10.0.0.9", wall.now)  # the IP again, 5 s later
     twin.show([second])
     assert twin.find(ip="10.0.0.9") == Found(second, None, None)
-    assert twin.find(ip="10.0.0.9", at=left - 1.0) == Found(first, None, left)
+    assert twin.find(ip="10.0.0.9", at=left - 1.0) == Found(first, None, left, left)
     assert twin.find(ip="10.0.0.9", at=left + 1.0) is None  # between the two holdings
     when = datetime.fromtimestamp(wall.now + 1.0, UTC)
     assert twin.find(ip="10.0.0.9", at=when) == Found(second, None, None)
-    assert twin.find(uid="uid-1") == Found(first, None, left)
+    assert twin.find(uid="uid-1") == Found(first, None, left, left)
     twin.close()
 
 
 @pytest.mark.parametrize("asyn", [False, True], ids=["threads", "asyncio"])
 def test_departed_pods_are_bounded_by_age_and_count(asyn: bool) -> None:
     wall = Wall()
-    twin = Twin(asyn, wall, departed_for=60.0, departed_max=3)
+    # Each pod holds three keys (its UID, its container's ID, its IP): 9 keys are 3 pods.
+    twin = Twin(asyn, wall, departed_for=60.0, departed_max=9)
     pods = [pod(n, f"10.1.0.{n}", wall.now) for n in range(6)]
     twin.show(pods)
     for n in range(5):  # five leave, one at a time

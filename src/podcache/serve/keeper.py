@@ -1,0 +1,58 @@
+"""Keeping an idle server's snapshot within its period: one reader that never goes away.
+
+serve answers from its cache, which refreshes on demand: a busy server's readers keep the
+snapshot within its period (refresh-ahead starts each refresh before expiry), while one that
+nobody reads kept the snapshot of its last reader, however old, and relists of one pod after
+events do not make a snapshot fresh (docs/architecture.md §3 rule 11). So when the runtime
+then failed, an idle server's snapshot was already past ``--max-stale`` and it answered 503
+where a busy one served stale data (issue 30 §4). The keeper reads the snapshot as a busy
+reader would, each time it reaches its refresh-ahead point: a hit there starts the background
+refresh, so an idle server lists the node once per ``period - refresh_ahead``, as a busy one
+does, and answers through a runtime restart as a busy one does.
+
+What it deliberately is not: a second way to refresh. It calls ``get_pods``, the readers'
+method, and the cache's rules decide (a failure is the readers' too, and counted so; with the
+runtime down it reads once per ``fresh_for``, never in a loop). No HTTP, no metrics of its own;
+its reads are hits (one per period) and, while the runtime fails, stale serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from podcache.cache import AsyncRuntimeCache
+
+__all__ = ["KEEP_MIN", "keep_fresh", "next_read"]
+
+KEEP_MIN = 0.1
+"""Least seconds between two of the keeper's reads (a refresh-ahead as long as the period)."""
+_PAST = 0.001
+"""How far past the refresh-ahead point the keeper reads: a hit exactly at it is plain."""
+
+
+def next_read(fresh_for: float, age: float | None) -> float:
+    """Seconds until a snapshot ``age`` old (None: none yet) reaches ``fresh_for``, the
+    refresh-ahead point; 0 when it has."""
+    if age is None or age >= fresh_for:
+        return 0.0
+    return fresh_for - age + _PAST
+
+
+async def keep_fresh(
+    cache: AsyncRuntimeCache, fresh_for: float, wait: float, clock: Callable[[], float]
+) -> None:
+    """Read ``cache`` each time its snapshot reaches ``fresh_for`` (its period less the
+    refresh-ahead), waiting at most ``wait`` for a refresh; forever (cancel the task to stop).
+    After a read, the next is at least ``max(fresh_for, KEEP_MIN)`` later: the refresh it
+    started is then done, or failed, and a failing runtime is asked once per that."""
+    while True:
+        cache_time = cache.cache_time
+        delay = next_read(fresh_for, None if cache_time is None else clock() - cache_time)
+        if delay > 0:
+            await asyncio.sleep(delay)
+            continue  # a reader may have refreshed meanwhile: look again
+        with contextlib.suppress(Exception):  # the readers' failure too, counted as theirs
+            await cache.get_pods(timeout=wait)
+        await asyncio.sleep(max(fresh_for, KEEP_MIN))
