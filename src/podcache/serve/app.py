@@ -180,6 +180,10 @@ class App:
     view (it has none of its own).
     """
 
+    _keeper: asyncio.Task[None] | None = None
+    """The task that keeps the snapshot within its period while nobody reads
+    (``serve/keeper.py``), from ``warm`` on (the all view's from when it is built)."""
+
     def __init__(
         self,
         getter: AsyncPodGetter,
@@ -234,9 +238,6 @@ class App:
         self._openapi, self._openapi_etag = _openapi(auth is not None)
         self._all_view: App | None = None
         """The App that answers ``?all=1``, once built (never in an all view itself)."""
-        self._keeper: asyncio.Task[None] | None = None
-        """The task that keeps the snapshot within its period while nobody reads
-        (``serve/keeper.py``), from ``warm`` on (the all view's from when it is built)."""
         self._make_all_view: Callable[[], App] | None = None
         if not all_pods:
             self._make_all_view = lambda: App(all_pods_getter(getter), **options, all_pods=True)
