@@ -117,8 +117,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
-        # Keys pods stop holding are remembered (§3 rule 12): the first hook, so later ones
-        # find them.
+        # Keys pods stop holding (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
