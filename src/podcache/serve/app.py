@@ -714,7 +714,7 @@ class App:
 
         def build(view: SnapshotView) -> Answer:
             found = self._find(view.pods, ("ip", ip))
-            if found is None or found.departed_at is not None:
+            if found is None or found.held_until is not None:  # released: not held now
                 return self._missing(view, f"no pod holds IP {ip}", ("ip", ip))
             return _found(view.document_head({"ip": ip, "pod": pod_to_json(found.pod)}))
 
