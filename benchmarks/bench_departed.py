@@ -1,5 +1,6 @@
-"""Pods that just left (issue 23 §2): ``cache.find(ip=..., at=...)`` over 10,000 departed pods,
-and the memory they hold.
+"""Pods that just left (issue 23 §2, issue 30 §1-2): ``cache.find(ip=..., at=...)`` and a
+lookup by crictl's 12-character prefix over 10,000 departed pods (50,000 remembered keys), and
+the memory they hold per key.
 
     .venv/bin/python benchmarks/bench_departed.py [--quick] [--json]
 
@@ -9,15 +10,20 @@ and the memory they hold.
    random times within the history, against a hit of ``get_pods()`` plus
    ``by_container_id`` in the same run (the baseline: the cheapest lookup a caller has).
    Every answer is checked against a scan of the history (a wrong answer fails the run).
-   Target: median at most 10 us.
-2. Memory: ``tracemalloc`` over building the departed pods: the bytes the departed index
-   holds per pod (its entries, lists and records), and with the pods themselves.
+   Target: median at most 10 us. Then ``find(container_id=<12 characters>)`` for random
+   departed containers (a bisection of the remembered IDs; checked to name the right pod).
+2. Recording: the cost of one departure (5 keys) into an index of 1,000 and of 10,000
+   departed pods, interleaved; the ratio shows whether a change walks the remembered keys.
+3. Memory: ``tracemalloc`` over building the departed pods: the bytes the index holds per
+   remembered key (its ``Holding``, the entries of its tables and the sorted IDs), and the
+   pods themselves per key (each departed pod here holds 5 keys: its UID, 3 containers, 1 IP).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import random
 import statistics
@@ -31,6 +37,7 @@ from podcache.cache.changes import ChangeType, PodChange
 from podcache.cache.departed import Departed
 
 DEPARTED = 10_000
+KEYS_PER_POD = 5  # its UID, 3 containers, 1 IP
 IPS = 2_000
 TARGET_MEDIAN_US = 10.0
 START = 1_700_000_000.0
@@ -46,7 +53,7 @@ def make_pod(n: int) -> Pod:
         ips=(ip,),
         containers=[
             Container(
-                id=ContainerID("containerd", f"{n:056x}{i:08x}"),
+                id=ContainerID("containerd", hashlib.sha256(f"{n}/{i}".encode()).hexdigest()),
                 name=f"c{i}",
                 image="registry.example/app:1",
                 state=ContainerState.EXITED,
@@ -68,15 +75,42 @@ def filled(departed: Departed, pods: list[tuple[Pod, float]]) -> None:
 
 def memory(count: int) -> dict[str, float]:
     pods_only = tracemalloc_bytes(lambda: history(count))
-    departed = Departed(departed_for=1e12, departed_max=count)
+    departed = Departed(departed_for=1e12, departed_max=count * KEYS_PER_POD)
     made = history(count)
     index = tracemalloc_bytes(lambda: filled(departed, made))
+    keys = len(departed)
+    assert keys == count * KEYS_PER_POD, keys
     return {
         "departed_pods": count,
-        "index_bytes_per_pod": index / count,
-        "pod_bytes_per_pod": pods_only / count,
-        "total_bytes_per_pod": (index + pods_only) / count,
+        "remembered_keys": keys,
+        "index_bytes_per_key": index / keys,
+        "pod_bytes_per_key": pods_only / keys,
+        "total_bytes_per_key": (index + pods_only) / keys,
     }
+
+
+def recording(rounds: int) -> dict[str, Any]:
+    """One departure's cost into a small and a large index, interleaved (min/median/max us)."""
+    indexes = {}
+    for size in (1_000, DEPARTED):
+        departed = Departed(departed_for=1e12, departed_max=size * KEYS_PER_POD)
+        filled(departed, history(size))
+        indexes[size] = departed
+    extra = [make_pod(DEPARTED + 1 + n) for n in range(rounds)]
+    times: dict[int, list[float]] = {size: [] for size in indexes}
+    for n, pod in enumerate(extra):
+        for size, departed in indexes.items():
+            change = [PodChange(ChangeType.DELETED, pod, 1)]
+            begin = time.perf_counter_ns()
+            departed.record(change, START + DEPARTED + n)  # one in, the oldest out
+            times[size].append((time.perf_counter_ns() - begin) / 1000)
+    result: dict[str, Any] = {}
+    for size, each in times.items():
+        each.sort()
+        result[f"record_{size}_pods_us"] = [each[0], statistics.median(each), each[-1]]
+    small, large = (statistics.median(times[size]) for size in indexes)
+    result["ratio_10000_to_1000"] = large / small
+    return result
 
 
 def tracemalloc_bytes(build: Any) -> int:
@@ -97,7 +131,7 @@ def lookups(count: int, rounds: int) -> dict[str, Any]:
         FakeRuntime([make_pod(count + 1)]),
         1e9,
         departed_for=1e12,
-        departed_max=count,
+        departed_max=count * KEYS_PER_POD,
         wall_clock=lambda: now,
     )
     cache.get_pods()
@@ -122,7 +156,19 @@ def lookups(count: int, rounds: int) -> dict[str, Any]:
         cache.get_pods().by_container_id(hit_id)
         baseline.append((time.perf_counter_ns() - begin) / 1000)
     times.sort()
+    prefixed = [made[rng.randrange(count)][0].containers[1].id.id for _ in range(rounds)]
+    for ident in prefixed[:200]:
+        found = cache.find(container_id=ident[:12])
+        wrong += found is None or found.container is None or found.container.id.id != ident
+    by_prefix: list[float] = []
+    for ident in prefixed:
+        begin = time.perf_counter_ns()
+        cache.find(container_id=ident[:12])
+        by_prefix.append((time.perf_counter_ns() - begin) / 1000)
+    by_prefix.sort()
     return {
+        "find_by_12_char_prefix_median_us": statistics.median(by_prefix),
+        "find_by_12_char_prefix_p99_us": by_prefix[int(len(by_prefix) * 0.99)],
         "departed_pods": count,
         "reuses_per_ip": count // IPS,
         "find_ip_at_median_us": statistics.median(times),
@@ -140,7 +186,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     rounds = 5_000 if args.quick else 50_000
-    result = {"lookup": lookups(DEPARTED, rounds), "memory": memory(DEPARTED)}
+    result = {
+        "lookup": lookups(DEPARTED, rounds),
+        "recording": recording(rounds // 10),
+        "memory": memory(DEPARTED),
+    }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -153,8 +203,22 @@ def main(argv: list[str]) -> int:
             f" us; wrong answers {look['wrong_answers']}"
         )
         print(
-            f"memory per departed pod: index {mem['index_bytes_per_pod']:.0f} B, the pod "
-            f"itself {mem['pod_bytes_per_pod']:.0f} B, total {mem['total_bytes_per_pod']:.0f} B"
+            f"find(container_id=<12 characters>): median "
+            f"{look['find_by_12_char_prefix_median_us']:.2f} us, p99 "
+            f"{look['find_by_12_char_prefix_p99_us']:.2f} us"
+        )
+        rec = result["recording"]
+        print(
+            "one departure (5 keys), min/median/max us: into 1,000 pods "
+            + "/".join(f"{v:.1f}" for v in rec["record_1000_pods_us"])
+            + f", into {DEPARTED:,} pods "
+            + "/".join(f"{v:.1f}" for v in rec[f"record_{DEPARTED}_pods_us"])
+            + f" (ratio of medians {rec['ratio_10000_to_1000']:.2f})"
+        )
+        print(
+            f"memory per remembered key ({mem['remembered_keys']:,} keys): index "
+            f"{mem['index_bytes_per_key']:.0f} B, the pods themselves "
+            f"{mem['pod_bytes_per_key']:.0f} B, total {mem['total_bytes_per_key']:.0f} B"
         )
     return 0 if result["lookup"]["pass"] else 1
 

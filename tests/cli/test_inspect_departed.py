@@ -13,9 +13,12 @@ from contextlib import contextmanager
 
 import pytest
 
+from podcache import AsyncFakeRuntime, Container, ContainerID, Pod
+from podcache.serve import App
 from podcache.sim import SimRuntime
 from tests.cli.conftest import Runner
 from tests.serve.conftest import Client, ServeProcess, free_port, settle_subscription
+from tests.serve.test_http1 import serving
 
 
 @pytest.fixture(scope="module")
@@ -127,3 +130,38 @@ def test_timeout_bounds_the_whole_command_not_each_read(run: Runner) -> None:
         )
     assert result.returncode == 1, result
     assert f"podcache serve at {server} did not answer within 1 s" in result.stderr, result
+
+
+def test_a_prefix_several_listed_or_departed_ids_share_exits_2_listing_them(
+    run: Runner, node: tuple[SimRuntime, Client, str]
+) -> None:
+    """Issue 30 §2: the ambiguity rule of listed IDs holds for departed ones (exit 2, the
+    candidates listed), here a listed and a departed ID of serve's (an App over a fake runtime,
+    served by podcache's HTTP server on a real socket)."""
+    sim = node[0]
+    shared = "abcd1234"
+    listed, departed = shared + "1" * 56, shared + "2" * 56
+    runtime = AsyncFakeRuntime([_pod("uid-a", listed), _pod("uid-b", departed)])
+    app = App(runtime, 60.0)
+    with serving(app.respond) as served:
+        client = Client(port=served.port)
+        assert client.get("/pods").status == 200
+        runtime.set_pods([_pod("uid-a", listed)])
+        assert client.get("/pods?fresh=1").status == 200  # uid-b leaves
+        server = f"http://127.0.0.1:{served.port}"
+        one = run("inspect", departed[:12], "--departed", "--server", server, "-r", sim.endpoint)
+        assert one.returncode == 0, one
+        assert json.loads(one.stdout)["departed_container"]["id"].endswith(departed)
+        both = run("inspect", shared, "--departed", "--server", server, "-r", sim.endpoint)
+        assert both.returncode == 2, both
+        assert listed in both.stderr and departed in both.stderr
+        served.loop.run(app.aclose())
+
+
+def _pod(uid: str, ident: str) -> Pod:
+    return Pod(
+        id=uid,
+        name=uid,
+        namespace="default",
+        containers=[Container(id=ContainerID("containerd", ident), name="app")],
+    )

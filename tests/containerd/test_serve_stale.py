@@ -65,3 +65,73 @@ def test_serve_answers_stale_while_containerd_is_killed_and_fresh_once_it_is_bac
         assert one_pod.uid in _uids(back.json())
         assert client.get("/readyz").status == 200
     assert "Traceback" not in server.stderr, server.stderr
+
+
+IDLE_PERIOD = 0.2
+IDLE_MAX_STALE = 2.0
+
+
+def _metric(client: Client, name: str) -> float | None:
+    """The value of an unlabelled metric in /metrics (None when absent); /metrics reads no
+    snapshot: scraping it is not a reader."""
+    for line in client.get("/metrics").body.decode().splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    return None
+
+
+@pytest.mark.parametrize("containerd", ["2.1"], indirect=True)
+def test_an_idle_serve_answers_stale_through_a_restart_as_a_busy_one_does(
+    containerd: Containerd, cri_harness: CRIHarness
+) -> None:
+    """Issue 30 §4: nobody reads for longer than period + max-stale while events relist a pod
+    torn down in the kubelet's order; containerd is then SIGKILLed: /pods still answers the
+    current content, marked stale, with an age within the bound (before: 503)."""
+    staying = cri_harness.run_pod("idle-stays", "serve", labels={"app": "idle"})
+    leaving = cri_harness.run_pod("idle-leaves", "serve", labels={"app": "idle"})
+    container = cri_harness.create_container(leaving, "app")
+    port = free_port()
+    args = ["-r", containerd.endpoint, "--listen", f"127.0.0.1:{port}", "--timeout", "1s"]
+    limit = IDLE_PERIOD + IDLE_MAX_STALE
+    try:
+        with ServeProcess(
+            [*args, "--cache-period", f"{IDLE_PERIOD}s", "--max-stale", f"{IDLE_MAX_STALE}s"]
+        ) as server:
+            client = Client(port=port)
+            good = client.get("/pods?fresh=1")
+            assert {staying.uid, leaving.uid} <= _uids(good.json())
+            last_read = time.time()
+            # Nobody reads from here on (/metrics is no reader); the teardown's events relist.
+            torn_down = time.time()
+            cri_harness.stop_container(container)
+            cri_harness.stop_pod(leaving)
+            cri_harness.remove_container(container)
+            cri_harness.remove_pod(leaving)
+            while time.time() < last_read + limit + IDLE_PERIOD:
+                time.sleep(0.05)
+            listed_at = _metric(client, "podcache_last_full_listing_timestamp_seconds")
+            assert listed_at is not None and listed_at > last_read  # listed while idle
+            event_at = _metric(client, "podcache_last_event_timestamp_seconds")
+            assert event_at is not None and event_at >= torn_down
+            containerd.kill()
+            try:
+                stale = client.get("/pods")
+                while "x-podcache-stale" not in stale.headers:  # until past its period
+                    assert stale.status == 200, stale
+                    time.sleep(0.02)
+                    stale = client.get("/pods")
+                assert stale.status == 200, stale
+                assert stale.headers["x-podcache-stale"] == "true"
+                assert float(stale.headers["x-podcache-age"]) <= limit
+                assert staying.uid in _uids(stale.json())
+                assert leaving.uid not in _uids(stale.json())
+                assert client.get("/readyz").status == 503
+                age = _metric(client, "podcache_snapshot_age_seconds")
+                assert age is not None and age <= limit
+            finally:
+                containerd.start()
+            back = client.get("/pods?fresh=1")
+            assert back.status == 200 and "x-podcache-stale" not in back.headers
+        assert "Traceback" not in server.stderr, server.stderr
+    finally:
+        cri_harness.remove_all([staying.id])

@@ -156,3 +156,66 @@ async def test_an_unencoded_plus_in_at_is_read_as_the_offsets_sign() -> None:
     bad = await call(app, "/ips/10.0.0.1", "at=2026-12-03T12:36:50*00:00")
     assert "2026-12-02T01:02:03Z" in error(bad, 400) and error(bad, 400).startswith("at ")
     await app.aclose()
+
+
+async def test_keys_a_running_pod_let_go_are_answered_with_held_until_and_departed_at_null() -> (
+    None
+):
+    """Issue 30 §1: a crashed container of a running pod (the ready view stops listing it) and
+    an IP the pod no longer holds are remembered without the pod leaving: 404 unasked (never the
+    pod "holding" them now), 200 with departed=1, its departed_at null and held_until set."""
+    clocks = Clocks()
+    created = clocks.wall() - 100.0
+    runtime = AsyncFakeRuntime([pod(1, "10.0.0.1", created, ID1)])
+    app = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall)
+    assert (await call(app, "/pods")).status == 200
+    clocks.now += 1.0
+    restarted = pod(1, "10.0.0.2", created, ID2)  # a new attempt, and a new IP
+    runtime.set_pods([restarted])
+    assert (await call(app, "/pods", "fresh=1")).status == 200
+    let_go = clocks.wall()
+    for path in (f"/containers/{ID1}", "/ips/10.0.0.1"):
+        unasked = await call(app, path)
+        assert "still listed" in error(unasked, 404), path
+        assert abs(_epoch(unasked.json()["held_until"]) - let_go) < 1e-3
+        assert "departed_at" not in unasked.json()
+        asked = await call(app, path, "departed=1")
+        assert asked.status == 200 and asked.headers["x-podcache-departed"] == "true", path
+        body = asked.json()
+        assert body["pod"]["id"] == "uid-1" and body["departed_at"] is None
+        assert abs(_epoch(body["held_until"]) - let_go) < 1e-3
+    held = await call(app, f"/containers/{ID2}", "departed=1")
+    assert held.status == 200 and held.json()["held_until"] is None
+    assert "x-podcache-departed" not in held.headers
+    await app.aclose()
+
+
+async def test_a_prefix_a_listed_and_a_departed_id_share_is_409_listing_both() -> None:
+    app, _, _, _ = await scene()  # ID1 departed, ID2 listed; both start with their own digits
+    shared = await call(app, "/containers/a1a1", "departed=1")
+    assert shared.status == 200  # only ID1 starts so
+    clocks = Clocks()
+    runtime = AsyncFakeRuntime([pod(1, "10.0.0.1", clocks.wall(), "ab" + "1" * 62)])
+    other = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall)
+    assert (await call(other, "/pods")).status == 200
+    runtime.set_pods([pod(2, "10.0.0.2", clocks.wall(), "ab" + "2" * 62)])
+    clocks.now += 1.0
+    assert (await call(other, "/pods", "fresh=1")).status == 200
+    both = await call(other, "/containers/ab", "departed=1")
+    assert "at least 4" in error(both, 400)
+    both = await call(other, "/containers/ab11", "departed=1")
+    assert both.status == 200
+    runtime.set_pods(
+        [
+            pod(2, "10.0.0.2", clocks.wall(), "ab" + "2" * 62),
+            pod(3, "10.0.0.3", clocks.wall(), "ab11" + "3" * 60),
+        ]
+    )
+    clocks.now += 1.0
+    assert (await call(other, "/pods", "fresh=1")).status == 200
+    ambiguous = await call(other, "/containers/ab11", "departed=1")
+    assert "ambiguous" in error(ambiguous, 409)
+    assert sorted(ambiguous.json()["matches"]) == ["ab" + "1" * 62, "ab11" + "3" * 60]
+    assert (await call(other, "/containers/ab11")).status == 200  # the listed one alone
+    await app.aclose()
+    await other.aclose()

@@ -129,7 +129,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
-        # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
+        # Keys pods stop holding (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
@@ -410,7 +410,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             self._spawn(queued)
 
     def _record_departures(self, publication: Publication) -> None:
-        """The cache's own publish hook: the pods the publish removed depart now."""
+        """The cache's own publish hook: the keys the publish took from pods are released now."""
         self._departed.record(publication.changes, self._wall())
 
     def _published(self) -> None:

@@ -305,14 +305,19 @@ class Departed:
                 return Found(current, _item(current, key), None)
             holdings = self._holdings.get(key)
             return None if not holdings else self._found(pods, holdings[-1])
-        best: tuple[float, Found] | None = None
-        if current is not None and created_seconds(current) <= at:
-            best = (created_seconds(current), Found(current, _item(current, key), None))
+        best: Holding | None = None
+        since = created_seconds(current) if current is not None else math.inf
+        if since > at:
+            since = -math.inf  # the snapshot's holder did not hold it yet
         for held in self._holdings.get(key, ()):
             start = held.held_from
-            if start <= at < held.held_until and (best is None or start > best[0]):
-                best = (start, self._found(pods, held))
-        return None if best is None else best[1]
+            if start <= at < held.held_until and start > since:
+                best, since = held, start
+        if best is not None:
+            return self._found(pods, best)
+        if current is not None and since != -math.inf:
+            return Found(current, _item(current, key), None)
+        return None
 
     def _found(self, pods: PodList | None, held: Holding) -> Found:
         """``held`` as an answer: its pod departed unless ``pods`` lists the pod's UID, when

@@ -226,7 +226,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
-        # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
+        # Keys pods stop holding are remembered (§3 rule 12): the first hook, so later ones
+        # find them.
         self._departed = Departed(departed_for, departed_max)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
@@ -339,11 +340,14 @@ class RuntimeCache(CoreReadings[threading.Event]):
         at: float | datetime | None = None,
         timeout: float | None = None,
     ) -> Found | None:
-        """The pod holding one key (a container or sandbox ID, ``type://id`` or bare; a UID;
-        an IP): from the current snapshot (as ``get_pods`` returns it) first, then from the
-        pods that left in the last ``departed_for`` seconds. ``at`` (epoch seconds or an
-        aware datetime): the pod that held the key at that moment (its holding runs from its
-        sandbox's creation to its departure). None when nobody did."""
+        """The pod holding one key (a container or sandbox ID, ``type://id``, bare, or a unique
+        prefix of at least 4 characters; a UID; an IP): from the current snapshot (as
+        ``get_pods`` returns it) first, then from the keys listed pods stopped holding in the
+        last ``departed_for`` seconds (a pod that left, a container that exited or was
+        removed; at most ``departed_max`` keys). ``at`` (epoch seconds or an aware datetime):
+        the pod that held the key at that moment (its holding runs from its sandbox's creation
+        to ``Found.held_until``). None when nobody did; AmbiguousContainerIDError for a prefix
+        of several listed or remembered IDs (docs/architecture.md §3 rule 12)."""
         key = lookup_key(container_id, uid, ip)
         moment = epoch_seconds(at)
         pods = self.get_pods(timeout=timeout)
@@ -517,7 +521,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             raise error
 
     def _record_departures(self, publication: Publication) -> None:
-        """The cache's own publish hook: the pods the publish removed depart now."""
+        """The cache's own publish hook: the keys the publish took from pods are released now."""
         self._departed.record(publication.changes, self._wall())
 
     def _published(self) -> None:

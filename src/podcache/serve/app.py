@@ -180,6 +180,10 @@ class App:
     view (it has none of its own).
     """
 
+    _keeper: asyncio.Task[None] | None = None
+    """The task that keeps the snapshot within its period while nobody reads
+    (``serve/keeper.py``), from ``warm`` on (the all view's from when it is built)."""
+
     def __init__(
         self,
         getter: AsyncPodGetter,
@@ -234,9 +238,6 @@ class App:
         self._openapi, self._openapi_etag = _openapi(auth is not None)
         self._all_view: App | None = None
         """The App that answers ``?all=1``, once built (never in an all view itself)."""
-        self._keeper: asyncio.Task[None] | None = None
-        """The task that keeps the snapshot within its period while nobody reads
-        (``serve/keeper.py``), from ``warm`` on (the all view's from when it is built)."""
         self._make_all_view: Callable[[], App] | None = None
         if not all_pods:
             self._make_all_view = lambda: App(all_pods_getter(getter), **options, all_pods=True)
@@ -713,7 +714,7 @@ class App:
 
         def build(view: SnapshotView) -> Answer:
             found = self._find(view.pods, ("ip", ip))
-            if found is None or found.departed_at is not None:
+            if found is None or found.held_until is not None:  # released: not held now
                 return self._missing(view, f"no pod holds IP {ip}", ("ip", ip))
             return _found(view.document_head({"ip": ip, "pod": pod_to_json(found.pod)}))
 

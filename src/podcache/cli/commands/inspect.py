@@ -60,8 +60,9 @@ def inspect_command(
     name_namespace), a "Matched:" line in the table, whose row of it is marked "*".
 
     With --departed, an ID the runtime no longer lists is asked of the node's podcache serve,
-    which remembers the pods that left (a whole container or sandbox ID, or a pod UID): the
-    pod is printed with "departed_at", when it left.
+    which remembers the containers and pods that left (a container or sandbox ID or a unique
+    prefix of one, as crictl's 12 characters, or a pod UID): the pod is printed with
+    "departed_at", when it left (null for a container that exited while its pod runs on).
 
     Exit status 3 when nothing matches; 2 for an ambiguous prefix (the candidates are listed on
     stderr) or a prefix shorter than 4 characters.
