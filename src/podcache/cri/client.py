@@ -85,7 +85,7 @@ from podcache.cri.failures import (
     _rpc_error,
 )
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
-from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader
+from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader, loop_turn
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import (
     CRI_VERSION,
@@ -338,7 +338,8 @@ class AsyncCRIRuntime(_Base):
         (a steady node) it only prunes the memo, on the loop (no thread hop)."""
         if not self._networks.to_ask(listing):
             return self._statuses.complete(pods, listing, full=full)
-        return await asyncio.to_thread(self._statuses.complete, pods, listing, full=full)
+        pace = loop_turn(asyncio.get_running_loop())  # rounds yield to the loop (networks)
+        return await asyncio.to_thread(self._statuses.complete, pods, listing, full=full, pace=pace)
 
     def _check_open(self) -> None:
         if self._closed:

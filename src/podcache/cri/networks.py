@@ -25,6 +25,7 @@ All counters and tables are changed under one lock held for no I/O; readers see 
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -37,11 +38,14 @@ from podcache.model import ContainerState, Pod, PodList, normalise_ip
 
 __all__ = [
     "MEMO_MAX",
+    "PACE_WAIT",
     "STATUS_ATTEMPTS",
     "STATUS_CONCURRENCY",
     "NetworkMemo",
+    "Pace",
     "SandboxNetwork",
     "StatusReader",
+    "loop_turn",
     "newest_ready_sandbox",
 ]
 
@@ -116,6 +120,29 @@ class ListingPass:
 
 StatusCall = Callable[[str], EventFields]
 """Reads one sandbox's status (a PodSandboxStatus call); raises on failure."""
+
+Pace = Callable[[], None]
+"""Blocks until a ``StatusReader`` may begin its next round of calls (``loop_turn``)."""
+
+PACE_WAIT = 1.0
+"""Seconds a round waits at most for the event loop's turn: a safety net for a loop that
+stopped (a running loop turns within milliseconds), never the pacing itself."""
+
+
+def loop_turn(loop: asyncio.AbstractEventLoop) -> Pace:
+    """A pace that returns once ``loop`` has run a turn since it was called: a callback it
+    schedules (thread-safely) has run, so every request the loop had ready was handled in
+    between. A closed loop has nothing left to starve: the pace returns at once."""
+
+    def pace() -> None:
+        turned = threading.Event()
+        try:
+            loop.call_soon_threadsafe(turned.set)
+        except RuntimeError:  # the loop is closed
+            return
+        turned.wait(PACE_WAIT)
+
+    return pace
 
 
 class NetworkMemo:
@@ -248,7 +275,15 @@ def with_network(pod: Pod, network: SandboxNetwork) -> Pod:
 class StatusReader:
     """A getter's status calls for its listings: ``complete`` gives a listing's pods the IPs
     it missed, asking ``STATUS_CONCURRENCY`` at a time in threads of its own (made on first
-    need). Blocking: the asyncio getter runs ``complete`` in a worker thread."""
+    need). Blocking: the asyncio getter runs ``complete`` in a worker thread.
+
+    Pacing (docs/architecture.md §4, "Threads beside the loop"): the calls go out in rounds of
+    at most ``STATUS_CONCURRENCY``; a round begins only when the previous one has ended and
+    ``pace`` has returned. The asyncio getter's pace is ``loop_turn``: between two rounds the
+    event loop runs a turn, so a cold start's thousands of calls (their threads and gRPC's
+    doing Python work beside the loop) hold the loop up for at most one round at a time,
+    however many there are. Without a pace (the thread getter) rounds follow each other.
+    """
 
     def __init__(self, memo: NetworkMemo, call: StatusCall) -> None:
         self.memo = memo
@@ -256,21 +291,24 @@ class StatusReader:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    def complete(self, pods: PodList, listing: ListingPass, *, full: bool) -> PodList:
-        """``pods`` (converted with ``listing``) with the networks it missed asked for; after
-        a full listing the memo is pruned to it (``NetworkMemo.finish``)."""
+    def complete(
+        self, pods: PodList, listing: ListingPass, *, full: bool, pace: Pace | None = None
+    ) -> PodList:
+        """``pods`` (converted with ``listing``) with the networks it missed asked for, in
+        rounds separated by ``pace``; after a full listing the memo is pruned to it
+        (``NetworkMemo.finish``)."""
         memo = self.memo
         fetched = memo.learnt_since(listing)
         wanted = memo.to_ask(listing)
         if wanted:
-            results = self._map(lambda sid: memo.ask(sid, self._call), wanted)
+            results = self._map(lambda sid: memo.ask(sid, self._call), wanted, pace)
             fetched.update((s, n) for s, n in zip(wanted, results, strict=True) if n is not None)
         if full:
             memo.finish(listing, fetched)
         return with_networks(pods, fetched)
 
     def _map(
-        self, ask: Callable[[str], SandboxNetwork | None], ids: list[str]
+        self, ask: Callable[[str], SandboxNetwork | None], ids: list[str], pace: Pace | None
     ) -> list[SandboxNetwork | None]:
         if len(ids) == 1:
             return [ask(ids[0])]
@@ -280,7 +318,12 @@ class StatusReader:
                 pool = self._pool = ThreadPoolExecutor(
                     STATUS_CONCURRENCY, thread_name_prefix="podcache-status"
                 )
-        return list(pool.map(ask, ids))
+        results: list[SandboxNetwork | None] = []
+        for start in range(0, len(ids), STATUS_CONCURRENCY):
+            if start and pace is not None:
+                pace()
+            results += pool.map(ask, ids[start : start + STATUS_CONCURRENCY])
+        return results
 
     def close(self) -> None:
         """Let the threads go (a call in flight ends with its channel)."""

@@ -6,6 +6,11 @@ sandbox leaves a full listing."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+
 import pytest
 
 from podcache import Container, ContainerID, ContainerState, Pod, PodList
@@ -13,9 +18,11 @@ from podcache.cri import networks
 from podcache.cri.eventwire import EventFields
 from podcache.cri.networks import (
     STATUS_ATTEMPTS,
+    STATUS_CONCURRENCY,
     NetworkMemo,
     SandboxNetwork,
     StatusReader,
+    loop_turn,
     network_of,
 )
 
@@ -109,3 +116,105 @@ def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() ->
     done = StatusReader(memo, call).complete(pods, listing, full=True)
     assert done[0].ips == ("10.0.0.5",)
     assert calls == []
+
+
+# -- pacing (issue 29 §1): a cold start's rounds of status calls yield to the event loop --------
+class RecordingLoop:
+    """An event loop as ``loop_turn`` sees it, logging when a turn is asked for and when the
+    loop runs it (the callback runs in the loop's thread, so the log shows who came first)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, log: list[str]) -> None:
+        self._loop = loop
+        self._log = log
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> None:
+        self._log.append("ask turn")
+
+        def turn() -> None:
+            self._log.append("turn")
+            callback()
+
+        self._loop.call_soon_threadsafe(turn)
+
+
+@pytest.fixture
+def running_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+
+
+def many_pods(count: int) -> tuple[PodList, list[str]]:
+    ids = [f"s{n:03d}" for n in range(count)]
+    pods = [
+        Pod(
+            id=f"u{n:03d}",
+            sandboxes=[Container(id=ContainerID("x", sid), state=ContainerState.RUNNING)],
+        )
+        for n, sid in enumerate(ids)
+    ]
+    return PodList(pods), ids
+
+
+def test_each_round_of_status_calls_begins_after_the_event_loop_ran_a_turn(
+    running_loop: asyncio.AbstractEventLoop,
+) -> None:
+    log: list[str] = []
+
+    def call(sid: str) -> EventFields:
+        log.append("call")
+        return fields(sid, ip="10.0.0.9")
+
+    pods, ids = many_pods(3 * STATUS_CONCURRENCY + 3)
+    memo = NetworkMemo()
+    listing = memo.begin(full=True)
+    for sid in ids:
+        listing.network(sid)
+    pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
+    done = StatusReader(memo, call).complete(pods, listing, full=True, pace=pace)
+    assert all(pod.ips == ("10.0.0.9",) for pod in done)
+    # A turn is asked for only once the round before it ended, and nothing runs meanwhile.
+    assert "".join("c" if e == "call" else "a" if e == "ask turn" else "t" for e in log) == (
+        ("c" * STATUS_CONCURRENCY + "at") * 3 + "ccc"
+    )
+
+
+def test_no_second_round_while_the_event_loop_is_held(
+    running_loop: asyncio.AbstractEventLoop,
+) -> None:
+    log: list[str] = []
+    held = threading.Event()
+    release = threading.Event()
+    running_loop.call_soon_threadsafe(lambda: (held.set(), release.wait()))
+    assert held.wait(30)
+
+    def call(sid: str) -> EventFields:
+        log.append("call")
+        return fields(sid, ip="10.0.0.9")
+
+    pods, ids = many_pods(2 * STATUS_CONCURRENCY)
+    memo = NetworkMemo()
+    listing = memo.begin(full=True)
+    for sid in ids:
+        listing.network(sid)
+    pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
+    reader = threading.Thread(
+        target=StatusReader(memo, call).complete,
+        args=(pods, listing),
+        kwargs={"full": True, "pace": pace},
+    )
+    reader.start()
+    try:
+        waited = 0
+        while "ask turn" not in log and log.count("call") <= STATUS_CONCURRENCY and waited < 3000:
+            time.sleep(0.01)  # until the first round ended (or, unpaced, the second began)
+            waited += 1
+        assert log.count("call") == STATUS_CONCURRENCY  # the loop is held: no second round
+    finally:
+        release.set()
+    reader.join(30)
+    assert log.count("call") == 2 * STATUS_CONCURRENCY
