@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,6 +21,7 @@ from podcache.cri.eventwire import EventFields
 from podcache.cri.networks import (
     STATUS_ATTEMPTS,
     STATUS_CONCURRENCY,
+    UNCONFIRMED_MAX,
     NetworkMemo,
     SandboxNetwork,
     StatusReader,
@@ -28,9 +31,15 @@ from podcache.cri.networks import (
 
 
 def fields(
-    sid: str = "s", ip: str = "", extra: tuple[str, ...] = (), mode: int = 0, state: int = 0
+    sid: str = "s",
+    ip: str = "",
+    extra: tuple[str, ...] = (),
+    mode: int = 0,
+    state: int = 0,
+    *,
+    uid: str = "u",
 ) -> EventFields:
-    return EventFields(0, "", 0, sid, "u", state, ip, extra, 0, mode)
+    return EventFields(0, "", 0, sid, uid, state, ip, extra, 0, mode)
 
 
 def test_addresses_are_canonical_primary_first_each_once_and_junk_is_counted() -> None:
@@ -63,7 +72,7 @@ def test_the_memo_never_holds_more_than_its_bound(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(networks, "MEMO_MAX", 4)
     memo = NetworkMemo()
     for n in range(10):
-        memo.learn(f"s{n}", fields(ip=f"10.0.0.{n}"))
+        memo.learn(f"s{n}", fields(ip=f"10.0.0.{n}"), f"pod{n}")
         assert len(memo) <= 4
     assert [memo.get(f"s{n}") is not None for n in range(10)] == [False] * 6 + [True] * 4
 
@@ -71,7 +80,7 @@ def test_the_memo_never_holds_more_than_its_bound(monkeypatch: pytest.MonkeyPatc
 def test_a_full_listing_drops_sandboxes_it_no_longer_lists() -> None:
     memo = NetworkMemo()
     for sid in ("a", "b", "c"):
-        memo.learn(sid, fields(ip="10.0.0.1"))
+        memo.learn(sid, fields(ip="10.0.0.1"), f"pod-{sid}")
     listing = memo.begin(full=True)
     assert listing.network("a") is not None and listing.network("new") is None
     memo.finish(listing, {})
@@ -189,7 +198,12 @@ def test_no_second_round_while_the_event_loop_is_held(
     log: list[str] = []
     held = threading.Event()
     release = threading.Event()
-    running_loop.call_soon_threadsafe(lambda: (held.set(), release.wait()))
+
+    def hold() -> None:
+        held.set()
+        release.wait()
+
+    running_loop.call_soon_threadsafe(hold)
     assert held.wait(30)
 
     def call(sid: str) -> EventFields:
@@ -218,3 +232,86 @@ def test_no_second_round_while_the_event_loop_is_held(
         release.set()
     reader.join(30)
     assert log.count("call") == 2 * STATUS_CONCURRENCY
+
+
+# -- bounds without a full listing (issue 29 §4) ------------------------------------------------
+def one_pod(uid: str, sid: str | None) -> PodList:
+    if sid is None:
+        return PodList([])
+    return PodList(
+        [Pod(id=uid, sandboxes=[Container(id=ContainerID("x", sid), state=ContainerState.RUNNING)])]
+    )
+
+
+def relist(reader: StatusReader, uid: str, sid: str | None) -> PodList:
+    """A relist of pod ``uid`` as ``CRIRuntime.get_pod`` makes it: the pod's newest READY
+    sandbox looked up, asked for when missing, the entry settled."""
+    listing = reader.memo.begin(full=False, pod=uid)
+    if sid is not None:
+        listing.network(sid)
+    return reader.complete(one_pod(uid, sid), listing, full=False)
+
+
+def test_churn_with_no_full_listing_keeps_the_memo_at_the_nodes_pods() -> None:
+    """100 pods/s with nobody reading: only relists run. Every table stays at the node's
+    pods (10 here), where ``_known`` and ``_learnt`` grew by one per pod created."""
+    reader = StatusReader(NetworkMemo(), lambda sid: fields(sid, ip="10.1.0.1", uid=""))
+    for n in range(10):
+        relist(reader, f"pod{n}", f"s{n}")
+    for n in range(10, 3_000):
+        assert relist(reader, f"pod{n}", f"s{n}")[0].ips == ("10.1.0.1",)
+        relist(reader, f"pod{n - 10}", None)  # its removal's relist: gone
+        assert max(reader.memo.sizes().values()) <= 10
+    assert reader.memo.status_calls == 3_000
+
+
+def test_a_pods_new_sandbox_replaces_its_old_entry() -> None:
+    memo = NetworkMemo()
+    memo.learn("s1", fields("s1", ip="10.0.0.1", uid="p"))
+    memo.learn_event(fields("s2", ip="10.0.0.2", uid="p"))  # the pod's sandbox re-created
+    assert memo.get("s1") is None and memo.get("s2") is not None and len(memo) == 1
+
+
+def test_events_for_sandboxes_never_listed_are_bounded() -> None:
+    """A runtime sending READY-sandbox events with new IPs (2,000/s reached MEMO_MAX in 33 s):
+    what no listing or relist used is kept at most ``UNCONFIRMED_MAX``, the oldest going."""
+    memo = NetworkMemo()
+    for n in range(3 * UNCONFIRMED_MAX):
+        memo.learn_event(fields(f"x{n}", ip="10.2.0.1", uid=f"fake{n}"))
+        assert max(memo.sizes().values()) <= UNCONFIRMED_MAX
+    assert memo.get(f"x{3 * UNCONFIRMED_MAX - 1}") is not None and memo.get("x0") is None
+    listing = memo.begin(full=False, pod="fake-last")
+    assert listing.network(f"x{3 * UNCONFIRMED_MAX - 1}") is not None
+
+
+class CountingTable(OrderedDict[str, SandboxNetwork]):
+    """The memo's table, counting the entries any walk of it visits."""
+
+    visited = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for key in super().__iter__():
+            CountingTable.visited += 1
+            yield key
+
+    def items(self) -> Any:
+        for item in super().items():
+            CountingTable.visited += 1
+            yield item
+
+
+def test_learning_at_the_bound_visits_one_entry_not_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At ``MEMO_MAX`` every learn copied the whole table (65,536 entries per event: CPU
+    0.28 -> 1.01 of a core); the oldest must go without a walk."""
+    monkeypatch.setattr(networks, "MEMO_MAX", 500)
+    memo = NetworkMemo()
+    for n in range(500):
+        memo.learn(f"s{n}", fields(f"s{n}", ip="10.0.0.1", uid=f"p{n}"))
+    memo._known = CountingTable(memo._known)
+    CountingTable.visited = 0
+    for n in range(500, 600):
+        memo.learn(f"s{n}", fields(f"s{n}", ip="10.0.0.1", uid=f"p{n}"))
+        assert len(memo) <= 500
+    assert CountingTable.visited <= 100
