@@ -392,7 +392,7 @@ class StatusReader:
     it missed, asking ``STATUS_CONCURRENCY`` at a time in threads of its own (made on first
     need). Blocking: the asyncio getter runs ``complete`` in a worker thread.
 
-    Pacing (docs/architecture.md §4, "Threads beside the loop"): the calls go out in rounds of
+    Pacing (docs/architecture.md §5, "Threads beside the loop"): the calls go out in rounds of
     at most ``STATUS_CONCURRENCY``; a round begins only when the previous one has ended and
     ``pace`` has returned. The asyncio getter's pace is ``loop_turn``: between two rounds the
     event loop runs a turn, so a cold start's thousands of calls (their threads and gRPC's
