@@ -533,16 +533,17 @@ class FreshnessCore(Generic[S]):
         current, timestamp, until = self.snapshot
         assert current is not None
         relists = self.pod_relists
+        listing = math.inf if self.inflight is None else self.inflight.order
         was = self.changes.state_of(relist.uid)  # O(1); no table of the snapshot built
         if was is not None and pod is not None and was == pod:
-            relists.record(relist, was)  # unchanged: the same object stays (identity diffs)
+            relists.record(relist, was, listing)  # unchanged: the same object stays
             return
         if was is None and pod is None:
-            relists.record(relist, None)
+            relists.record(relist, None, listing)
             return
         pods, changes = self.changes.publish_pod(replace_pod(current, was, pod), was, pod, now)
         self.snapshot = (pods, timestamp, until)
-        relists.record(relist, pod)
+        relists.record(relist, pod, listing)
         self.published = Publication(pods, pods.revision, tuple(changes), timestamp, relist.uid)
 
     # -- internals -----------------------------------------------------------------------

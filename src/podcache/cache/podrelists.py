@@ -17,9 +17,13 @@ Invariants
    relist that began before its pod's data was fetched is dropped: a pod's data never goes
    back in time.
 3. A full listing keeps every pod relisted after it began (``merge``): the relist's data is
-   newer than the listing's for that pod. Entries from before it are forgotten, so ``fetched``
-   never holds more than the pods relisted in one listing's time. A pending pod whose last
-   event came before the listing began is no longer pending: the listing holds its change.
+   newer than the listing's for that pod. Entries from before it are forgotten. Between full
+   listings (none may run for hours when nobody reads) ``fetched`` holds the pods the snapshot
+   holds, plus pods a relist found gone: of those, the entries a full listing in flight
+   began before (it must not bring them back), and at most ``GONE_KEPT`` more, the oldest
+   forgotten first (a forgotten one only stops covering its pod's late events, invariant 4).
+   A pending pod whose last event came before the listing began is no longer pending: the
+   listing holds its change.
 4. An event that says when it happened (``happened``: the runtime's ``created_at``, wall
    clock seconds) before the call that fetched its pod's data began, or before the relist in
    flight for it began (each call's ``started_wall``, read by the driver just before it calls
@@ -57,12 +61,14 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from podcache.model import Pod, PodList, derive
 
 __all__ = [
     "EVENT_BUDGET",
+    "GONE_KEPT",
     "MAX_IN_FLIGHT",
     "MAX_PENDING",
     "PodRelist",
@@ -80,6 +86,9 @@ MAX_IN_FLIGHT = 8
 MAX_PENDING = 256
 """Most pods waiting for a relist (behind their own or for a slot) before one full listing is
 asked for instead (invariant 5)."""
+GONE_KEPT = 1_024
+"""Pods a relist found gone whose ``fetched`` entry is kept beyond those a full listing in
+flight needs (invariant 3)."""
 
 _SHARE = 1.0 + EVENT_BUDGET
 """A relist of duration ``d`` moves the ledger by ``_SHARE * d`` (invariant 6)."""
@@ -115,6 +124,9 @@ class PodRelists:
     """UID -> (the start number of the relist that fetched its data, the pod or None when the
     relist found it gone, the wall clock when that relist began), for pods relisted after the
     last full listing began."""
+    gone: OrderedDict[str, int] = field(default_factory=OrderedDict)
+    """The pods of ``fetched`` a relist found gone, oldest first, with that relist's start
+    number (invariant 3's bound)."""
     listed: int = -1
     """The start number of the last full listing stored."""
     listed_wall: float = -math.inf
@@ -230,10 +242,22 @@ class PodRelists:
             return False
         return True
 
-    def record(self, relist: PodRelist, pod: Pod | None) -> None:
-        """``relist``'s data entered the snapshot."""
-        self.fetched[relist.uid] = (relist.order, pod, relist.started_wall)
+    def record(self, relist: PodRelist, pod: Pod | None, listing: float = math.inf) -> None:
+        """``relist``'s data entered the snapshot; ``listing``: the start number of the full
+        listing in flight (inf: none), which keeps the gone pods' entries it needs. O(1)
+        amortised (invariant 3)."""
+        uid = relist.uid
+        self.fetched[uid] = (relist.order, pod, relist.started_wall)
         self.completed += 1
+        gone = self.gone
+        gone.pop(uid, None)
+        if pod is None:
+            gone[uid] = relist.order
+        while len(gone) > GONE_KEPT:
+            oldest, order = next(iter(gone.items()))
+            if order > listing:
+                break  # the listing in flight began before it: merge must remove that pod
+            del gone[oldest], self.fetched[oldest]
 
     def after_listing(self, order: int, started_wall: float) -> dict[str, Pod | None]:
         """A full listing with start number ``order``, begun at wall time ``started_wall``,
@@ -248,6 +272,7 @@ class PodRelists:
             self.waiting = {uid: mark for uid, mark in self.waiting.items() if mark >= order}
         if self.queued:
             self.queued = {uid: mark for uid, mark in self.queued.items() if mark >= order}
+        self.gone = OrderedDict((uid, n) for uid, n in self.gone.items() if uid in kept)
         return {uid: entry[1] for uid, entry in kept.items()}
 
     def _begin(self, uid: str, now: float) -> PodRelist:

@@ -85,7 +85,7 @@ from podcache.cri.failures import (
     _rpc_error,
 )
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
-from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader
+from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader, loop_turn
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import (
     CRI_VERSION,
@@ -265,7 +265,7 @@ class CRIRuntime(_Base):
         _check_uid(uid)
         runtime_name = self.version().runtime_name
         sandboxes, containers = self._filtered_listings(*_pod_requests(uid, all))
-        listing = self._networks.begin(full=False)
+        listing = self._networks.begin(full=False, pod=uid)
         pods = _converted(runtime_name, sandboxes, containers, None, listing)
         return self._statuses.complete(pods, listing, full=False).by_uid(uid)
 
@@ -334,11 +334,12 @@ class AsyncCRIRuntime(_Base):
         return self._lister().status(request)
 
     async def _with_ips(self, pods: PodList, listing: ListingPass, *, full: bool) -> PodList:
-        """``StatusReader.complete``: in a worker thread when it makes calls; with none to make
-        (a steady node) it only prunes the memo, on the loop (no thread hop)."""
-        if not self._networks.to_ask(listing):
+        """``StatusReader.complete``: in a worker thread when it makes calls or prunes the memo
+        after a full listing (O(the pods)); a relist with none to make stays on the loop."""
+        if not full and not self._networks.to_ask(listing):
             return self._statuses.complete(pods, listing, full=full)
-        return await asyncio.to_thread(self._statuses.complete, pods, listing, full=full)
+        pace = loop_turn(asyncio.get_running_loop())  # rounds yield to the loop (networks)
+        return await asyncio.to_thread(self._statuses.complete, pods, listing, full=full, pace=pace)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -456,7 +457,7 @@ class AsyncCRIRuntime(_Base):
         off the event loop as ``get_pods``' are."""
         _check_uid(uid)
         sandbox_request, container_request = _pod_requests(uid, all)
-        listing = self._networks.begin(full=False)
+        listing = self._networks.begin(full=False, pod=uid)
         pods = await self._filtered(sandbox_request, container_request, listing)
         return (await self._with_ips(pods, listing, full=False)).by_uid(uid)
 

@@ -8,9 +8,6 @@ keeps the answer in a ``NetworkMemo``:
 - a listing looks up each pod's newest READY sandbox in the memo (a dict lookup: the hit path
   makes no call). The IDs it misses are the getter's to ask for, after the listing, with at
   most ``STATUS_CONCURRENCY`` calls in flight; their pods are then given their IPs;
-- after a full listing the memo keeps only the sandboxes that listing used (plus any learnt
-  while it ran): an entry is dropped when its sandbox leaves the listing. It never holds more
-  than ``MEMO_MAX`` entries (the oldest go first);
 - a status call that fails leaves that pod's IPs empty (unknown, not wrong); the sandbox is
   asked again at later listings, at most ``STATUS_ATTEMPTS`` times in all;
 - an event's ``pod_sandbox_status`` of a READY sandbox that states an address (or the host
@@ -19,13 +16,32 @@ keeps the answer in a ``NetworkMemo``:
   (``invalid_ips``), as are additional IPs past ``eventwire.MAX_ADDITIONAL_IPS``; never an
   error for the listing. A host-network sandbox has no IPs of its own: its strings are ignored.
 
-All counters and tables are changed under one lock held for no I/O; readers see whole dicts
-(each replaced by one attribute swap), so the memo may be shared by threads.
+Bounds (issue 29 §4: they hold whether or not anyone reads, with no full listing at all):
+
+- **One entry per pod.** Only a pod's newest READY sandbox is ever looked up, so an entry
+  belongs to its pod (the UID a relist named, else the status's own metadata UID) and
+  learning a pod's newer sandbox drops the older one. A relist of one pod (``settle``) drops
+  its entry when the pod is gone or its newest READY sandbox is another; a full listing keeps
+  only the sandboxes it used (plus those fetched or learnt while it ran). So the memo holds
+  the pods the node holds now, plus the pods gone since without a relist of their own, plus:
+- at most ``UNCONFIRMED_MAX`` sandboxes learnt from events that no listing or relist has used
+  yet (a runtime may send READY statuses for sandboxes it never lists: the oldest go first);
+- at most ``LEARNT_MAX`` remembered as learnt since the last full listing began (what that
+  listing keeps although it did not list them; the oldest are forgotten, costing a call);
+- never more than ``MEMO_MAX`` entries in all (the oldest go first); failure counts only for
+  sandboxes it holds or a listing still wants.
+Every change is O(1) (ordered dicts: the oldest goes without a scan); a full listing's pruning
+is O(its pods).
+
+All counters and tables are changed under one lock held for no I/O; readers' lookups (``get``,
+a listing's) are single dict reads, so the memo may be shared by threads.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -36,12 +52,17 @@ from podcache.cri.eventwire import EventFields
 from podcache.model import ContainerState, Pod, PodList, normalise_ip
 
 __all__ = [
+    "LEARNT_MAX",
     "MEMO_MAX",
+    "PACE_WAIT",
     "STATUS_ATTEMPTS",
     "STATUS_CONCURRENCY",
+    "UNCONFIRMED_MAX",
     "NetworkMemo",
+    "Pace",
     "SandboxNetwork",
     "StatusReader",
+    "loop_turn",
     "newest_ready_sandbox",
 ]
 
@@ -54,6 +75,12 @@ before its IPs are left unknown for the rest of its life."""
 
 MEMO_MAX = 65_536
 """Sandboxes a ``NetworkMemo`` remembers at most (far above a node's pods; the oldest go)."""
+
+UNCONFIRMED_MAX = 1_024
+"""Sandboxes learnt from events and not yet used by a listing or relist, kept at most."""
+
+LEARNT_MAX = 4_096
+"""Sandboxes remembered as learnt while a full listing runs (for it to keep), at most."""
 
 _NODE = 2  # NamespaceMode.NODE
 _READY = 0  # PodSandboxState.SANDBOX_READY
@@ -95,12 +122,14 @@ def network_of(fields: EventFields) -> tuple[SandboxNetwork, int]:
 
 
 class ListingPass:
-    """One listing's lookups in the memo: what it used and what it missed (in pod order)."""
+    """One listing's lookups in the memo: what it used and what it missed (in pod order);
+    ``pod``: the UID a relist of one pod names (None for a node's listing)."""
 
-    __slots__ = ("known", "used", "wanted")
+    __slots__ = ("known", "pod", "used", "wanted")
 
-    def __init__(self, known: dict[str, SandboxNetwork]) -> None:
+    def __init__(self, known: dict[str, SandboxNetwork], pod: str | None = None) -> None:
         self.known = known
+        self.pod = pod
         self.used: dict[str, SandboxNetwork] = {}
         self.wanted: list[str] = []
 
@@ -117,14 +146,40 @@ class ListingPass:
 StatusCall = Callable[[str], EventFields]
 """Reads one sandbox's status (a PodSandboxStatus call); raises on failure."""
 
+Pace = Callable[[], None]
+"""Blocks until a ``StatusReader`` may begin its next round of calls (``loop_turn``)."""
+
+PACE_WAIT = 1.0
+"""Seconds a round waits at most for the event loop's turn: a safety net for a loop that
+stopped (a running loop turns within milliseconds), never the pacing itself."""
+
+
+def loop_turn(loop: asyncio.AbstractEventLoop) -> Pace:
+    """A pace that returns once ``loop`` has run a turn since it was called: a callback it
+    schedules (thread-safely) has run, so every request the loop had ready was handled in
+    between. A closed loop has nothing left to starve: the pace returns at once."""
+
+    def pace() -> None:
+        turned = threading.Event()
+        try:
+            loop.call_soon_threadsafe(turned.set)
+        except RuntimeError:  # the loop is closed
+            return
+        turned.wait(PACE_WAIT)
+
+    return pace
+
 
 class NetworkMemo:
     """Sandbox ID -> ``SandboxNetwork``, with the counters a getter exposes (see the module)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._known: dict[str, SandboxNetwork] = {}
-        self._learnt: dict[str, SandboxNetwork] = {}  # since the last full listing began
+        self._known: OrderedDict[str, SandboxNetwork] = OrderedDict()
+        self._pod_of: dict[str, str] = {}  # sandbox ID -> the pod UID its entry belongs to
+        self._sandbox_of: dict[str, str] = {}  # pod UID -> its one sandbox ID held
+        self._learnt: OrderedDict[str, SandboxNetwork] = OrderedDict()  # since a full began
+        self._unconfirmed: OrderedDict[str, None] = OrderedDict()  # from events, unused yet
         self._failures: dict[str, int] = {}
         self.invalid_ips = 0
         """IP strings the runtime sent that were not addresses (or past the bound), dropped."""
@@ -136,15 +191,28 @@ class NetworkMemo:
     def __len__(self) -> int:
         return len(self._known)
 
+    def sizes(self) -> dict[str, int]:
+        """Each table's entries (for tests and benchmarks: every one is bounded)."""
+        return {
+            "known": len(self._known),
+            "pod_of": len(self._pod_of),
+            "sandbox_of": len(self._sandbox_of),
+            "learnt": len(self._learnt),
+            "unconfirmed": len(self._unconfirmed),
+            "failures": len(self._failures),
+        }
+
     def get(self, sandbox_id: str) -> SandboxNetwork | None:
         return self._known.get(sandbox_id)
 
-    def begin(self, *, full: bool) -> ListingPass:
-        """A pass for one listing; ``full``: the node's whole listing (it prunes the memo)."""
+    def begin(self, *, full: bool, pod: str | None = None) -> ListingPass:
+        """A pass for one listing; ``full``: the node's whole listing (it prunes the memo);
+        else ``pod``: the UID a relist of one pod lists (``StatusReader.complete`` settles its
+        entry)."""
         if full:
             with self._lock:
-                self._learnt = {}
-        return ListingPass(self._known)
+                self._learnt = OrderedDict()
+        return ListingPass(self._known, None if full else pod)
 
     def to_ask(self, listing: ListingPass) -> list[str]:
         """The sandboxes the listing missed that may still be asked about (each once): not
@@ -161,11 +229,19 @@ class NetworkMemo:
         """The networks of sandboxes the listing missed that were learnt while it ran (by a
         concurrent listing or an event): its pods get them with no call."""
         known = self._known
-        return {sid: known[sid] for sid in listing.wanted if sid in known}
+        found: dict[str, SandboxNetwork] = {}
+        for sid in listing.wanted:
+            network = known.get(sid)
+            if network is not None:
+                found[sid] = network
+        return found
 
-    def ask(self, sandbox_id: str, call: StatusCall) -> SandboxNetwork | None:
-        """Call for one sandbox's status and remember its network; None when the call failed
-        (any exception: the pod's IPs stay unknown until a later listing asks again)."""
+    def ask(
+        self, sandbox_id: str, call: StatusCall, pod: str | None = None
+    ) -> SandboxNetwork | None:
+        """Call for one sandbox's status and remember its network (for ``pod``, else the pod
+        the status names); None when the call failed (any exception: the pod's IPs stay
+        unknown until a later listing asks again)."""
         with self._lock:
             self.status_calls += 1
         try:
@@ -175,20 +251,33 @@ class NetworkMemo:
                 self.status_failures += 1
                 self._failures[sandbox_id] = self._failures.get(sandbox_id, 0) + 1
             return None
-        return self.learn(sandbox_id, fields)
+        return self.learn(sandbox_id, fields, pod)
 
-    def learn(self, sandbox_id: str, fields: EventFields) -> SandboxNetwork:
-        """Remember what a status (of a call, or an event's) says of ``sandbox_id``."""
+    def learn(
+        self,
+        sandbox_id: str,
+        fields: EventFields,
+        pod: str | None = None,
+        *,
+        confirmed: bool = True,
+    ) -> SandboxNetwork:
+        """Remember what a status (of a call, or an event's: not ``confirmed``) says of
+        ``sandbox_id``, as the entry of ``pod`` (None: the status's own pod UID). O(1)."""
         network, dropped = network_of(fields)
         with self._lock:
             self.invalid_ips += dropped
             self._failures.pop(sandbox_id, None)
-            known = self._known
-            if len(known) >= MEMO_MAX:
-                known = dict(list(known.items())[len(known) - MEMO_MAX + 1 :])
-            known[sandbox_id] = network
-            self._known = known
-            self._learnt[sandbox_id] = network
+            self._hold(sandbox_id, network, fields.pod_uid if pod is None else pod)
+            learnt = self._learnt
+            learnt[sandbox_id] = network
+            if len(learnt) > LEARNT_MAX:
+                learnt.popitem(last=False)
+            if confirmed:
+                self._unconfirmed.pop(sandbox_id, None)
+            else:
+                self._unconfirmed[sandbox_id] = None
+                if len(self._unconfirmed) > UNCONFIRMED_MAX:
+                    self._drop(next(iter(self._unconfirmed)))
         return network
 
     def learn_event(self, fields: EventFields) -> None:
@@ -203,21 +292,74 @@ class NetworkMemo:
             and (fields.ip or fields.additional_ips or fields.network_mode == _NODE)
             and sandbox_id not in self._known
         ):
-            self.learn(sandbox_id, fields)
+            self.learn(sandbox_id, fields, confirmed=False)
+
+    def settle(self, pod: str, sandbox_id: str | None) -> None:
+        """A relist of pod ``pod`` found ``sandbox_id`` its newest READY sandbox (None: the
+        pod is gone, or has none): the pod's entry, if it held another, is dropped; the one
+        it uses now is its own (confirmed). O(1)."""
+        with self._lock:
+            held = self._sandbox_of.get(pod)
+            if held is not None and held != sandbox_id:
+                self._drop(held)
+            if sandbox_id is not None:
+                network = self._known.get(sandbox_id)
+                if network is not None:
+                    self._hold(sandbox_id, network, pod)
+                    self._unconfirmed.pop(sandbox_id, None)
 
     def finish(self, listing: ListingPass, fetched: dict[str, SandboxNetwork]) -> None:
         """After a full listing: keep what it used, what it fetched and what was learnt while
-        it ran (an event's), drop the rest; failure counts only for sandboxes still wanted."""
+        it ran (an event's), drop the rest; failure counts only for sandboxes still wanted.
+        O(the listing's pods)."""
         with self._lock:
-            if not fetched and not self._learnt and len(listing.used) == len(self._known):
-                kept = self._known  # a steady node: it used every entry, learnt none
-            else:
-                kept = listing.used | self._learnt | fetched
-            if len(kept) > MEMO_MAX:
-                kept = dict(list(kept.items())[-MEMO_MAX:])
-            self._known = kept
+            learnt = self._learnt
+            if fetched or learnt or len(listing.used) != len(self._known):
+                self._prune(OrderedDict(listing.used | learnt | fetched), listing.used)
             wanted = set(listing.wanted)
             self._failures = {s: n for s, n in self._failures.items() if s in wanted}
+
+    # -- under the lock ---------------------------------------------------------------------
+    def _hold(self, sandbox_id: str, network: SandboxNetwork, pod: str) -> None:
+        """``sandbox_id``'s entry, belonging to ``pod`` (""/unknown: to none), which holds
+        no other (a pod's older sandbox is never looked up again)."""
+        if pod:
+            held = self._sandbox_of.get(pod)
+            if held is not None and held != sandbox_id:
+                self._drop(held)
+            owner = self._pod_of.get(sandbox_id)
+            if owner is not None and owner != pod:
+                self._sandbox_of.pop(owner, None)
+            self._pod_of[sandbox_id] = pod
+            self._sandbox_of[pod] = sandbox_id
+        known = self._known
+        known[sandbox_id] = network
+        if len(known) > MEMO_MAX:
+            self._drop(next(iter(known)))
+
+    def _drop(self, sandbox_id: str) -> None:
+        """Forget ``sandbox_id`` in every table."""
+        self._known.pop(sandbox_id, None)
+        self._learnt.pop(sandbox_id, None)
+        self._unconfirmed.pop(sandbox_id, None)
+        self._failures.pop(sandbox_id, None)
+        pod = self._pod_of.pop(sandbox_id, None)
+        if pod is not None and self._sandbox_of.get(pod) == sandbox_id:
+            del self._sandbox_of[pod]
+
+    def _prune(
+        self, kept: OrderedDict[str, SandboxNetwork], used: dict[str, SandboxNetwork]
+    ) -> None:
+        """Keep only ``kept`` (a full listing's), capped at ``MEMO_MAX``, the oldest going."""
+        while len(kept) > MEMO_MAX:
+            kept.popitem(last=False)
+        pod_of = {sid: pod for sid in kept if (pod := self._pod_of.get(sid)) is not None}
+        self._pod_of = pod_of
+        self._sandbox_of = {pod: sid for sid, pod in pod_of.items()}
+        self._unconfirmed = OrderedDict(
+            (sid, None) for sid in self._unconfirmed if sid in kept and sid not in used
+        )
+        self._known = kept
 
 
 def with_networks(pods: PodList, fetched: dict[str, SandboxNetwork]) -> PodList:
@@ -248,7 +390,15 @@ def with_network(pod: Pod, network: SandboxNetwork) -> Pod:
 class StatusReader:
     """A getter's status calls for its listings: ``complete`` gives a listing's pods the IPs
     it missed, asking ``STATUS_CONCURRENCY`` at a time in threads of its own (made on first
-    need). Blocking: the asyncio getter runs ``complete`` in a worker thread."""
+    need). Blocking: the asyncio getter runs ``complete`` in a worker thread.
+
+    Pacing (docs/architecture.md §5, "Threads beside the loop"): the calls go out in rounds of
+    at most ``STATUS_CONCURRENCY``; a round begins only when the previous one has ended and
+    ``pace`` has returned. The asyncio getter's pace is ``loop_turn``: between two rounds the
+    event loop runs a turn, so a cold start's thousands of calls (their threads and gRPC's
+    doing Python work beside the loop) hold the loop up for at most one round at a time,
+    however many there are. Without a pace (the thread getter) rounds follow each other.
+    """
 
     def __init__(self, memo: NetworkMemo, call: StatusCall) -> None:
         self.memo = memo
@@ -256,21 +406,29 @@ class StatusReader:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 
-    def complete(self, pods: PodList, listing: ListingPass, *, full: bool) -> PodList:
-        """``pods`` (converted with ``listing``) with the networks it missed asked for; after
-        a full listing the memo is pruned to it (``NetworkMemo.finish``)."""
+    def complete(
+        self, pods: PodList, listing: ListingPass, *, full: bool, pace: Pace | None = None
+    ) -> PodList:
+        """``pods`` (converted with ``listing``) with the networks it missed asked for, in
+        rounds separated by ``pace``; after a full listing the memo is pruned to it
+        (``NetworkMemo.finish``)."""
         memo = self.memo
         fetched = memo.learnt_since(listing)
         wanted = memo.to_ask(listing)
+        owner = listing.pod
         if wanted:
-            results = self._map(lambda sid: memo.ask(sid, self._call), wanted)
+            results = self._map(lambda sid: memo.ask(sid, self._call, owner), wanted, pace)
             fetched.update((s, n) for s, n in zip(wanted, results, strict=True) if n is not None)
         if full:
             memo.finish(listing, fetched)
-        return with_networks(pods, fetched)
+        done = with_networks(pods, fetched)
+        if owner is not None:
+            pod = done.by_uid(owner)
+            memo.settle(owner, None if pod is None else newest_ready_sandbox(pod))
+        return done
 
     def _map(
-        self, ask: Callable[[str], SandboxNetwork | None], ids: list[str]
+        self, ask: Callable[[str], SandboxNetwork | None], ids: list[str], pace: Pace | None
     ) -> list[SandboxNetwork | None]:
         if len(ids) == 1:
             return [ask(ids[0])]
@@ -280,7 +438,12 @@ class StatusReader:
                 pool = self._pool = ThreadPoolExecutor(
                     STATUS_CONCURRENCY, thread_name_prefix="podcache-status"
                 )
-        return list(pool.map(ask, ids))
+        results: list[SandboxNetwork | None] = []
+        for start in range(0, len(ids), STATUS_CONCURRENCY):
+            if start and pace is not None:
+                pace()
+            results += pool.map(ask, ids[start : start + STATUS_CONCURRENCY])
+        return results
 
     def close(self) -> None:
         """Let the threads go (a call in flight ends with its channel)."""

@@ -6,6 +6,13 @@ sandbox leaves a full listing."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
 import pytest
 
 from podcache import Container, ContainerID, ContainerState, Pod, PodList
@@ -13,17 +20,26 @@ from podcache.cri import networks
 from podcache.cri.eventwire import EventFields
 from podcache.cri.networks import (
     STATUS_ATTEMPTS,
+    STATUS_CONCURRENCY,
+    UNCONFIRMED_MAX,
     NetworkMemo,
     SandboxNetwork,
     StatusReader,
+    loop_turn,
     network_of,
 )
 
 
 def fields(
-    sid: str = "s", ip: str = "", extra: tuple[str, ...] = (), mode: int = 0, state: int = 0
+    sid: str = "s",
+    ip: str = "",
+    extra: tuple[str, ...] = (),
+    mode: int = 0,
+    state: int = 0,
+    *,
+    uid: str = "u",
 ) -> EventFields:
-    return EventFields(0, "", 0, sid, "u", state, ip, extra, 0, mode)
+    return EventFields(0, "", 0, sid, uid, state, ip, extra, 0, mode)
 
 
 def test_addresses_are_canonical_primary_first_each_once_and_junk_is_counted() -> None:
@@ -56,7 +72,7 @@ def test_the_memo_never_holds_more_than_its_bound(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(networks, "MEMO_MAX", 4)
     memo = NetworkMemo()
     for n in range(10):
-        memo.learn(f"s{n}", fields(ip=f"10.0.0.{n}"))
+        memo.learn(f"s{n}", fields(ip=f"10.0.0.{n}"), f"pod{n}")
         assert len(memo) <= 4
     assert [memo.get(f"s{n}") is not None for n in range(10)] == [False] * 6 + [True] * 4
 
@@ -64,7 +80,7 @@ def test_the_memo_never_holds_more_than_its_bound(monkeypatch: pytest.MonkeyPatc
 def test_a_full_listing_drops_sandboxes_it_no_longer_lists() -> None:
     memo = NetworkMemo()
     for sid in ("a", "b", "c"):
-        memo.learn(sid, fields(ip="10.0.0.1"))
+        memo.learn(sid, fields(ip="10.0.0.1"), f"pod-{sid}")
     listing = memo.begin(full=True)
     assert listing.network("a") is not None and listing.network("new") is None
     memo.finish(listing, {})
@@ -109,3 +125,193 @@ def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() ->
     done = StatusReader(memo, call).complete(pods, listing, full=True)
     assert done[0].ips == ("10.0.0.5",)
     assert calls == []
+
+
+# -- pacing (issue 29 §1): a cold start's rounds of status calls yield to the event loop --------
+class RecordingLoop:
+    """An event loop as ``loop_turn`` sees it, logging when a turn is asked for and when the
+    loop runs it (the callback runs in the loop's thread, so the log shows who came first)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, log: list[str]) -> None:
+        self._loop = loop
+        self._log = log
+
+    def call_soon_threadsafe(self, callback: Callable[[], object]) -> None:
+        self._log.append("ask turn")
+
+        def turn() -> None:
+            self._log.append("turn")
+            callback()
+
+        self._loop.call_soon_threadsafe(turn)
+
+
+@pytest.fixture
+def running_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+
+
+def many_pods(count: int) -> tuple[PodList, list[str]]:
+    ids = [f"s{n:03d}" for n in range(count)]
+    pods = [
+        Pod(
+            id=f"u{n:03d}",
+            sandboxes=[Container(id=ContainerID("x", sid), state=ContainerState.RUNNING)],
+        )
+        for n, sid in enumerate(ids)
+    ]
+    return PodList(pods), ids
+
+
+def test_each_round_of_status_calls_begins_after_the_event_loop_ran_a_turn(
+    running_loop: asyncio.AbstractEventLoop,
+) -> None:
+    log: list[str] = []
+
+    def call(sid: str) -> EventFields:
+        log.append("call")
+        return fields(sid, ip="10.0.0.9")
+
+    pods, ids = many_pods(3 * STATUS_CONCURRENCY + 3)
+    memo = NetworkMemo()
+    listing = memo.begin(full=True)
+    for sid in ids:
+        listing.network(sid)
+    pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
+    done = StatusReader(memo, call).complete(pods, listing, full=True, pace=pace)
+    assert all(pod.ips == ("10.0.0.9",) for pod in done)
+    # A turn is asked for only once the round before it ended, and nothing runs meanwhile.
+    assert "".join("c" if e == "call" else "a" if e == "ask turn" else "t" for e in log) == (
+        ("c" * STATUS_CONCURRENCY + "at") * 3 + "ccc"
+    )
+
+
+def test_no_second_round_while_the_event_loop_is_held(
+    running_loop: asyncio.AbstractEventLoop,
+) -> None:
+    log: list[str] = []
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        held.set()
+        release.wait()
+
+    running_loop.call_soon_threadsafe(hold)
+    assert held.wait(30)
+
+    def call(sid: str) -> EventFields:
+        log.append("call")
+        return fields(sid, ip="10.0.0.9")
+
+    pods, ids = many_pods(2 * STATUS_CONCURRENCY)
+    memo = NetworkMemo()
+    listing = memo.begin(full=True)
+    for sid in ids:
+        listing.network(sid)
+    pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
+    reader = threading.Thread(
+        target=StatusReader(memo, call).complete,
+        args=(pods, listing),
+        kwargs={"full": True, "pace": pace},
+    )
+    reader.start()
+    try:
+        waited = 0
+        while "ask turn" not in log and log.count("call") <= STATUS_CONCURRENCY and waited < 3000:
+            time.sleep(0.01)  # until the first round ended (or, unpaced, the second began)
+            waited += 1
+        assert log.count("call") == STATUS_CONCURRENCY  # the loop is held: no second round
+    finally:
+        release.set()
+    reader.join(30)
+    assert log.count("call") == 2 * STATUS_CONCURRENCY
+
+
+# -- bounds without a full listing (issue 29 §4) ------------------------------------------------
+def one_pod(uid: str, sid: str | None) -> PodList:
+    if sid is None:
+        return PodList([])
+    return PodList(
+        [Pod(id=uid, sandboxes=[Container(id=ContainerID("x", sid), state=ContainerState.RUNNING)])]
+    )
+
+
+def relist(reader: StatusReader, uid: str, sid: str | None) -> PodList:
+    """A relist of pod ``uid`` as ``CRIRuntime.get_pod`` makes it: the pod's newest READY
+    sandbox looked up, asked for when missing, the entry settled."""
+    listing = reader.memo.begin(full=False, pod=uid)
+    if sid is not None:
+        listing.network(sid)
+    return reader.complete(one_pod(uid, sid), listing, full=False)
+
+
+def test_churn_with_no_full_listing_keeps_the_memo_at_the_nodes_pods() -> None:
+    """100 pods/s with nobody reading: only relists run. Every table stays at the node's
+    pods (10 here), where ``_known`` and ``_learnt`` grew by one per pod created."""
+    reader = StatusReader(NetworkMemo(), lambda sid: fields(sid, ip="10.1.0.1", uid=""))
+    for n in range(10):
+        relist(reader, f"pod{n}", f"s{n}")
+    for n in range(10, 3_000):
+        assert relist(reader, f"pod{n}", f"s{n}")[0].ips == ("10.1.0.1",)
+        relist(reader, f"pod{n - 10}", None)  # its removal's relist: gone
+        assert max(reader.memo.sizes().values()) <= 10
+    assert reader.memo.status_calls == 3_000
+
+
+def test_a_pods_new_sandbox_replaces_its_old_entry() -> None:
+    memo = NetworkMemo()
+    memo.learn("s1", fields("s1", ip="10.0.0.1", uid="p"))
+    memo.learn_event(fields("s2", ip="10.0.0.2", uid="p"))  # the pod's sandbox re-created
+    assert memo.get("s1") is None and memo.get("s2") is not None and len(memo) == 1
+
+
+def test_events_for_sandboxes_never_listed_are_bounded() -> None:
+    """A runtime sending READY-sandbox events with new IPs (2,000/s reached MEMO_MAX in 33 s):
+    what no listing or relist used is kept at most ``UNCONFIRMED_MAX``, the oldest going."""
+    memo = NetworkMemo()
+    for n in range(3 * UNCONFIRMED_MAX):
+        memo.learn_event(fields(f"x{n}", ip="10.2.0.1", uid=f"fake{n}"))
+        assert max(memo.sizes().values()) <= UNCONFIRMED_MAX
+    assert memo.get(f"x{3 * UNCONFIRMED_MAX - 1}") is not None and memo.get("x0") is None
+    listing = memo.begin(full=False, pod="fake-last")
+    assert listing.network(f"x{3 * UNCONFIRMED_MAX - 1}") is not None
+
+
+class CountingTable(OrderedDict[str, SandboxNetwork]):
+    """The memo's table, counting the entries any walk of it visits."""
+
+    visited = 0
+
+    def __iter__(self) -> Iterator[str]:
+        for key in super().__iter__():
+            CountingTable.visited += 1
+            yield key
+
+    def items(self) -> Any:
+        for item in super().items():
+            CountingTable.visited += 1
+            yield item
+
+
+def test_learning_at_the_bound_visits_one_entry_not_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """At ``MEMO_MAX`` every learn copied the whole table (65,536 entries per event: CPU
+    0.28 -> 1.01 of a core); the oldest must go without a walk."""
+    monkeypatch.setattr(networks, "MEMO_MAX", 500)
+    memo = NetworkMemo()
+    for n in range(500):
+        memo.learn(f"s{n}", fields(f"s{n}", ip="10.0.0.1", uid=f"p{n}"))
+    memo._known = CountingTable(memo._known)
+    CountingTable.visited = 0
+    for n in range(500, 600):
+        memo.learn(f"s{n}", fields(f"s{n}", ip="10.0.0.1", uid=f"p{n}"))
+        assert len(memo) <= 500
+    assert CountingTable.visited <= 100
