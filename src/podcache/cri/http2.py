@@ -12,11 +12,12 @@ conversion and compared by the tests.
 Rules:
 
 - **One thread per connection.** A ``Connection`` is used by one thread at a time; the
-  ``ConnectionPool`` (``h2pool``) lends its idle connections (at most ``MAX_IDLE`` kept) to the threads that
-  relist pods, and an event stream owns a connection of its own. ``StreamCall.cancel()`` is
-  the one call another thread may make: it shuts the socket down, and the reading thread sees
-  the call cancelled. ``ConnectionPool.close()`` cancels every connection it has lent the
-  same way, so every call in flight ends at once (CANCELLED), whatever it waits for.
+  ``ConnectionPool`` (``h2pool``) lends its idle connections (at most ``MAX_IDLE`` kept) to
+  the threads that relist pods, and an event stream owns a connection of its own.
+  ``StreamCall.cancel()`` is the one call another thread may make: it shuts the socket down,
+  and the reading thread sees the call cancelled. ``ConnectionPool.close()`` cancels every
+  connection it has lent the same way, so every call in flight ends at once (CANCELLED),
+  whatever it waits for.
 - **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
   compression asked for (a compressed message is a violation), request headers written as
   literals (never indexed); answers' header blocks are decoded with ``hpack``. PINGs and
@@ -473,26 +474,32 @@ class Connection:
     def _take(self, frame: _Frame) -> None:
         """Act on one frame (a header block is assembled first, whatever its stream), after
         the rules every frame is held to: the control-frame budget, and the stream it may be
-        on."""
-        if self._block is not None and frame.kind != _CONTINUATION:
-            raise self._violation(
-                f"a header block interrupted by a {_frame_name(frame.kind)} frame"
-            )
-        if frame.kind != _DATA or not frame.payload:
-            self._spend(frame)
+        on. A DATA frame with a payload (an answer's bytes: the hot path) is checked by its
+        handler alone, against the streams this client opened."""
+        kind = frame.kind
+        if self._block is not None and kind != _CONTINUATION:
+            raise self._violation(f"a header block interrupted by a {_frame_name(kind)} frame")
+        if kind == _DATA and frame.payload:
+            self._on_data(frame)
+            return
+        self._spend(frame)
         if frame.stream == 0:
-            if frame.kind in _STREAM_KINDS:
-                raise self._violation(f"a {_frame_name(frame.kind)} frame on stream 0")
-        elif frame.kind in _CONNECTION_KINDS:
-            raise self._violation(f"a {_frame_name(frame.kind)} frame on stream {frame.stream}")
-        elif frame.kind != _PRIORITY and (frame.stream >= self._next_id or not frame.stream % 2):
+            if kind in _STREAM_KINDS:
+                raise self._violation(f"a {_frame_name(kind)} frame on stream 0")
+        elif kind in _CONNECTION_KINDS:
+            raise self._violation(f"a {_frame_name(kind)} frame on stream {frame.stream}")
+        elif kind != _PRIORITY and not self._opened(frame.stream):
             raise self._violation(
-                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
+                f"a {_frame_name(kind)} frame on stream {frame.stream}, "
                 "which this client never opened"
             )
-        handler = _HANDLERS.get(frame.kind)
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, frame)
+
+    def _opened(self, stream_id: int) -> bool:
+        """Whether this client opened ``stream_id`` (odd, below the next one it would open)."""
+        return stream_id < self._next_id and stream_id % 2 == 1
 
     def _spend(self, frame: _Frame) -> None:
         """Take one control frame from the budget (refilled by the time since the last)."""
@@ -605,12 +612,18 @@ class Connection:
     def _open_stream(self, frame: _Frame) -> _Stream:
         """The stream a DATA or HEADERS frame is for, which the runtime may still send on."""
         stream = self._streams.get(frame.stream)
-        if stream is None or stream.remote_closed:
+        if stream is not None and not stream.remote_closed:
+            return stream
+        name = _frame_name(frame.kind)
+        if frame.stream == 0:
+            raise self._violation(f"a {name} frame on stream 0")
+        if not self._opened(frame.stream):
             raise self._violation(
-                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
-                "which the runtime had ended"
+                f"a {name} frame on stream {frame.stream}, which this client never opened"
             )
-        return stream
+        raise self._violation(
+            f"a {name} frame on stream {frame.stream}, which the runtime had ended"
+        )
 
     def _on_continuation(self, frame: _Frame) -> None:
         block = self._block
