@@ -39,13 +39,8 @@ from podcache.cri.failures import (
     _events_error,
     _status_error,
 )
-from podcache.cri.http2 import (
-    CallFailedError,
-    Connection,
-    ConnectionPool,
-    StreamCall,
-    WireViolationError,
-)
+from podcache.cri.h2pool import ConnectionPool
+from podcache.cri.http2 import CallFailedError, Connection, StreamCall, WireViolationError
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION
 from podcache.cri.values import RuntimeVersion, _version_from

@@ -44,7 +44,7 @@ def _deadline_error(
     ``took``: how long the call really took, when it is known (said when it differs)."""
     waited = f"{method} got no answer within {timeout:g} s"
     if took is not None:
-        waited += f" (the call took {took:.3g} s)"
+        waited += f" (the call took {took:.2f} s)"
     if probe.error is not None:
         return RuntimeUnavailableError(url, f"{_os_reason(probe.error)} ({waited})")
     reply = probe.reply

@@ -12,11 +12,12 @@ conversion and compared by the tests.
 Rules:
 
 - **One thread per connection.** A ``Connection`` is used by one thread at a time; the
-  ``ConnectionPool`` lends its idle connections (at most ``MAX_IDLE`` kept) to the threads that
-  relist pods, and an event stream owns a connection of its own. ``StreamCall.cancel()`` is
-  the one call another thread may make: it shuts the socket down, and the reading thread sees
-  the call cancelled. ``ConnectionPool.close()`` cancels every connection it has lent the
-  same way, so every call in flight ends at once (CANCELLED), whatever it waits for.
+  ``ConnectionPool`` (``h2pool``) lends its idle connections (at most ``MAX_IDLE`` kept) to
+  the threads that relist pods, and an event stream owns a connection of its own.
+  ``StreamCall.cancel()`` is the one call another thread may make: it shuts the socket down,
+  and the reading thread sees the call cancelled. ``ConnectionPool.close()`` cancels every
+  connection it has lent the same way, so every call in flight ends at once (CANCELLED),
+  whatever it waits for.
 - **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
   compression asked for (a compressed message is a violation), request headers written as
   literals (never indexed); answers' header blocks are decoded with ``hpack``. PINGs and
@@ -56,23 +57,21 @@ Rules:
   any answer arrives; the pool then makes the calls once more on a fresh connection (the list
   calls only read).
 
-Deliberately not here: podcache's errors (``caller`` maps these failures, with how long the
-call took), TLS, compression, and any call but the list calls of one pod and the event stream.
+Here: ``Connection`` and ``StreamCall``. Deliberately not here: the bytes of frames and HPACK
+(``h2wire``), the pool (``h2pool``), podcache's errors (``caller`` maps these failures, with how
+long the call took), TLS, compression, and any call but the list calls of one pod and the
+event stream.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import socket
 import struct
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
-from urllib.parse import unquote_to_bytes
 
 import grpc
 import hpack
@@ -80,6 +79,48 @@ import hpack
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.diagnosis import _connect as _connected
 from podcache.cri.endpoint import Endpoint
+from podcache.cri.h2wire import (
+    _ACK,
+    _CONNECTION_KINDS,
+    _CONTINUATION,
+    _DATA,
+    _DEFAULT_WINDOW,
+    _END_HEADERS,
+    _END_STREAM,
+    _GOAWAY,
+    _HEADERS,
+    _LARGEST_FRAME_SETTING,
+    _LAST_STREAM_ID,
+    _MAX_SIZE_UPDATES,
+    _MAX_WINDOW,
+    _PING,
+    _PREFACE,
+    _PRIORITY,
+    _PUSH_PROMISE,
+    _RESET_CODES,
+    _RST_STREAM,
+    _SERVICE,
+    _SETTING_ENABLE_PUSH,
+    _SETTING_MAX_FRAME,
+    _SETTING_MAX_HEADER_LIST,
+    _SETTING_MAX_STREAMS,
+    _SETTING_WINDOW,
+    _SETTINGS,
+    _STREAM_KINDS,
+    _WINDOW_UPDATE,
+    CallFailedError,
+    WireViolationError,
+    _Frame,
+    _frame,
+    _frame_name,
+    _grpc_timeout,
+    _http_failure,
+    _keeps_table,
+    _leading_size_updates,
+    _request_headers,
+    _status_of,
+    _unpadded,
+)
 
 __all__ = [
     "CONNECTION_WINDOW",
@@ -89,13 +130,11 @@ __all__ = [
     "MAX_CONTINUATIONS",
     "MAX_FRAME_BYTES",
     "MAX_HEADER_BLOCK",
-    "MAX_IDLE",
     "MAX_MEMO_BYTES",
     "SEND_TIMEOUT",
     "STREAM_WINDOW",
     "CallFailedError",
     "Connection",
-    "ConnectionPool",
     "StreamCall",
     "WireViolationError",
 ]
@@ -110,8 +149,6 @@ STREAM_WINDOW = 32 * 1024 * 1024
 """The flow-control window each stream gives the runtime: two messages at the receive limit."""
 CONNECTION_WINDOW = 64 * 1024 * 1024
 """The connection's flow-control window given to the runtime."""
-MAX_IDLE = 8
-"""Idle connections a pool keeps (one per relist worker: ``podrelists.MAX_IN_FLIGHT``)."""
 SEND_TIMEOUT = 10.0
 """Seconds a write may wait for the runtime to read (a stream's acknowledgements)."""
 MAX_MESSAGE_BYTES = MAX_RECEIVE_MESSAGE_BYTES
@@ -129,179 +166,12 @@ MAX_MEMO_BYTES = 16 * 1024
 """Most bytes the decode memo of header blocks holds: each block's bytes, its headers' names
 and values, and the objects around them (``_memo_cost``, checked against tracemalloc)."""
 
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE = 0, 1, 2, 3, 4, 5
-_PING, _GOAWAY, _WINDOW_UPDATE, _CONTINUATION = 6, 7, 8, 9
-_END_STREAM = _ACK = 0x1
-_END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
-_SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
-_SETTING_MAX_FRAME, _SETTING_MAX_HEADER_LIST = 0x5, 0x6
-_DEFAULT_WINDOW = 65_535
-_LAST_STREAM_ID = _MAX_WINDOW = 2**31 - 1
-_LARGEST_FRAME_SETTING = 2**24 - 1
-_MAX_SIZE_UPDATES = 2
 _RECV_BYTES = 256 * 1024
 _COMPACT_AT = 1024 * 1024
-_SERVICE = "/runtime.v1.RuntimeService/"
 _MEMO_ENTRY_COST = 400
 """What a memo entry costs besides its bytes: the entry, the block's and the headers' objects."""
 _MEMO_HEADER_COST = 120
 """What each decoded header of a memo entry costs besides its name's and value's bytes."""
-
-_FRAME_NAMES = {
-    _DATA: "DATA",
-    _HEADERS: "HEADERS",
-    _PRIORITY: "PRIORITY",
-    _RST_STREAM: "RST_STREAM",
-    _SETTINGS: "SETTINGS",
-    _PUSH_PROMISE: "PUSH_PROMISE",
-    _PING: "PING",
-    _GOAWAY: "GOAWAY",
-    _WINDOW_UPDATE: "WINDOW_UPDATE",
-    _CONTINUATION: "CONTINUATION",
-}
-_CONNECTION_KINDS = frozenset({_SETTINGS, _PING, _GOAWAY})
-"""Frames that belong to the connection: on stream 0 only (RFC 9113 §6.5, §6.7, §6.8)."""
-_STREAM_KINDS = frozenset({_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _CONTINUATION})
-"""Frames that belong to a stream: never on stream 0 (RFC 9113 §6.1-6.4, §6.10)."""
-
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
-# gRPC's mapping of an HTTP status that is not 200 (doc/http-grpc-status-mapping.md).
-_HTTP_CODES = {
-    400: grpc.StatusCode.INTERNAL,
-    401: grpc.StatusCode.UNAUTHENTICATED,
-    403: grpc.StatusCode.PERMISSION_DENIED,
-    404: grpc.StatusCode.UNIMPLEMENTED,
-    429: grpc.StatusCode.UNAVAILABLE,
-    502: grpc.StatusCode.UNAVAILABLE,
-    503: grpc.StatusCode.UNAVAILABLE,
-    504: grpc.StatusCode.UNAVAILABLE,
-}
-# An RST_STREAM's error code as a status (gRPC's PROTOCOL.md); anything else is INTERNAL.
-_RESET_CODES = {
-    0x0: grpc.StatusCode.INTERNAL,
-    0x7: grpc.StatusCode.UNAVAILABLE,
-    0x8: grpc.StatusCode.CANCELLED,
-    0xB: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    0xC: grpc.StatusCode.PERMISSION_DENIED,
-}
-
-
-class CallFailedError(Exception):
-    """A call that did not end with OK: its status ``code``, ``details`` and ``method``."""
-
-    def __init__(self, code: grpc.StatusCode, details: str, method: str = "") -> None:
-        super().__init__(f"{method or 'call'}: {code.name}: {details}")
-        self.code = code
-        self.details = details
-        self.method = method
-
-
-class WireViolationError(CallFailedError):
-    """The runtime broke HTTP/2 or gRPC framing (the connection is not used again)."""
-
-    def __init__(self, details: str, method: str = "") -> None:
-        super().__init__(grpc.StatusCode.INTERNAL, details, method)
-
-
-class _Frame(NamedTuple):
-    kind: int
-    flags: int
-    stream: int
-    payload: bytes
-
-
-def _integer_end(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
-    """(value, position after) of an HPACK integer at ``pos`` (RFC 7541 §5.1); (-1, end)
-    when it runs past the block."""
-    limit = (1 << prefix_bits) - 1
-    value = block[pos] & limit
-    pos += 1
-    if value < limit:
-        return value, pos
-    shift = 0
-    while pos < len(block):
-        byte = block[pos]
-        pos += 1
-        value += (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-    return -1, len(block)
-
-
-def _keeps_table(block: bytes) -> bool:
-    """Whether decoding a header block leaves the dynamic table as it is: it holds indexed
-    fields (1xxxxxxx) and literals not indexed (0000xxxx, 0001xxxx) only, no literal with
-    incremental indexing (01xxxxxx) and no table size update (001xxxxx), RFC 7541 §6."""
-    pos, end = 0, len(block)
-    while pos < end:
-        first = block[pos]
-        if first >= 0x80:
-            pos = _integer_end(block, pos, 7)[1]
-            continue
-        if first >= 0x20:
-            return False
-        index, pos = _integer_end(block, pos, 4)
-        for _ in range(2 if index == 0 else 1):  # the name when not indexed, then the value
-            if pos >= end:
-                return False
-            size, pos = _integer_end(block, pos, 7)
-            pos += max(size, end) if size < 0 else size
-        if index < 0 or pos > end:
-            return False
-    return True
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return struct.pack(">I", len(payload))[1:] + bytes((kind, flags)) + stream.to_bytes(4) + payload
-
-
-def _hpack_integer(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer (RFC 7541 §5.1) in a first byte holding ``first``'s high bits."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: str | int, value: str) -> bytes:
-    """A header as a literal never added to the table (RFC 7541 §6.2.2); ``name``: a static
-    table index, or the name itself. No Huffman coding."""
-    encoded = value.encode("ascii")
-    if isinstance(name, int):
-        head = _hpack_integer(name, 4, 0x00)
-    else:
-        raw = name.encode("ascii")
-        head = b"\x00" + _hpack_integer(len(raw), 7, 0x00) + raw
-    return head + _hpack_integer(len(encoded), 7, 0x00) + encoded
-
-
-@functools.cache
-def _request_headers(path: str, authority: str) -> bytes:
-    """The header block of a call: POST (static 3), http (static 6), its path and authority
-    (made once per method and authority: literals never indexed do not depend on the table)."""
-    return b"".join(
-        (
-            b"\x83\x86",
-            _literal(4, path),
-            _literal(1, authority),
-            _literal(31, "application/grpc"),
-            _literal("te", "trailers"),
-            _literal("user-agent", "podcache"),
-        )
-    )
-
-
-def _grpc_timeout(seconds: float) -> bytes:
-    """The grpc-timeout header of a deadline ``seconds`` away (milliseconds, at least 1)."""
-    return _literal("grpc-timeout", f"{min(99_999_999, max(1, int(seconds * 1000)))}m")
 
 
 def _connect(endpoint: Endpoint, timeout: float | None) -> socket.socket:
@@ -320,27 +190,11 @@ def _authority(endpoint: Endpoint) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _leading_size_updates(block: bytes) -> int:
-    """How many HPACK dynamic table size updates (001xxxxx) open ``block``: RFC 7541 §4.2
-    allows two (the smallest size, then the final one); hpack refuses one after a field."""
-    count, pos = 0, 0
-    while pos < len(block) and block[pos] & 0xE0 == 0x20:
-        count += 1
-        if count > _MAX_SIZE_UPDATES:
-            break
-        pos = _integer_end(block, pos, 5)[1]
-    return count
-
-
 def _memo_cost(block: bytes, headers: dict[bytes, bytes]) -> int:
     """The bytes a memo entry holds: the block, its headers' names and values, and the objects
     around them (measured with tracemalloc: tests/unit/cri/test_http2.py)."""
     named = sum(len(name) + len(value) + _MEMO_HEADER_COST for name, value in headers.items())
     return _MEMO_ENTRY_COST + len(block) + named
-
-
-def _frame_name(kind: int) -> str:
-    return _FRAME_NAMES.get(kind, f"unknown (type {kind})")
 
 
 @dataclass(slots=True)
@@ -372,48 +226,6 @@ class _HeaderBlock:
     data: bytearray
     ends: bool
     continuations: int = 0
-
-
-def _status_of(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
-    """The status a trailer block (or a trailers-only answer) gives."""
-    raw = headers.get(b"grpc-status")
-    if raw is None:
-        return grpc.StatusCode.UNKNOWN, "the answer ended without a grpc-status"
-    number = int(raw) if raw.isdigit() and len(raw) <= 3 else -1
-    code = _CODES.get(number, grpc.StatusCode.UNKNOWN)
-    details = unquote_to_bytes(headers.get(b"grpc-message", b"")).decode("utf-8", "replace")
-    return code, details
-
-
-def _http_failure(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str] | None:
-    """The status of response headers that are not a gRPC answer's, or None."""
-    status = headers.get(b":status", b"")
-    if status != b"200":
-        number = int(status) if status.isdigit() and len(status) == 3 else 0
-        code = _HTTP_CODES.get(number, grpc.StatusCode.UNKNOWN)
-        return code, f"the runtime answered HTTP status {status.decode('ascii', 'replace')!r}"
-    content_type = headers.get(b"content-type", b"")
-    if not content_type.startswith(b"application/grpc"):
-        shown = content_type[:60].decode("ascii", "replace")
-        return grpc.StatusCode.UNKNOWN, f"the runtime answered content-type {shown!r}, not gRPC"
-    return None
-
-
-def _unpadded(frame: _Frame, method: str) -> bytes:
-    """A DATA or HEADERS payload without its padding (and a HEADERS' priority fields)."""
-    payload = frame.payload
-    start, end = 0, len(payload)
-    if frame.flags & _PADDED:
-        if not payload or payload[0] >= len(payload):
-            raise WireViolationError(
-                f"a padded {_frame_name(frame.kind)} frame of {len(payload)} bytes", method
-            )
-        start, end = 1, len(payload) - payload[0]
-    if frame.kind == _HEADERS and frame.flags & _PRIORITY_FLAG:
-        start += 5
-        if start > end:
-            raise WireViolationError("a HEADERS frame too short for its priority", method)
-    return payload[start:end]
 
 
 class Connection:
@@ -662,26 +474,32 @@ class Connection:
     def _take(self, frame: _Frame) -> None:
         """Act on one frame (a header block is assembled first, whatever its stream), after
         the rules every frame is held to: the control-frame budget, and the stream it may be
-        on."""
-        if self._block is not None and frame.kind != _CONTINUATION:
-            raise self._violation(
-                f"a header block interrupted by a {_frame_name(frame.kind)} frame"
-            )
-        if frame.kind != _DATA or not frame.payload:
-            self._spend(frame)
+        on. A DATA frame with a payload (an answer's bytes: the hot path) is checked by its
+        handler alone, against the streams this client opened."""
+        kind = frame.kind
+        if self._block is not None and kind != _CONTINUATION:
+            raise self._violation(f"a header block interrupted by a {_frame_name(kind)} frame")
+        if kind == _DATA and frame.payload:
+            self._on_data(frame)
+            return
+        self._spend(frame)
         if frame.stream == 0:
-            if frame.kind in _STREAM_KINDS:
-                raise self._violation(f"a {_frame_name(frame.kind)} frame on stream 0")
-        elif frame.kind in _CONNECTION_KINDS:
-            raise self._violation(f"a {_frame_name(frame.kind)} frame on stream {frame.stream}")
-        elif frame.kind != _PRIORITY and (frame.stream >= self._next_id or not frame.stream % 2):
+            if kind in _STREAM_KINDS:
+                raise self._violation(f"a {_frame_name(kind)} frame on stream 0")
+        elif kind in _CONNECTION_KINDS:
+            raise self._violation(f"a {_frame_name(kind)} frame on stream {frame.stream}")
+        elif kind != _PRIORITY and not self._opened(frame.stream):
             raise self._violation(
-                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
+                f"a {_frame_name(kind)} frame on stream {frame.stream}, "
                 "which this client never opened"
             )
-        handler = _HANDLERS.get(frame.kind)
+        handler = _HANDLERS.get(kind)
         if handler is not None:
             handler(self, frame)
+
+    def _opened(self, stream_id: int) -> bool:
+        """Whether this client opened ``stream_id`` (odd, below the next one it would open)."""
+        return stream_id < self._next_id and stream_id % 2 == 1
 
     def _spend(self, frame: _Frame) -> None:
         """Take one control frame from the budget (refilled by the time since the last)."""
@@ -794,12 +612,18 @@ class Connection:
     def _open_stream(self, frame: _Frame) -> _Stream:
         """The stream a DATA or HEADERS frame is for, which the runtime may still send on."""
         stream = self._streams.get(frame.stream)
-        if stream is None or stream.remote_closed:
+        if stream is not None and not stream.remote_closed:
+            return stream
+        name = _frame_name(frame.kind)
+        if frame.stream == 0:
+            raise self._violation(f"a {name} frame on stream 0")
+        if not self._opened(frame.stream):
             raise self._violation(
-                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
-                "which the runtime had ended"
+                f"a {name} frame on stream {frame.stream}, which this client never opened"
             )
-        return stream
+        raise self._violation(
+            f"a {name} frame on stream {frame.stream}, which the runtime had ended"
+        )
 
     def _on_continuation(self, frame: _Frame) -> None:
         block = self._block
@@ -995,90 +819,3 @@ class StreamCall:
     def close(self) -> None:
         """Close the connection (the reading thread, once done with it)."""
         self._connection.close()
-
-
-class ConnectionPool:
-    """Connections lent to one thread at a time, the idle ones kept (at most ``MAX_IDLE``).
-
-    ``close()`` closes the idle ones and cancels the lent ones: a call in flight on one ends
-    at once (CANCELLED), whatever it waits for.
-    """
-
-    def __init__(self, endpoint: Endpoint, max_idle: int = MAX_IDLE) -> None:
-        self._endpoint = endpoint
-        self._max_idle = max_idle
-        self._idle: list[Connection] = []
-        self._lent: set[Connection] = set()
-        self._lock = threading.Lock()
-        self._closed = False
-
-    def call_all(self, requests: Sequence[tuple[str, bytes]], timeout: float) -> list[list[bytes]]:
-        """``Connection.call_all`` on a lent connection; made once more on a fresh one when a
-        reused connection failed before any answer arrived (the runtime closed it idle).
-        OSError when the runtime takes no connection."""
-        deadline = time.monotonic() + timeout
-        connection, reused = self._lend(timeout)
-        try:
-            answers = connection.call_all(requests, deadline)
-        except CallFailedError as failure:
-            self._drop(connection)
-            if (
-                not reused
-                or connection.answered()
-                or failure.code is not grpc.StatusCode.UNAVAILABLE
-            ):
-                raise
-            connection = self._fresh(max(0.001, deadline - time.monotonic()))
-            try:
-                answers = connection.call_all(requests, deadline)
-            except CallFailedError:
-                self._drop(connection)
-                raise
-        except BaseException:
-            self._drop(connection)
-            raise
-        self._return(connection)
-        return answers
-
-    def _lend(self, timeout: float) -> tuple[Connection, bool]:
-        with self._lock:
-            if self._idle:
-                connection = self._idle.pop()
-                self._lent.add(connection)
-                return connection, True
-        return self._fresh(timeout), False
-
-    def _fresh(self, timeout: float) -> Connection:
-        """A new connection, lent (cancelled at once if the pool was closed meanwhile)."""
-        connection = Connection(self._endpoint, timeout)
-        with self._lock:
-            self._lent.add(connection)
-            closed = self._closed
-        if closed:
-            connection.cancel()
-        return connection
-
-    def _drop(self, connection: Connection) -> None:
-        with self._lock:
-            self._lent.discard(connection)
-        connection.close()
-
-    def _return(self, connection: Connection) -> None:
-        with self._lock:
-            self._lent.discard(connection)
-            if connection.broken is None and not self._closed and len(self._idle) < self._max_idle:
-                self._idle.append(connection)
-                return
-        connection.close()
-
-    def close(self) -> None:
-        """Close the idle connections and cancel the lent ones (their calls end CANCELLED at
-        once; each is closed by the thread it is lent to)."""
-        with self._lock:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            lent = list(self._lent)
-        for connection in idle:
-            connection.close()
-        for connection in lent:
-            connection.cancel()

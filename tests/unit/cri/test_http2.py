@@ -20,15 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import http2
+from podcache.cri import h2wire
 from podcache.cri.endpoint import Endpoint, parse_endpoint
+from podcache.cri.h2pool import ConnectionPool
 from podcache.cri.http2 import (
     MAX_FRAME_BYTES,
     MAX_HEADER_BLOCK,
     MAX_MESSAGE_BYTES,
     CallFailedError,
     Connection,
-    ConnectionPool,
     WireViolationError,
 )
 from tests.unit.cri.h2fake import (
@@ -508,7 +508,7 @@ def test_header_blocks_decode_as_hpack_decodes_them_memo_or_not(
             and reference.header_table.maxsize == before_size
         )
         assert connection._decoded(block) == expected
-        assert not http2._keeps_table(block) or unchanged
+        assert not h2wire._keeps_table(block) or unchanged
 
 
 def test_a_repeated_block_is_decoded_once_until_the_table_may_change() -> None:

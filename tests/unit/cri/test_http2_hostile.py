@@ -25,16 +25,16 @@ import hpack
 import pytest
 
 from podcache import RuntimeCache
-from podcache.cri import http2
+from podcache.cri import h2wire, http2
 from podcache.cri.caller import SyncCaller
 from podcache.cri.endpoint import parse_endpoint
+from podcache.cri.h2pool import ConnectionPool
 from podcache.cri.http2 import (
     CONTROL_FRAME_BURST,
     MAX_CONTINUATIONS,
     MAX_MEMO_BYTES,
     CallFailedError,
     Connection,
-    ConnectionPool,
     WireViolationError,
 )
 from podcache.cri.proto import api_pb2 as pb
@@ -576,7 +576,7 @@ def _bare_connection() -> Connection:
 
 def _padded_block(n: int, value_bytes: int) -> bytes:
     """A block that keeps the table: one literal never indexed, ``x-pad-<n>``."""
-    return http2._literal(f"x-pad-{n}", "v" * value_bytes)
+    return h2wire._literal(f"x-pad-{n}", "v" * value_bytes)
 
 
 def test_the_decode_memo_holds_at_most_its_bound_and_forgets_the_oldest() -> None:
