@@ -72,7 +72,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     """
 
     _pod_timer: asyncio.TimerHandle | None = None
-    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7 rule 7), while armed."""
+    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7
+    rule 7), while armed."""
 
     def __init__(
         self,
@@ -284,6 +285,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._closed = True
         if self._subscription is not None:
             self._subscription.on(Signal.CLOSE)
+            self._core.events_closed()
         if self._wake is not None:
             self._wake.set()
         await self._close_stream(self._stream)
@@ -303,7 +305,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if self._timer is not None:  # nothing left for it to start
             self._timer.cancel()
             self._timer = None
-        if self._pod_timer is not None:  # relists waiting for the budget: hints, left to the period
+        if self._pod_timer is not None:  # no relist waits for it any more
             self._pod_timer.cancel()
             self._pod_timer = None
 
