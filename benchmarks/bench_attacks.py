@@ -21,11 +21,18 @@ Figures come from the kernel (``/proc/net/tcp``, ``/proc/<pid>/stat``) and from 
   ``/healthz`` p99 and serve's CPU, against the runtime sending none.
 - ``big`` (§4): 110 pods; 12 events/s whose sandbox status holds about 15 MB of labels:
   ``/healthz`` p50/p99 and serve's CPU, against none.
+- ``relists`` (issue 29 §3): events that name a pod, so each asks for a relist of that pod
+  alone: 1,000 events/s each naming a new pod UID at 5,000 and at 200 pods, and 10,000
+  events/s naming one listed pod at 5,000 pods (sent in batches every 5 ms). ``/healthz``
+  p50/p99, serve's CPU, relists of one pod and full listings per second, against the same
+  runtime sending none; each quiet and flooded pair runs back to back.
 
 Rules (exit status 1 when one is missed): §1 nothing in CLOSE-WAIT and the gauge back to 0;
 §2 no list call caused by the lookups (refreshes/s within the idle rate plus one per 10 s);
 §3 ``/healthz`` p99 <= 25 ms and serve's CPU under 40% of a core; every probe answered 200.
-§4 is reported (the event reader's limit and its cost are in the README).
+§4 is reported (the event reader's limit and its cost are in the README). ``relists``: relists
+of one pod at most 50/s (a tenth of the time at 2 ms each; they take longer at 5,000 pods)
+and every probe answered 200.
 """
 
 from __future__ import annotations
@@ -53,9 +60,59 @@ _CLOSE_WAIT = "08"
 
 
 # -- the runtime's process -----------------------------------------------------------------------
-def run_runtime(socket_path: str, pods: int, flood: float, event_bytes: int) -> None:
-    """The simulator on ``socket_path``; with ``flood`` > 0, that many events a second for
-    container IDs it never lists, each with a sandbox status of about ``event_bytes``."""
+FLOOD_KINDS = ("unlisted", "new-pods", "one-pod")
+"""What a flood's events name: container IDs the runtime never lists and no pod (§3, §4), a new
+pod UID each (issue 29 §3), or one pod the runtime lists (issue 29 §3)."""
+BATCH_EVERY = 0.005
+"""Seconds between the batches of a flood naming pods (a Python runtime cannot send 10,000
+events a second one by one)."""
+
+
+def _pod_event(sandbox: object, uid: str | None) -> object:
+    """A STARTED event now, for a fresh container in ``sandbox`` (given a new ``uid``)."""
+    import msgspec
+
+    from podcache.sim.population import SimEvent, SimEventType
+
+    if uid is not None:
+        sandbox = msgspec.structs.replace(sandbox, uid=uid, id=secrets.token_hex(32))  # type: ignore[type-var]
+    return SimEvent(
+        container_id=secrets.token_hex(32),
+        type=SimEventType.STARTED,
+        created_at=time.time_ns(),
+        sandbox=sandbox,  # type: ignore[arg-type]
+        containers=(),
+    )
+
+
+def flood_pods(sim: object, kind: str, rate: float, stop: threading.Event) -> None:
+    """Send ``rate`` events a second, in batches, each naming a new pod UID (``new-pods``) or
+    the first pod the runtime lists (``one-pod``), until ``stop``."""
+    import uuid
+
+    sandbox = sim.population.snapshot().sandboxes[0]  # type: ignore[attr-defined]
+    per_batch = max(1, round(rate * BATCH_EVERY))
+    due = time.monotonic()
+    while not stop.is_set():
+        batch = [
+            _pod_event(sandbox, str(uuid.uuid4()) if kind == "new-pods" else None)
+            for _ in range(per_batch)
+        ]
+        sim.send_events(batch)  # type: ignore[attr-defined]
+        due += BATCH_EVERY
+        pause = due - time.monotonic()
+        if pause > 0:
+            stop.wait(pause)
+        elif pause < -1.0:
+            due = time.monotonic()  # fell behind: no burst to catch up
+
+
+def run_runtime(
+    socket_path: str, pods: int, flood: float, event_bytes: int, kind: str = "unlisted"
+) -> None:
+    """The simulator on ``socket_path``; with ``flood`` > 0, that many events a second: for
+    container IDs it never lists, each with a sandbox status of about ``event_bytes``
+    (``unlisted``), or naming pods (``new-pods``, ``one-pod``: ``flood_pods``)."""
     from podcache.sim import SimRuntime
     from podcache.sim.population import SimEvent, SimEventType, SimSandbox, SimSandboxState
 
@@ -78,6 +135,9 @@ def run_runtime(socket_path: str, pods: int, flood: float, event_bytes: int) -> 
         print("ready", flush=True)
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        if flood and kind != "unlisted":
+            flood_pods(sim, kind, flood, stop)
+            return
         interval = 1.0 / flood if flood else 1.0
         due = time.monotonic()
         while not stop.is_set():
@@ -122,11 +182,13 @@ def _wait_line(process: subprocess.Popen[str], word: str, timeout: float = 120.0
 
 
 @contextmanager
-def runtime(pods: int, flood: float = 0.0, event_bytes: int = 0) -> Iterator[str]:
+def runtime(
+    pods: int, flood: float = 0.0, event_bytes: int = 0, kind: str = "unlisted"
+) -> Iterator[str]:
     directory = tempfile.mkdtemp(prefix="pc-attack-")
     path = f"{directory}/sim.sock"
     args = [sys.executable, __file__, "--runtime", path, "--pods", str(pods)]
-    args += ["--flood", str(flood), "--event-bytes", str(event_bytes)]
+    args += ["--flood", str(flood), "--event-bytes", str(event_bytes), "--kind", kind]
     process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_line(process, "ready")
@@ -226,15 +288,21 @@ def probe_healthz(port: int, seconds: float) -> Latencies:
 
 
 def measured(server: Serve, seconds: float) -> dict[str, object]:
-    """``/healthz`` latency, serve's CPU share and its list calls over ``seconds``."""
+    """``/healthz`` latency, serve's CPU share, its list calls, the relists of one pod and the
+    events read over ``seconds``."""
     before_cpu, before = server.cpu(), server.metrics()
     latencies = probe_healthz(server.port, seconds)
     after_cpu, after = server.cpu(), server.metrics()
-    refreshes = after["podcache_cache_refreshes_total"] - before["podcache_cache_refreshes_total"]
+
+    def rate(name: str) -> float:
+        return round((after.get(name, 0.0) - before.get(name, 0.0)) / seconds, 3)
+
     return {
         **latencies.summary(),
         "cpu_share": round((after_cpu - before_cpu) / seconds, 3),
-        "refreshes_per_s": round(refreshes / seconds, 3),
+        "refreshes_per_s": rate("podcache_cache_refreshes_total"),
+        "pod_relists_per_s": rate("podcache_pod_relists_total"),
+        "events_per_s": rate("podcache_events_received_total"),
     }
 
 
@@ -381,11 +449,42 @@ def bench_big(quick: bool) -> dict[str, object]:
     return result
 
 
+RELIST_ATTACKS = (
+    ("new-pods", 5000, 1000.0),
+    ("new-pods", 200, 1000.0),
+    ("one-pod", 5000, 10000.0),
+)
+"""(what the events name, pods, events a second): issue 29 §3's three attacks."""
+MAX_RELISTS_PER_S = 50.0
+
+
+def bench_relists(quick: bool) -> dict[str, object]:
+    """Each attack of ``RELIST_ATTACKS`` beside the same runtime sending no events."""
+    seconds = 5.0 if quick else 10.0
+    results: dict[str, object] = {}
+    ok = True
+    for kind, pods, rate in RELIST_ATTACKS:
+        with runtime(pods) as endpoint, serve(endpoint) as server:
+            get(server.port, "/pods")
+            time.sleep(1.0)
+            quiet = measured(server, seconds)
+        with runtime(pods, rate, 0, kind) as endpoint, serve(endpoint) as server:
+            get(server.port, "/pods")
+            time.sleep(1.0)
+            flooded = measured(server, seconds)
+        results[f"{kind}-{pods}-{int(rate)}"] = {"quiet": quiet, "flooded": flooded}
+        relists = float(flooded["pod_relists_per_s"])  # type: ignore[arg-type]
+        ok = ok and relists <= MAX_RELISTS_PER_S and flooded["non_2xx"] == 0
+    results["ok"] = ok
+    return results
+
+
 BENCHES = {
     "closewait": bench_closewait,
     "pids": bench_pids,
     "events": bench_events,
     "big": bench_big,
+    "relists": bench_relists,
 }
 
 
@@ -398,9 +497,10 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=110, help=argparse.SUPPRESS)
     parser.add_argument("--flood", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--event-bytes", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--kind", choices=FLOOD_KINDS, default="unlisted", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.runtime:
-        run_runtime(args.runtime, args.pods, args.flood, args.event_bytes)
+        run_runtime(args.runtime, args.pods, args.flood, args.event_bytes, args.kind)
         return 0
     results = {name: BENCHES[name](args.quick) for name in args.only.split(",")}
     verdict = all(result["ok"] for result in results.values())

@@ -294,6 +294,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._closed = True
         if self._subscription is not None:
             self._subscription.on(Signal.CLOSE)
+            self._core.events_closed()
         if self._wake is not None:
             self._wake.set()
         await self._close_stream(self._stream)
@@ -313,7 +314,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if self._timer is not None:  # nothing left for it to start
             self._timer.cancel()
             self._timer = None
-        if self._pod_timer is not None:  # relists waiting for the budget: hints, left to the period
+        if self._pod_timer is not None:  # no relist waits for it any more
             self._pod_timer.cancel()
             self._pod_timer = None
 

@@ -524,6 +524,11 @@ class FreshnessCore(Generic[S]):
         budget with a slot free and no timer is armed for that time; else None."""
         return self.pod_relists.arm(now)
 
+    def events_closed(self) -> None:
+        """The event subscription was closed: the relists not begun are forgotten (hints, left
+        to the period as every change after the close is)."""
+        self.pod_relists.forget_pending()
+
     def pod_fire(self, now: float) -> tuple[list[PodRelist], float | None]:
         """The driver's relist timer ended at ``now``: ``(relists to start, seconds to arm
         again)``."""

@@ -220,6 +220,12 @@ class PodRelists:
         started = self.start_due(now)
         return started, self.arm(now)
 
+    def forget_pending(self) -> None:
+        """The events ended (the cache closed its subscription): forget the pods waiting, which
+        would otherwise start at the budget's pace after it; the relists in flight finish."""
+        self.queued.clear()
+        self.waiting.clear()
+
     def start(self) -> int:
         """The next start number (invariant 2): every call takes one as it begins."""
         self.starts += 1

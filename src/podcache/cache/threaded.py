@@ -392,6 +392,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
             stream = self._stream
             if self._subscription is not None:
                 self._subscription.on(Signal.CLOSE)
+                self._core.events_closed()
             self._refresher.stop()  # open watches go on, refreshed by readers only
         if stream is not None:
             stream.close()

@@ -315,3 +315,35 @@ def test_events_naming_new_pods_are_relisted_one_budget_apart_in_arrival_order(
     settle(driver, lambda: driver.stats().pod_relists == 1 + len(names), "the last relist")
     quiet(driver)
     assert asked == ["uid-1", *names]
+
+
+def test_close_forgets_the_relists_waiting_for_the_budget(
+    timed_twin: tuple[Twin, FakeClock, list[str]],
+) -> None:
+    """Closing the subscription leaves the waiting relists to the period, as every change after
+    it: none starts after ``close()``, which waits only for the relist in flight (``podcache
+    serve`` took more than 30 s to stop under a flood when close waited for them at the
+    budget's pace)."""
+    driver, clock, asked = timed_twin
+    fake = driver.fake
+    fake.emit(event(pod_uid="uid-1"))
+    settle(driver, lambda: driver.stats().pod_relists == 1, "the first relist")
+    clock.advance(EVENT_BUDGET * RELIST_TAKES)
+    fake.block_pods()
+    fake.emit(*[event(pod_uid=f"new-{n}") for n in range(4)])
+    settle(driver, lambda: len(asked) == 2, "the next relist began, and is held")
+    clock.advance(100.0)  # the budget would let every waiting pod start now
+    if isinstance(driver, AsyncEventsDriver):
+        closing = driver.loop.create_task(driver.cache.close())
+        driver.loop.run_until_complete(asyncio.sleep(0.3))  # timers armed before may fire
+        assert asked == ["uid-1", "new-0"]
+        fake.release_pods()
+        driver.loop.run_until_complete(asyncio.wait_for(closing, WAIT))
+    else:
+        driver.cache.close()
+        time.sleep(0.3)  # timers armed before may fire
+        assert asked == ["uid-1", "new-0"]
+        fake.release_pods()
+    settle(driver, lambda: driver.stats().pod_relists == 2, "the held relist ended")
+    quiet(driver)
+    assert asked == ["uid-1", "new-0"]
