@@ -104,6 +104,7 @@ def with_events(stats: CacheStats, subscription: Subscription | None) -> CacheSt
         events_received=counters.received,
         event_refreshes=counters.refreshes,
         resubscriptions=counters.resubscriptions,
+        event_stream_failures=counters.failures,
     )
 
 

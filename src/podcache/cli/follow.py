@@ -37,6 +37,8 @@ class Listing:
         self._runtime = source.runtime
         self._all = all_
         self.error: Exception | None = None
+        self.endpoint = source.endpoint
+        """The runtime's endpoint (the event subscription's log lines name it)."""
 
     def get_pods(self, all: bool) -> PodList:
         try:

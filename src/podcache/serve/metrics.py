@@ -168,6 +168,13 @@ _CACHE_COUNTERS = (
         "resubscriptions",
         "Event subscriptions made again after the first (one per runtime restart).",
     ),
+    (
+        "podcache_event_stream_failures",
+        "event_stream_failures",
+        "Failed attempts of the event subscription, each one: GetContainerEvents streams "
+        "that could not be opened, failed or ended, and the runtime unreachable or without "
+        "events.",
+    ),
 )
 """The counters read from ``CacheStats``: (metric name, ``CacheStats`` attribute, help)."""
 
