@@ -34,6 +34,7 @@ from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import CONFIRM_SECONDS, ContainerEventStream
 from podcache.cri.failures import (
     _answer,
+    _calling,
     _closed_error,
     _deadline_error,
     _events_error,
@@ -101,7 +102,7 @@ class SyncCaller:
         if self.closed:
             raise _closed_error(self._owner, self._url)
 
-    def _usable(self, line: _Line) -> _Line:
+    def _usable(self, line: _Line, method: str) -> _Line:
         """The line to call on, for a ``line`` that is not READY (the hot path skips this).
 
         Raises at once when the endpoint takes no connection. When it does and ``line`` is in
@@ -109,7 +110,7 @@ class SyncCaller:
         """
         problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
         if problem is not None:
-            raise RuntimeUnavailableError(self._url, problem)
+            raise RuntimeUnavailableError(self._url, _calling(method, problem))
         if line.state(False) == _CORE_BACKING_OFF:
             with self._swap_lock:
                 self.check_open()
@@ -126,7 +127,7 @@ class SyncCaller:
         while True:
             self.check_open()
             if line.state(False) != _CORE_READY:
-                line = self._usable(line)
+                line = self._usable(line, method)
             try:
                 result = self._invoke(line, method, request, max(0.0, deadline - time.monotonic()))
             except ValueError:  # gRPC's "Cannot invoke RPC on closed channel!"
@@ -148,12 +149,15 @@ class SyncCaller:
         ID, whose cost must be the pod's. Failures are mapped as ``call``'s are."""
         self.check_open()
         wire = [(method, request.SerializeToString()) for method, request in requests]
+        methods = " and ".join(dict.fromkeys(method for method, _ in requests))
         try:
             answers = self._pool.call_all(wire, self._timeout)
         except OSError as failure:
-            raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+            raise RuntimeUnavailableError(
+                self._url, _calling(methods, _os_reason(failure))
+            ) from None
         except CallFailedError as failure:
-            raise self._failed(failure) from failure
+            raise self._failed(failure, methods) from failure
         for (method, _), messages in zip(requests, answers, strict=True):
             if len(messages) != 1:
                 raise RuntimeProtocolError(
@@ -161,13 +165,15 @@ class SyncCaller:
                 )
         return [messages[0] for messages in answers]
 
-    def _failed(self, failure: CallFailedError) -> CRIError:
-        """The podcache error of a failed ``pod_calls`` call."""
+    def _failed(self, failure: CallFailedError, methods: str) -> CRIError:
+        """The podcache error of a failed ``pod_calls`` call of ``methods`` (named when the
+        connection failed before one call could be told from the other)."""
+        method = failure.method or methods
         if isinstance(failure, WireViolationError):
             return RuntimeProtocolError(
-                self._url, f"its {failure.method} answer broke HTTP/2 or gRPC: {failure.details}"
+                self._url, f"its {method} answer broke HTTP/2 or gRPC: {failure.details}"
             )
-        return self._status_failure(failure.method, failure.code, failure.details)
+        return self._status_failure(method, failure.code, failure.details)
 
     def _status_failure(self, method: str, code: grpc.StatusCode | None, details: str) -> CRIError:
         """The podcache error of a call of either client that ended with ``code``: mapped by
@@ -212,7 +218,8 @@ class SyncCaller:
                 connection = Connection(self._endpoint, self._timeout)
                 call = connection.stream(_EVENTS_METHOD, _EVENTS_REQUEST)
             except OSError as failure:
-                raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+                reason = _calling(_EVENTS_METHOD, _os_reason(failure))
+                raise RuntimeUnavailableError(self._url, reason) from None
             except CallFailedError as failure:
                 raise error(failure.code, failure.details) from None
             with self._swap_lock:
