@@ -696,7 +696,7 @@ def test_k3s_is_the_base_with_k3s_containerds_socket_directory() -> None:
     """Issue 30 §10: k3s and RKE2 keep containerd's socket in /run/k3s/containerd."""
 
     def without_cri_dir(name: str) -> list[Manifest]:
-        docs = json.loads(json.dumps(render(name)))
+        docs: list[Manifest] = json.loads(json.dumps(render(name)))
         for doc in docs:
             if doc["kind"] == "DaemonSet":
                 for v in doc["spec"]["template"]["spec"]["volumes"]:
