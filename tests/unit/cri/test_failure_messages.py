@@ -6,6 +6,8 @@ and a 404 HTML page is "not gRPC", never "a gRPC server, but not a CRI runtime".
 
 from __future__ import annotations
 
+import socket
+
 import grpc
 import pytest
 
@@ -16,7 +18,7 @@ from podcache.cri.endpoint import parse_endpoint
 from podcache.cri.failures import _deadline_error, _events_error, _status_error
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
-from tests.unit.cri.test_http2 import FakePeer, fake_runtime
+from tests.unit.cri.test_http2 import SETTINGS, FakePeer, fake_runtime, frame
 
 ENDPOINT = parse_endpoint("unix:///run/nosuch/runtime.sock")
 METHOD = "ListPodSandbox"
@@ -103,14 +105,22 @@ def _pod_calls(where: list[str]) -> CRIError:
 
 
 def test_a_connection_lost_before_any_answer_names_both_calls(sock_dir: str) -> None:
+    """The runtime stops reading, then sends a SETTINGS frame: the client's acknowledgement
+    fails to be written (EPIPE: a unix socket whose reader shut down), a write that belongs to
+    neither call. The message names both, never "during  (" with no method."""
+
     def script(peer: FakePeer) -> None:
         peer.preface()
-        peer.request()  # then hang up, both calls unanswered
+        peer.request()
+        peer.request()
+        peer.sock.shutdown(socket.SHUT_RD)
+        peer.send(frame(SETTINGS, 0, 0))
+        peer.sock.recv(1)  # held open until the client hangs up
 
     with fake_runtime(sock_dir, script) as where:
         error = _pod_calls(where)
     message = str(error)
-    assert "ListPodSandbox" in message and where[0] in message, message
+    assert "ListPodSandbox and ListContainers" in message and where[0] in message, message
     assert "during  " not in message and "  (" not in message, message
 
 
