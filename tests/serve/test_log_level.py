@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +64,42 @@ def test_log_level_takes_the_levels_and_refuses_others() -> None:
     assert done.returncode == 2 and "--log-level" in done.stderr
     helped = run_serve(["--help"])
     assert "--log-level" in helped.stdout and "/ips/{ip}" in helped.stdout
+
+
+def test_a_runtime_without_events_is_one_warning_naming_method_and_endpoint() -> None:
+    with SimRuntime(5, seed=5, unimplemented={"GetContainerEvents"}) as sim:
+        port = free_port()
+        with ServeProcess(["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]) as server:
+            client = Client(port=port)
+            until(lambda: warnings(server), "the runtime without events was not said")
+            assert metric(client, "podcache_event_stream_failures_total") >= 1
+    (said,) = warnings(server)
+    assert "GetContainerEvents" in said and "UNIMPLEMENTED" in said and sim.endpoint in said
+
+
+def test_a_runtime_that_goes_away_and_comes_back_is_said_and_counted(
+    tmp_socket_dir: Path,
+) -> None:
+    """The runtime stopped (nothing listens: every attempt fails at once and is counted), then
+    started again on the same socket."""
+    path = str(tmp_socket_dir / "cri.sock")
+    sim = SimRuntime(5, seed=5, socket=path).start()
+    port = free_port()
+    try:
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+        with ServeProcess(args) as server:
+            client = Client(port=port)
+            settle_subscription(client)
+            sim.stop()
+            until(lambda: len(warnings(server)) >= 1, "the loss was not said")
+            until(
+                lambda: metric(client, "podcache_event_stream_failures_total") >= 3,
+                "the failed attempts were not counted",
+            )
+            sim = SimRuntime(5, seed=5, socket=path).start()
+            until(lambda: len(warnings(server)) >= 2, "the return was not said")
+    finally:
+        sim.stop()
+    lost, back = warnings(server)[:2]
+    assert "stream lost" in lost and sim.endpoint in lost, lost
+    assert "subscribed again" in back and sim.endpoint in back, back
