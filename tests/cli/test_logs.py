@@ -11,12 +11,13 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from podcache.cli.logs import HELD_MAX, held, log_level_option, newest_held
+from podcache.cli.logs import HELD_MAX, held, install, log_level_option, newest_held
 
 
 @click.command()
 @log_level_option
 def speak() -> None:
+    install()  # as follow.listing does when a command starts following
     log = logging.getLogger("podcache.cache")
     log.debug("quiet detail")
     log.warning("GetContainerEvents at unix:///x: stream lost")

@@ -57,7 +57,11 @@ class EventListing(Listing):
 
 
 def listing(source: Source, all_: bool, events: bool) -> Listing:
-    """The getter that ``watch``, ``events`` and ``pods -w`` give their RuntimeCache."""
+    """The getter that ``watch``, ``events`` and ``pods -w`` give their RuntimeCache; their
+    ``--log-level`` takes effect here, as they start following the runtime."""
+    from podcache.cli.logs import install
+
+    install()
     return (EventListing if events else Listing)(source, all_)
 
 
