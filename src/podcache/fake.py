@@ -82,8 +82,9 @@ class FakeEventStream(_FakeStreamBase):
             raise StopIteration
         item = self._inbox.get()
         if isinstance(item, _End):
+            closed = self.closed  # closed by the client: no error; ended by the runtime: its
             self._forget()
-            if item.error is not None and not self.closed:
+            if item.error is not None and not closed:
                 raise item.error
             raise StopIteration
         return item
@@ -116,8 +117,9 @@ class AsyncFakeEventStream(_FakeStreamBase):
             raise StopAsyncIteration
         item = await self._inbox.get()
         if isinstance(item, _End):
+            closed = self.closed  # closed by the client: no error; ended by the runtime: its
             self._forget()
-            if item.error is not None and not self.closed:
+            if item.error is not None and not closed:
                 raise item.error
             raise StopAsyncIteration
         return item

@@ -15,6 +15,7 @@ import ast
 import functools
 import http.server
 import json
+import os
 import re
 import shutil
 import socketserver
@@ -43,6 +44,7 @@ RENDERINGS = {
     "base": DEPLOY,
     "hostport": DEPLOY / "hostport",
     "prometheus": DEPLOY / "prometheus",
+    "k3s": DEPLOY / "k3s",
 }
 TCP_RENDERINGS = ("hostport", "prometheus")  # the overlay and what builds on it
 KINDS = ["DaemonSet", "Namespace", "NetworkPolicy", "ResourceQuota", "ServiceAccount"]
@@ -57,6 +59,7 @@ IMAGE_PYTHON = "/opt/podcache/bin/python"
 LISTEN_SOCKET = "/run/podcache/podcache.sock"
 SOCKET_DIR = "/run/podcache"
 CRI_SOCKET_DIR_ON_HOST = "/run/containerd"
+K3S_SOCKET_DIR_ON_HOST = "/run/k3s/containerd"  # k3s's and RKE2's own containerd
 CRI_SOCKET_NAME = "containerd.sock"
 CRIO_SOCKET_DIR_ON_HOST = "/run/crio"
 HOSTPORT = 10260
@@ -301,7 +304,8 @@ def test_the_runtime_sockets_directory_is_mounted_read_only_and_its_socket_passe
     name: str,
 ) -> None:
     source = volume(name, "cri-socket-dir")["hostPath"]
-    assert source == {"path": CRI_SOCKET_DIR_ON_HOST, "type": "Directory"}
+    on_host = K3S_SOCKET_DIR_ON_HOST if name == "k3s" else CRI_SOCKET_DIR_ON_HOST
+    assert source == {"path": on_host, "type": "Directory"}
     mount = mount_of(container(name), "cri-socket-dir")
     assert mount["readOnly"] is True
     assert mount.get("mountPropagation", "None") == "None"
@@ -496,8 +500,10 @@ def test_hostport_network_policy_opens_only_the_listen_port_to_prometheus_pods(n
     (rule,) = policy["ingress"]
     assert rule["ports"] == [{"port": HOSTPORT, "protocol": "TCP"}]
     (source,) = rule["from"]
+    # Both the pod's label and its namespace's name (issue 29 §12): any tenant can label a pod
+    # "prometheus", but only the API server sets kubernetes.io/metadata.name, to the name.
     assert source == {
-        "namespaceSelector": {},
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
     }
     assert policy.get("egress", []) == [] and "Egress" in policy["policyTypes"]
@@ -681,3 +687,60 @@ def test_image_healthcheck_asks_healthz_over_the_default_socket() -> None:
     argv = json.loads(command)
     assert argv[-1] == "/healthz"
     check_unix_probe({"/healthz": argv}, LISTEN_SOCKET)
+
+
+# -- k3s and RKE2 (deploy/k3s/, components/k3s/) ------------------------------------------------
+
+
+def test_k3s_is_the_base_with_k3s_containerds_socket_directory() -> None:
+    """Issue 30 §10: k3s and RKE2 keep containerd's socket in /run/k3s/containerd."""
+
+    def without_cri_dir(name: str) -> list[Manifest]:
+        docs: list[Manifest] = json.loads(json.dumps(render(name)))
+        for doc in docs:
+            if doc["kind"] == "DaemonSet":
+                for v in doc["spec"]["template"]["spec"]["volumes"]:
+                    if v["name"] == "cri-socket-dir":
+                        v["hostPath"]["path"] = "<runtime>"
+        return docs
+
+    assert without_cri_dir("k3s") == without_cri_dir("base")
+    assert volume("k3s", "cri-socket-dir")["hostPath"]["path"] == K3S_SOCKET_DIR_ON_HOST
+
+
+def test_the_k3s_component_combines_with_the_hostport_overlay(tmp_path: Path) -> None:
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{os.path.relpath(DEPLOY / 'hostport', tmp_path)}]\n"
+        f"components: [{os.path.relpath(DEPLOY / 'components' / 'k3s', tmp_path)}]\n"
+    )
+    done = subprocess.run(
+        [kubectl(), "kustomize", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (daemonset,) = [d for d in yaml.safe_load_all(done.stdout) if d and d["kind"] == "DaemonSet"]
+    volumes = {v["name"]: v for v in daemonset["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["cri-socket-dir"]["hostPath"]["path"] == K3S_SOCKET_DIR_ON_HOST
+    assert "token" in volumes  # the hostport overlay's, kept
+
+
+# -- the image's name (scripts/image-build) ------------------------------------------------------
+
+
+def test_image_build_names_the_image_as_the_kustomization_does() -> None:
+    """Issue 30 §10: the archive scripts/image-build makes, imported, has the name the
+    DaemonSet asks for (it was localhost/podcache:test-KEY)."""
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "image-build"), "--name"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (image,) = {c["image"] for c in all_containers("base")}
+    assert done.stdout == f"image={image}\n"

@@ -26,7 +26,7 @@ from podcache.cache.departed import (
     epoch_seconds,
     lookup_key,
 )
-from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
@@ -494,10 +494,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             self._subscribe_forever(), name="podcache-events"
         )
 
-    def _signal(self, signal: Signal) -> Step:
-        """Tell the subscription what happened; start the refresh it asks for."""
+    def _signal(self, signal: Signal, cause: str | None = None) -> Step:
+        """Tell the subscription what happened (``cause``: what failed); start the refresh
+        it asks for."""
         assert self._subscription is not None
-        step = self._subscription.on(signal)
+        step = self._subscription.on(signal, cause)
         if step is Step.REFRESH:
             now = self._clock()
             refresh, scheduled = self._core.hint(now)
@@ -538,14 +539,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                     step = self._event(event)
                     if step is Step.STOP:
                         return step
-            return Step.STOP if self._closed else self._signal(Signal.FAILED)
-        except EventsUnsupportedError:
-            return self._signal(Signal.UNSUPPORTED)
+            return Step.STOP if self._closed else self._signal(Signal.FAILED, ENDED)
+        except EventsUnsupportedError as exc:
+            return self._signal(Signal.UNSUPPORTED, str(exc))
         except Exception as exc:
             if self._closed:
                 return Step.STOP
-            log.debug("container event stream failed: %s", exc)
-            return self._signal(failure(stream))
+            return self._signal(failure(stream), cause_of(exc))
         finally:
             self._stream = None
             await self._close_stream(stream)

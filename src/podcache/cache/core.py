@@ -195,6 +195,9 @@ class CacheStats:
     """Refreshes that events (and (re)subscriptions) started or queued."""
     resubscriptions: int = 0
     """Successful event subscriptions after the first (one per runtime restart)."""
+    event_stream_failures: int = 0
+    """Failed attempts of the event subscription, each counted: streams that could not be
+    opened, failed or ended; the runtime unreachable, or without events."""
     pod_relists: int = 0
     """Relists of one pod (events, §7) whose data entered the snapshot or confirmed it."""
     pod_relists_dropped: int = 0

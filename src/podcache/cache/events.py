@@ -24,11 +24,20 @@ Rules
    ``UNSUPPORTED_RETRY`` seconds, or sooner when a refresh succeeds after one failed (the
    runtime was restarted, perhaps upgraded).
 4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
-   is one resubscription, however many attempts the outage took. A stream lost within
+   is one resubscription, however many attempts the outage took; ``failures`` counts every
+   failed attempt (a stream that could not be opened, failed, ended, or met an unreachable or
+   unsupporting runtime), one each. A stream lost within
    ``BACKOFF_CAP`` seconds of a resubscription that ended an outage (the runtime was
    unreachable in between: it restarted) belongs to that outage (containerd may end the first
    stream it takes while it is still recovering), so the subscription after it is not counted
    again.
+5. **What the operator is told** (``log``, the ``podcache.cache`` logger): each change of the
+   state the log last reported, once, with its cause and naming the method and the endpoint:
+   at WARNING when the subscription starts failing (the error that ended or refused the
+   stream), when it is subscribed again after failing (how many attempts, how long), when the
+   runtime turns out to have no events (once per cache, rule 3) and when it streams again;
+   at INFO the first subscription and the close. A failure that changes no reported state (the
+   next attempt of an outage) is DEBUG: a restart is two WARNING lines, however long it lasts.
 """
 
 from __future__ import annotations
@@ -39,15 +48,20 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from podcache.errors import PodcacheError
+
 __all__ = [
     "BACKOFF_CAP",
     "BACKOFF_FIRST",
+    "ENDED",
+    "METHOD",
     "TRANSITIONS",
     "UNSUPPORTED_RETRY",
     "EventState",
     "Signal",
     "Step",
     "Subscription",
+    "cause_of",
     "failure",
 ]
 
@@ -57,6 +71,9 @@ BACKOFF_CAP = 2.0
 """The longest wait between two attempts to reopen a stream."""
 UNSUPPORTED_RETRY = 300.0
 """Seconds after which a runtime that answered UNIMPLEMENTED is asked again."""
+
+METHOD = "GetContainerEvents"
+"""The CRI method of the subscription's stream, as its log lines name it."""
 
 log = logging.getLogger("podcache.cache")
 
@@ -118,6 +135,10 @@ TRANSITIONS: dict[tuple[EventState, Signal], tuple[EventState, Step]] = {
 """(state, signal) -> (next state, step). Any state with CLOSE, and OFF with anything, stops."""
 
 
+_FAILURES = frozenset({Signal.FAILED, Signal.UNREACHABLE, Signal.UNSUPPORTED})
+"""The signals that are a failed attempt (``Subscription.failures``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EventCounters:
     """The subscription's part of ``CacheStats``."""
@@ -128,6 +149,20 @@ class EventCounters:
     resubscriptions: int
     last_event_at: float | None = None
     """The cache clock's reading when the last event was received (None: none yet)."""
+    failures: int = 0
+
+
+ENDED = "the runtime ended the stream"
+"""The cause of a stream that ended without an error."""
+
+
+def cause_of(error: BaseException) -> str:
+    """A failure's cause for the log: a podcache error's message (it names the endpoint and
+    what failed), else the exception's type and message."""
+    text = str(error)
+    if isinstance(error, PodcacheError) and text:
+        return text
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def failure(stream: object) -> Signal:
@@ -157,6 +192,9 @@ class Subscription:
         self.refreshes = 0
         self.resubscriptions = 0
         self.subscriptions = 0
+        self.failures = 0
+        """Failed attempts: streams not opened, failed or ended, runtimes unreachable or
+        without events (rule 4); every one counts."""
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._backoff = BACKOFF_FIRST
@@ -166,15 +204,24 @@ class Subscription:
         self._same_outage = False  # the next subscription ends the outage already counted
         self._logged_unsupported = False
         self._refresh_failed = False
+        self._said: EventState | None = None  # the state the log last reported (rule 5)
+        self._outage_failures = 0  # failed attempts since the log said it was failing
+        self._outage_began = 0.0
 
     # -- the table -------------------------------------------------------------------------
-    def on(self, signal: Signal) -> Step:
-        """Record ``signal``; the step to take. Unknown pairs stop (the table is the truth)."""
+    def on(self, signal: Signal, cause: str | None = None) -> Step:
+        """Record ``signal`` (``cause``: what failed, for a failure); the step to take. Unknown
+        pairs stop (the table is the truth)."""
         if signal is Signal.CLOSE or self.state is EventState.OFF:
+            if self.state is not EventState.OFF and self._said is not None:
+                log.info("%s at %s: the subscription is closed", METHOD, self.endpoint)
             self.state = EventState.OFF
             return Step.STOP
         before = self.state
         self.state, step = TRANSITIONS[(before, signal)]
+        if signal in _FAILURES:
+            self.failures += 1
+        self._report(signal, cause)
         if signal is Signal.OPENED:
             self._opened()
         elif signal is Signal.EVENT:
@@ -198,7 +245,6 @@ class Subscription:
         self._opened_at = self._clock()
         if self._logged_unsupported:
             self._logged_unsupported = False
-            log.info("runtime at %s now streams container events", self.endpoint)
 
     def _failed(self, before: EventState) -> None:
         opened_at, self._opened_at = self._opened_at, None
@@ -214,12 +260,54 @@ class Subscription:
         self._refresh_failed = False
         if not self._logged_unsupported:
             self._logged_unsupported = True
-            log.info(
-                "runtime at %s does not stream container events (GetContainerEvents is "
-                "UNIMPLEMENTED): the cache refreshes by its period; asking again after %g s "
-                "or a runtime restart",
+            log.warning(
+                "runtime at %s does not stream container events (%s is UNIMPLEMENTED): the "
+                "cache refreshes by its period; asking again after %g s or a runtime restart",
                 self.endpoint,
+                METHOD,
                 UNSUPPORTED_RETRY,
+            )
+
+    # -- what the operator is told (rule 5) ------------------------------------------------
+    def _report(self, signal: Signal, cause: str | None) -> None:
+        """Log the change of the reported state, once; a failure that changes nothing at
+        DEBUG."""
+        said, now = self._said, self.state
+        if signal in _FAILURES:
+            self._outage_failures += 1
+        if now is said:
+            if signal in _FAILURES:
+                log.debug("%s at %s failed again: %s", METHOD, self.endpoint, _said(cause))
+            return
+        self._said = now
+        if now is EventState.SUBSCRIBED:
+            self._report_subscribed(said)
+        elif now is EventState.RECONNECTING:
+            self._outage_failures, self._outage_began = 1, self._clock()
+            lost = "stream lost" if said is EventState.SUBSCRIBED else "cannot subscribe"
+            log.warning(
+                "%s at %s: %s: %s; retrying with backoff (the cache refreshes by its period "
+                "meanwhile)",
+                METHOD,
+                self.endpoint,
+                lost,
+                _said(cause),
+            )
+        # UNSUPPORTED: _unsupported said it, once per cache (rule 3)
+
+    def _report_subscribed(self, said: EventState | None) -> None:
+        if said is None:
+            log.info("%s at %s: subscribed", METHOD, self.endpoint)
+        elif said is EventState.UNSUPPORTED:
+            log.warning("runtime at %s now streams container events (%s)", self.endpoint, METHOD)
+        else:
+            log.warning(
+                "%s at %s: subscribed again after %d failed attempt%s in %.1f s",
+                METHOD,
+                self.endpoint,
+                self._outage_failures,
+                "" if self._outage_failures == 1 else "s",
+                self._clock() - self._outage_began,
             )
 
     # -- numbers ---------------------------------------------------------------------------
@@ -253,5 +341,14 @@ class Subscription:
 
     def counters(self) -> EventCounters:
         return EventCounters(
-            self.state, self.received, self.refreshes, self.resubscriptions, self.last_event_at
+            self.state,
+            self.received,
+            self.refreshes,
+            self.resubscriptions,
+            last_event_at=self.last_event_at,
+            failures=self.failures,
         )
+
+
+def _said(cause: str | None) -> str:
+    return cause if cause else "the stream failed (no error given)"

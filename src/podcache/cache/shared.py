@@ -132,6 +132,7 @@ def with_events(stats: CacheStats, subscription: Subscription | None, now: float
         event_refreshes=counters.refreshes,
         resubscriptions=counters.resubscriptions,
         last_event_age=None if last is None else max(now - last, 0.0),
+        event_stream_failures=counters.failures,
     )
 
 

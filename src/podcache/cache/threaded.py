@@ -26,7 +26,7 @@ from podcache.cache.departed import (
     epoch_seconds,
     lookup_key,
 )
-from podcache.cache.events import Signal, Step, Subscription, failure, log
+from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
@@ -650,13 +650,14 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._spawn(full)
         return step
 
-    def _signal(self, signal: Signal) -> Step:
-        """Tell the subscription what happened; start the refresh it asks for."""
+    def _signal(self, signal: Signal, cause: str | None = None) -> Step:
+        """Tell the subscription what happened (``cause``: what failed); start the refresh
+        it asks for."""
         assert self._subscription is not None
         refresh = None
         delay = None
         with self._lock:
-            step = self._subscription.on(signal)
+            step = self._subscription.on(signal, cause)
             if step is Step.REFRESH:
                 now = self._clock()
                 refresh, scheduled = self._core.hint(now)
@@ -694,15 +695,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
                 step = self._event(event)
                 if step is Step.STOP:
                     return step
-            log.debug("container event stream ended")
-            return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED)
-        except EventsUnsupportedError:
-            return self._signal(Signal.UNSUPPORTED)
+            return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED, ENDED)
+        except EventsUnsupportedError as exc:
+            return self._signal(Signal.UNSUPPORTED, str(exc))
         except Exception as exc:
             if self._closing.is_set():
                 return Step.STOP
-            log.debug("container event stream failed: %s", exc)
-            return self._signal(failure(stream))
+            return self._signal(failure(stream), cause_of(exc))
         finally:
             with self._lock:
                 self._stream = None

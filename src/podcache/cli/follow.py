@@ -54,6 +54,8 @@ class Listing:
         self._all = all_
         self.last_error: Exception | None = None
         """The last call's error; None when it succeeded (or none was made)."""
+        self.endpoint = source.endpoint
+        """The runtime's endpoint (the event subscription's log lines name it)."""
 
     def get_pods(self, all: bool) -> PodList:
         try:
@@ -74,7 +76,11 @@ class EventListing(Listing):
 
 
 def listing(source: Source, all_: bool, events: bool) -> Listing:
-    """The getter that ``watch``, ``events`` and ``pods -w`` give their RuntimeCache."""
+    """The getter that ``watch``, ``events`` and ``pods -w`` give their RuntimeCache; their
+    ``--log-level`` takes effect here, as they start following the runtime."""
+    from podcache.cli.logs import install
+
+    install()
     return (EventListing if events else Listing)(source, all_)
 
 

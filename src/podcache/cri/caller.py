@@ -34,6 +34,7 @@ from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import CONFIRM_SECONDS, ContainerEventStream
 from podcache.cri.failures import (
     _answer,
+    _calling,
     _closed_error,
     _deadline_error,
     _events_error,
@@ -96,7 +97,7 @@ class SyncCaller:
         if self.closed:
             raise _closed_error(self._owner, self._url)
 
-    def _usable(self, line: _Line) -> _Line:
+    def _usable(self, line: _Line, method: str) -> _Line:
         """The line to call on, for a ``line`` that is not READY (the hot path skips this).
 
         Raises at once when the endpoint takes no connection. When it does and ``line`` is in
@@ -104,7 +105,7 @@ class SyncCaller:
         """
         problem = _unreachable(self._endpoint, _probe_budget(self._timeout))
         if problem is not None:
-            raise RuntimeUnavailableError(self._url, problem)
+            raise RuntimeUnavailableError(self._url, _calling(method, problem))
         if line.state(False) == _CORE_BACKING_OFF:
             with self._swap_lock:
                 self.check_open()
@@ -121,7 +122,7 @@ class SyncCaller:
         while True:
             self.check_open()
             if line.state(False) != _CORE_READY:
-                line = self._usable(line)
+                line = self._usable(line, method)
             try:
                 result = self._invoke(line, method, request, max(0.0, deadline - time.monotonic()))
             except ValueError:  # gRPC's "Cannot invoke RPC on closed channel!"
@@ -145,12 +146,15 @@ class SyncCaller:
         self.check_open()
         wire = [(method, request.SerializeToString()) for method, request in requests]
         began = time.monotonic()
+        methods = " and ".join(dict.fromkeys(method for method, _ in requests))
         try:
             answers = self._pool.call_all(wire, self._timeout)
         except OSError as failure:
-            raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+            raise RuntimeUnavailableError(
+                self._url, _calling(methods, _os_reason(failure))
+            ) from None
         except CallFailedError as failure:
-            raise self._failed(failure, time.monotonic() - began) from failure
+            raise self._failed(failure, methods, time.monotonic() - began) from failure
         for (method, _), messages in zip(requests, answers, strict=True):
             if len(messages) != 1:
                 raise RuntimeProtocolError(
@@ -158,18 +162,21 @@ class SyncCaller:
                 )
         return [messages[0] for messages in answers]
 
-    def _failed(self, failure: CallFailedError, took: float) -> CRIError:
-        """The podcache error of a failed ``pod_calls`` call, ``took`` seconds after it began."""
+    def _failed(self, failure: CallFailedError, methods: str, took: float) -> CRIError:
+        """The podcache error of a failed ``pod_calls`` call of ``methods`` (named when the
+        connection failed before one call could be told from the other), ``took`` seconds
+        after it began."""
+        method = failure.method or methods
         if isinstance(failure, WireViolationError):
             return RuntimeProtocolError(
-                self._url, f"its {failure.method} answer broke HTTP/2 or gRPC: {failure.details}"
+                self._url, f"its {method} answer broke HTTP/2 or gRPC: {failure.details}"
             )
         if failure.code is grpc.StatusCode.CANCELLED and self.closed:
             return CRIError(
                 self._url,
-                f"{failure.method} was cancelled after {took:.3g} s: {self._owner} closed",
+                f"{method} was cancelled after {took:.3g} s: {self._owner} closed",
             )
-        return self._status_failure(failure.method, failure.code, failure.details, took)
+        return self._status_failure(method, failure.code, failure.details, took)
 
     def _status_failure(
         self, method: str, code: grpc.StatusCode | None, details: str, took: float | None = None
@@ -217,7 +224,8 @@ class SyncCaller:
                 connection = Connection(self._endpoint, self._timeout)
                 call = connection.stream(_EVENTS_METHOD, _EVENTS_REQUEST)
             except OSError as failure:
-                raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
+                reason = _calling(_EVENTS_METHOD, _os_reason(failure))
+                raise RuntimeUnavailableError(self._url, reason) from None
             except CallFailedError as failure:
                 raise error(failure.code, failure.details) from None
             with self._swap_lock:

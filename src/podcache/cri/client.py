@@ -79,6 +79,7 @@ from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventSt
 from podcache.cri.eventwire import EventFields
 from podcache.cri.failures import (
     _answer,
+    _calling,
     _closed_error,
     _deadline_error,
     _not_cri_message,
@@ -352,11 +353,11 @@ class AsyncCRIRuntime(_Base):
             line = self._line = _AsyncLine(self._endpoint)
         return line
 
-    async def _usable(self, line: _AsyncLine) -> _AsyncLine:
+    async def _usable(self, line: _AsyncLine, method: str) -> _AsyncLine:
         """``SyncCaller._usable`` for the event loop (no lock: the swap has no await in it)."""
         problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
         if problem is not None:
-            raise RuntimeUnavailableError(self.endpoint, problem)
+            raise RuntimeUnavailableError(self.endpoint, _calling(method, problem))
         current = self._current()
         if current is line and line.channel.get_state() is _BACKING_OFF:
             current = self._line = _AsyncLine(self._endpoint)
@@ -372,7 +373,7 @@ class AsyncCRIRuntime(_Base):
         while True:
             self._check_open()
             if line.channel.get_state() is not _READY:
-                line = await self._usable(line)
+                line = await self._usable(line, method)
             try:
                 result = await line.rpcs[method](
                     request, timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True

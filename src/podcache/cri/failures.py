@@ -10,6 +10,7 @@ and deciding when to raise (the getters).
 
 from __future__ import annotations
 
+import re
 from typing import TypeVar
 
 import grpc
@@ -71,12 +72,22 @@ _UNAVAILABLE_REASONS = (
 """UNAVAILABLE details (lowercased substring) -> what to tell the user, first match wins."""
 
 
+def _calling(method: str, reason: str) -> str:
+    """``reason`` naming the call it stopped: every failure's message names its method."""
+    return f"{reason} (calling {method})"
+
+
+_NOT_GRPC = re.compile(r"http status|http2 header with status|:status|content-type", re.I)
+"""Details of a call answered at the HTTP level (a 404, an HTML page, another content type):
+this client's (``http2``) and grpcio's words for an HTTP/2 server that is not gRPC."""
+
+
 def _unavailable_reason(endpoint: Endpoint, method: str, details: str) -> str:
     """Why an UNAVAILABLE call failed: gRPC's details, else what the socket file says."""
     lowered = details.lower()
     for words, reason in _UNAVAILABLE_REASONS:
         if words in lowered:
-            return reason
+            return _calling(method, reason)
     reason = f"the connection failed or was closed during {method} ({details})"
     problem = _unix_problem(endpoint.path) if endpoint.path is not None else None
     return reason if problem is None else f"{problem} ({reason})"
@@ -98,6 +109,18 @@ def _status_error(
     url = endpoint.url
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return None
+    if _NOT_GRPC.search(details):
+        return RuntimeProtocolError(
+            url, f"{method}: {details}: an HTTP/2 server, but not gRPC (wrong socket?)"
+        )
+    return _code_error(endpoint, method, code, details)
+
+
+def _code_error(
+    endpoint: Endpoint, method: str, code: grpc.StatusCode | None, details: str
+) -> CRIError:
+    """``_status_error`` of a gRPC answer, by its status code."""
+    url = endpoint.url
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return RuntimeProtocolError(
             url,
@@ -125,8 +148,9 @@ def _closed_error(kind: str, url: str) -> RuntimeError:
 def _events_error(
     endpoint: Endpoint, line_retired: bool, code: grpc.StatusCode | None, details: str
 ) -> CRIError:
-    """The error for a GetContainerEvents stream that failed (UNIMPLEMENTED: no events)."""
-    if code == grpc.StatusCode.UNIMPLEMENTED:
+    """The error for a GetContainerEvents stream that failed (UNIMPLEMENTED: no events; an
+    answer that is not gRPC, such as an HTML 404, is not that)."""
+    if code == grpc.StatusCode.UNIMPLEMENTED and not _NOT_GRPC.search(details):
         return EventsUnsupportedError(
             endpoint.url,
             f"{_EVENTS_METHOD} is UNIMPLEMENTED (containerd before 1.7 has no container events)",

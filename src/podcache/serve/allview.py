@@ -22,6 +22,12 @@ class AllPods:
     async def get_pods(self, all: bool) -> PodList:
         return await self._getter.get_pods(True)
 
+    @property
+    def endpoint(self) -> str:
+        """The runtime's endpoint (the subscription's log lines name it), and the view's."""
+        inner = str(getattr(self._getter, "endpoint", type(self._getter).__name__))
+        return f"{inner} (?all=1 view)"
+
     def container_events(self) -> Any:
         """The runtime's event stream (asked for only when ``getter`` offers one)."""
         return self._getter.container_events()  # type: ignore[attr-defined]

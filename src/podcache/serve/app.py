@@ -41,7 +41,7 @@ from podcache.serve.calltimer import CallTimer, timed
 from podcache.serve.failures import RETRY, failure_of
 from podcache.serve.keeper import keep_fresh
 from podcache.serve.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from podcache.serve.metrics import Metrics
+from podcache.serve.metrics import REQUEST_CLOCK, Metrics
 from podcache.serve.openapi import document
 from podcache.serve.plan import FromSnapshot, Later, Now, Plan
 from podcache.serve.query import (
@@ -319,6 +319,7 @@ class App:
         once too when the snapshot is fresh and the request asks for nothing newer. A request
         with ``all`` true goes to the all view, whole (``_wants_all``).
         """
+        started = REQUEST_CLOCK()  # the request-duration histogram's start (metrics)
         if query and self._wants_all(query):
             return self._all_pods().respond_now(method, path, query, header_items)
         memo = self.memo
@@ -333,9 +334,9 @@ class App:
                 if pods is memo.pods and replayable and self._allowed(answer.route, authorization):
                     # get_pods_nowait hands out fresh snapshots only: never a stale answer
                     response = self._from_answer(memo, answer, _NO_HEADERS)
-                    self.metrics.count(answer.route, response.status)
+                    self.metrics.count(answer.route, response.status, started)
                     return response
-        plan = self._begin(method, path, query, header_items)
+        plan = self._begin(method, path, query, header_items, started)
         match plan:
             case Now():
                 return plan.response
@@ -345,22 +346,25 @@ class App:
                 if pods is not None:
                     view = self._view(pods)  # fresh: from get_pods_nowait
                     if not self._building_now(view):
-                        return self._finish(plan, view)
-        return self._answer_later(plan, method, path)
+                        return self._finish(plan, view, started)
+        return self._answer_later(plan, method, path, started)
 
     async def respond(
         self, method: str, path: str, query: str, header_items: Iterable[tuple[str, str]]
     ) -> Response:
         """Answer one request. Never raises (but for cancellation): failures become JSON."""
+        started = REQUEST_CLOCK()
         if query and self._wants_all(query):
             return await self._all_pods().respond(method, path, query, header_items)
         items = header_items if type(header_items) is list else list(header_items)
-        plan = self._begin(method, path, query, items)
+        plan = self._begin(method, path, query, items, started)
         if isinstance(plan, Now):
             return plan.response
-        return await self._answer_later(plan, method, path)
+        return await self._answer_later(plan, method, path, started)
 
-    async def _answer_later(self, plan: FromSnapshot | Later, method: str, path: str) -> Response:
+    async def _answer_later(
+        self, plan: FromSnapshot | Later, method: str, path: str, started: float
+    ) -> Response:
         """The answer that waits: a ``Later`` plan's (``/pids/{pid}``, ``/readyz``, a watch), or
         a ``FromSnapshot``'s once a snapshot it may be answered from is there (after a
         refresh, or a read-your-writes wait). Never raises (but for cancellation)."""
@@ -368,7 +372,7 @@ class App:
             match plan:
                 case Later():
                     response = await plan.run(plan.need)
-                    self.metrics.count(plan.route, response.status)
+                    self.metrics.count(plan.route, response.status, started)
                     return response
                 case FromSnapshot():
                     view, stale = await self._snapshot(plan.need)
@@ -376,14 +380,19 @@ class App:
                 case _:
                     assert_never(plan)
         except HTTPError as error:
-            return self._failed(plan.route, error)
+            return self._failed(plan.route, error, started)
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
-            return self._failed(plan.route, HTTPError(500, _INTERNAL))
-        return self._finish(plan, view, stale=stale)
+            return self._failed(plan.route, HTTPError(500, _INTERNAL), started)
+        return self._finish(plan, view, started, stale=stale)
 
     def _begin(
-        self, method: str, path: str, query: str, header_items: list[tuple[str, str]]
+        self,
+        method: str,
+        path: str,
+        query: str,
+        header_items: list[tuple[str, str]],
+        started: float,
     ) -> Plan:
         """The checks, cheapest first, and the parameters: the handler's plan completed with
         the route, the freshness need and (``FromSnapshot``) the memo target and headers; an
@@ -414,7 +423,7 @@ class App:
             plan = handler(params, headers, args)
             match plan:
                 case Now():
-                    self.metrics.count(route, plan.response.status)
+                    self.metrics.count(route, plan.response.status, started)
                     return plan
                 case Later():
                     return Later(plan.run, route, self._need(params, headers))
@@ -426,12 +435,14 @@ class App:
                 case _:
                     assert_never(plan)
         except HTTPError as error:
-            return Now(self._failed(route, error))
+            return Now(self._failed(route, error, started))
         except Exception:
             log.exception("internal error answering %s %.200s", method[:16], path)
-            return Now(self._failed(route, HTTPError(500, _INTERNAL)))
+            return Now(self._failed(route, HTTPError(500, _INTERNAL), started))
 
-    def _finish(self, plan: FromSnapshot, view: SnapshotView, *, stale: bool = False) -> Response:
+    def _finish(
+        self, plan: FromSnapshot, view: SnapshotView, started: float, *, stale: bool = False
+    ) -> Response:
         """The answer to ``plan`` from ``view``, kept in the memo when it may be replayed;
         ``stale``: the view was past its period when the request arrived (see ``_snapshot``)."""
         try:
@@ -446,11 +457,11 @@ class App:
                     view.remember(cast(str, target), answer)
             response = self._from_answer(view, answer, plan.headers, stale=stale)
         except HTTPError as error:
-            return self._failed(plan.route, error)
+            return self._failed(plan.route, error, started)
         except Exception:
             log.exception("internal error answering %.200s", plan.target or plan.route)
-            return self._failed(plan.route, HTTPError(500, _INTERNAL))
-        self.metrics.count(plan.route, response.status)
+            return self._failed(plan.route, HTTPError(500, _INTERNAL), started)
+        self.metrics.count(plan.route, response.status, started)
         return response
 
     def _allowed(self, route: str, authorization: str | None) -> bool:
@@ -458,9 +469,9 @@ class App:
         auth = self._auth
         return auth is None or route == "/healthz" or auth.check(authorization)
 
-    def _failed(self, route: str, error: HTTPError) -> Response:
+    def _failed(self, route: str, error: HTTPError, started: float) -> Response:
         response = self._error(error)
-        self.metrics.count(route, response.status)
+        self.metrics.count(route, response.status, started)
         return response
 
     # -- the all view (?all=1) -----------------------------------------------------------------

@@ -54,6 +54,11 @@ class CallTimer:
         _report(self.on_call, self._clock, started, ok=True)
         return pods
 
+    @property
+    def endpoint(self) -> str:
+        """The inner getter's endpoint (the subscription's log lines name it)."""
+        return str(getattr(self._getter, "endpoint", type(self._getter).__name__))
+
     def container_events(self) -> Any:
         """The inner getter's event stream (the cache subscribes only if the getter has one)."""
         return self._getter.container_events()  # type: ignore[attr-defined]

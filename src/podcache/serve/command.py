@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import click
 
-from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
+from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES, LOG_LEVELS
 from podcache.duration import Duration, parse_duration
 from podcache.serve.server import (
     DEFAULT_LISTEN,
@@ -100,6 +100,15 @@ class _Freshness(NamedTuple):
     refresh_ahead: float | None
 
 
+def _log_to_stderr(level: str) -> str:
+    """``--log-level``: log records at ``level`` and above to stderr, as
+    ``podcache serve: WARNING: ...``."""
+    logging.basicConfig(
+        stream=sys.stderr, level=level.upper(), format="podcache serve: %(levelname)s: %(message)s"
+    )
+    return level
+
+
 def _say(message: str) -> None:
     click.echo(f"podcache serve: {message}", err=True)
 
@@ -109,9 +118,9 @@ def _say(message: str) -> None:
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
         "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /pids/{pid}, /healthz, /readyz, "
-        "/metrics, /openapi.json. Read-only. Listens on loopback or a unix socket (mode 0600) "
-        "unless --token-file is given. Stops cleanly on SIGTERM."
+        "/namespaces/{ns}/pods/{name}, /containers/{id}, /ips/{ip}, /pids/{pid}, /healthz, "
+        "/readyz, /metrics, /openapi.json. Read-only. Listens on loopback or a unix socket "
+        "(mode 0600) unless --token-file is given. Stops cleanly on SIGTERM."
     ),
 )
 @click.option(
@@ -258,6 +267,18 @@ def _say(message: str) -> None:
     show_default=True,
     help="Most time between two BOOKMARK lines of a watch stream (GET /pods?watch=1).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="warning",
+    show_default=True,
+    expose_value=False,
+    callback=lambda ctx, param, value: _log_to_stderr(value),
+    help="Least severity of the log lines written to stderr: warning says each change of the "
+    "runtime's event subscription (lost, back, unsupported) with its cause, and every failure "
+    "inside the server; info adds the subscription's start and close; debug every failed "
+    "attempt.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -292,11 +313,6 @@ def serve_command(
             param_hint="--refresh-ahead",
         )
     _check_listeners(listen, token=auth is not None)
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=logging.WARNING,
-        format="podcache serve: %(levelname)s: %(message)s",
-    )
     _run(
         endpoint=None if sim else runtime_endpoint,
         sim=sim,

@@ -1,20 +1,32 @@
 """Prometheus metrics: cache, refreshes, snapshot size, requests; no global registry, no HTTP.
 
-Counting a request is one dict update on the serving path; everything else is read when
-``/metrics`` is scraped (from ``cache.stats()`` and the latest snapshot), so metrics cost the
-hot path next to nothing. Each ``Metrics`` has its own registry (nothing global: several
-servers or tests in one process do not collide). It holds no HTTP and no cache logic.
+Counting a request is one dict update and one histogram observation (a bisection) on the
+serving path; everything else is read when ``/metrics`` is scraped (from ``cache.stats()`` and
+the latest snapshot), so metrics cost the hot path next to nothing. Each ``Metrics`` has its
+own registry (nothing global: several servers or tests in one process do not collide), with
+the standard process (``process_*``, read from ``/proc/self``) and Python (``python_info``,
+``python_gc_*``) collectors. No series has a ``_created`` sample: the counters are built at
+scrape time without one, and the histograms here (``_Histogram``) are built the same way
+(prometheus_client's own would add one), so all agree. It holds no HTTP and no cache logic.
 """
 
 from __future__ import annotations
 
+import bisect
 import platform
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
@@ -27,12 +39,67 @@ from podcache.model import PodList
 if TYPE_CHECKING:
     from podcache.serve.watchstream import WatchCounters
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "REQUEST_CLOCK", "Metrics"]
+
+REQUEST_CLOCK = time.perf_counter
+"""The clock request durations are measured on (``Metrics.count``'s ``started``)."""
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 """The exposition format's content type."""
 
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_REQUEST_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+"""A request answered from the memo takes tens of microseconds; one that waits for a refresh
+up to ``DEFAULT_WAIT`` (10 s)."""
+
+
+class _Histogram:
+    """Bucket counts and sums by one label's value (or none), built at scrape time without a
+    ``_created`` sample, as the counters are. Observed on the event loop's thread only (the
+    request path and ``CallTimer``'s observers): no lock. Its series are bounded by the
+    label's values: route templates, never raw paths."""
+
+    __slots__ = ("_buckets", "_help", "_label", "_name", "rows")
+
+    def __init__(
+        self, name: str, help_text: str, buckets: tuple[float, ...], label: str | None = None
+    ) -> None:
+        self._name = name
+        self._help = help_text
+        self._label = label
+        self._buckets = buckets
+        self.rows: dict[str, list[float]] = {}
+        """By label value: the count of each bucket (the last one +Inf's own), then the sum."""
+        if label is None:  # an unlabelled histogram shows its zeros from the start
+            self.row("")
+
+    def row(self, value: str) -> list[float]:
+        """The row of label ``value``, made on first use."""
+        row = self.rows.get(value)
+        if row is None:
+            row = self.rows[value] = [0.0] * (len(self._buckets) + 2)
+        return row
+
+    def observe(self, seconds: float, value: str = "") -> None:
+        """One observation (under label ``value``): the bucket of the least bound >= it."""
+        row = self.rows.get(value) or self.row(value)
+        row[bisect.bisect_left(self._buckets, seconds)] += 1
+        row[-1] += seconds
+
+    def collect(self) -> Metric:
+        labels = [self._label] if self._label is not None else None
+        family = HistogramMetricFamily(self._name, self._help, labels=labels)
+        bounds = [repr(float(b)) for b in self._buckets] + ["+Inf"]  # as prometheus_client
+        for value, row in sorted(self.rows.items()):
+            cumulative, total = [], 0.0
+            for bound, count in zip(bounds, row[:-1], strict=True):
+                total += count
+                cumulative.append((bound, total))
+            family.add_metric([value] if labels else [], cumulative, row[-1])
+        return family
 
 
 class Metrics:
@@ -45,6 +112,9 @@ class Metrics:
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
         self.requests: dict[tuple[str, int], int] = {}
         """Requests answered, by (route, status code); the application increments it."""
         self.watchers: WatchCounters | None = None
@@ -58,17 +128,28 @@ class Metrics:
         self.pid_lookup_refreshes = 0
         """Lookups that needed a snapshot newer than their process (each waited for a refresh;
         lookups at the same moment share one)."""
-        self._refresh_duration = Histogram(
+        self._refresh_duration = _Histogram(
             "podcache_refresh_duration_seconds",
             "Duration of runtime calls made to refresh the cache (successful or not).",
-            registry=self.registry,
-            buckets=_BUCKETS,
+            _BUCKETS,
         )
-        self._pod_relist_duration = Histogram(
+        self._pod_relist_duration = _Histogram(
             "podcache_pod_relist_duration_seconds",
             "Duration of runtime calls made to relist one pod after its event (successful or not).",
-            registry=self.registry,
-            buckets=_BUCKETS,
+            _BUCKETS,
+        )
+        self._request_duration = _Histogram(
+            "podcache_http_request_duration_seconds",
+            "Time from a request's arrival at the application to its answer (a watch: to its "
+            "head), by route template (unmatched: no route).",
+            _REQUEST_BUCKETS,
+            "route",
+        )
+        self._request_rows = self._request_duration.rows
+        self.histograms = (
+            self._refresh_duration,
+            self._pod_relist_duration,
+            self._request_duration,
         )
         self.registry.register(_Collector(self, stats, latest, wall))
 
@@ -85,11 +166,16 @@ class Metrics:
         """Record one relist of one pod (``CallTimer.on_pod_call``)."""
         self._pod_relist_duration.observe(seconds)
 
-    def count(self, route: str, status: int) -> None:
-        """Record one answered request."""
+    def count(self, route: str, status: int, started: float) -> None:
+        """Record one answered request: its route template, status, and its duration since
+        ``started`` (a reading of ``REQUEST_CLOCK``)."""
         key = (route, status)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
+        seconds = REQUEST_CLOCK() - started  # _Histogram.observe, inlined: every request's path
+        row = self._request_rows.get(route) or self._request_duration.row(route)
+        row[bisect.bisect_left(_REQUEST_BUCKETS, seconds)] += 1
+        row[-1] += seconds
 
     def count_pid_lookup(self, outcome: str, refreshed: bool, probed: bool = False) -> None:
         """Record one ``/pids/{pid}`` lookup."""
@@ -130,6 +216,8 @@ class _Collector(Collector):
         if self._metrics.watchers is not None:
             yield from _watch_metrics(self._metrics.watchers)
         yield from _pid_metrics(self._metrics)
+        for histogram in self._metrics.histograms:
+            yield histogram.collect()
 
 
 _CACHE_COUNTERS = (
@@ -174,6 +262,13 @@ _CACHE_COUNTERS = (
         "podcache_event_resubscriptions",
         "resubscriptions",
         "Event subscriptions made again after the first (one per runtime restart).",
+    ),
+    (
+        "podcache_event_stream_failures",
+        "event_stream_failures",
+        "Failed attempts of the event subscription, each one: GetContainerEvents streams "
+        "that could not be opened, failed or ended, and the runtime unreachable or without "
+        "events.",
     ),
 )
 """The counters read from ``CacheStats``: (metric name, ``CacheStats`` attribute, help)."""

@@ -487,7 +487,9 @@ _WHO: list[dict[str, Any]] = [
         "name": "at",
         "in": "query",
         "description": "The pod that held this key at that time (RFC 3339 with an offset, or "
-        "unix seconds with an optional fraction): from its sandbox's creation until it left.",
+        "unix seconds with an optional fraction), in UTC years 1 to 9999: from its sandbox's "
+        "creation until it left. A space where the offset's + belongs (an unencoded + decodes "
+        "to one) is read as +; a leap second (23:59:60Z) is the next second.",
         "schema": {
             "anyOf": [
                 {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,9})?$"},
@@ -562,7 +564,8 @@ def _lookup_paths(auth: bool) -> dict[str, Any]:
                     "name": "ip",
                     "in": "path",
                     "required": True,
-                    "description": "An IPv4 or IPv6 address (any spelling; no zone, no prefix).",
+                    "description": "An IPv4 or IPv6 address (any spelling; no zone, no "
+                    "prefix; an IPv4-mapped IPv6 address, ::ffff:10.0.0.7, is its IPv4 one).",
                     "schema": {
                         "anyOf": [
                             {"type": "string", "format": "ipv4"},

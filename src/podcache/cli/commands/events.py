@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
     DURATION,
     PodFilter,
@@ -88,6 +89,7 @@ class EventLines:
 )
 @sim_churn_option
 @events_option
+@log_level_option
 @runtime_options
 def events_command(
     *,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
     DURATION,
     OutputOptions,
@@ -63,6 +64,7 @@ EVENT_WIDTH = len("MODIFIED")
     help="With -w: how often the runtime is listed to find changes.",
 )
 @events_option
+@log_level_option
 @runtime_options
 def pods_command(
     *,

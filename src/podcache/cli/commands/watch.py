@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
     DURATION,
     OutputOptions,
@@ -63,6 +64,7 @@ _CHROME_LINES = 6  # header, blank, table header, blank, footer, status
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
 @click.option("--no-trunc", is_flag=True, help="Show full IDs.")
 @events_option
+@log_level_option
 @runtime_options
 def watch_command(
     *,
@@ -148,6 +150,7 @@ def _run(
 
     from podcache.cache import RuntimeCache
     from podcache.cli.follow import listing
+    from podcache.cli.logs import held, newest_held
     from podcache.cli.terminal import KeyReader
 
     cache = RuntimeCache(listing(source, all_, events), period, stats=True, events=events)
@@ -157,6 +160,7 @@ def _run(
     pods = cache.get_pods()
     with (
         cache,
+        held(),  # log lines on the screen's last line while it is up, on stderr after
         KeyReader() as keys,
         Live(
             screen.draw(pods, ""),
@@ -169,7 +173,7 @@ def _run(
         while True:
             read, problem = _read(cache, interval)
             pods = read if read is not None else pods
-            live.update(screen.draw(pods, problem), refresh=True)
+            live.update(screen.draw(pods, problem or newest_held()), refresh=True)
             typed = keys.wait(interval)
             if typed and _QUIT_KEYS.intersection(typed):
                 return
