@@ -72,7 +72,7 @@ def inspect_command(
     from podcache.cli.source import open_source
     from podcache.jsonview import pod_to_json
 
-    with open_source(runtime) as source:
+    with open_source(runtime, one_shot=True, ips=out.format != "table") as source:
         pods = source.runtime.get_pods(True)
     try:
         pod, matched = find(pods, ident)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import click
+import msgspec
 
 from podcache.cli.options import OutputOptions, RuntimeSettings, output_options, runtime_options
 
@@ -57,8 +57,7 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
+class _Row(msgspec.Struct, frozen=True):
     """One PID's answer: the process found (``podcache.cache.pids.PodProcess``) or why not
     (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
@@ -110,7 +109,9 @@ def which_command(
     from podcache.procs import ProcFormatError
 
     rows: list[_Row] = []
-    with open_source(runtime) as source:
+    # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument).
+    ips = out.format == "json" or any(isinstance(pid, str) for pid in pids)
+    with open_source(runtime, one_shot=True, ips=ips) as source:
         cache = RuntimeCache(source.runtime, ONE_SHOT_PERIOD)  # on time.monotonic
         for pid in pids:
             if isinstance(pid, str):
@@ -153,8 +154,7 @@ def _find_ip(cache: Any, ip: str) -> _Row:
     return _Row(ip, _PodOnly(pod), None)
 
 
-@dataclass(frozen=True, slots=True)
-class _PodOnly:
+class _PodOnly(msgspec.Struct, frozen=True):
     """An IP's answer: a pod and no container (the shape of ``procs.PodProcess``)."""
 
     pod: Any
