@@ -14,10 +14,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import click
-import msgspec
 
 from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
 from podcache.duration import Duration, parse_duration
@@ -54,7 +53,7 @@ DURATION = Duration(positive=True)
 # -- runtime selection --------------------------------------------------------------------------
 
 
-class RuntimeSettings(msgspec.Struct, frozen=True):
+class RuntimeSettings(NamedTuple):
     """Where to read pods from, as given on the command line (None: not given there)."""
 
     endpoint: str | None = None
@@ -175,7 +174,7 @@ def group_runtime_options(f: F) -> F:
 # -- filters ------------------------------------------------------------------------------------
 
 
-class PodFilter(msgspec.Struct, frozen=True):
+class PodFilter(NamedTuple):
     """Which pods to show: namespace exact, name a regular expression searched in the name, and
     every label given (``key=value``: equal; ``key``: present)."""
 
@@ -243,7 +242,7 @@ def filter_options(*, name_help: str) -> Callable[[F], F]:
 # -- output -------------------------------------------------------------------------------------
 
 
-class OutputOptions(msgspec.Struct, frozen=True):
+class OutputOptions(NamedTuple):
     """How to print: ``format`` one of OUTPUT_FORMATS; ``quiet``: IDs only; ``no_trunc``."""
 
     format: str = "table"

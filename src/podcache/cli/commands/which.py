@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
-import msgspec
 
 from podcache.cli.options import OutputOptions, RuntimeSettings, output_options, runtime_options
 
@@ -57,7 +56,7 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
         )
 
 
-class _Row(msgspec.Struct, frozen=True):
+class _Row(NamedTuple):
     """One PID's answer: the process found (``podcache.cache.pids.PodProcess``) or why not
     (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
@@ -103,7 +102,6 @@ def which_command(
     Exit status 3 when any PID is not in a container or pod the runtime lists, or no pod holds
     an IP (each one is named on stderr), 1 when the runtime or /proc cannot be read.
     """
-    from podcache.cache import RuntimeCache
     from podcache.cli.exits import EXIT_NOT_FOUND, CLIError, show_error
     from podcache.cli.source import open_source
     from podcache.procs import ProcFormatError
@@ -112,7 +110,7 @@ def which_command(
     # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument).
     ips = out.format == "json" or any(isinstance(pid, str) for pid in pids)
     with open_source(runtime, one_shot=True, ips=ips) as source:
-        cache = RuntimeCache(source.runtime, ONE_SHOT_PERIOD)  # on time.monotonic
+        cache = _lookups(source.runtime, pids)
         for pid in pids:
             if isinstance(pid, str):
                 rows.append(_find_ip(cache, pid))
@@ -128,6 +126,30 @@ def which_command(
         show_error(f"{what} {row.pid} {row.problem}")
     if missing:
         click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+class _OneListing:
+    """``get_pods()`` of one listing, made on first need and kept: the lookups of IPs alone
+    need no cache (and skip importing it)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+        self._pods: Any = None
+
+    def get_pods(self) -> Any:
+        if self._pods is None:
+            self._pods = self._runtime.get_pods(False)
+        return self._pods
+
+
+def _lookups(runtime: Any, pids: tuple[int | str, ...]) -> Any:
+    """What the PIDs and IPs are looked up in: a RuntimeCache when there is a PID (a process
+    newer than the listing makes it list again), else one listing."""
+    if all(isinstance(pid, str) for pid in pids):
+        return _OneListing(runtime)
+    from podcache.cache.threaded import RuntimeCache
+
+    return RuntimeCache(runtime, ONE_SHOT_PERIOD)  # on time.monotonic
 
 
 def _find(cache: Any, pid: int, proc_root: str) -> _Row:
@@ -154,7 +176,7 @@ def _find_ip(cache: Any, ip: str) -> _Row:
     return _Row(ip, _PodOnly(pod), None)
 
 
-class _PodOnly(msgspec.Struct, frozen=True):
+class _PodOnly(NamedTuple):
     """An IP's answer: a pod and no container (the shape of ``procs.PodProcess``)."""
 
     pod: Any
