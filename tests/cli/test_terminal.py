@@ -4,6 +4,7 @@ Ctrl-C quit it with status 0 and the terminal is restored (cbreak off, alternate
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shlex
@@ -14,7 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from podcache.cli.commands.watch import footer_lines, table_rows
 from podcache.cri import CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import TRUNC, Runner, newest_sandbox_id
@@ -31,12 +35,14 @@ pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is no
 
 
 class Terminal:
-    """A private tmux server (its socket in ``workdir``) with one detached WIDTHxHEIGHT
-    session running a script."""
+    """A private tmux server (its socket in ``workdir``) with one detached session of
+    ``width`` x ``height`` (default WIDTHxHEIGHT) running a script."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, width: int = WIDTH, height: int = HEIGHT) -> None:
         self.workdir = workdir
         self.socket = str(workdir / "tmux.sock")
+        self.width = width
+        self.height = height
 
     def tmux(self, *args: str) -> str:
         done = subprocess.run(
@@ -71,7 +77,15 @@ class Terminal:
         )
         script.chmod(0o755)
         self.tmux(
-            "new-session", "-d", "-s", "watch", "-x", str(WIDTH), "-y", str(HEIGHT), str(script)
+            "new-session",
+            "-d",
+            "-s",
+            "watch",
+            "-x",
+            str(self.width),
+            "-y",
+            str(self.height),
+            str(script),
         )
 
     def screen(self) -> str:
@@ -123,8 +137,8 @@ def test_watch_sim_shows_table_and_footer_and_quits_on_q(run: Runner, terminal: 
     terminal.start([run.exe, "watch", "--sim", "--interval", "100ms"], run.env())
     screen = terminal.wait_for(FOOTER)
     lines = screen.splitlines()
-    assert lines[0].startswith("podcache watch · simulated runtime at unix:///")
-    assert re.match(r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+CONTAINERS", lines[2])
+    assert re.match(r"podcache watch · \d\d:\d\d:\d\d · simulated runtime at unix:///", lines[0])
+    assert re.match(r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+ATTEMPT\s+CONTAINERS", lines[2])
     assert re.match(r"[0-9a-f]{13}\s+\d+[smhd] ago\s+Ready\s+\S+", lines[3])
     terminal.send("q")
     assert terminal.exit_status() == "exit=0"
@@ -142,6 +156,8 @@ def test_watch_shows_the_runtimes_pods_and_quits_on_ctrl_c(
         status = terminal.exit_status()
     lines = screen.splitlines()
     room = HEIGHT - CHROME_LINES
+    if len(pods) > room:
+        room -= 1  # the "… and N more" line
     rows = lines[3 : 3 + min(room, len(pods))]
     assert [row.split()[0] for row in rows] == [newest_sandbox_id(p)[:TRUNC] for p in pods][:room]
     match = FOOTER.search(screen)
@@ -163,7 +179,8 @@ def test_pods_on_a_narrow_terminal_cuts_cells_to_fit(
     screen = terminal.wait_for(re.compile("the command has ended"))
     lines = screen.splitlines()
     assert re.match(
-        r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+CONTAINERS\s+IP\s+UID", lines[0]
+        r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+ATTEMPT\s+CONTAINERS\s+IP\s+UID",
+        lines[0],
     )
     assert max(len(line) for line in lines) <= WIDTH  # cut to fit, never wrapped
     rows = [line.split() for line in lines[1 : 1 + len(pods)]]
@@ -171,7 +188,76 @@ def test_pods_on_a_narrow_terminal_cuts_cells_to_fit(
     assert [row[0] for row in rows] == [newest_sandbox_id(p)[:TRUNC] for p in pods]
     assert [row[4] for row in rows] == [p.name for p in pods]  # row[1:3]: "4m ago"
     # The IP keeps its width too (kubectl's -o wide column).
-    assert [row[7] for row in rows] == [
+    assert [row[8] for row in rows] == [
         "host" if p.host_network else (p.ips[0] if p.ips else "-") for p in pods
     ]
     assert any(row[-1].endswith("…") for row in rows)
+
+
+SMALL_WIDTH, SMALL_HEIGHT = 80, 20
+FOOTER_PARTS = re.compile(
+    r"(\d+) pods · cache age \d+\.\ds \(period 1s\) · refresh latency \d+\.\d ms · "
+    r"refreshes \d+\n"
+    r"hits \d+ · errors 0 · events (subscribed|reconnecting) \(\d+\) · q or Ctrl-C to quit\n"
+)
+
+
+def test_watch_fits_an_80_by_20_terminal_with_its_footer(run: Runner, tmp_path: Path) -> None:
+    """Every line of the screen within 80 columns, none wrapped: the header whole on its first
+    line, the footer's figures on two lines broken between figures, the pods that fit, and a
+    line for those that do not, all within 20 lines."""
+    terminal = Terminal(tmp_path, SMALL_WIDTH, SMALL_HEIGHT)
+    try:
+        terminal.start(
+            [run.exe, "watch", "--sim", "--sim-pods", "40", "--interval", "100ms"], run.env()
+        )
+        screen = terminal.wait_for(FOOTER_PARTS)
+        terminal.send("q")
+        assert terminal.exit_status() == "exit=0"
+    finally:
+        terminal.close()
+    lines = screen.split("\n")[:SMALL_HEIGHT]
+    assert max(len(line) for line in lines) <= SMALL_WIDTH
+    assert re.match(r"podcache watch · \d\d:\d\d:\d\d · simulated runtime at unix:///", lines[0])
+    assert re.match(r"POD ID\s+CREATED\s+STATE\s+NAME\s+NAMESPACE\s+ATTEMPT", lines[2])
+    match = FOOTER_PARTS.search(screen)
+    assert match is not None
+    footer_at = screen[: match.start()].count("\n")
+    assert footer_at == SMALL_HEIGHT - 3  # two footer lines, then the (empty) status line
+    rows = [line for line in lines[3:footer_at] if re.match(r"[0-9a-f]{10}…\s", line)]
+    more = [line for line in lines if line.startswith("… and ")]
+    assert more == [f"… and {int(match[1]) - len(rows)} more"]
+    assert len(rows) == SMALL_HEIGHT - 5 - 2 - 1  # chrome, footer, the "more" line
+
+
+# -- the screen's arithmetic, for any terminal (no terminal needed) ----------------------------
+
+
+@given(
+    st.lists(st.text(alphabet="ab()0", min_size=1, max_size=30), min_size=1, max_size=10),
+    st.integers(1, 200),
+)
+def test_footer_lines_fit_and_keep_every_figure_in_order(figures: list[str], width: int) -> None:
+    lines = footer_lines(figures, width)
+    assert all(len(line) <= width for line in lines)
+    if all(len(figure) <= width for figure in figures):
+        assert " · ".join(lines) == " · ".join(figures)  # broken between figures only
+    for first, second in itertools.pairwise(lines):  # as few lines as the figures fill
+        assert len(first) + 3 + len(second.split(" · ")[0]) > width
+
+
+@pytest.mark.parametrize(
+    ("height", "footer", "pods", "rows"),
+    [
+        (20, 2, 40, 12),  # 5 chrome + 2 footer + the "more" line
+        (20, 2, 13, 13),  # they fit: no "more" line
+        (20, 2, 14, 12),
+        (40, 1, 60, 33),
+        (40, 1, 0, 34),
+        (5, 3, 9, 1),  # never less than one row
+    ],
+)
+def test_table_rows_leave_room_for_the_chrome_footer_and_more_line(
+    height: int, footer: int, pods: int, rows: int
+) -> None:
+    assert table_rows(height, footer, pods) == rows

@@ -122,11 +122,16 @@ def expected_pods(h: CRIHarness, image_id: str, *, all: bool) -> list[Pod]:
                     image_ref=image_id,
                     hash=c.hash,
                     state=_CONTAINER_STATES[c.state],
+                    attempt=c.attempt,
                 )
                 for c in p.containers
             ],
             sandboxes=[
-                Container(id=ContainerID(RUNTIME_NAME, s.id), state=_SANDBOX_STATES[s.state])
+                Container(
+                    id=ContainerID(RUNTIME_NAME, s.id),
+                    state=_SANDBOX_STATES[s.state],
+                    attempt=s.attempt,
+                )
                 for s in p.sandboxes
             ],
         )

@@ -123,6 +123,7 @@ def expected_pods(
                         state=ContainerState.RUNNING
                         if s.state is SimSandboxState.READY
                         else ContainerState.EXITED,
+                        attempt=s.attempt,
                     )
                     for s in own_sandboxes
                 ],
@@ -136,6 +137,7 @@ def expected_pods(
                         image_runtime_handler=c.image_runtime_handler,
                         hash=kubelet_hash(dict(c.annotations)),
                         state=CONTAINER_STATES[c.state],
+                        attempt=c.attempt,
                     )
                     for c in own_containers
                 ],

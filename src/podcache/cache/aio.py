@@ -35,6 +35,7 @@ from podcache.cache.shared import (
     PodGetter,
     check_getter,
     check_timeout,
+    endpoint_name,
     event_pod,
     event_time,
     events_wanted,
@@ -100,9 +101,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         all: bool = False,
     ) -> None:
         check_getter(getter)
-        subscribe = events_wanted(events, getter)
-        self._getter = getter
-        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
+        self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
@@ -137,9 +136,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
             getattr(getter, "get_pod", None)
         )
-        if subscribe:
-            endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
-            self._subscription = Subscription(endpoint, clock)
+        if events_wanted(events, getter):
+            self._subscription = Subscription(endpoint_name(getter), clock)
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
                 asyncio.get_running_loop()
                 self._start_subscriber()

@@ -21,6 +21,7 @@ __all__ = [
     "PodGetter",
     "check_getter",
     "check_timeout",
+    "endpoint_name",
     "event_pod",
     "event_time",
     "events_wanted",
@@ -66,6 +67,11 @@ def events_wanted(events: object, getter: object) -> bool:
             )
         return True
     raise ValueError(f"events must be 'auto', 'on', 'off' or a bool, not {events!r}")
+
+
+def endpoint_name(getter: object) -> str:
+    """What a subscription's messages call the getter: its ``endpoint``, else its type."""
+    return str(getattr(getter, "endpoint", type(getter).__name__))
 
 
 def offers_events(getter: object) -> bool:

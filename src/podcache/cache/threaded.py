@@ -36,6 +36,7 @@ from podcache.cache.shared import (
     PodGetter,
     check_getter,
     check_timeout,
+    endpoint_name,
     event_pod,
     event_time,
     events_wanted,
@@ -200,9 +201,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         all: bool = False,
     ) -> None:
         check_getter(getter)
-        subscribe = events_wanted(events, getter)
-        self._getter = getter
-        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
+        self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
@@ -241,7 +240,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._closing = threading.Event()
         self._wake = threading.Event()
         self._subscriber: threading.Thread | None = None
-        if subscribe:
+        if events_wanted(events, getter):
             self._subscribe(getter, clock)
 
     def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
@@ -267,8 +266,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
 
     def _subscribe(self, getter: PodGetter, clock: Callable[[], float]) -> None:
         """Start the event subscription's thread (``events=True`` over a getter with events)."""
-        endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
-        self._subscription = Subscription(endpoint, clock)
+        self._subscription = Subscription(endpoint_name(getter), clock)
         self._subscriber = threading.Thread(
             target=self._subscribe_forever, name="podcache-events", daemon=True
         )

@@ -25,17 +25,19 @@ once; this module imports neither driver.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
 from podcache.cache.changes import ChangeLog, Cursor, PodChange
 from podcache.errors import ResyncRequiredError
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = [
     "WATCH_MIN_PERIOD",
@@ -290,6 +292,8 @@ class TaskRefresher:
 
     def ensure(self) -> None:
         """Start the task unless it runs (in the running loop)."""
+        import asyncio  # noqa: PLC0415 -- asyncio only where used: the CLI's threads skip it
+
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(
                 self._loop(), name="podcache-watch-refresh"
@@ -303,12 +307,16 @@ class TaskRefresher:
 
     async def wait_stopped(self) -> None:
         """Stop, and wait until the task has ended."""
+        import asyncio  # noqa: PLC0415 -- asyncio only where used: the CLI's threads skip it
+
         task = self._task
         self.stop()
         if task is not None:
             await asyncio.gather(task, return_exceptions=True)
 
     async def _loop(self) -> None:
+        import asyncio  # noqa: PLC0415 -- asyncio only where used: the CLI's threads skip it
+
         host = self._host
         while host.watched():
             delay = next_refresh(host.period, _age(host.clock(), host.cache_time()))
@@ -375,6 +383,8 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
         cursor = self._handle.cursor or await self._open()
         if cursor is None:
             return []  # closed while it opened
+        import asyncio  # noqa: PLC0415 -- asyncio only where used: the CLI's threads skip it
+
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         while True:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from podcache.cli.options import PodFilter
 from podcache.cli.query import matches
@@ -27,6 +27,7 @@ from podcache.cli.query import matches
 if TYPE_CHECKING:
     from podcache.cache.changes import PodChange
     from podcache.cli.source import Source
+    from podcache.cri.client import CRIRuntime
     from podcache.cri.eventstream import ContainerEventStream
     from podcache.model import PodList
 
@@ -72,7 +73,7 @@ class EventListing(Listing):
     the cache then refreshes on every event, not only every period."""
 
     def container_events(self) -> ContainerEventStream:
-        return self._runtime.container_events()
+        return cast("CRIRuntime", self._runtime).container_events()  # open_source's default
 
 
 def listing(source: Source, all_: bool, events: bool) -> Listing:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import click
 
@@ -54,8 +53,7 @@ DURATION = Duration(positive=True)
 # -- runtime selection --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeSettings:
+class RuntimeSettings(NamedTuple):
     """Where to read pods from, as given on the command line (None: not given there)."""
 
     endpoint: str | None = None
@@ -176,8 +174,7 @@ def group_runtime_options(f: F) -> F:
 # -- filters ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PodFilter:
+class PodFilter(NamedTuple):
     """Which pods to show: namespace exact, name a regular expression searched in the name, and
     every label given (``key=value``: equal; ``key``: present)."""
 
@@ -245,8 +242,7 @@ def filter_options(*, name_help: str) -> Callable[[F], F]:
 # -- output -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class OutputOptions:
+class OutputOptions(NamedTuple):
     """How to print: ``format`` one of OUTPUT_FORMATS; ``quiet``: IDs only; ``no_trunc``."""
 
     format: str = "table"

@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any
+
+import msgspec
 
 from podcache.cli.options import OutputOptions
 from podcache.jsonview import container_to_json
@@ -114,14 +115,13 @@ def _labels(pod: Pod) -> str:
 # -- tables as data -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class TableData:
+class TableData(msgspec.Struct):
     """Columns and rows of text. ``styled`` names the columns whose cells are states;
     ``flexible`` the columns a terminal too narrow for the table cuts (the others keep their
     width as long as they fit)."""
 
     columns: list[str]
-    rows: list[list[str]] = field(default_factory=list)
+    rows: list[list[str]] = msgspec.field(default_factory=list)
     styled: frozenset[str] = frozenset({"STATE"})
     flexible: frozenset[str] = frozenset(
         {"IMAGE", "IMAGE ID", "CONTAINER NAMES", "LABELS", "UID", "POD UID", "VALUE"}

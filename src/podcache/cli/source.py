@@ -1,9 +1,12 @@
-"""Where ``podcache`` reads pods from: a CRIRuntime at the crictl-resolved endpoint, or the
+"""Where ``podcache`` reads pods from: the runtime at the crictl-resolved endpoint, or the
 built-in SimRuntime (``--sim``, ``--sim-fallback``); it opens and closes them and turns their
 setup errors into CLI errors. It renders nothing and never filters pods.
 
-Importing it imports gRPC: commands import it when they run, never at start-up. The simulated
-runtime (a gRPC server) is imported only when it is used.
+The commands that read once (``pods``, ``ps``, ``inspect``, ``which``, ``version``) get a
+``cri.oneshot.OneShotRuntime`` (``one_shot=True``): no grpcio, protobuf or asyncio is imported
+unless the runtime fails. The ones that follow it (``watch``, ``events``, ``pods -w``) get a
+``CRIRuntime`` (events, reconnects). The simulated runtime (a gRPC server) is imported only
+when it is used.
 """
 
 from __future__ import annotations
@@ -11,15 +14,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import click
+import msgspec
 
 from podcache.cli.exits import CLIError
 from podcache.cli.options import DEFAULT_SIM_PODS, DEFAULT_TIMEOUT, SIM_SEED, RuntimeSettings
-from podcache.cri import CRIRuntime
 from podcache.cri.endpoint import CONFIG_ENV, DEFAULT_CONFIG_PATH, load_crictl_config
 from podcache.errors import EndpointNotFoundError
+
+if TYPE_CHECKING:
+    from podcache.cri.values import RuntimeVersion
+    from podcache.model import PodList
 
 __all__ = ["Source", "open_source"]
 
@@ -27,13 +34,38 @@ _ENDPOINT_HINT = "'-r' / '--runtime-endpoint'"
 _CONFIG_HINT = "'-c' / '--config'"
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Runtime(Protocol):
+    """What commands call on a source's runtime (``CRIRuntime`` and ``OneShotRuntime`` have
+    it; ``follow`` needs the former's ``container_events`` too)."""
+
+    @property
+    def endpoint(self) -> str: ...
+    @property
+    def timeout(self) -> float: ...
+    def get_pods(self, all: bool = False) -> PodList: ...
+    def version(self) -> RuntimeVersion: ...
+    def close(self) -> None: ...
+
+
+class Source(msgspec.Struct, frozen=True):
     """An open runtime: ``runtime`` to call, ``endpoint`` to name it, ``simulated`` if built in."""
 
-    runtime: CRIRuntime
+    runtime: Runtime
     endpoint: str
     simulated: bool
+
+
+def _runtime(
+    endpoint: str | None, timeout: float, config_path: str | None, one_shot: bool, ips: bool
+) -> Runtime:
+    """A ``OneShotRuntime`` (``one_shot``; ``ips``: ask for pod IPs) or a ``CRIRuntime``."""
+    if one_shot:
+        from podcache.cri.oneshot import OneShotRuntime  # noqa: PLC0415 -- when it runs
+
+        return OneShotRuntime(endpoint, timeout=timeout, config_path=config_path, ips=ips)
+    from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- imports grpcio: when it runs
+
+    return CRIRuntime(endpoint, timeout=timeout, config_path=config_path)
 
 
 def _config_timeout(settings: RuntimeSettings) -> float | None:
@@ -78,11 +110,14 @@ def _start_sim(pods: int, churn: float, stack: ExitStack, why: str = "") -> str:
 
 
 @contextmanager
-def open_source(settings: RuntimeSettings, *, sim_churn: float = 0.0) -> Iterator[Source]:
+def open_source(
+    settings: RuntimeSettings, *, sim_churn: float = 0.0, one_shot: bool = False, ips: bool = True
+) -> Iterator[Source]:
     """Open the runtime the settings name; closes it (and stops a simulated one) on exit.
 
     A simulated runtime replaces ``sim_churn`` pods a second (none by default: a listing is
-    reproducible).
+    reproducible). ``one_shot``: for a command that reads once (module docstring);
+    ``ips=False`` for one that shows no pod IPs (its pods' ``ips`` are then empty).
 
     Order: ``--sim``; else the endpoint resolved as crictl does (``-r``,
     CONTAINER_RUNTIME_ENDPOINT, the config file, the default sockets); else, with
@@ -100,7 +135,7 @@ def open_source(settings: RuntimeSettings, *, sim_churn: float = 0.0) -> Iterato
         else:
             endpoint = settings.endpoint
         try:
-            runtime = CRIRuntime(endpoint, timeout=timeout, config_path=settings.config)
+            runtime = _runtime(endpoint, timeout, settings.config, one_shot, ips)
         except EndpointNotFoundError as e:
             if not settings.sim_fallback:
                 raise CLIError(
@@ -111,7 +146,7 @@ def open_source(settings: RuntimeSettings, *, sim_churn: float = 0.0) -> Iterato
                 pods, sim_churn, stack, "no container runtime configured or found; "
             )
             simulated = True
-            runtime = CRIRuntime(endpoint, timeout=timeout)
+            runtime = _runtime(endpoint, timeout, None, one_shot, ips)
         except FileNotFoundError as e:  # an explicit --config that vanished since we read it
             raise click.BadParameter(
                 f"{e.filename}: no such file", param_hint=_CONFIG_HINT

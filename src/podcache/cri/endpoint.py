@@ -18,9 +18,8 @@ import ipaddress
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-import yaml
+import msgspec
 
 from podcache.errors import EndpointNotFoundError
 
@@ -52,8 +51,7 @@ MAX_SOCKET_PATH_BYTES = 107
 _HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[^\]]*)\]|(?P<host>[^:/\[\]]+)):(?P<port>[0-9]+)$")
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     """A parsed runtime endpoint: its canonical URL, the gRPC target, and how to reach it.
 
     Exactly one of ``path`` (a unix socket) and ``address`` (loopback host and port) is set.
@@ -68,8 +66,7 @@ class Endpoint:
         return self.url
 
 
-@dataclass(frozen=True, slots=True)
-class CrictlConfig:
+class CrictlConfig(msgspec.Struct, frozen=True):
     """The keys podcache reads from a crictl config file (None when a key is absent)."""
 
     path: str
@@ -77,8 +74,7 @@ class CrictlConfig:
     timeout: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedEndpoint:
+class ResolvedEndpoint(msgspec.Struct, frozen=True):
     """An endpoint and where it came from (``source``: for messages and ``--debug`` output)."""
 
     endpoint: Endpoint
@@ -170,6 +166,8 @@ def load_crictl_config(path: str) -> CrictlConfig:
     """
     with open(path, encoding="utf-8") as f:
         text = f.read()
+    import yaml  # noqa: PLC0415 -- only when a config file exists: start-up stays fast
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:

@@ -43,13 +43,15 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
 from podcache.cri.eventwire import EventFields
 from podcache.model import ContainerState, Pod, PodList, normalise_ip
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
     "LEARNT_MAX",
@@ -435,6 +437,8 @@ class StatusReader:
         with self._pool_lock:
             pool = self._pool
             if pool is None:
+                from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 -- on need
+
                 pool = self._pool = ThreadPoolExecutor(
                     STATUS_CONCURRENCY, thread_name_prefix="podcache-status"
                 )

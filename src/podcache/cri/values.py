@@ -8,18 +8,21 @@ runtime). Deliberately not here: making the calls (the getters) and the pods (``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from podcache.cri.proto import api_pb2 as pb
+import msgspec
+
 from podcache.errors import (
     RuntimeProtocolError,
 )
 
+if TYPE_CHECKING:  # the answers' types only: building a value imports no protobuf
+    from podcache.cri.proto import api_pb2 as pb
+
 __all__ = ["RuntimeCondition", "RuntimeStatus", "RuntimeVersion"]
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeVersion:
+class RuntimeVersion(msgspec.Struct, frozen=True):
     """The runtime's answer to Version (all four fields are non-empty)."""
 
     version: str
@@ -28,8 +31,7 @@ class RuntimeVersion:
     runtime_api_version: str
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeCondition:
+class RuntimeCondition(msgspec.Struct, frozen=True):
     """One runtime condition from Status (``RuntimeReady``, ``NetworkReady``, ...)."""
 
     type: str
@@ -38,12 +40,11 @@ class RuntimeCondition:
     message: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class RuntimeStatus:
+class RuntimeStatus(msgspec.Struct, frozen=True):
     """The runtime's answer to Status: its conditions and (when verbose) its info map."""
 
     conditions: tuple[RuntimeCondition, ...]
-    info: Mapping[str, str] = field(default_factory=dict)
+    info: Mapping[str, str] = msgspec.field(default_factory=dict)
 
     def condition(self, type: str) -> RuntimeCondition | None:
         """The condition of this type, or None when the runtime did not report it."""
@@ -61,14 +62,14 @@ class RuntimeStatus:
         )
 
 
-def _version_from(url: str, response: pb.VersionResponse) -> RuntimeVersion:
+def _version_from(url: str, response: pb.VersionResponse | RuntimeVersion) -> RuntimeVersion:
     version = RuntimeVersion(
         response.version,
         response.runtime_name,
         response.runtime_version,
         response.runtime_api_version,
     )
-    empty = [name for name in RuntimeVersion.__slots__ if not getattr(version, name)]
+    empty = [name for name in RuntimeVersion.__struct_fields__ if not getattr(version, name)]
     if empty:
         raise RuntimeProtocolError(
             url, f"its Version answer has an empty {', '.join(empty)} (not a CRI runtime?)"

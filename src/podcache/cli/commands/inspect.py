@@ -74,7 +74,7 @@ def inspect_command(
     from podcache.jsonview import pod_to_json
 
     started = time.monotonic()  # --timeout bounds the whole command, the listing included
-    with open_source(runtime) as source:
+    with open_source(runtime, one_shot=True, ips=out.format != "table") as source:
         pods = source.runtime.get_pods(True)
     try:
         pod, matched = find(pods, ident)

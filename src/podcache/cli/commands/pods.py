@@ -97,7 +97,7 @@ def pods_command(
         with open_source(runtime) as source:
             print_changes(source, all_=all_, where=where, out=out, period=period, events=events)
         return
-    with open_source(runtime) as source:
+    with open_source(runtime, one_shot=True, ips=out.format != "table") as source:
         pods = select(source.runtime.get_pods(all_), where)
     if out.quiet:
         click.echo("".join(f"{pod_id(pod)}\n" for pod in pods), nl=False)

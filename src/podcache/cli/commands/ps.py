@@ -65,7 +65,7 @@ def ps_command(
     )
     from podcache.cli.source import open_source
 
-    with open_source(runtime) as source:
+    with open_source(runtime, one_shot=True, ips=False) as source:
         listed = source.runtime.get_pods(all_)
     pods = select(listed, PodFilter(where.namespace, None, where.labels))
     if pod_ref is not None:

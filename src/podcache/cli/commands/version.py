@@ -59,7 +59,7 @@ def _runtime_fields(runtime: RuntimeSettings) -> dict[str, str]:
     """The endpoint and the runtime's Version answer (errors as the CLI's, exit status 1)."""
     from podcache.cli.source import open_source
 
-    with open_source(runtime) as source:
+    with open_source(runtime, one_shot=True, ips=False) as source:
         answer = source.runtime.version()
         endpoint = source.endpoint
     return {

@@ -29,17 +29,18 @@ from podcache.cli.options import (
 if TYPE_CHECKING:
     from rich.console import Group
     from rich.table import Table
-    from rich.text import Text
 
     from podcache.cache import RuntimeCache
     from podcache.cli.source import Source
     from podcache.model import Pod, PodList
 
-__all__ = ["watch_command"]
+__all__ = ["footer_lines", "table_rows", "watch_command"]
 
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 _QUIT_KEYS = frozenset("qQ\x03\x04")  # q, Ctrl-C and Ctrl-D typed in cbreak mode
-_CHROME_LINES = 6  # header, blank, table header, blank, footer, status
+_CHROME_LINES = 5
+"""Lines of the screen besides the footer's and the pods': header, blank, the table's header,
+blank, status."""
 
 
 @click.command("watch", short_help="Watch the node's pods live, served from the runtime cache.")
@@ -214,43 +215,48 @@ class _Screen:
         self._out = out
 
     def draw(self, pods: PodList, problem: str) -> Group:
-        """The whole screen for ``pods``, with ``problem`` (if any) on its last line."""
+        """The whole screen for ``pods``, with ``problem`` (if any) on its last line. It fits
+        the terminal: every line is cut to its width (the footer is wrapped between its
+        figures), and the table gets the rows left over (``table_rows``)."""
         from rich.console import Group
         from rich.text import Text
 
         from podcache.cli.query import select
 
+        width, height = self.console.size
         header = Text.assemble(
-            ("podcache watch", "bold"), f" · {self._origin} · {time.strftime('%H:%M:%S')}"
+            ("podcache watch", "bold"), f" · {time.strftime('%H:%M:%S')} · {self._origin}"
         )
+        header.truncate(width, overflow="ellipsis")
         chosen = select(pods, self._where)
+        footer = footer_lines(self._figures(len(chosen)), width)
+        status = Text(problem, style="red")
+        status.truncate(width, overflow="ellipsis")
         return Group(
             header,
             Text(""),
-            self._table(chosen),
+            self._table(chosen, table_rows(height, len(footer), len(chosen))),
             Text(""),
-            self._footer(len(chosen)),
-            Text(problem, style="red"),
+            *(Text(line, style="dim") for line in footer),
+            status,
         )
 
-    def _table(self, chosen: Sequence[Pod]) -> Table | Group:
-        """The table of as many pods as the terminal has room for, and how many did not fit."""
+    def _table(self, chosen: Sequence[Pod], rows: int) -> Table | Group:
+        """The table of the first ``rows`` pods, and a line saying how many did not fit."""
         from rich.console import Group
         from rich.text import Text
 
         from podcache.cli.render import pods_table, rich_table
 
-        room = max(1, self.console.size.height - _CHROME_LINES)
         table = rich_table(
-            pods_table(chosen[:room], self._out, time.time_ns()), self.console.size.width
+            pods_table(chosen[:rows], self._out, time.time_ns()), self.console.size.width
         )
-        if len(chosen) <= room:
+        if len(chosen) <= rows:
             return table
-        return Group(table, Text(f"… and {len(chosen) - room} more", style="dim"))
+        return Group(table, Text(f"… and {len(chosen) - rows} more", style="dim"))
 
-    def _footer(self, total: int) -> Text:
-        from rich.text import Text
-
+    def _figures(self, total: int) -> list[str]:
+        """The footer's figures, in order: the pods, the cache's age, latency and counters."""
         stats = self._cache.stats()
         age = "-" if stats.age is None else f"{stats.age:.1f}s"
         latency = (
@@ -258,10 +264,41 @@ class _Screen:
             if stats.last_refresh_duration is None
             else f"{stats.last_refresh_duration * 1e3:.1f} ms"
         )
-        return Text(
-            f"{total} pods · cache age {age} (period {self._period:g}s) · refresh latency "
-            f"{latency} · refreshes {stats.refreshes} · hits {stats.hits} · errors "
-            f"{stats.errors} · events {stats.events_state} ({stats.events_received}) · "
+        return [
+            f"{total} pods",
+            f"cache age {age} (period {self._period:g}s)",
+            f"refresh latency {latency}",
+            f"refreshes {stats.refreshes}",
+            f"hits {stats.hits}",
+            f"errors {stats.errors}",
+            f"events {stats.events_state} ({stats.events_received})",
             "q or Ctrl-C to quit",
-            style="dim",
-        )
+        ]
+
+
+_SEPARATOR = " · "
+
+
+def footer_lines(figures: Sequence[str], width: int) -> list[str]:
+    """``figures`` joined by `` · `` into as few lines of at most ``width`` characters as
+    they fill in order (a line breaks between two figures; a figure wider than the terminal
+    is cut)."""
+    lines: list[str] = []
+    for given in figures:
+        figure = given if len(given) <= width else given[: max(width - 1, 0)] + "…"
+        if lines and len(lines[-1]) + len(_SEPARATOR) + len(figure) <= width:
+            lines[-1] += _SEPARATOR + figure
+        else:
+            lines.append(figure)
+    return lines
+
+
+def table_rows(height: int, footer: int, pods: int) -> int:
+    """How many pods the table shows on a terminal ``height`` lines high, with ``footer``
+    footer lines: what is left after the chrome (header, blank, the table's header, blank,
+    the footer, the status line), less one for "… and N more" when ``pods`` do not all fit;
+    at least one."""
+    room = height - (_CHROME_LINES + footer)
+    if pods > room:
+        room -= 1  # the "… and N more" line
+    return max(1, room)

@@ -8,8 +8,7 @@ holding each IP (``PodList.by_ip``); the command and its table only (the rules a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -59,8 +58,7 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class _Row:
+class _Row(NamedTuple):
     """One PID's answer: the process found (``podcache.cache.pids.PodProcess``) or why not
     (``problem`` in words, ``reason`` one of ``jsonview.PID_MISS_REASONS``'s values)."""
 
@@ -106,14 +104,15 @@ def which_command(
     Exit status 3 when any PID is not in a container or pod the runtime lists, or no pod holds
     an IP (each one is named on stderr), 1 when the runtime or /proc cannot be read.
     """
-    from podcache.cache import RuntimeCache
     from podcache.cli.exits import EXIT_NOT_FOUND, CLIError, show_error
     from podcache.cli.source import open_source
     from podcache.procs import ProcFormatError
 
     rows: list[_Row] = []
-    with open_source(runtime) as source:
-        cache = RuntimeCache(source.runtime, ONE_SHOT_PERIOD)  # on time.monotonic
+    # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument).
+    ips = out.format == "json" or any(isinstance(pid, str) for pid in pids)
+    with open_source(runtime, one_shot=True, ips=ips) as source:
+        cache = _lookups(source.runtime, pids)
         for pid in pids:
             if isinstance(pid, str):
                 rows.append(_find_ip(cache, pid))
@@ -129,6 +128,30 @@ def which_command(
         show_error(f"{what} {row.pid} {row.problem}")
     if missing:
         click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+class _OneListing:
+    """``get_pods()`` of one listing, made on first need and kept: the lookups of IPs alone
+    need no cache (and skip importing it)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self._runtime = runtime
+        self._pods: Any = None
+
+    def get_pods(self) -> Any:
+        if self._pods is None:
+            self._pods = self._runtime.get_pods(False)
+        return self._pods
+
+
+def _lookups(runtime: Any, pids: tuple[int | str, ...]) -> Any:
+    """What the PIDs and IPs are looked up in: a RuntimeCache when there is a PID (a process
+    newer than the listing makes it list again), else one listing."""
+    if all(isinstance(pid, str) for pid in pids):
+        return _OneListing(runtime)
+    from podcache.cache.threaded import RuntimeCache
+
+    return RuntimeCache(runtime, ONE_SHOT_PERIOD)  # on time.monotonic
 
 
 def _find(cache: Any, pid: int, proc_root: str) -> _Row:
@@ -155,8 +178,7 @@ def _find_ip(cache: Any, ip: str) -> _Row:
     return _Row(ip, _PodOnly(pod), None)
 
 
-@dataclass(frozen=True, slots=True)
-class _PodOnly:
+class _PodOnly(NamedTuple):
     """An IP's answer: a pod and no container (the shape of ``procs.PodProcess``)."""
 
     pod: Any

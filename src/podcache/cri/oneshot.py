@@ -1,0 +1,543 @@
+"""One-shot reads of the runtime for the CLI: Version, a node's listing and its pods' IPs, made
+on one HTTP/2 connection of its own, without grpcio, protobuf or asyncio.
+
+``podcache pods``, ``ps``, ``inspect``, ``which`` and ``version`` ask the runtime once and exit;
+importing grpcio (and asyncio with it) and protobuf costs them more than the calls. So
+``OneShotRuntime`` makes the same calls as ``CRIRuntime.get_pods`` (Version, ListPodSandbox and
+ListContainers with the kubelet's filters, then PodSandboxStatus for each pod's newest READY
+sandbox) as plain gRPC over HTTP/2 on one connection, all the calls of a step sent together,
+and reads the answers with the same reader and conversion (``convert``, ``networks``): a
+listing equal to ``CRIRuntime``'s (a test compares them on the simulator).
+
+Rules:
+
+- **Success only.** Anything but a clean answer (no socket, a refused connection, a status
+  other than OK, a frame it does not expect, a reset, the deadline) makes the whole read
+  again with ``CRIRuntime``, whose errors name the endpoint and say what is wrong (its
+  diagnosis is the reference); that fallback imports grpcio. A PodSandboxStatus that fails
+  leaves its pod's IPs unknown, as ``CRIRuntime``'s listing does. A runtime that hangs is
+  waited for twice (this read, then the fallback's), each within ``timeout`` per call.
+- **What it speaks.** The client preface; SETTINGS (no push, a stream window and a connection
+  window of ``WINDOW`` bytes: a one-shot read never gives window back), every PING and
+  SETTINGS acknowledged; request headers as HPACK literals, answers decoded with ``hpack``;
+  WINDOW_UPDATEs are ignored (requests are small: at most ``BATCH`` of about 80 bytes in one
+  write, within the default windows).
+- **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
+  at most ``MAX_HEADER_BLOCK``, one gRPC message per answer of at most
+  ``MAX_MESSAGE_BYTES``, at most ``BATCH`` calls in flight (and no more than the runtime's
+  SETTINGS_MAX_CONCURRENT_STREAMS); every read and write under the call's deadline.
+
+Deliberately not here: the long-lived getters and their connection discipline (``client``,
+``http2``: event streams, pools, relists of one pod, reconnect backoff).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Self
+
+import msgspec
+
+from podcache.cri.convert import pods_from_listings, read_containers, read_sandboxes
+from podcache.cri.endpoint import Endpoint, resolve_endpoint
+from podcache.cri.eventwire import status_fields
+from podcache.cri.networks import NetworkMemo, with_networks
+from podcache.cri.values import RuntimeVersion, _version_from
+from podcache.model import PodList
+
+if TYPE_CHECKING:
+    from podcache.cri.client import CRIRuntime
+
+__all__ = [
+    "BATCH",
+    "MAX_FRAME_BYTES",
+    "MAX_HEADER_BLOCK",
+    "MAX_MESSAGE_BYTES",
+    "WINDOW",
+    "OneShotRuntime",
+    "list_requests",
+    "status_request",
+    "version_request",
+]
+
+MAX_FRAME_BYTES = 16_384
+"""Largest frame payload accepted: HTTP/2's default SETTINGS_MAX_FRAME_SIZE, kept."""
+MAX_HEADER_BLOCK = 64 * 1024
+"""Largest header block (HEADERS and its CONTINUATIONs) accepted, as ``http2``'s."""
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+"""Largest answer accepted: the gRPC receive limit of both other clients (the kubelet's)."""
+WINDOW = 2**31 - 1
+"""The stream and connection flow-control windows given to the runtime (HTTP/2's largest)."""
+BATCH = 100
+"""Most calls in flight at once (PodSandboxStatus calls go in batches of this many)."""
+
+_SERVICE = "/runtime.v1.RuntimeService/"
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY = 0, 1, 3, 4, 5, 6, 7
+_WINDOW_UPDATE, _CONTINUATION, _PRIORITY = 8, 9, 2
+_END_STREAM = _ACK = 0x1
+_END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
+_SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
+_SETTING_MAX_HEADER_LIST = 0x6
+_DEFAULT_WINDOW = 65_535
+_CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
+
+
+class _UnexpectedAnswerError(Exception):
+    """Anything but a clean answer: the read is made again by ``CRIRuntime``."""
+
+
+# -- requests (protobuf written by hand: a test holds them to the generated module's) ---------
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if not n:
+            out.append(byte)
+            return bytes(out)
+        out.append(byte | 0x80)
+
+
+def _string_field(number: int, text: str) -> bytes:
+    data = text.encode()
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def version_request() -> bytes:
+    """``VersionRequest{version: "0.1.0"}``."""
+    return _string_field(1, _CRI_VERSION)
+
+
+def list_requests(all: bool) -> tuple[bytes, bytes]:
+    """``queries._list_requests(all)``: the kubelet's filters, READY sandboxes and RUNNING
+    containers (the state values' wrappers present; SANDBOX_READY is 0, so its wrapper is
+    empty), or none (no sandbox filter, an empty container filter)."""
+    if all:
+        return b"", b"\x0a\x00"
+    return b"\x0a\x02\x12\x00", b"\x0a\x04\x12\x02\x08\x01"
+
+
+def status_request(sandbox_id: str) -> bytes:
+    """``PodSandboxStatusRequest{pod_sandbox_id: sandbox_id}``."""
+    return _string_field(1, sandbox_id)
+
+
+def _version_answer(data: bytes) -> RuntimeVersion:
+    """The four strings of a ``VersionResponse`` (fields 1-4); other fields skipped."""
+    fields = ["", "", "", ""]
+    pos, end = 0, len(data)
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            length, pos = _read_varint(data, pos)
+            if pos + length > end:
+                raise _UnexpectedAnswerError("a truncated Version answer")
+            if 1 <= number <= 4:
+                fields[number - 1] = data[pos : pos + length].decode()
+            pos += length
+        elif wire == 0:
+            _, pos = _read_varint(data, pos)
+        elif wire in (1, 5):
+            pos += 8 if wire == 1 else 4
+        else:
+            raise _UnexpectedAnswerError(f"a Version answer with wire type {wire}")
+    if pos != end:
+        raise _UnexpectedAnswerError("a truncated Version answer")
+    return RuntimeVersion(*fields)
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    for _ in range(10):
+        if pos >= len(data):
+            break
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+    raise _UnexpectedAnswerError("a malformed varint")
+
+
+# -- HTTP/2 ------------------------------------------------------------------------------------
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes((kind, flags))
+        + struct.pack(">I", stream)
+        + payload
+    )
+
+
+def _literal(name: str, value: str) -> bytes:
+    """A header as an HPACK literal without indexing, new name (names and values < 127)."""
+    name_bytes, value_bytes = name.encode(), value.encode()
+    return (
+        b"\x00" + bytes((len(name_bytes),)) + name_bytes + bytes((len(value_bytes),)) + value_bytes
+    )
+
+
+class _Call(msgspec.Struct):
+    """One call's answer as it arrives."""
+
+    method: str
+    headers_seen: bool = False
+    body: bytearray = msgspec.field(default_factory=bytearray)
+    status: int | None = None  # grpc-status, once the trailers came
+    message: str = ""
+
+
+class _Connection:
+    """One HTTP/2 connection, used by one thread, for unary calls made in batches."""
+
+    def __init__(self, endpoint: Endpoint, timeout: float) -> None:
+        import hpack  # noqa: PLC0415 -- imported with the connection, not with the module
+
+        self._timeout = timeout
+        self._deadline = time.monotonic() + timeout
+        if endpoint.path is not None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            target: object = endpoint.path
+            self._authority = "localhost"
+        else:
+            assert endpoint.address is not None
+            host, port = endpoint.address
+            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            target = (host, port)
+            self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        self._sock = sock
+        try:
+            self._timed()
+            sock.connect(target)  # type: ignore[arg-type]
+        except BaseException:
+            sock.close()
+            raise
+        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._inbox = bytearray()
+        self._next_id = 1
+        self._max_streams = BATCH
+        settings = struct.pack(
+            ">HIHIHI",
+            _SETTING_ENABLE_PUSH,
+            0,
+            _SETTING_WINDOW,
+            WINDOW,
+            _SETTING_MAX_HEADER_LIST,
+            MAX_HEADER_BLOCK,
+        )
+        grow = struct.pack(">I", WINDOW - _DEFAULT_WINDOW)
+        self._out = bytearray(
+            _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
+        )
+
+    def _timed(self) -> None:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise _UnexpectedAnswerError("deadline exceeded")
+        self._sock.settimeout(remaining)
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def calls(self, requests: Sequence[tuple[str, bytes]]) -> list[_Call]:
+        """Each request's answer (status and body), in order, made ``BATCH`` at a time, each
+        batch within the timeout (its calls run at once, as one call)."""
+        answers: list[_Call] = []
+        for first in range(0, len(requests), BATCH):
+            self._deadline = time.monotonic() + self._timeout
+            streams: dict[int, _Call] = {}
+            for method, body in requests[first : first + BATCH]:
+                streams[self._open(method, body)] = _Call(method)
+            if len(streams) > self._max_streams:
+                raise _UnexpectedAnswerError("the runtime takes fewer streams at once")
+            self._flush()
+            while any(call.status is None for call in streams.values()):
+                self._take(streams)
+            answers.extend(streams.values())
+        return answers
+
+    def _open(self, method: str, body: bytes) -> int:
+        stream = self._next_id
+        self._next_id += 2
+        remaining = max(1, int((self._deadline - time.monotonic()) * 1000))
+        block = b"".join(
+            (
+                b"\x83",  # :method POST (static table)
+                b"\x86",  # :scheme http
+                _literal(":path", _SERVICE + method),
+                _literal(":authority", self._authority),
+                _literal("content-type", "application/grpc"),
+                _literal("te", "trailers"),
+                _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m"),
+            )
+        )
+        message = b"\x00" + struct.pack(">I", len(body)) + body
+        self._out += _frame(_HEADERS, _END_HEADERS, stream, block)
+        self._out += _frame(_DATA, _END_STREAM, stream, message)
+        return stream
+
+    def _flush(self) -> None:
+        self._timed()
+        self._sock.sendall(self._out)
+        self._out.clear()
+
+    def _recv(self, need: int) -> None:
+        while len(self._inbox) < need:
+            self._timed()
+            data = self._sock.recv(256 * 1024)
+            if not data:
+                raise _UnexpectedAnswerError("the runtime closed the connection")
+            self._inbox += data
+
+    def _frame(self) -> tuple[int, int, int, bytes]:
+        self._recv(9)
+        length = int.from_bytes(self._inbox[:3], "big")
+        if length > MAX_FRAME_BYTES:
+            raise _UnexpectedAnswerError(f"a frame of {length} bytes")
+        kind, flags = self._inbox[3], self._inbox[4]
+        stream = int.from_bytes(self._inbox[5:9], "big") & 0x7FFFFFFF
+        self._recv(9 + length)
+        payload = bytes(self._inbox[9 : 9 + length])
+        del self._inbox[: 9 + length]
+        return kind, flags, stream, payload
+
+    def _take(self, streams: dict[int, _Call]) -> None:
+        """Read one frame (a whole header block) and act on it."""
+        kind, flags, stream, payload = self._frame()
+        if kind == _SETTINGS:
+            if not flags & _ACK:
+                self._settings(payload)
+        elif kind == _PING:
+            if not flags & _ACK:
+                self._out += _frame(_PING, _ACK, 0, payload)
+                self._flush()
+        elif kind in (_WINDOW_UPDATE, _PRIORITY):
+            return
+        elif kind in (_HEADERS, _DATA) and stream in streams:
+            self._on_stream(kind, flags, payload, streams[stream])
+        else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
+            raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
+
+    def _settings(self, payload: bytes) -> None:
+        if len(payload) % 6:
+            raise _UnexpectedAnswerError("a malformed SETTINGS frame")
+        for pos in range(0, len(payload), 6):
+            key, value = struct.unpack_from(">HI", payload, pos)
+            if key == _SETTING_MAX_STREAMS:
+                self._max_streams = min(self._max_streams, value)
+        self._out += _frame(_SETTINGS, _ACK, 0)
+        self._flush()
+
+    def _on_stream(self, kind: int, flags: int, payload: bytes, call: _Call) -> None:
+        payload = _unpadded(kind, flags, payload)
+        if kind == _DATA:
+            if not call.headers_seen or call.status is not None:
+                raise _UnexpectedAnswerError("DATA outside an answer")
+            call.body += payload
+            if len(call.body) > MAX_MESSAGE_BYTES + 5:
+                raise _UnexpectedAnswerError("an answer over the receive limit")
+            if flags & _END_STREAM:
+                raise _UnexpectedAnswerError("an answer without trailers")
+            return
+        block = bytearray(payload)
+        while not flags & _END_HEADERS:
+            kind, flags, _, more = self._frame()
+            if kind != _CONTINUATION:
+                raise _UnexpectedAnswerError("a header block cut short")
+            block += more
+            if len(block) > MAX_HEADER_BLOCK:
+                raise _UnexpectedAnswerError("a header block over its bound")
+        headers = {bytes(k): bytes(v) for k, v in self._decoder.decode(bytes(block), raw=True)}
+        _headers(call, headers, bool(flags & _END_STREAM))
+
+
+def _unpadded(kind: int, flags: int, payload: bytes) -> bytes:
+    start, end = 0, len(payload)
+    if flags & _PADDED:
+        if not payload or payload[0] >= len(payload):
+            raise _UnexpectedAnswerError("a malformed padded frame")
+        start, end = 1, len(payload) - payload[0]
+    if kind == _HEADERS and flags & _PRIORITY_FLAG:
+        start += 5
+    if start > end:
+        raise _UnexpectedAnswerError("a frame too short for its fields")
+    return payload[start:end]
+
+
+def _headers(call: _Call, headers: dict[bytes, bytes], ends: bool) -> None:
+    """The answer's headers (``:status`` 200, gRPC), or its trailers (``grpc-status``)."""
+    if not call.headers_seen:
+        call.headers_seen = True
+        if headers.get(b":status") != b"200":
+            raise _UnexpectedAnswerError("an HTTP status other than 200")
+        if not headers.get(b"content-type", b"").startswith(b"application/grpc"):
+            raise _UnexpectedAnswerError("an answer that is not gRPC")
+        if b"grpc-status" not in headers:
+            if ends:
+                raise _UnexpectedAnswerError("an answer without trailers")
+            return
+    elif not ends:
+        raise _UnexpectedAnswerError("trailers that do not end the stream")
+    raw = headers.get(b"grpc-status", b"")
+    if not raw.isdigit():
+        raise _UnexpectedAnswerError("trailers without grpc-status")
+    call.status = int(raw)
+    call.message = headers.get(b"grpc-message", b"").decode("utf-8", "replace")
+
+
+def _message(call: _Call) -> bytes:
+    """The one uncompressed gRPC message of an answer that ended OK."""
+    if call.status != 0:
+        raise _UnexpectedAnswerError(
+            f"{call.method} answered grpc-status {call.status}: {call.message}"
+        )
+    body = call.body
+    if len(body) < 5 or body[0] != 0:
+        raise _UnexpectedAnswerError(f"{call.method}: no message, or a compressed one")
+    length = int.from_bytes(body[1:5], "big")
+    if length != len(body) - 5:
+        raise _UnexpectedAnswerError(f"{call.method}: not exactly one message")
+    return bytes(body[5:])
+
+
+# -- the getter ---------------------------------------------------------------------------------
+
+
+class OneShotRuntime:
+    """The runtime at ``endpoint`` (resolved as crictl does), read once per call:
+    ``get_pods(all)`` and ``version()`` as ``CRIRuntime``'s, each on a connection of its own
+    that it closes (module rules). ``timeout``: seconds per call, as ``CRIRuntime``'s.
+
+    ``ips=False``: for a caller that shows no pod IPs (``pods`` as a table, ``ps``), no
+    PodSandboxStatus calls are made and every pod's ``ips`` is empty (unknown), as crictl's
+    ``pods`` asks no status either; the rest of the listing is ``CRIRuntime``'s."""
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        *,
+        timeout: float,
+        config_path: str | None = None,
+        ips: bool = True,
+    ) -> None:
+        self._ips = ips
+        resolved = resolve_endpoint(endpoint, config_path=config_path)
+        self._endpoint = resolved.endpoint
+        self.endpoint_source = resolved.source
+        if not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self._timeout = float(timeout)
+        self._config_path = config_path
+        self._fallback: CRIRuntime | None = None
+        self.fallbacks = 0
+        """Reads made again by ``CRIRuntime`` (after anything but a clean answer)."""
+
+    @property
+    def endpoint(self) -> str:
+        """The resolved endpoint URL."""
+        return self._endpoint.url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed for each call."""
+        return self._timeout
+
+    def version(self) -> RuntimeVersion:
+        """The runtime's Version answer (a protocol error when a field is empty)."""
+        try:
+            with self._connect() as connection:
+                answer = _version_answer(
+                    _message(connection.calls([("Version", version_request())])[0])
+                )
+        except (OSError, _UnexpectedAnswerError, UnicodeDecodeError):
+            return self._reference().version()
+        return _version_from(self.endpoint, answer)
+
+    def get_pods(self, all: bool = False) -> PodList:
+        """The node's pods, as ``CRIRuntime.get_pods(all)`` lists them, IPs included."""
+        try:
+            return self._get_pods(all)
+        except (OSError, _UnexpectedAnswerError, UnicodeDecodeError):
+            return self._reference().get_pods(all)
+
+    def _get_pods(self, all: bool) -> PodList:
+        sandbox_request, container_request = list_requests(all)
+        with self._connect() as connection:
+            version, sandboxes, containers = connection.calls(
+                [
+                    ("Version", version_request()),
+                    ("ListPodSandbox", sandbox_request),
+                    ("ListContainers", container_request),
+                ]
+            )
+            runtime = _version_from(self.endpoint, _version_answer(_message(version)))
+            listed = (read_sandboxes(_message(sandboxes)), read_containers(_message(containers)))
+            memo = NetworkMemo()
+            listing = memo.begin(full=True)
+            try:
+                pods = pods_from_listings(runtime.runtime_name, *listed, None, listing)
+            finally:
+                listed[0].release()
+                listed[1].release()
+            wanted = memo.to_ask(listing) if self._ips else []
+            answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
+        fetched = {}
+        for sandbox_id, answer in zip(wanted, answers, strict=True):
+            if answer.status == 0:  # a failed one: that pod's IPs stay unknown, as CRIRuntime's
+                fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
+        return with_networks(pods, fetched)
+
+    def _connect(self) -> _Closing:
+        """A connection whose each batch of calls has the timeout of one call."""
+        return _Closing(_Connection(self._endpoint, self._timeout))
+
+    def _reference(self) -> CRIRuntime:
+        """The full client, made on first need (it imports grpcio)."""
+        if self._fallback is None:
+            from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- only on a failure
+
+            self._fallback = CRIRuntime(
+                self._endpoint.url, timeout=self._timeout, config_path=self._config_path
+            )
+        self.fallbacks += 1
+        return self._fallback
+
+    def close(self) -> None:
+        """Close the fallback client, if one was made. Idempotent."""
+        if self._fallback is not None:
+            self._fallback.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _Closing:
+    """``with``: the connection, closed at the end of the block."""
+
+    def __init__(self, connection: _Connection) -> None:
+        self._connection = connection
+
+    def __enter__(self) -> _Connection:
+        return self._connection
+
+    def __exit__(self, *exc: object) -> None:
+        self._connection.close()
