@@ -113,14 +113,15 @@ class StreamedAnswer:
         self.received = received
 
 
-def collect(
-    call: _StreamingCall, method: str, bound: int = MAX_STREAMED_LIST_BYTES
-) -> StreamedAnswer:
+def collect(call: _StreamingCall, method: str, bound: int | None = None) -> StreamedAnswer:
     """Every message of ``call`` (a streaming call of ``method``), until it ends.
 
     Raises gRPC's error of the call as it comes; ``ListStreamTooLongError`` (after cancelling
-    the call) as soon as the messages pass ``bound`` bytes with their frames.
+    the call) as soon as the messages pass ``bound`` bytes with their frames (by default
+    ``MAX_STREAMED_LIST_BYTES``, read at each call).
     """
+    if bound is None:
+        bound = MAX_STREAMED_LIST_BYTES
     parts: list[bytes] = []
     received = messages = 0
     for message in call:
@@ -135,7 +136,8 @@ def collect(
 
 
 def _mib(size: int) -> str:
-    return f"{size / (1024 * 1024):g} MiB"
+    mib, rest = divmod(size, 1024 * 1024)
+    return f"{mib} MiB" if mib and not rest else f"{size:,} bytes"
 
 
 def over_limit_reason(method: str, details: str, limit: int, streaming: bool | None) -> str:
