@@ -247,7 +247,7 @@ class SyncCaller:
         """The podcache error of a call of either client that ended with ``code``: mapped by
         ``failures``, a deadline after one probe of the endpoint (``diagnosis``); a list answer
         over the receive limit says whether the runtime streams lists (``liststream``)."""
-        if method in STREAMED and _is_over_limit(code, details):
+        if (method in STREAMED or method in STREAM_METHODS) and _is_over_limit(code, details):
             reason = over_limit_reason(
                 method, details, MAX_RECEIVE_MESSAGE_BYTES, self.line.streaming
             )

@@ -73,6 +73,7 @@ made from the unary one (the same filter)."""
 STREAM_METHODS: frozenset[str] = frozenset(twin for twin, _, _ in STREAMED.values())
 """The streaming list calls."""
 
+
 class _StreamingCall(Protocol):
     """What ``collect`` needs of a gRPC streaming call: its messages, and a way to end it."""
 
@@ -141,13 +142,19 @@ def _mib(size: int) -> str:
 
 
 def over_limit_reason(method: str, details: str, limit: int, streaming: bool | None) -> str:
-    """The reason for a unary list answer that gRPC refused for its size (RESOURCE_EXHAUSTED),
-    ``limit`` being the receive limit (``channels.MAX_RECEIVE_MESSAGE_BYTES``).
+    """The reason for a list answer that gRPC refused for its size (RESOURCE_EXHAUSTED),
+    ``limit`` being the receive limit (``channels.MAX_RECEIVE_MESSAGE_BYTES``): a unary one, or
+    one message of a streamed one (``method`` a streaming call).
 
     ``streaming``: what the connection learnt of the runtime's list streaming (False: its
     streaming twin answered UNIMPLEMENTED; True: it streams, but this call was one that is
     never streamed; None: not asked yet).
     """
+    if method in STREAM_METHODS:
+        return (
+            f"a message of its {method} answer is over gRPC's {_mib(limit)} message limit "
+            f"({details}): the runtime put more items in one message than a client takes"
+        )
     twin = STREAMED[method][0]
     over = f"its {method} answer is over gRPC's {_mib(limit)} message limit ({details})"
     if streaming is False:

@@ -258,3 +258,18 @@ async def test_a_streamed_answer_past_the_bound_fails_and_names_it(
             await listings(kind, endpoint)
     assert "MAX_STREAMED_LIST_BYTES" in str(raised.value)
     assert endpoint in str(raised.value)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_one_streamed_message_past_16_mib_fails_saying_the_runtime_cut_it_so(
+    kind: str, sock_dir: str
+) -> None:
+    def one_huge(encoded: list[bytes]) -> list[bytes]:
+        heavy = sandbox(99)
+        heavy.annotations["big"] = "x" * (17 * 1024 * 1024)
+        return [pb.ListPodSandboxResponse(items=[heavy]).SerializeToString()]
+
+    runtime = FakeStreamingRuntime(one_huge, in_pairs_with_empty_messages)
+    refused = pytest.raises(CRIError, match="a message of its StreamPodSandboxes answer is over")
+    with serving(runtime, sock_dir) as endpoint, refused:
+        await listings(kind, endpoint)

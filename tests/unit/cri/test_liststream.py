@@ -226,3 +226,9 @@ def test_the_reader_of_each_streaming_call_is_its_unary_twins() -> None:
         assert _READERS[twin] is _READERS[unary]
     with pytest.raises(MalformedListingError):
         _READERS["StreamContainers"](b"\x0a\x05ab")
+
+
+def test_one_streamed_message_past_the_limit_is_the_runtimes_cut() -> None:
+    reason = over_limit_reason("StreamContainers", "larger than max", 16 * 1024 * 1024, True)
+    assert reason.startswith("a message of its StreamContainers answer is over gRPC's 16 MiB")
+    assert "more items in one message" in reason
