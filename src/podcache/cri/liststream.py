@@ -3,7 +3,8 @@
 Holds ``STREAMED`` (each unary list call, its streaming twin and the twin's request),
 ``StreamedAnswer`` (one streamed answer's messages as bytes), ``collect`` (a streaming call read
 into one, at most ``MAX_STREAMED_LIST_BYTES``), ``ListStreamTooLongError`` (past that bound) and
-``over_limit_reason`` (what a unary list answer past gRPC's message limit is told).
+``over_limit_reason`` (what a list answer, or one streamed message, past gRPC's message limit
+is told).
 
 Rules:
 
