@@ -20,7 +20,8 @@ a ``RuntimeCache(CRIRuntime, 30 s, events=True)`` in this process:
    every thread) from the change to quiescence, minus the idle CPU of an equally long window
    measured just before; list calls and answer bytes per change from the node's counts,
    filtered and unfiltered.
-3. **full listings** over the whole run at that size: unfiltered ListPodSandbox calls from the
+3. **full listings** over the whole run at that size: unfiltered ListPodSandbox calls (or their
+   streaming twin StreamPodSandboxes, as the client streams when the node does) from the
    cache's creation on, against what the rule allows (the first read's, the first
    subscription's, one per resubscription, ``stats().resubscriptions``, and one per period
    elapsed).
@@ -155,7 +156,7 @@ class Node:
     def list_calls(self) -> int:
         counts = self.counts()
         return sum(
-            counts[m][k]["calls"]
+            _listed(counts, m, k)["calls"]
             for m in ("ListPodSandbox", "ListContainers")
             for k in ("filtered", "unfiltered")
         )
@@ -260,13 +261,24 @@ def measure_latency(n: Node, cache: RuntimeCache, trials: int) -> dict[str, Any]
     return {"created_visible": summary_ms(created), "removed_gone": summary_ms(removed)}
 
 
+_STREAMED = {"ListPodSandbox": "StreamPodSandboxes", "ListContainers": "StreamContainers"}
+"""Each list RPC's streaming twin (KEP-5825): the client streams a node's listing when the
+runtime does, as the simulator does by default."""
+
+
+def _listed(counts: dict[str, Any], method: str, kind: str) -> dict[str, int]:
+    """Calls and bytes of ``method`` and its streaming twin together, of one kind."""
+    slots = [counts[name][kind] for name in (method, _STREAMED[method]) if name in counts]
+    return {key: sum(slot[key] for slot in slots) for key in ("calls", "bytes")}
+
+
 # -- 2. per change -------------------------------------------------------------------------------
 def per_change_totals(counts: dict[str, Any], changes: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     total_bytes = 0
     for method in ("ListPodSandbox", "ListContainers"):
         for kind in ("filtered", "unfiltered"):
-            slot = counts[method][kind]
+            slot = _listed(counts, method, kind)
             total_bytes += slot["bytes"]
             out[f"{method}_{kind}_calls_per_change"] = slot["calls"] / changes
             out[f"{method}_{kind}_bytes_per_change"] = slot["bytes"] / changes
@@ -287,11 +299,11 @@ def idle_cpu_rate(n: Node, seconds: float) -> float:
 def _listed_bytes(counts: dict[str, Any]) -> tuple[int, int]:
     """(unfiltered ListPodSandbox calls, list answer bytes) in the node's counts."""
     total = sum(
-        counts[method][kind]["bytes"]
+        _listed(counts, method, kind)["bytes"]
         for method in ("ListPodSandbox", "ListContainers")
         for kind in ("filtered", "unfiltered")
     )
-    return counts["ListPodSandbox"]["unfiltered"]["calls"], total
+    return _listed(counts, "ListPodSandbox", "unfiltered")["calls"], total
 
 
 def measure_per_change(n: Node, cache: RuntimeCache, changes: int) -> dict[str, Any]:
@@ -359,7 +371,7 @@ def full_listings(n: Node, cache: RuntimeCache, began: float, baseline: int) -> 
     the rule allows: the first read's, the first subscription's, one per (re)subscription
     after it, and one per period elapsed since the first read."""
     counts = n.counts()
-    done = counts["ListPodSandbox"]["unfiltered"]["calls"] + baseline
+    done = _listed(counts, "ListPodSandbox", "unfiltered")["calls"] + baseline
     seconds = time.monotonic() - began
     allowed = 2 + cache.stats().resubscriptions + int(seconds // PERIOD)
     return {"full_listings": done, "seconds": seconds, "allowed": allowed}
@@ -378,7 +390,7 @@ def measure_size(pods: int, trials: int, changes: int) -> dict[str, Any]:
             n.wait_quiet()
             log(f"{pods} pods: latency, {trials} trials")
             latency = measure_latency(n, cache, trials)
-            before = n.counts()["ListPodSandbox"]["unfiltered"]["calls"]
+            before = _listed(n.counts(), "ListPodSandbox", "unfiltered")["calls"]
             log(f"{pods} pods: cost per change, {changes} changes")
             per_change = measure_per_change(n, cache, changes)
             listings = full_listings(n, cache, began, before)

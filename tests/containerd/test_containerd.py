@@ -9,6 +9,7 @@ come last.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import socket
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from podcache import Container, ContainerID, ContainerState, Pod, PodList, RuntimeCache
-from podcache.cri import CRIRuntime
+from podcache.cri import AsyncCRIRuntime, CRIRuntime
 from podcache.cri.proto import api_pb2
 from podcache.errors import RuntimeUnavailableError
 from tests.containerd.conftest import Containerd
@@ -320,6 +321,26 @@ def test_get_pods_all_adds_exited_containers_and_notready_sandboxes(
     with cri_runtime(containerd.endpoint) as runtime:
         got = runtime.get_pods(True)
     assert list(got) == population.expected(all=True)
+
+
+def test_containerd_has_no_list_streaming_and_both_getters_list_it_unary(
+    containerd: Containerd, population: Population
+) -> None:
+    """containerd 1.6-2.1 answer StreamPodSandboxes UNIMPLEMENTED (KEP-5825 is not in them):
+    the getters learn it at their first listing and list with the unary calls at once."""
+    with cri_runtime(containerd.endpoint) as runtime:
+        assert runtime.list_streaming is None
+        got = runtime.get_pods(True)
+        assert runtime.list_streaming is False
+    assert list(got) == population.expected(all=True)
+
+    async def listing() -> tuple[PodList, bool | None]:
+        async with AsyncCRIRuntime(containerd.endpoint) as aruntime:
+            return await aruntime.get_pods(True), aruntime.list_streaming
+
+    in_asyncio, streaming = asyncio.run(listing())
+    assert streaming is False
+    assert list(in_asyncio) == population.expected(all=True)
 
 
 # -- RuntimeCache over containerd --------------------------------------------------------------

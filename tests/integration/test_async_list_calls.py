@@ -46,7 +46,7 @@ async def test_list_calls_are_made_in_worker_threads_and_give_the_sync_twins_pod
         second = await runtime.get_pods(all=True)
     loop_thread = threading.current_thread()
     lists = [method for method, _ in calls if method != "PodSandboxStatus"]
-    assert lists == ["ListPodSandbox", "ListContainers"] * 2
+    assert lists == ["StreamPodSandboxes", "StreamContainers"] * 2  # the sim streams lists
     statuses = [method for method, _ in calls if method == "PodSandboxStatus"]
     assert len(statuses) == runtime.status_calls > 0  # once per READY sandbox, in threads too
     assert all(thread is not loop_thread for _, thread in calls)
@@ -189,7 +189,7 @@ async def test_close_during_a_list_call_ends_it_with_the_thread_twins_error(
         await asyncio.sleep(0.2)  # the call is waiting in the runtime
         started = time.monotonic()
         await runtime.close()
-        with pytest.raises(CRIError, match="ListPodSandbox was cancelled"):
+        with pytest.raises(CRIError, match="StreamPodSandboxes was cancelled"):
             await task  # cancelled by close while the hang still holds: close did not wait
         assert time.monotonic() - started < 5.0  # long before the call's 10 s deadline
     finally:

@@ -48,6 +48,8 @@ def test_every_count_starts_at_zero(sim: SimRuntime) -> None:
     assert set(counts) == {
         "ListPodSandbox",
         "ListContainers",
+        "StreamPodSandboxes",
+        "StreamContainers",
         "PodSandboxStatus",
         "ContainerStatus",
     }
@@ -56,6 +58,7 @@ def test_every_count_starts_at_zero(sim: SimRuntime) -> None:
             "filtered": {"calls": 0, "bytes": 0},
             "unfiltered": {"calls": 0, "bytes": 0},
         }
+    assert sim.stream_messages() == {"StreamPodSandboxes": 0, "StreamContainers": 0}
 
 
 def test_a_full_listing_counts_one_unfiltered_call_of_each_list_with_its_answer_bytes(
@@ -86,12 +89,31 @@ def test_a_state_filter_alone_is_still_a_full_listing_of_the_node(
 
 
 def test_the_kubelets_listing_through_the_client_counts_as_unfiltered(sim: SimRuntime) -> None:
+    """The client streams a node's listing (the sim streams lists): the streaming calls are
+    counted, as unfiltered, with their messages' bytes."""
     with CRIRuntime(sim.endpoint) as runtime:
         runtime.get_pods(all=True)
         runtime.get_pods(all=False)
-    assert slot(sim, "ListPodSandbox", "unfiltered")["calls"] == 2
-    assert slot(sim, "ListContainers", "unfiltered")["calls"] == 2
-    assert slot(sim, "ListPodSandbox", "unfiltered")["bytes"] > 40 * 100
+    assert slot(sim, "StreamPodSandboxes", "unfiltered")["calls"] == 2
+    assert slot(sim, "StreamContainers", "unfiltered")["calls"] == 2
+    assert slot(sim, "StreamPodSandboxes", "unfiltered")["bytes"] > 40 * 100
+    assert slot(sim, "ListPodSandbox", "unfiltered")["calls"] == 0
+    assert sim.stream_messages()["StreamContainers"] >= 2
+
+
+def test_a_streamed_listing_counts_its_messages_and_the_bytes_of_all_of_them(
+    sim: SimRuntime, stub: Any
+) -> None:
+    sim.chunking.max_items = 3
+    messages = list(stub.StreamContainers(pb.StreamContainersRequest(), timeout=5))
+    unary = stub.ListContainers(pb.ListContainersRequest(), timeout=5)
+    assert len(messages) > 1
+    assert slot(sim, "StreamContainers", "unfiltered") == {
+        "calls": 1,
+        "bytes": sum(len(m.SerializeToString()) for m in messages),
+    }
+    assert sum(len(m.SerializeToString()) for m in messages) == len(unary.SerializeToString())
+    assert sim.stream_messages() == {"StreamPodSandboxes": 0, "StreamContainers": len(messages)}
 
 
 def test_label_selector_id_and_sandbox_filters_count_as_filtered(
@@ -189,15 +211,16 @@ def test_the_command_writes_its_counts_to_the_stats_file_on_sigusr1_and_on_exit(
         process.send_signal(signal.SIGUSR1)
         document = wait_for_file(stats, process)
         assert document["pods"] == 7
-        assert document["calls"]["ListPodSandbox"]["unfiltered"]["calls"] == 1
-        assert document["calls"]["ListContainers"]["unfiltered"]["bytes"] > 0
+        assert document["calls"]["StreamPodSandboxes"]["unfiltered"]["calls"] == 1
+        assert document["calls"]["StreamContainers"]["unfiltered"]["bytes"] > 0
+        assert document["stream_messages"]["StreamContainers"] >= 1
         stats.unlink()
         with CRIRuntime(endpoint) as runtime:
             runtime.get_pods(all=True)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
         final = json.loads(stats.read_text())
-        assert final["calls"]["ListPodSandbox"]["unfiltered"]["calls"] == 2
+        assert final["calls"]["StreamPodSandboxes"]["unfiltered"]["calls"] == 2
     finally:
         if process.poll() is None:
             process.kill()

@@ -689,9 +689,13 @@ def test_a_relist_of_one_pod_answers_as_the_nodes_view_does(sim: SimRuntime, stu
                         sf.state.state = state
                         cf.state.state = pb.CONTAINER_RUNNING
                     fast = stub.ListPodSandbox(pb.ListPodSandboxRequest(filter=sf), timeout=5)
-                    slow = pb.ListPodSandboxResponse.FromString(servicer.view().list_sandboxes(sf))
+                    slow = pb.ListPodSandboxResponse.FromString(
+                        b"".join(servicer.view().list_sandboxes(sf))
+                    )
                     assert fast == slow
                     listed = stub.ListContainers(pb.ListContainersRequest(filter=cf), timeout=5)
-                    made = pb.ListContainersResponse.FromString(servicer.view().list_containers(cf))
+                    made = pb.ListContainersResponse.FromString(
+                        b"".join(servicer.view().list_containers(cf))
+                    )
                     assert listed == made
                     assert len(listed.containers) <= len(view.containers)

@@ -5,9 +5,10 @@ Holds ``SyncCaller``, which ``CRIRuntime`` and ``AsyncCRIRuntime``'s list calls
 replacement when the runtime is back but the channel is in reconnect backoff, each call made
 with the remaining deadline (straight to gRPC on a READY channel: the hot path), its failures
 mapped (``failures``), a deadline followed by one probe (``diagnosis``), the Version asked
-once per channel, the GetContainerEvents stream, and closing. How a call is made is handed in
-(``invoke``): blocking, or a gRPC future a task can cancel. Deliberately not here: what the
-calls are for (the getters' requests and conversions).
+once per channel, a node's list calls streamed when the runtime streams lists (asked once per
+channel, ``listing``), the GetContainerEvents stream, and closing. How a call is made is handed
+in (``invoke``): blocking, or a gRPC future a task can cancel. Deliberately not here: what the
+calls are for (the getters' requests and conversions) and reading the answers.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from podcache.cri.channels import (
     _CORE_READY,
     _EVENTS_METHOD,
     _METHODS,
+    MAX_RECEIVE_MESSAGE_BYTES,
     _Line,
     _Methods,
 )
@@ -42,6 +44,14 @@ from podcache.cri.failures import (
 )
 from podcache.cri.h2pool import ConnectionPool
 from podcache.cri.http2 import CallFailedError, Connection, StreamCall, WireViolationError
+from podcache.cri.liststream import (
+    STREAM_METHODS,
+    STREAMED,
+    ListStreamTooLongError,
+    StreamedAnswer,
+    collect,
+    over_limit_reason,
+)
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION
 from podcache.cri.values import RuntimeVersion, _version_from
@@ -59,8 +69,26 @@ until its answer; raises gRPC's errors."""
 
 
 def _blocking(line: _Line, method: str, request: Message, timeout: float) -> object:
-    """``Invoke`` as ``CRIRuntime`` makes its calls: gRPC's blocking call."""
+    """``Invoke`` as ``CRIRuntime`` makes its calls: gRPC's blocking call; a streaming list
+    call read to its end (``liststream.collect``)."""
+    stream = line.streams.get(method)
+    if stream is not None:
+        return collect(stream(request, timeout=timeout, wait_for_ready=True), method)
     return line.rpcs[method](request, timeout=timeout, wait_for_ready=True)
+
+
+class _NotStreamedError(Exception):
+    """A streaming list call answered UNIMPLEMENTED on ``line`` (for ``SyncCaller.listing``)."""
+
+    def __init__(self, line: _Line) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def _is_over_limit(code: grpc.StatusCode | None, details: str) -> bool:
+    """Whether a call failed because its answer was over the receive limit (grpcio's and the
+    own HTTP/2 client's details alike: "received message larger than max (N vs. M)")."""
+    return code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details.lower()
 
 
 class SyncCaller:
@@ -115,9 +143,13 @@ class SyncCaller:
                 line = self.line
         return line
 
-    def call(self, method: str, request: Message, response: type[_R]) -> tuple[_R, _Line]:
-        """Call ``method``; its answer and the line that gave it."""
-        deadline = time.monotonic() + self._timeout
+    def call(
+        self, method: str, request: Message, response: type[_R], *, deadline: float | None = None
+    ) -> tuple[_R, _Line]:
+        """Call ``method``; its answer and the line that gave it. ``deadline`` (monotonic
+        seconds): when the call must end, by default ``timeout`` from now."""
+        if deadline is None:
+            deadline = time.monotonic() + self._timeout
         line = self.line
         while True:
             self.check_open()
@@ -131,13 +163,58 @@ class SyncCaller:
                 self.check_open()
                 line = self.line  # replaced between the state check and the call
                 continue
+            except ListStreamTooLongError as too_long:
+                raise CRIError(self._url, too_long.reason()) from None
             except grpc.RpcError as e:
                 if line.retired and not self.closed and e.code() is grpc.StatusCode.CANCELLED:
                     line = self.line  # replaced while this call waited on it
                     continue
                 took = time.monotonic() - deadline + self._timeout
-                raise self._status_failure(method, e.code(), e.details() or "", took) from e
+                raise self._rpc_failure(line, method, e, took) from e
             return _answer(self._url, method, result, response), line
+
+    def _rpc_failure(
+        self, line: _Line, method: str, error: grpc.RpcError, took: float
+    ) -> Exception:
+        """What a call of ``method`` on ``line`` that failed with ``error`` after ``took``
+        seconds raises."""
+        code = error.code()
+        if code is grpc.StatusCode.UNIMPLEMENTED and method in STREAM_METHODS:
+            return _NotStreamedError(line)
+        return self._status_failure(method, code, error.details() or "", took)
+
+    def listing(
+        self, method: str, request: Message, response: type[_R]
+    ) -> tuple[_R | StreamedAnswer, _Line]:
+        """A node's list call (``ListPodSandbox``, ``ListContainers``): its streaming twin
+        (``liststream.STREAMED``, KEP-5825) while the runtime may stream lists, else ``method``.
+
+        Asked once per channel, as the kubelet's CRI client does: the first listing on a channel
+        calls the twin; when it answers UNIMPLEMENTED the channel is marked (``_Line.streaming``)
+        and ``method`` is called at once, within the same deadline; every later listing on that
+        channel calls ``method`` only. A channel replaced (a restarted runtime, perhaps a newer
+        one) asks again. A streamed answer comes back as a ``StreamedAnswer``.
+        """
+        deadline = time.monotonic() + self._timeout
+        line = self.line
+        if line.streaming is not False:
+            twin, _, twin_request = STREAMED[method]
+            try:
+                answer, line = self.call(
+                    twin, twin_request(request), StreamedAnswer, deadline=deadline
+                )
+            except _NotStreamedError as refused:
+                refused.line.streaming = False
+            else:
+                line.streaming = True
+                return answer, line
+        return self.call(method, request, response, deadline=deadline)
+
+    @property
+    def list_streaming(self) -> bool | None:
+        """Whether the runtime streams lists, as the current channel learnt it (None: not
+        asked yet on it)."""
+        return self.line.streaming
 
     def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
         """Each request's answer bytes, the calls made together on a connection of the pool
@@ -183,7 +260,13 @@ class SyncCaller:
     ) -> CRIError:
         """The podcache error of a call of either client that ended with ``code``: mapped by
         ``failures``, a deadline after one probe of the endpoint (``diagnosis``), saying how
-        long the call really took (``took`` seconds) when it is known."""
+        long the call really took (``took`` seconds) when it is known; a list answer over the
+        receive limit says whether the runtime streams lists (``liststream``)."""
+        if (method in STREAMED or method in STREAM_METHODS) and _is_over_limit(code, details):
+            reason = over_limit_reason(
+                method, details, MAX_RECEIVE_MESSAGE_BYTES, self.line.streaming
+            )
+            return CRIError(self._url, reason)
         error = _status_error(self._endpoint, method, code, details)
         if error is None:
             probe = _probe(self._endpoint, _probe_budget(self._timeout))

@@ -23,6 +23,7 @@ from podcache.cri.convert import (
 )
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventwire import status_fields
+from podcache.cri.liststream import STREAMED
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.values import RuntimeVersion
 
@@ -116,12 +117,15 @@ def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
 
 
 class _Line:
-    """A sync channel, its methods, its state reader and the Version asked on it.
+    """A sync channel, its methods, its state reader and what was asked on it: the Version,
+    and whether the runtime streams lists (``streaming``: None until a streaming list call
+    answered, then True, or False once one was UNIMPLEMENTED).
 
+    ``streams``: the streaming list calls (``liststream.STREAMED``), their messages as bytes.
     ``retired``: replaced by a fresh channel, or closed.
     """
 
-    __slots__ = ("channel", "retired", "rpcs", "state", "version")
+    __slots__ = ("channel", "retired", "rpcs", "state", "streaming", "streams", "version")
 
     def __init__(self, endpoint: Endpoint, methods: _Methods | None = None) -> None:
         self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
@@ -133,8 +137,17 @@ class _Line:
             )
             for method, (request, decode) in (methods or _METHODS).items()
         }
+        self.streams: dict[str, grpc.UnaryStreamMultiCallable[Any, Any]] = {
+            twin: self.channel.unary_stream(
+                _SERVICE + twin,
+                request_serializer=request.SerializeToString,
+                response_deserializer=None,  # each message's bytes, read by the getter
+            )
+            for twin, request, _ in STREAMED.values()
+        }
         self.state = _state_reader(self.channel)
         self.version: RuntimeVersion | None = None
+        self.streaming: bool | None = None
         self.retired = False
 
     def close(self) -> None:

@@ -14,6 +14,11 @@ here is the connection discipline and the error story:
   when either is in reconnect backoff;
 - one Version call per channel, made lazily by the first request (and retried until it
   succeeds): its ``runtime_name`` is the type of every ContainerID;
+- a node's two list calls are streamed (``StreamPodSandboxes``, ``StreamContainers``; CRI
+  list streaming, KEP-5825) when the runtime streams lists, so no answer is bound by gRPC's
+  16 MiB message limit: asked once per channel, UNIMPLEMENTED falls back to ``ListPodSandbox``
+  and ``ListContainers`` at once and for the channel's life (``liststream``, the kubelet's
+  rule); the filtered calls of one pod or one ID (small answers) are never streamed;
 - a ``convert.Memo`` of the last listing, so a refresh converts only the items that changed;
 - every call carries the deadline (``timeout``) and ``wait_for_ready``;
 - a call on a READY channel goes straight to gRPC (the hot path: nothing else is done). On any
@@ -67,11 +72,13 @@ from podcache.cri.channels import (
 )
 from podcache.cri.convert import Listing, Memo, read_containers, read_sandboxes
 from podcache.cri.converter import (
+    _READERS,
     READ_PIECE_BYTES,
     _converted,
     _Converter,
     _Held,
     _read_both,
+    _read_messages,
 )
 from podcache.cri.diagnosis import _probe_async, _probe_budget, _unreachable_async
 from podcache.cri.endpoint import resolve_endpoint
@@ -86,6 +93,7 @@ from podcache.cri.failures import (
     _rpc_error,
 )
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
+from podcache.cri.liststream import MAX_STREAMED_LIST_BYTES, STREAMED, StreamedAnswer
 from podcache.cri.networks import ListingPass, NetworkMemo, StatusReader, loop_turn
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import (
@@ -111,6 +119,7 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "LIST_CALL_THREADS",
     "MAX_RECEIVE_MESSAGE_BYTES",
+    "MAX_STREAMED_LIST_BYTES",
     "READ_PIECE_BYTES",
     "AsyncCRIRuntime",
     "CRIRuntime",
@@ -229,13 +238,33 @@ class CRIRuntime(_Base):
         )
         return _status_from(answer)
 
+    @property
+    def list_streaming(self) -> bool | None:
+        """Whether the runtime streams lists (KEP-5825), as the current channel learnt it at its
+        first listing: True (listings are streamed), False (its streaming calls are
+        UNIMPLEMENTED: listings are unary, each answer bound by gRPC's 16 MiB), None (not
+        asked yet on this channel)."""
+        return self._caller.list_streaming
+
     def _listings(
         self, sandbox_request: pb.ListPodSandboxRequest, container_request: pb.ListContainersRequest
     ) -> tuple[Listing, Listing]:
         """The answers of the two list calls, read."""
-        sandboxes, _ = self._caller.call("ListPodSandbox", sandbox_request, Listing)
-        containers, _ = self._caller.call("ListContainers", container_request, Listing)
+        sandboxes = self._listing("ListPodSandbox", sandbox_request)
+        containers = self._listing("ListContainers", container_request)
         return sandboxes, containers
+
+    def _listing(self, method: str, request: Message) -> Listing:
+        """One of a node's list calls, read: a unary answer is read in gRPC's thread; a streamed
+        one (``SyncCaller.listing``) message by message, by the same reader, the rows joined."""
+        answer, _ = self._caller.listing(method, request, Listing)
+        if not isinstance(answer, StreamedAnswer):
+            return answer
+        twin = STREAMED[method][0]
+        read = _READERS[twin]
+        return _read_messages(
+            lambda data: _read_answer(self.endpoint, twin, read, data), answer.parts
+        )
 
     def _filtered_listings(
         self, sandbox_request: pb.ListPodSandboxRequest, container_request: pb.ListContainersRequest
@@ -441,16 +470,16 @@ class AsyncCRIRuntime(_Base):
         runtime_name = (await self.version()).runtime_name
         lister = self._lister()
         sandbox_request, container_request = _list_requests(all)
-        sandbox_bytes = await lister.list_bytes("ListPodSandbox", sandbox_request)
+        sandbox_answer = await lister.listing("ListPodSandbox", sandbox_request)
         convert = self._converter
         sandboxes = _Held()
         # Read before the second call, not while it runs: the two would contend for the GIL
         # with the event loop at once, and the loop loses the most (docs/architecture.md §4).
-        await convert.run(self._read_sandboxes, sandboxes, sandbox_bytes)
-        del sandbox_bytes
-        container_bytes = await lister.list_bytes("ListContainers", container_request)
+        await convert.run(self._read_sandboxes, sandboxes, *sandbox_answer)
+        del sandbox_answer
+        container_answer = await lister.listing("ListContainers", container_request)
         listing = self._networks.begin(full=True)
-        pods = await convert.run(self._convert, runtime_name, sandboxes, container_bytes, listing)
+        pods = await convert.run(self._convert, runtime_name, sandboxes, container_answer, listing)
         return await self._with_ips(pods, listing, full=True)
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
@@ -482,6 +511,12 @@ class AsyncCRIRuntime(_Base):
             _read_both, self._converter, runtime_name, sandbox_bytes, container_bytes, listing
         )
 
+    @property
+    def list_streaming(self) -> bool | None:
+        """The twin of ``CRIRuntime.list_streaming`` (the list calls' channel's)."""
+        lister = self._list_caller
+        return lister.list_streaming if lister is not None else None
+
     def _lister(self) -> _ListCaller:
         self._check_open()
         lister = self._list_caller
@@ -489,18 +524,23 @@ class AsyncCRIRuntime(_Base):
             lister = self._list_caller = _ListCaller(self._endpoint, self._timeout)
         return lister
 
-    def _read_sandboxes(self, held: _Held, data: bytes) -> None:
-        """In the converter's thread: read the sandboxes into ``held``."""
-        held.listing = self._converter.read("ListPodSandbox", data)
+    def _read_sandboxes(self, held: _Held, method: str, parts: list[bytes]) -> None:
+        """In the converter's thread: read the sandboxes (the answer of ``method``, in
+        ``parts``: one message, or a streamed answer's) into ``held``."""
+        held.listing = self._converter.read_all(method, parts)
 
     def _convert(
-        self, runtime_name: str, held: _Held, container_bytes: bytes, listing: ListingPass
+        self,
+        runtime_name: str,
+        held: _Held,
+        container_answer: tuple[str, list[bytes]],
+        listing: ListingPass,
     ) -> PodList:
         """In the converter's thread: read the containers, then build the pods. Both listings
         are released here too: freeing their rows is some milliseconds at 5,000 pods."""
         sandboxes, held.listing = held.listing, None
         assert sandboxes is not None
-        containers = self._converter.read("ListContainers", container_bytes)
+        containers = self._converter.read_all(*container_answer)
         return _converted(runtime_name, sandboxes, containers, self._memo, listing)
 
     def container_events(self) -> AsyncContainerEventStream:

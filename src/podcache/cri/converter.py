@@ -1,9 +1,10 @@
 """Conversion of list answers, and the thread and GC pause it runs under for the asyncio getter.
 
-Holds ``_converted`` (two listings to pods, released in any case), ``_Converter``
-(``AsyncCRIRuntime``'s one worker thread, which reads answers in pieces of
-``READ_PIECE_BYTES`` and converts them off the event loop), ``_GCPause`` (the process-wide
-pause of the cyclic collector during a conversion) and ``_Held``. Deliberately not here: the
+Holds ``_converted`` (two listings to pods, released in any case), ``_read_messages`` (a
+streamed answer's messages read and their rows joined), ``_Converter`` (``AsyncCRIRuntime``'s
+one worker thread, which reads answers in pieces of ``READ_PIECE_BYTES`` and converts them off
+the event loop), ``_GCPause`` (the process-wide pause of the cyclic collector during a
+conversion) and ``_Held``. Deliberately not here: the
 grouping rules (``convert``) and the calls that fetch the answers (the getters).
 """
 
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -46,7 +47,20 @@ READ_PIECE_BYTES = 128 * 1024
 _READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
     "ListPodSandbox": read_sandboxes,
     "ListContainers": read_containers,
+    # Each message of a streamed list answer is, on the wire, the unary answer (liststream).
+    "StreamPodSandboxes": read_sandboxes,
+    "StreamContainers": read_containers,
 }
+
+
+def _read_messages(read: Callable[[bytes], Listing], parts: Sequence[bytes]) -> Listing:
+    """The listing of a streamed answer: each message read by ``read`` on its own, in order,
+    the rows joined (no message: no items). ``read`` raises what it raises."""
+    if not parts:
+        return read(b"")
+    if len(parts) == 1:
+        return read(parts[0])
+    return Listing.joined([read(part) for part in parts])
 
 
 def _read_both(
@@ -165,6 +179,11 @@ class _Converter:
             return Listing.joined([read(piece) for piece in pieces])
         except MalformedListingError as exc:
             raise RuntimeProtocolError(self._url, _not_cri_message(method)) from exc
+
+    def read_all(self, method: str, parts: Sequence[bytes]) -> Listing:
+        """The answer of ``method`` in messages (one for a unary call, any number for a
+        streaming one), each read as ``read`` reads an answer, the rows joined."""
+        return _read_messages(lambda data: self.read(method, data), parts)
 
     def close(self) -> None:
         """Stop the thread once a conversion running now ends (its caller is gone anyway)."""

@@ -2,19 +2,20 @@
 
 Holds ``_ListCaller``, which ``AsyncCRIRuntime`` holds for its list calls and its event
 stream: a ``caller.SyncCaller`` of its own (answers left as bytes) whose calls are gRPC futures
-made in a small pool of threads (``LIST_CALL_THREADS``), and ``_CallHandle``, through which the
-awaiting task's cancellation cancels the call. Deliberately not here: the deadline, channel
-replacement and error mapping (``SyncCaller``'s) and reading the answers (``converter``).
+(or streaming calls, for a node's listing when the runtime streams lists) made in a small pool
+of threads (``LIST_CALL_THREADS``), and ``_CallHandle``, through which the awaiting task's
+cancellation cancels the call. Deliberately not here: the deadline, channel replacement,
+error mapping and when to stream (``SyncCaller``'s) and reading the answers (``converter``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Protocol, TypeVar
 
-import grpc
 from google.protobuf.message import Message
 
 from podcache.cri.caller import SyncCaller
@@ -22,14 +23,23 @@ from podcache.cri.channels import _ASYNC_METHODS, _Line
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import ContainerEventStream
 from podcache.cri.eventwire import EventFields
+from podcache.cri.liststream import STREAMED, StreamedAnswer, collect
 from podcache.cri.proto import api_pb2 as pb
 
 __all__ = ["LIST_CALL_THREADS"]
+
+_T = TypeVar("_T")
 
 
 LIST_CALL_THREADS = 4
 """Threads making ``AsyncCRIRuntime``'s list calls: at most this many calls wait on the
 runtime at once per getter; more wait for a thread (the cache makes one refresh at a time)."""
+
+
+class _Cancellable(Protocol):
+    """A gRPC call in flight, future or stream: it can be cancelled."""
+
+    def cancel(self) -> object: ...
 
 
 class _CallHandle:
@@ -40,10 +50,10 @@ class _CallHandle:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._call: grpc.Future[Any] | None = None
+        self._call: _Cancellable | None = None
         self._cancelled = False
 
-    def attach(self, call: grpc.Future[Any]) -> None:
+    def attach(self, call: _Cancellable) -> None:
         """``call`` is the gRPC call made now (in the calling thread)."""
         with self._lock:
             self._call = call
@@ -79,8 +89,14 @@ class _ListCaller:
         )
 
     def _invoke(self, line: _Line, method: str, request: Message, timeout: float) -> object:
-        call = line.rpcs[method].future(request, timeout=timeout, wait_for_ready=True)
         handle: _CallHandle | None = getattr(self._local, "handle", None)
+        stream = line.streams.get(method)
+        if stream is not None:
+            messages = stream(request, timeout=timeout, wait_for_ready=True)
+            if handle is not None:
+                handle.attach(messages)
+            return collect(messages, method)
+        call = line.rpcs[method].future(request, timeout=timeout, wait_for_ready=True)
         if handle is not None:
             handle.attach(call)
         return call.result()
@@ -91,24 +107,54 @@ class _ListCaller:
 
     async def list_bytes(self, method: str, request: Message) -> bytes:
         """The answer of ``method`` as bytes, called in a pool thread (a podcache error naming
-        what failed). Cancelling the caller cancels the call."""
+        what failed). Cancelling the caller cancels the call. Never streamed: the filtered
+        calls of one pod or one ID, whose answers are small."""
+        return await self._in_thread(self._list_bytes, method, request)
+
+    async def listing(self, method: str, request: Message) -> tuple[str, list[bytes]]:
+        """A node's list call (``SyncCaller.listing``: its streaming twin when the runtime
+        streams lists) in a pool thread: the method that answered, and its answer's messages
+        as bytes (one for a unary call). Cancelling the caller cancels the call."""
+        return await self._in_thread(self._listing, method, request)
+
+    async def _in_thread(
+        self, work: Callable[[str, Message], _T], method: str, request: Message
+    ) -> _T:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(LIST_CALL_THREADS, thread_name_prefix="podcache-list")
         handle = _CallHandle()
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._list_bytes, handle, method, request)
+            return await loop.run_in_executor(self._pool, self._with, handle, work, method, request)
         except asyncio.CancelledError:
             handle.cancel()
             raise
 
-    def _list_bytes(self, handle: _CallHandle, method: str, request: Message) -> bytes:
+    def _with(
+        self, handle: _CallHandle, work: Callable[[str, Message], _T], method: str, request: Message
+    ) -> _T:
+        """``work(method, request)`` in this pool thread, its calls cancelled through
+        ``handle``."""
         self._local.handle = handle
         try:
-            answer, _ = self._caller.call(method, request, bytes)
+            return work(method, request)
         finally:
             self._local.handle = None
+
+    def _list_bytes(self, method: str, request: Message) -> bytes:
+        answer, _ = self._caller.call(method, request, bytes)
         return answer
+
+    def _listing(self, method: str, request: Message) -> tuple[str, list[bytes]]:
+        answer, _ = self._caller.listing(method, request, bytes)
+        if isinstance(answer, StreamedAnswer):
+            return STREAMED[method][0], answer.parts
+        return method, [answer]
+
+    @property
+    def list_streaming(self) -> bool | None:
+        """``SyncCaller.list_streaming`` of this caller's channel."""
+        return self._caller.list_streaming
 
     def status(self, request: pb.PodSandboxStatusRequest) -> EventFields:
         """One PodSandboxStatus answer, read by ``eventwire`` in gRPC's thread; blocking (made

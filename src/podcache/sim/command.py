@@ -20,6 +20,7 @@ import click
 from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES
 from podcache.sim.runtime import SimRuntime
+from podcache.sim.server import DEFAULT_STREAM_ITEMS
 
 __all__ = ["cli_main", "sim_command"]
 
@@ -71,7 +72,8 @@ __all__ = ["cli_main", "sim_command"]
     metavar="PATH",
     help=(
         "Write the call counts (calls and answer bytes per list and status RPC, filtered "
-        "and unfiltered) as JSON to PATH on SIGUSR1 and on exit."
+        "and unfiltered; messages per streaming list RPC) as JSON to PATH on SIGUSR1 and on "
+        "exit."
     ),
 )
 @click.option(
@@ -104,6 +106,33 @@ __all__ = ["cli_main", "sim_command"]
     metavar="TEXT",
     help="A hostile IP string every sandbox status carries (repeatable; a fault for tests).",
 )
+@click.option(
+    "--no-streaming",
+    is_flag=True,
+    help=(
+        "Answer the streaming list calls (StreamPodSandboxes, StreamContainers; CRI list "
+        "streaming, KEP-5825) UNIMPLEMENTED, as containerd 1.6-2.1."
+    ),
+)
+@click.option(
+    "--stream-items",
+    type=click.IntRange(min=1),
+    default=DEFAULT_STREAM_ITEMS,
+    show_default=True,
+    metavar="N",
+    help="Most items of one streamed list message (each message's count is drawn by seed).",
+)
+@click.option(
+    "--annotation-bytes",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help=(
+        "A last-applied-configuration annotation of N bytes on every sandbox and container "
+        "(1,000 pods at 16384 pass gRPC's 16 MiB list limit)."
+    ),
+)
 def sim_command(
     *,
     socket_path: str | None,
@@ -118,6 +147,9 @@ def sim_command(
     pod_cidr: str,
     host_network: float,
     bad_ips: tuple[str, ...],
+    no_streaming: bool,
+    stream_items: int,
+    annotation_bytes: int,
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
     socket and directory)."""
@@ -151,8 +183,12 @@ def sim_command(
             pod_cidr=pod_cidr,
             host_network=host_network,
             bad_ips=bad_ips,
+            streaming=not no_streaming,
+            stream_items=stream_items,
+            annotation_bytes=annotation_bytes,
         )
-        banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}"
+        streams = "no list streaming" if no_streaming else "list streaming"
+        banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}, {streams}"
         _serve_until(stop, sim, banner, stats_file)
     finally:
         for signum, handler in previous.items():
@@ -191,11 +227,13 @@ def _serve_until(
 
 def write_stats(sim: SimRuntime, path: str) -> None:
     """Replace ``path`` with the sim's call counts, atomically (readers never see half a file):
-    ``{"pods": n, "generation": g, "calls": {method: {"filtered"|"unfiltered": {...}}}}``."""
+    ``{"pods": n, "generation": g, "calls": {method: {"filtered"|"unfiltered": {...}}},
+    "stream_messages": {method: n}}``."""
     document = {
         "pods": len(sim.population),
         "generation": sim.population.generation,
         "calls": sim.call_counts(),
+        "stream_messages": sim.stream_messages(),
     }
     partial = f"{path}.partial"
     try:

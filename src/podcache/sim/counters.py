@@ -8,6 +8,8 @@ leaves the servicer), split by whether the request was **filtered**:
 - ``ListPodSandbox``: filtered when the filter names an ``id`` or has a ``label_selector``;
 - ``ListContainers``: filtered when the filter names an ``id``, a ``pod_sandbox_id`` or has a
   ``label_selector``;
+- ``StreamPodSandboxes`` and ``StreamContainers`` (KEP-5825) as their unary twins; a streamed
+  call's bytes are those of all its messages, and ``stream_messages()`` counts the messages;
 - a state filter alone does not narrow the listing to a pod, so such a call (the kubelet's
   ``all=False`` listing) counts as **unfiltered**: it is a full listing of the node;
 - ``PodSandboxStatus`` and ``ContainerStatus`` always name one item: always filtered.
@@ -22,25 +24,30 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-__all__ = ["COUNTED_METHODS", "CallCounters", "is_filtered"]
+__all__ = ["COUNTED_METHODS", "STREAMED_METHODS", "CallCounters", "is_filtered"]
 
 COUNTED_METHODS: tuple[str, ...] = (
     "ListPodSandbox",
     "ListContainers",
+    "StreamPodSandboxes",
+    "StreamContainers",
     "PodSandboxStatus",
     "ContainerStatus",
 )
 """The RPCs whose calls and answer bytes are counted."""
+
+STREAMED_METHODS: tuple[str, ...] = ("StreamPodSandboxes", "StreamContainers")
+"""The counted RPCs whose answers are streams of messages (``stream_messages``)."""
 
 _KINDS = ("filtered", "unfiltered")
 
 
 def is_filtered(method: str, request: Any) -> bool:
     """Whether this request narrows its answer to named items (see the module docstring)."""
-    if method == "ListPodSandbox":
+    if method in ("ListPodSandbox", "StreamPodSandboxes"):
         f = request.filter
         return bool(f.id or f.label_selector)
-    if method == "ListContainers":
+    if method in ("ListContainers", "StreamContainers"):
         f = request.filter
         return bool(f.id or f.pod_sandbox_id or f.label_selector)
     return True
@@ -52,24 +59,34 @@ class CallCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = self._zero()
+        self._messages = dict.fromkeys(STREAMED_METHODS, 0)
 
     @staticmethod
     def _zero() -> dict[str, dict[str, list[int]]]:
         return {method: {kind: [0, 0] for kind in _KINDS} for method in COUNTED_METHODS}
 
-    def record(self, method: str, *, filtered: bool, answer_bytes: int) -> None:
-        """Count one answered call of ``method`` (ignored for RPCs that are not counted)."""
+    def record(self, method: str, *, filtered: bool, answer_bytes: int, messages: int = 0) -> None:
+        """Count one answered call of ``method`` (ignored for RPCs that are not counted);
+        ``messages``: those of a streamed answer."""
         if method not in COUNTED_METHODS:
             return
         with self._lock:
             slot = self._counts[method]["filtered" if filtered else "unfiltered"]
             slot[0] += 1
             slot[1] += answer_bytes
+            if method in self._messages:
+                self._messages[method] += messages
 
     def reset(self) -> None:
         """Set every count back to zero."""
         with self._lock:
             self._counts = self._zero()
+            self._messages = dict.fromkeys(STREAMED_METHODS, 0)
+
+    def stream_messages(self) -> dict[str, int]:
+        """Messages sent so far per streaming list RPC (``{"StreamContainers": 12, ...}``)."""
+        with self._lock:
+            return dict(self._messages)
 
     def snapshot(self) -> dict[str, dict[str, dict[str, int]]]:
         """``{method: {"filtered"|"unfiltered": {"calls": n, "bytes": b}}}``, a copy."""

@@ -42,6 +42,7 @@ __all__ = [
     "MALFORMED_CREATED_AT",
     "MAX_EVENT_REPLAY",
     "RUNTIME_METHODS",
+    "STREAM_LIST_METHODS",
     "Faults",
     "Malformed",
     "malformed_items",
@@ -53,8 +54,11 @@ RUNTIME_METHODS: frozenset[str] = frozenset(
 )
 """The RPC names of ``runtime.v1.RuntimeService`` in the project's proto."""
 
-LIST_METHODS: frozenset[str] = frozenset({"ListPodSandbox", "ListContainers"})
-"""The RPCs that ``fail_rate`` applies to."""
+STREAM_LIST_METHODS: frozenset[str] = frozenset({"StreamPodSandboxes", "StreamContainers"})
+"""The streaming twins of the list RPCs (KEP-5825); UNIMPLEMENTED for a runtime without them."""
+
+LIST_METHODS: frozenset[str] = frozenset({"ListPodSandbox", "ListContainers"}) | STREAM_LIST_METHODS
+"""The RPCs that ``fail_rate`` applies to: the list calls, unary and streaming."""
 
 _EVENT_RATES = ("drop", "duplicate", "reorder")
 
@@ -169,13 +173,16 @@ def _malformed_items(
 class Faults:
     """Faults the simulated runtime injects; every property may be set at any time, any thread.
 
-    - ``latency``: seconds added to every unary call (after a hang, before answering).
-    - ``fail_rate``: fraction (0..1) of ListPodSandbox/ListContainers calls answered with
-      UNAVAILABLE, drawn from ``random.Random(seed)``.
-    - ``hang()`` / ``release()``: while hanging, every unary call blocks until released, the
-      caller's deadline passes or the server stops (then it answers UNAVAILABLE).
+    - ``latency``: seconds added to every unary call and streaming list call (after a hang,
+      before answering).
+    - ``fail_rate``: fraction (0..1) of list calls (ListPodSandbox, ListContainers and their
+      streaming twins) answered with UNAVAILABLE, drawn from ``random.Random(seed)``.
+    - ``hang()`` / ``release()``: while hanging, every unary call and streaming list call
+      blocks until released, the caller's deadline passes or the server stops (then it
+      answers UNAVAILABLE).
     - ``unimplemented``: RPC names answered UNIMPLEMENTED (``{"Version"}`` makes the socket
-      look like a gRPC server that is not a CRI runtime).
+      look like a gRPC server that is not a CRI runtime; ``STREAM_LIST_METHODS`` one without
+      CRI list streaming, as containerd 1.6-2.1).
     - ``malformed``: kinds of malformed items added to list responses.
     - Container event streams (GetContainerEvents): ``event_delay`` (seconds each event is held
       before it is sent), ``event_drop_rate`` (fraction never sent), ``event_duplicate_rate``

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import hashlib
+import json
 import random
 import threading
 import uuid
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_EPOCH_NS",
     "DEFAULT_HOST_NETWORK",
     "DEFAULT_NAMESPACES",
+    "LAST_APPLIED_ANNOTATION",
     "POD_NAMESPACE_LABEL",
     "POD_NAME_LABEL",
     "POD_UID_LABEL",
@@ -69,6 +71,9 @@ RESTART_COUNT_ANNOTATION = "io.kubernetes.container.restartCount"
 TERMINATION_MESSAGE_PATH_ANNOTATION = "io.kubernetes.container.terminationMessagePath"
 TERMINATION_MESSAGE_POLICY_ANNOTATION = "io.kubernetes.container.terminationMessagePolicy"
 GRACE_PERIOD_ANNOTATION = "io.kubernetes.pod.terminationGracePeriod"
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+"""The annotation ``annotation_bytes`` sizes (kubectl's copy of the applied object, often the
+largest annotation a pod has)."""
 
 DEFAULT_NAMESPACES: tuple[str, ...] = ("default", "kube-system", "monitoring", "payments")
 DEFAULT_HOST_NETWORK = 0.05
@@ -332,6 +337,20 @@ class _Identity:
             POD_UID_LABEL: self.uid,
         }
 
+    def large_annotations(self, size: int) -> dict[str, str]:
+        """``LAST_APPLIED_ANNOTATION`` with a value of exactly ``size`` characters (ASCII, from
+        the pod's names alone: no random draw), or nothing for 0."""
+        if size <= 0:
+            return {}
+        metadata = json.dumps(
+            {"name": self.name, "namespace": self.namespace, "uid": self.uid}, separators=(",", ":")
+        )
+        head = f'{{"apiVersion":"v1","kind":"Pod","metadata":{metadata},"spec":{{"padding":"'
+
+        tail = '"}}'
+        filler = max(0, size - len(head) - len(tail))
+        return {LAST_APPLIED_ANNOTATION: (head + "x" * filler + tail)[:size]}
+
 
 class _Timeline:
     """A pod's history being laid out: ``t`` ns after its first sandbox, moved by random steps."""
@@ -447,7 +466,10 @@ class Population:
 
     ``clock`` returns nanoseconds since the epoch and stamps new records and events; the
     default is a ``LogicalClock`` so that the seed alone fixes every timestamp. The initial
-    pods were created during the hour before the first clock read.
+    pods were created during the hour before the first clock read. ``annotation_bytes``: every
+    sandbox and container of a pod also carries ``LAST_APPLIED_ANNOTATION`` with a value that
+    long (0: none), so both list answers grow with it (1,000 pods at 16 KiB pass gRPC's 16 MiB
+    message limit in each); it draws nothing, so a seed's pods are otherwise the same.
     """
 
     def __init__(
@@ -459,9 +481,13 @@ class Population:
         clock: Callable[[], int] | None = None,
         pod_cidr: str = DEFAULT_POD_CIDR,
         host_network: float = DEFAULT_HOST_NETWORK,
+        annotation_bytes: int = 0,
     ) -> None:
         if pods < 0:
             raise ValueError(f"pods must be >= 0, not {pods}")
+        if isinstance(annotation_bytes, bool) or annotation_bytes < 0:
+            raise ValueError(f"annotation_bytes must be >= 0, not {annotation_bytes!r}")
+        self._annotation_bytes = int(annotation_bytes)
         if not 0 <= host_network <= 1:
             raise ValueError(f"host_network must be a fraction in [0, 1], not {host_network}")
         self._addresses = AddressPool(pod_cidr)
@@ -899,6 +925,7 @@ class Population:
                 {
                     "kubernetes.io/config.seen": seen.isoformat(timespec="microseconds"),
                     "kubernetes.io/config.source": "api",
+                    **pod.large_annotations(self._annotation_bytes),
                 }
             ),
             ip=ip,
@@ -935,6 +962,7 @@ class Population:
                     TERMINATION_MESSAGE_PATH_ANNOTATION: "/dev/termination-log",
                     TERMINATION_MESSAGE_POLICY_ANNOTATION: "File",
                     GRACE_PERIOD_ANNOTATION: pod.grace,
+                    **pod.large_annotations(self._annotation_bytes),
                 }
             ),
             log_path=f"/var/log/pods/{pod.namespace}_{pod.name}_{pod.uid}/{p.name}/{p.attempt}.log",

@@ -19,9 +19,9 @@ from types import TracebackType
 from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
 from podcache.sim.counters import CallCounters
-from podcache.sim.faults import Faults, Malformed
+from podcache.sim.faults import STREAM_LIST_METHODS, Faults, Malformed
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
-from podcache.sim.server import SimServer
+from podcache.sim.server import DEFAULT_STREAM_ITEMS, SimServer, StreamChunking
 from podcache.unixsocket import claim_socket_path
 
 __all__ = ["SimRuntime"]
@@ -68,6 +68,12 @@ class SimRuntime:
       ``bad_ips``: hostile IP strings every sandbox status carries (``Faults.bad_ips``).
     - ``clock``: nanoseconds since the epoch for new records; the wall clock by default, so
       ages look real (pass ``podcache.sim.LogicalClock()`` to fix timestamps by the seed too).
+    - ``streaming``: whether it has CRI list streaming (KEP-5825: StreamPodSandboxes and
+      StreamContainers); False makes both UNIMPLEMENTED (in ``faults.unimplemented``), as
+      containerd 1.6-2.1. ``stream_items``: the most items of one streamed message; each
+      message's count is drawn by seed (``chunking``, settable while running).
+    - ``annotation_bytes``: a ``last-applied-configuration`` annotation that long on every
+      sandbox and container (``Population``): 1,000 pods at 16 KiB pass gRPC's 16 MiB.
 
     A SimRuntime starts once; ``stop()`` is idempotent and leaves no socket file or thread.
     """
@@ -90,6 +96,9 @@ class SimRuntime:
         pod_cidr: str = DEFAULT_POD_CIDR,
         host_network: float = DEFAULT_HOST_NETWORK,
         bad_ips: Iterable[str] = (),
+        streaming: bool = True,
+        stream_items: int = DEFAULT_STREAM_ITEMS,
+        annotation_bytes: int = 0,
     ) -> None:
         self.population = Population(
             pods,
@@ -98,16 +107,20 @@ class SimRuntime:
             clock=clock,
             pod_cidr=pod_cidr,
             host_network=host_network,
+            annotation_bytes=annotation_bytes,
         )
         """The simulated pods; read ``population.snapshot()`` for the truth."""
+        refused = frozenset(unimplemented) | (frozenset() if streaming else STREAM_LIST_METHODS)
         self.faults = Faults(
             seed=seed,
             latency=latency,
             fail_rate=fail_rate,
             malformed=malformed,
-            unimplemented=unimplemented,
+            unimplemented=refused,
         )
         """Faults injected into calls; change them at any time."""
+        self.chunking = StreamChunking(seed, stream_items)
+        """How streamed list answers are cut into messages (``max_items`` settable)."""
         self.faults.bad_ips = bad_ips
         self._churn = ChurnDriver(self.population, churn)
         self._max_workers = max_workers
@@ -166,7 +179,11 @@ class SimRuntime:
                 else:
                     address = f"{self._host}:{self._port}"
                 self._server = SimServer(
-                    self.population, self.faults, address, max_workers=self._max_workers
+                    self.population,
+                    self.faults,
+                    address,
+                    max_workers=self._max_workers,
+                    chunking=self.chunking,
                 )
                 if self._path is None:
                     self._port = self._server.port
@@ -263,6 +280,13 @@ class SimRuntime:
         if self._server is None:
             return CallCounters().snapshot()
         return self._server.servicer.counters.snapshot()
+
+    def stream_messages(self) -> dict[str, int]:
+        """Messages sent so far per streaming list RPC (``{"StreamContainers": 40, ...}``);
+        all zero before start. A streamed call counts once in ``call_counts``."""
+        if self._server is None:
+            return CallCounters().stream_messages()
+        return self._server.servicer.counters.stream_messages()
 
     def reset_call_counts(self) -> None:
         """Set the call counts back to zero (a benchmark's setup is not its measurement)."""

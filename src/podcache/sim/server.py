@@ -1,10 +1,16 @@
 """The sim's gRPC side: RuntimeService servicer and server lifecycle; no pod or socket-path logic.
 
 It answers ``runtime.v1.RuntimeService`` from a ``Population`` and a ``Faults``: Version,
-Status, ListPodSandbox, ListContainers, PodSandboxStatus, ContainerStatus and the
-GetContainerEvents stream; every other RPC answers UNIMPLEMENTED, as the generated
-servicer's default does (here: no handler is registered for it). It does not own the
-population, the churn thread or the socket path (see ``runtime``).
+Status, ListPodSandbox, ListContainers, their streaming twins StreamPodSandboxes and
+StreamContainers (KEP-5825), PodSandboxStatus, ContainerStatus and the GetContainerEvents
+stream; every other RPC answers UNIMPLEMENTED, as the generated servicer's default does (here:
+no handler is registered for it). It does not own the population, the churn thread or the
+socket path (see ``runtime``).
+
+A streamed list answer holds exactly the unary answer's items, in the same order, sent in
+messages of varying size (``StreamChunking``: a seeded number of items each, at most
+``max_items``, and never more than ``STREAM_MESSAGE_BYTES`` unless one item alone is larger),
+so a client's reading of one message at a time is exercised at every cut. No items, no message.
 
 Throughput: list responses are assembled from bytes, not messages. Each record is encoded
 once, as its length-delimited ``repeated`` field entry (records are immutable, so a cached
@@ -24,6 +30,7 @@ from __future__ import annotations
 import bisect
 import collections
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -37,7 +44,13 @@ from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
 from podcache.sim.counters import CallCounters, is_filtered
-from podcache.sim.faults import LIST_METHODS, MAX_EVENT_REPLAY, Faults, Malformed
+from podcache.sim.faults import (
+    LIST_METHODS,
+    MAX_EVENT_REPLAY,
+    STREAM_LIST_METHODS,
+    Faults,
+    Malformed,
+)
 from podcache.sim.population import (
     POD_UID_LABEL,
     Population,
@@ -50,10 +63,13 @@ from podcache.sim.population import (
 )
 
 __all__ = [
+    "DEFAULT_STREAM_ITEMS",
     "RUNTIME_API_VERSION",
     "RUNTIME_NAME",
+    "STREAM_MESSAGE_BYTES",
     "SimServer",
     "SimServicer",
+    "StreamChunking",
     "container_message",
     "container_status_message",
     "event_message",
@@ -70,6 +86,11 @@ _EVENT_BACKLOG = 100_000
 """Events queued for one slow GetContainerEvents subscriber before it is cut off."""
 _MEMO_SIZE = 64
 _ID_LENGTH = 64  # every ID the population makes: 64 hex digits
+STREAM_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The most bytes of one streamed list message (unless one item alone is larger): well under
+the 16 MiB a client receives in one message."""
+DEFAULT_STREAM_ITEMS = 500
+"""The most items of one streamed list message, by default."""
 _END = object()
 _CUT = object()
 _SERVER_CLOSE = object()
@@ -255,9 +276,9 @@ def _listed(
     state: int | None,
     selector: dict[str, str],
     keep: Callable[[_Item], bool] | None = None,
-) -> bytes:
+) -> list[bytes]:
     """The encoded entries of the items a CRI list filter selects (id, state, labels, and
-    ``keep`` for what only one kind of item has), in order: a list answer's bytes."""
+    ``keep`` for what only one kind of item has), in order: joined, a list answer's bytes."""
     parts = []
     for item, entry in zip(items, entries, strict=True):
         if wanted_id and item.id != wanted_id:
@@ -269,7 +290,66 @@ def _listed(
         if keep is not None and not keep(item):
             continue
         parts.append(entry)
-    return b"".join(parts)
+    return parts
+
+
+class _Answer:
+    """One list answer: its items' encoded entries, and (joined on first use) the unary
+    answer's bytes."""
+
+    __slots__ = ("_data", "entries")
+
+    def __init__(self, entries: list[bytes]) -> None:
+        self.entries = entries
+        self._data: bytes | None = None
+
+    @property
+    def data(self) -> bytes:
+        data = self._data
+        if data is None:  # two threads may join it at once: the same bytes either way
+            data = self._data = b"".join(self.entries)
+        return data
+
+
+class StreamChunking:
+    """How a streamed list answer is cut into messages: each message takes a number of items
+    drawn from ``random.Random(seed)`` in ``1..max_items`` (fewer when the next item would take
+    it past ``STREAM_MESSAGE_BYTES``; always at least one). ``max_items`` may be set at any
+    time; draws are made under a lock, so the cuts depend on the seed and the calls' order."""
+
+    def __init__(self, seed: int = 0, max_items: int = DEFAULT_STREAM_ITEMS) -> None:
+        self._lock = threading.Lock()
+        self._rng = random.Random(f"{seed}/stream")
+        self._max_items = 1
+        self.max_items = max_items
+
+    @property
+    def max_items(self) -> int:
+        """The most items of one message."""
+        return self._max_items
+
+    @max_items.setter
+    def max_items(self, count: int) -> None:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"max_items must be an int >= 1, not {count!r}")
+        self._max_items = count
+
+    def messages(self, entries: Sequence[bytes]) -> list[bytes]:
+        """``entries`` (encoded items, in order) as the messages of a streamed answer."""
+        out: list[bytes] = []
+        start, total = 0, len(entries)
+        with self._lock:
+            while start < total:
+                wanted = self._rng.randint(1, self._max_items)
+                end, size = start + 1, len(entries[start])
+                while end < total and end - start < wanted:
+                    size += len(entries[end])
+                    if size > STREAM_MESSAGE_BYTES:
+                        break
+                    end += 1
+                out.append(b"".join(entries[start:end]))
+                start = end
+        return out
 
 
 def _positions(items: Sequence[SimSandbox | SimContainer]) -> dict[str, list[int]]:
@@ -321,7 +401,7 @@ class _View:
         self.containers = containers
         self.sandbox_entries = sandbox_entries
         self.container_entries = container_entries
-        self.memo: dict[tuple[str, bytes], bytes] = {}
+        self.memo: dict[tuple[str, bytes], _Answer] = {}
         self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
         self._pod_positions: tuple[dict[str, list[int]], dict[str, list[int]]] | None = None
         self._sorted: tuple[list[str], list[str]] | None = None
@@ -373,7 +453,7 @@ class _View:
     def resolve_container(self, wanted: str) -> str | None:
         return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
 
-    def list_sandboxes(self, f: pb.PodSandboxFilter) -> bytes:
+    def list_sandboxes(self, f: pb.PodSandboxFilter) -> list[bytes]:
         items, entries = _narrowed(
             self.sandboxes, self.sandbox_entries, self._by_pod, 0, f.label_selector
         )
@@ -385,7 +465,7 @@ class _View:
             selector=dict(f.label_selector),
         )
 
-    def list_containers(self, f: pb.ContainerFilter) -> bytes:
+    def list_containers(self, f: pb.ContainerFilter) -> list[bytes]:
         wanted_sandbox = (
             (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
         )
@@ -403,13 +483,14 @@ class _View:
 
 
 def _memoized(
-    view: _View, rpc: str, request_filter: Message, build: Callable[[Any], bytes]
-) -> bytes:
-    """One list answer per (RPC, filter) and population state: built once, then reused."""
+    view: _View, rpc: str, request_filter: Message, build: Callable[[Any], list[bytes]]
+) -> _Answer:
+    """One list answer per (list, filter) and population state: built once, then reused by
+    the unary call and its streaming twin alike."""
     key = (rpc, request_filter.SerializeToString(deterministic=True))
     found = view.memo.get(key)
     if found is None:
-        found = build(request_filter)
+        found = _Answer(build(request_filter))
         if len(view.memo) >= _MEMO_SIZE:
             view.memo.clear()
         view.memo[key] = found
@@ -469,10 +550,18 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     Faults are applied in this order: UNIMPLEMENTED, hang, latency, UNAVAILABLE (list calls).
     """
 
-    def __init__(self, population: Population, faults: Faults, stopping: threading.Event) -> None:
+    def __init__(
+        self,
+        population: Population,
+        faults: Faults,
+        stopping: threading.Event,
+        chunking: StreamChunking | None = None,
+    ) -> None:
         self._population = population
         self._faults = faults
         self._stopping = stopping
+        self.chunking = chunking if chunking is not None else StreamChunking()
+        """How streamed list answers are cut into messages."""
         self.counters = CallCounters()
         """Calls and answer bytes per list and status RPC, filtered and unfiltered."""
         self._view: _View | None = None
@@ -623,8 +712,11 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         return handle
 
     def _streaming(
-        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
     ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        if method in STREAM_LIST_METHODS:
+            return self._list_streaming(method, behaviour)
+
         def handle(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
             if method in self._faults.unimplemented:
                 _abort(
@@ -632,7 +724,29 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                     grpc.StatusCode.UNIMPLEMENTED,
                     f"unknown method {method} for service runtime.v1.RuntimeService",
                 )
-            return behaviour(request, context)
+            stream: Iterator[Any] = behaviour(request, context)
+            return stream
+
+        return handle
+
+    def _list_streaming(
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Sequence[bytes]]
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[bytes]]:
+        """A streaming list call: the unary calls' faults first (``_before``), then the
+        answer's messages, counted as one call with the bytes of all its messages."""
+        counters = self.counters
+
+        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+            filtered = is_filtered(method, request)
+            try:
+                self._before(method, context)
+                messages = behaviour(request, context)
+            except BaseException:
+                counters.record(method, filtered=filtered, answer_bytes=0)
+                raise
+            size = sum(len(message) for message in messages)
+            counters.record(method, filtered=filtered, answer_bytes=size, messages=len(messages))
+            return iter(messages)
 
         return handle
 
@@ -665,24 +779,43 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.ListPodSandboxRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The sandboxes that pass the filter, as an encoded ListPodSandboxResponse."""
-        one = self._one_pod(request.filter, request.filter.id)
+        return self._sandboxes(request.filter).data
+
+    def StreamPodSandboxes(  # noqa: N802 -- the CRI RPC's name
+        self, request: pb.StreamPodSandboxesRequest, context: grpc.ServicerContext
+    ) -> list[bytes]:
+        """ListPodSandbox's items, in its order, as encoded StreamPodSandboxesResponse
+        messages cut by ``chunking``."""
+        return self.chunking.messages(self._sandboxes(request.filter).entries)
+
+    def _sandboxes(self, f: pb.PodSandboxFilter) -> _Answer:
+        one = self._one_pod(f, f.id)
         if one is not None:
             sandboxes = self._population.pod_records(one)[0]
-            return _listed(sandboxes, self._entries(sandboxes), "", **_rest(request.filter))
+            return _Answer(_listed(sandboxes, self._entries(sandboxes), "", **_rest(f)))
         view = self.view()
-        return _memoized(view, "ListPodSandbox", request.filter, view.list_sandboxes)
+        return _memoized(view, "ListPodSandbox", f, view.list_sandboxes)
 
     def ListContainers(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
     ) -> bytes:
         """The containers that pass the filter, as an encoded ListContainersResponse."""
-        f = request.filter
+        return self._containers(request.filter).data
+
+    def StreamContainers(  # noqa: N802 -- the CRI RPC's name
+        self, request: pb.StreamContainersRequest, context: grpc.ServicerContext
+    ) -> list[bytes]:
+        """ListContainers' items, in its order, as encoded StreamContainersResponse messages
+        cut by ``chunking``."""
+        return self.chunking.messages(self._containers(request.filter).entries)
+
+    def _containers(self, f: pb.ContainerFilter) -> _Answer:
         one = self._one_pod(f, f.id or f.pod_sandbox_id)
         if one is not None:
             containers = self._population.pod_records(one)[1]
-            return _listed(containers, self._entries(containers), "", **_rest(f))
+            return _Answer(_listed(containers, self._entries(containers), "", **_rest(f)))
         view = self.view()
-        return _memoized(view, "ListContainers", request.filter, view.list_containers)
+        return _memoized(view, "ListContainers", f, view.list_containers)
 
     def _one_pod(self, f: pb.PodSandboxFilter | pb.ContainerFilter, ids: str) -> str | None:
         """The pod UID a filter names by its label alone (a relist of one pod, the kubelet's
@@ -814,10 +947,16 @@ class SimServer:
     """
 
     def __init__(
-        self, population: Population, faults: Faults, address: str, *, max_workers: int = 32
+        self,
+        population: Population,
+        faults: Faults,
+        address: str,
+        *,
+        max_workers: int = 32,
+        chunking: StreamChunking | None = None,
     ) -> None:
         self._stopping = threading.Event()
-        self.servicer = SimServicer(population, faults, self._stopping)
+        self.servicer = SimServicer(population, faults, self._stopping, chunking)
         self._executor = futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="podcache-sim-rpc"
         )
