@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import gc
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -37,6 +37,9 @@ __all__ = ["READ_PIECE_BYTES"]
 
 
 _R = TypeVar("_R")
+
+Keeper = Callable[[str, bytes, Sequence[Any]], None]
+"""Takes a list answer read (the method, its bytes, its rows): ``wireitems.WireItems.learn``."""
 
 
 READ_PIECE_BYTES = 128 * 1024
@@ -142,6 +145,8 @@ class _Converter:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: ThreadPoolExecutor | None = None
+        self.keeper: Keeper | None = None
+        """Given every answer read and its rows (``AsyncCRIRuntime.keep_wire_items``)."""
 
     def run(self, function: Callable[..., _R], *args: Any) -> asyncio.Future[_R]:
         """``function(*args)`` in the worker thread, as a future of the running loop; the
@@ -160,11 +165,12 @@ class _Converter:
         read = _READERS[method]
         try:
             pieces = split_items(data, READ_PIECE_BYTES)
-            if pieces is None:
-                return read(data)
-            return Listing.joined([read(piece) for piece in pieces])
+            listing = read(data) if pieces is None else Listing.joined([read(p) for p in pieces])
         except MalformedListingError as exc:
             raise RuntimeProtocolError(self._url, _not_cri_message(method)) from exc
+        if self.keeper is not None:
+            self.keeper(method, data, listing.rows)
+        return listing
 
     def close(self) -> None:
         """Stop the thread once a conversion running now ends (its caller is gone anyway)."""

@@ -9,7 +9,7 @@ servers or tests in one process do not collide). It holds no HTTP and no cache l
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -43,6 +43,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests: dict[tuple[str, int], int] = {}
         """Requests answered, by (route, status code); the application increments it."""
+        self.sources: list[Callable[[], Iterable[Metric]]] = []
+        """More metric families, read at each scrape (the CRI socket's)."""
         self.watchers: WatchCounters | None = None
         """The watch streams' counters, when the application has streams."""
         self.pid_lookups: dict[str, int] = {}
@@ -123,6 +125,8 @@ class _Collector(Collector):
         if self._metrics.watchers is not None:
             yield from _watch_metrics(self._metrics.watchers)
         yield from _pid_metrics(self._metrics)
+        for source in self._metrics.sources:
+            yield from source()
 
 
 _CACHE_COUNTERS = (

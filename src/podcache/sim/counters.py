@@ -52,6 +52,18 @@ class CallCounters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts = self._zero()
+        self._unimplemented: dict[str, int] = {}
+
+    def record_unimplemented(self, path: str) -> None:
+        """Count one call of a method the sim does not implement (by its gRPC path)."""
+        with self._lock:
+            self._unimplemented[path] = self._unimplemented.get(path, 0) + 1
+
+    def unimplemented(self) -> dict[str, int]:
+        """Calls of methods the sim does not implement, by gRPC path (a copy): what a client
+        asked that no handler of the sim answers (it answers UNIMPLEMENTED)."""
+        with self._lock:
+            return dict(self._unimplemented)
 
     @staticmethod
     def _zero() -> dict[str, dict[str, list[int]]]:
