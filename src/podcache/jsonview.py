@@ -14,7 +14,8 @@ those from ``created_at`` and the states). The shape::
        "containers": [                            # newest first, as the model holds them
          {"id": "containerd://3f2a...",           # ContainerID as ``type://id``
           "name": "web", "image": "...", "image_id": "...", "image_ref": "...",
-          "image_runtime_handler": "", "hash": 1234, "state": "running"}],
+          "image_runtime_handler": "", "hash": 1234, "state": "running",
+          "attempt": 0}],                         # CRI metadata attempt (restarts)
        "sandboxes": [ ...same shape as containers... ]}]}
 """
 
@@ -40,7 +41,7 @@ cgroup names no container or pod; it names one the runtime does not list."""
 def container_to_json(container: Container) -> dict[str, Any]:
     """One container or sandbox: its ID as ``type://id`` and its state as a lower-case string."""
     return {
-        "id": str(container.id),
+        "id": container.id.qualified,
         "name": container.name,
         "image": container.image,
         "image_id": container.image_id,
@@ -48,6 +49,7 @@ def container_to_json(container: Container) -> dict[str, Any]:
         "image_runtime_handler": container.image_runtime_handler,
         "hash": container.hash,
         "state": container.state.value,
+        "attempt": container.attempt,
     }
 
 

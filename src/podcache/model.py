@@ -58,13 +58,45 @@ class ContainerState(enum.StrEnum):
 
 
 class ContainerID(msgspec.Struct, frozen=True, gc=False):
-    """A runtime-qualified container ID, rendered ``type://id`` (``containerd://3f2a...``)."""
+    """A runtime-qualified container ID: the runtime's name (``type``) and the bare ID the
+    runtime and crictl show (``id``, also named ``bare``).
+
+    Where a string is expected it is its bare ID: ``str()`` and f-strings give the bare ID (as
+    crictl and log lines show it), it compares equal to a ``str`` holding the bare ID, and
+    hashes as that string (a dict keyed by bare IDs finds it). Two ContainerIDs are equal when
+    both parts are. ``qualified`` is the kubelet's ``type://id`` (``containerd://3f2a...``),
+    the form ``parse`` reads and the JSON views print.
+    """
 
     type: str
     id: str
 
-    def __str__(self) -> str:
+    @property
+    def bare(self) -> str:
+        """The bare ID, as the runtime and crictl show it (the ``id`` field)."""
+        return self.id
+
+    @property
+    def qualified(self) -> str:
+        """The kubelet's ``type://id`` form (``containerd://3f2a...``)."""
         return f"{self.type}://{self.id}"
+
+    def __str__(self) -> str:
+        return self.id
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is str:
+            return self.id == other
+        if isinstance(other, ContainerID):
+            return self.id == other.id and self.type == other.type
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    def __hash__(self) -> int:
+        return hash(self.id)  # equal to a str holding the bare ID: the same hash
 
     @classmethod
     def parse(cls, text: str) -> ContainerID:
@@ -84,7 +116,8 @@ class ContainerID(msgspec.Struct, frozen=True, gc=False):
 
 
 class Container(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """A container (or a sandbox, in ``Pod.sandboxes``) as the kubelet lists it."""
+    """A container (or a sandbox, in ``Pod.sandboxes``) as the kubelet lists it, and its
+    ``attempt``."""
 
     id: ContainerID
     name: str = ""
@@ -94,6 +127,11 @@ class Container(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     image_runtime_handler: str = ""
     hash: int = 0
     state: ContainerState = ContainerState.UNKNOWN
+    attempt: int = 0
+    """The CRI metadata's ``attempt`` (crictl's ATTEMPT column): for a container, how many
+    times the kubelet created it before in this sandbox (its restart count); for a sandbox,
+    how many sandboxes the pod had before it. A podcache addition: the kubelet's list model
+    does not keep it."""
 
 
 def _as_tuple(value: Iterable[Container]) -> tuple[Container, ...]:
@@ -113,7 +151,9 @@ def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
 
 def normalise_ip(text: str) -> str:
     """``text`` as an IP address's canonical text (``ipaddress``'s compressed form: IPv6 in
-    lower case with the longest zero run folded, ``::ffff:`` forms kept as IPv6). A ValueError
+    lower case with the longest zero run folded). An IPv4-mapped IPv6 address
+    (``::ffff:10.0.0.7``, RFC 4291 2.5.5.2) is the IPv4 address it maps (``10.0.0.7``): a
+    dual-stack socket reports IPv4 peers that way, and they are the same host. A ValueError
     naming ``text`` when it is not an IPv4 or IPv6 address (no scope IDs, no prefix lengths)."""
     if not isinstance(text, str):
         raise TypeError(f"IP address must be a str, not {type(text).__name__}")
@@ -123,7 +163,8 @@ def normalise_ip(text: str) -> str:
         raise ValueError(f"{text!r} is not an IP address") from None
     if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
         raise ValueError(f"{text!r} is not an IP address: a pod IP has no scope ID")
-    return address.compressed
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (address if mapped is None else mapped).compressed
 
 
 def _as_ips(ips: Iterable[str]) -> tuple[str, ...]:

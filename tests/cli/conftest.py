@@ -156,6 +156,7 @@ def container_json(container: Container) -> dict[str, Any]:
         "image_runtime_handler": container.image_runtime_handler,
         "hash": container.hash,
         "state": str(container.state.value),
+        "attempt": container.attempt,
     }
 
 

@@ -1,14 +1,18 @@
 """``podcache events`` and ``podcache pods -w`` as subprocesses over a private simulated
 runtime: -o json parsed back into the runtime's state, the words of the table, Ctrl-C (130),
-a runtime that goes away (1), and both commands in a real terminal (tmux)."""
+a runtime process killed and restarted (followed through, said on stderr, with ``watch`` into a
+pipe), and both commands in a real terminal (tmux)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,11 +39,12 @@ def own_sim() -> Iterator[SimRuntime]:
 class Running:
     """A ``podcache`` subprocess whose stdout lines are collected as they come."""
 
-    def __init__(self, run: Runner, *args: str) -> None:
+    def __init__(self, run: Runner, *args: str, merged: bool = False) -> None:
+        """``merged``: stderr goes to the same pipe as stdout (its lines are collected too)."""
         self.process = subprocess.Popen(
             [run.exe, *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
             stdin=subprocess.DEVNULL,
             env=run.env(),
             text=True,
@@ -74,7 +79,8 @@ class Running:
     def stderr(self) -> str:
         if self.process.poll() is None:
             return "(running)"
-        assert self.process.stderr is not None
+        if self.process.stderr is None:
+            return "(merged into stdout)"
         return self.process.stderr.read()
 
     def stop(self) -> None:
@@ -186,17 +192,85 @@ def test_events_filters_by_namespace(run: Runner, own_sim: SimRuntime) -> None:
         proc.stop()
 
 
-def test_events_ends_with_status_1_when_the_runtime_goes_away(run: Runner) -> None:
-    sim = SimRuntime(3, seed=1, churn=0.0).start()
-    proc = Running(run, "events", "-r", sim.endpoint, "--period", PERIOD)
+class SimProcess:
+    """``podcache sim`` in a process of its own on a fixed socket: killed with SIGKILL (as a
+    runtime that crashes) and started again on the same path."""
+
+    def __init__(self, run: Runner, path: str, seed: int) -> None:
+        self.run = run
+        self.path = path
+        self.endpoint = f"unix://{path}"
+        self.process: subprocess.Popen[str] | None = None
+        self.start(seed)
+
+    def start(self, seed: int) -> None:
+        self.process = subprocess.Popen(
+            [self.run.exe, "sim", "--socket", self.path, "--pods", "3", "--seed", str(seed)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=self.run.env(),
+            text=True,
+        )
+        assert self.process.stdout is not None
+        assert self.process.stdout.readline().strip() == self.endpoint  # it listens now
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.kill()
+
+
+RESTART_COMMANDS = {
+    "events": ("events",),
+    "pods-w": ("pods", "-w"),
+    "watch-into-a-pipe": ("watch",),
+}
+
+
+@pytest.mark.parametrize("events", ["auto", "off"])
+@pytest.mark.parametrize("command", list(RESTART_COMMANDS))
+def test_a_runtime_restart_is_followed_through_and_said_on_stderr(
+    run: Runner, command: str, events: str
+) -> None:
+    """The runtime (a process) is killed and started again on its socket, with other pods:
+    the command says it is reconnecting, then that it is back, then prints the changes, and
+    runs on until Ctrl-C. stdout and stderr share one pipe, so their order is the order of
+    the writes."""
+    path = tempfile.mktemp(prefix="pc-restart-", suffix=".sock", dir="/tmp")
+    sim = SimProcess(run, path, seed=1)
+    args = (*RESTART_COMMANDS[command], "-r", sim.endpoint, "--period", PERIOD, "--events", events)
+    proc = Running(run, *args, merged=True)
     try:
-        proc.wait_until(lambda lines: len(lines) == 4)
-        sim.stop()
-        assert proc.wait() == 1
-        assert re.search(r"podcache: error: runtime at unix://\S+ ", proc.stderr)
+        proc.wait_until(lambda lines: sum(" ADDED " in f" {line} " for line in lines) == 3)
+        sim.kill()
+        proc.wait_until(lambda lines: any("reconnecting" in line for line in lines))
+        sim.start(seed=2)  # other pods: the three there die, three others come
+        proc.wait_until(lambda lines: sum(" DELETED " in f" {line} " for line in lines) == 3)
+        lines = proc.lines
+        lost = [i for i, line in enumerate(lines) if "reconnecting" in line]
+        back = [i for i, line in enumerate(lines) if "reconnected" in line]
+        deleted = [i for i, line in enumerate(lines) if " DELETED " in f" {line} "]
+        added = [i for i, line in enumerate(lines) if " ADDED " in f" {line} "]
+        assert len(lost) == 1 and len(back) == 1, "\n".join(lines)  # one line each, per outage
+        assert max(added[:3]) < lost[0] < back[0] < min(deleted), "\n".join(lines)
+        assert len(added) == 6 and min(added[3:]) > back[0], "\n".join(lines)
+        assert lines[lost[0]].startswith("podcache: the runtime failed (")
+        assert f"reconnecting to {sim.endpoint}" in lines[lost[0]]
+        assert lines[back[0]] == (
+            f"podcache: reconnected to {sim.endpoint}; following its changes again"
+        )
+        assert proc.process.poll() is None  # still running
+        assert proc.interrupt() == (0 if command == "watch-into-a-pipe" else 130)
     finally:
         proc.stop()
         sim.stop()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 def test_pods_watch_prints_the_table_then_a_row_per_change(
@@ -207,7 +281,16 @@ def test_pods_watch_prints_the_table_then_a_row_per_change(
     try:
         proc.wait_until(lambda lines: len(lines) == 7)
         header = re.split(r" {3,}", proc.lines[0])
-        assert header == ["EVENT", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+        assert header == [
+            "EVENT",
+            "POD ID",
+            "CREATED",
+            "STATE",
+            "NAME",
+            "NAMESPACE",
+            "ATTEMPT",
+            "CONTAINERS",
+        ]
         assert all(line.startswith("ADDED ") for line in proc.lines[1:])
         uid, _ = own_sim.population.create_pod()
         proc.wait_until(lambda lines: len(lines) >= 8)  # a MODIFIED may follow (a split poll)
@@ -267,7 +350,16 @@ def test_watch_into_a_pipe_prints_the_rows_of_pods_w(run: Runner, own_sim: SimRu
     try:
         proc.wait_until(lambda lines: len(lines) == 7)
         header = re.split(r" {3,}", proc.lines[0])
-        assert header == ["EVENT", "POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+        assert header == [
+            "EVENT",
+            "POD ID",
+            "CREATED",
+            "STATE",
+            "NAME",
+            "NAMESPACE",
+            "ATTEMPT",
+            "CONTAINERS",
+        ]
         assert all(line.startswith("ADDED ") for line in proc.lines[1:])
         own_sim.population.create_pod()
         proc.wait_until(lambda lines: len(lines) >= 8)

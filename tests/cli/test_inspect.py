@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 
 from podcache.cri import CRIRuntime
-from podcache.model import Pod, PodList
+from podcache.model import Container, Pod, PodList
 from podcache.sim import SimRuntime
 from tests.cli.conftest import Runner, parse, paused, pod_json
 
@@ -21,26 +21,51 @@ def pick(pods: PodList) -> Pod:
     )
 
 
-REFS: dict[str, Callable[[Pod], str]] = {
-    "uid": lambda p: p.id,
-    "full-name": lambda p: p.full_name,
-    "container-full": lambda p: str(p.containers[0].id),
-    "container-bare": lambda p: p.containers[0].id.id,
-    "container-prefix": lambda p: p.containers[-1].id.id[:10],
-    "sandbox-full": lambda p: str(p.sandboxes[0].id),
-    "sandbox-prefix": lambda p: p.sandboxes[-1].id.id[:8],
+REFS: dict[str, tuple[Callable[[Pod], str], Callable[[Pod], Container | None]]] = {
+    "uid": (lambda p: p.id, lambda p: None),
+    "full-name": (lambda p: p.full_name, lambda p: None),
+    "container-full": (lambda p: p.containers[0].id.qualified, lambda p: p.containers[0]),
+    "container-bare": (lambda p: p.containers[0].id.id, lambda p: p.containers[0]),
+    "container-prefix": (lambda p: p.containers[-1].id.id[:10], lambda p: p.containers[-1]),
+    "sandbox-full": (lambda p: p.sandboxes[0].id.qualified, lambda p: p.sandboxes[0]),
+    "sandbox-prefix": (lambda p: p.sandboxes[-1].id.id[:8], lambda p: p.sandboxes[-1]),
 }
+"""How the pod is named, and the container or sandbox that names (None: the pod itself)."""
+
+
+def matched_json(pod: Pod, item: Container | None) -> dict[str, object] | None:
+    if item is None:
+        return None
+    kind = "sandbox" if any(item is s for s in pod.sandboxes) else "container"
+    return {"kind": kind, "id": item.id.qualified, "name": item.name, "attempt": item.attempt}
 
 
 @pytest.mark.parametrize("by", list(REFS))
-def test_finds_the_pod_and_prints_it_as_json(
+def test_finds_the_pod_and_says_what_matched_as_json(
     run: Runner, sim: SimRuntime, runtime: CRIRuntime, by: str
+) -> None:
+    ref, named = REFS[by]
+    with paused(sim, runtime, True) as pods:
+        pod = pick(pods)
+        result = run("inspect", ref(pod), "-r", sim.endpoint)
+    assert result.returncode == 0, result
+    assert parse("json", result.stdout) == pod_json(pod) | {
+        "matched": matched_json(pod, named(pod))
+    }
+
+
+def test_table_says_which_container_matched(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime
 ) -> None:
     with paused(sim, runtime, True) as pods:
         pod = pick(pods)
-        result = run("inspect", REFS[by](pod), "-r", sim.endpoint)
+        container = pod.containers[-1]
+        result = run("inspect", container.id.id[:12], "-r", sim.endpoint, "-o", "table")
     assert result.returncode == 0, result
-    assert parse("json", result.stdout) == pod_json(pod)
+    lines = result.lines()
+    assert f"Matched:     container {container.name} ({container.id.id[:13]})" in lines
+    marked = [line.split()[:3] for line in lines if line.startswith(("sandbox *", "container *"))]
+    assert marked == [["container", "*", container.id.id[:13]]]
 
 
 def test_yaml_and_table_outputs(run: Runner, sim: SimRuntime, runtime: CRIRuntime) -> None:
@@ -49,7 +74,7 @@ def test_yaml_and_table_outputs(run: Runner, sim: SimRuntime, runtime: CRIRuntim
         as_yaml = run("inspect", pod.id, "-r", sim.endpoint, "-o", "yaml")
         as_table = run("inspect", pod.id, "-r", sim.endpoint, "-o", "table")
     assert as_yaml.returncode == 0, as_yaml
-    assert parse("yaml", as_yaml.stdout) == pod_json(pod)
+    assert parse("yaml", as_yaml.stdout) == pod_json(pod) | {"matched": None}
     assert as_table.returncode == 0, as_table
     lines = as_table.lines()
     assert f"UID:         {pod.id}" in lines

@@ -5,8 +5,11 @@ when it left (issue 23 §4; docs/architecture.md §3 rule 12)."""
 from __future__ import annotations
 
 import json
+import socket
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -65,3 +68,62 @@ def test_nothing_known_is_exit_3_and_an_unreachable_server_exit_1_naming_it(
     dead = f"http://127.0.0.1:{free_port()}"
     unreachable = run("inspect", "no-such-uid", "--departed", "--server", dead, "-r", sim.endpoint)
     assert unreachable.returncode == 1 and dead in unreachable.stderr
+
+
+@contextmanager
+def trickling_server(every: float, lasting: float) -> Iterator[str]:
+    """A real HTTP server on loopback that reads a request and then sends its answer's head one
+    byte every ``every`` seconds for ``lasting`` seconds, then hangs up: each read gets a
+    byte long before a per-read timeout, but the answer takes ``lasting``."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    stop = threading.Event()
+
+    def answer(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            end = time.monotonic() + lasting
+            while time.monotonic() < end and not stop.wait(every):
+                try:
+                    conn.sendall(b"a")
+                except OSError:
+                    return  # the client gave up
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+def test_timeout_bounds_the_whole_command_not_each_read(run: Runner) -> None:
+    """Issue 29 §10: a server sending a byte every 0.2 s for 20 s, asked with --timeout 1.
+    With a per-read timeout the command waits the 20 s and fails for the hang-up; with the
+    command's timeout it ends with the timeout's error. The outcome is asserted, not the time
+    it took."""
+    with SimRuntime(3, seed=1) as sim, trickling_server(0.2, 20.0) as server:
+        result = run(
+            "inspect",
+            "no-such-uid",
+            "--departed",
+            "--server",
+            server,
+            "-r",
+            sim.endpoint,
+            "--timeout",
+            "1",
+        )
+    assert result.returncode == 1, result
+    assert f"podcache serve at {server} did not answer within 1 s" in result.stderr, result

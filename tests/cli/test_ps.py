@@ -60,13 +60,23 @@ def test_table_has_no_created_column_and_truncates_ids(
         result = run("ps", "-r", sim.endpoint, "-a")
     assert result.returncode == 0, result
     header, rows = table(result)
-    assert header == ["CONTAINER", "IMAGE", "STATE", "NAME", "POD ID", "POD", "NAMESPACE"]
+    assert header == [
+        "CONTAINER",
+        "IMAGE",
+        "STATE",
+        "NAME",
+        "ATTEMPT",
+        "POD ID",
+        "POD",
+        "NAMESPACE",
+    ]
     expected = [
         [
             c.id.id[:TRUNC],
             c.image,
             c.state.value.capitalize(),
             c.name,
+            str(c.attempt),
             newest_sandbox_id(pod)[:TRUNC],
             pod.name,
             pod.namespace,
@@ -74,6 +84,7 @@ def test_table_has_no_created_column_and_truncates_ids(
         for pod, c in rows_of(pods.pods)
     ]
     assert rows == expected
+    assert {row[4] for row in rows} >= {"0", "1"}  # restarted containers show crictl's ATTEMPT
 
 
 def test_wide_table_adds_image_id_hash_and_pod_uid(
@@ -83,9 +94,9 @@ def test_wide_table_adds_image_id_hash_and_pod_uid(
         result = run("ps", "-r", sim.endpoint, "-o", "wide", "--no-trunc")
     assert result.returncode == 0, result
     header, rows = table(result)
-    assert header[7:] == ["IMAGE ID", "HASH", "POD UID"]
+    assert header[8:] == ["IMAGE ID", "HASH", "POD UID"]
     assert [row[0] for row in rows] == [c.id.id for _, c in rows_of(pods.pods)]
-    assert [row[7:] for row in rows] == [
+    assert [row[8:] for row in rows] == [
         [c.image_id or c.image_ref, f"{c.hash:x}", pod.id] for pod, c in rows_of(pods.pods)
     ]
 

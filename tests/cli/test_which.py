@@ -168,3 +168,17 @@ def test_an_ip_no_pod_holds_is_exit_3_naming_it(run: Runner, sim: SimRuntime) ->
     }
     header, _ = table(run("which", "2001:DB8::0:1", "-r", sim.endpoint))
     assert header[0] == "IP"
+
+
+def test_an_ipv4_mapped_ip_answers_as_its_ipv4_address(
+    run: Runner, sim: SimRuntime, runtime: CRIRuntime
+) -> None:
+    """Issue 30 §3: ``podcache which ::ffff:10.204.155.2`` finds the pod holding 10.204.155.2."""
+    with paused(sim, runtime, False) as pods:
+        p = pick([pod for pod in pods if any("." in ip for ip in pod.ips)])
+        ip = next(ip for ip in p.ips if "." in ip)
+        result = run("which", f"::ffff:{ip}", "-o", "json", "-r", sim.endpoint)
+    assert result.returncode == 0, result
+    assert parse("json", result.stdout) == {
+        "items": [{"ip": ip, "pod": pod_json(p), "container": None, "reason": None}]
+    }

@@ -131,3 +131,27 @@ def _epoch(text: str) -> float:
 
 def _rfc3339(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
+
+
+async def test_an_ipv4_mapped_address_in_the_path_is_the_ipv4_address() -> None:
+    """Issue 30 §3: ``/ips/::ffff:10.0.0.1`` answers as ``/ips/10.0.0.1``, now and with ``at``."""
+    app, _, left, _ = await scene()
+    for spelling in ("::ffff:10.0.0.1", "::FFFF:a00:1", "0:0:0:0:0:ffff:10.0.0.1"):
+        now = await call(app, f"/ips/{spelling}")
+        assert now.status == 200 and now.json()["pod"]["id"] == "uid-2", spelling
+        assert now.json()["ip"] == "10.0.0.1"
+        then = await call(app, f"/ips/{spelling}", f"at={left - 5.0:.3f}")
+        assert then.status == 200 and then.json()["pod"]["id"] == "uid-1", spelling
+    await app.aclose()
+
+
+async def test_an_unencoded_plus_in_at_is_read_as_the_offsets_sign() -> None:
+    """Issue 30 §3: ``at=...+00:00`` typed unencoded arrives with a space for the ``+``."""
+    app, _, left, _ = await scene()
+    moment = datetime.fromtimestamp(left - 5.0, UTC).isoformat()  # ends "+00:00"
+    assert moment.endswith("+00:00")
+    then = await call(app, "/ips/10.0.0.1", f"at={moment}")
+    assert then.status == 200 and then.json()["pod"]["id"] == "uid-1"
+    bad = await call(app, "/ips/10.0.0.1", "at=2026-12-03T12:36:50*00:00")
+    assert "2026-12-02T01:02:03Z" in error(bad, 400) and error(bad, 400).startswith("at ")
+    await app.aclose()

@@ -6,6 +6,7 @@ hypothesis, so the O(1) indexes can never answer differently from a scan.
 
 from __future__ import annotations
 
+import operator
 import pickle
 
 import msgspec
@@ -29,9 +30,48 @@ def cid(ident: str, runtime: str = "containerd") -> ContainerID:
 
 # -- ContainerID ------------------------------------------------------------------------------
 def test_container_id_renders_and_parses() -> None:
-    assert str(ContainerID("containerd", "abc")) == "containerd://abc"
+    assert ContainerID("containerd", "abc").qualified == "containerd://abc"
     assert ContainerID.parse("containerd://abc") == ContainerID("containerd", "abc")
     assert ContainerID.parse("cri-o://0f") == ContainerID(type="cri-o", id="0f")
+
+
+def test_container_id_prints_as_its_bare_id() -> None:
+    cid = ContainerID("containerd", "3f2a")
+    assert str(cid) == "3f2a"
+    assert f"{cid}" == "3f2a"
+    assert cid.bare == "3f2a" == cid.id
+
+
+def test_container_id_compares_and_hashes_as_its_bare_id_where_a_string_is_expected() -> None:
+    cid = ContainerID("containerd", "3f2a")
+    assert cid == "3f2a"
+    assert "3f2a".__eq__(cid) is NotImplemented  # so "3f2a" == cid asks the ContainerID
+    assert operator.eq("3f2a", cid)
+    assert (cid != "3f2a") is False
+    assert cid != "containerd://3f2a"  # a string is compared with the bare ID only
+    assert cid != "3f2"
+    assert {"3f2a": 1}[cid] == 1  # type: ignore[index]
+    assert cid in {"3f2a"}
+    assert cid != ContainerID("cri-o", "3f2a")  # two ContainerIDs: both parts
+    assert cid == ContainerID("containerd", "3f2a")
+    assert cid != 42
+
+
+_IDS = st.text(alphabet="0123456789abcdef", min_size=1, max_size=12)
+_TYPES = st.sampled_from(["containerd", "cri-o", "docker"])
+
+
+@given(_TYPES, _IDS, _TYPES, _IDS)
+def test_container_id_equality_against_a_reference(t1: str, i1: str, t2: str, i2: str) -> None:
+    one, other = ContainerID(t1, i1), ContainerID(t2, i2)
+    assert (one == other) is ((t1, i1) == (t2, i2))
+    assert (one != other) is ((t1, i1) != (t2, i2))
+    assert (one == i2) is (i1 == i2)
+    assert (one != i2) is (i1 != i2)
+    if one == other:
+        assert hash(one) == hash(other)
+    assert hash(one) == hash(i1)
+    assert ContainerID.parse(one.qualified) == one
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,7 @@
 """``Pod.ips``, ``Pod.host_network`` and ``PodList.by_ip`` (issue 23 §1), held to ``ipaddress``
-and to a plain scan: any spelling of an address normalises to one canonical text; ``by_ip``
-answers what a newest-first scan that skips host-network pods finds; JSON carries both fields.
+and to a plain scan: any spelling of an address normalises to one canonical text (an
+IPv4-mapped IPv6 address to the IPv4 one it maps, issue 30 §3); ``by_ip`` answers what a
+newest-first scan that skips host-network pods finds; JSON carries both fields.
 """
 
 from __future__ import annotations
@@ -21,11 +22,24 @@ V6 = st.ip_addresses(v=6)
 ADDRESSES = st.one_of(V4, V6)
 
 
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def host(address: Address) -> Address:
+    """The host an address names: an IPv4-mapped IPv6 address is its IPv4 address."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address if mapped is None else mapped
+
+
 @st.composite
-def spelling(draw: st.DrawFn, address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
-    """One of the texts ``ipaddress`` reads as ``address``."""
+def spelling(draw: st.DrawFn, address: Address) -> str:
+    """One of the texts ``ipaddress`` reads as ``address``, or as the IPv4-mapped IPv6 address
+    of an IPv4 one (``::ffff:10.0.0.7``, ``0:0:0:0:0:FFFF:0A00:0007``...)."""
     if isinstance(address, ipaddress.IPv4Address):
-        return str(address)
+        mapped = ipaddress.IPv6Address(f"::ffff:{address}")
+        forms = [str(address), f"::ffff:{address}", mapped.compressed, mapped.exploded]
+        text = draw(st.sampled_from(forms))
+        return text.upper() if draw(st.booleans()) else text
     forms = [address.compressed, address.exploded, address.exploded.upper()]
     if address.ipv4_mapped is not None:
         forms.append(f"::ffff:{address.ipv4_mapped}")
@@ -38,8 +52,8 @@ def test_every_spelling_normalises_to_the_compressed_text(
     address: ipaddress.IPv4Address | ipaddress.IPv6Address, data: st.DataObject
 ) -> None:
     text = data.draw(spelling(address))
-    assert normalise_ip(text) == address.compressed
-    assert normalise_ip(normalise_ip(text)) == address.compressed  # idempotent
+    assert normalise_ip(text) == host(address).compressed
+    assert normalise_ip(normalise_ip(text)) == host(address).compressed  # idempotent
 
 
 @given(st.text(max_size=60))
@@ -53,7 +67,7 @@ def test_text_that_is_not_an_address_is_a_value_error_naming_it(text: str) -> No
             normalise_ip(text)
         assert repr(text) in str(caught.value)
     else:
-        assert normalise_ip(text) == expected.compressed
+        assert normalise_ip(text) == host(expected).compressed
 
 
 @pytest.mark.parametrize("text", ["fe80::1%eth0", "10.0.0.0/8", "10.0.0.256", "", " 10.0.0.1"])
@@ -84,9 +98,9 @@ def pod_lists(draw: st.DrawFn) -> PodList:
 
 
 def reference_by_ip(pods: PodList, ip: str) -> Pod | None:
-    wanted = ipaddress.ip_address(ip)
+    wanted = host(ipaddress.ip_address(ip))
     for pod in pods:  # newest first: the first holder wins
-        if not pod.host_network and any(ipaddress.ip_address(i) == wanted for i in pod.ips):
+        if not pod.host_network and any(host(ipaddress.ip_address(i)) == wanted for i in pod.ips):
             return pod
     return None
 
@@ -102,6 +116,26 @@ def test_by_ip_answers_what_a_newest_first_scan_skipping_host_network_finds(
     found = pods.by_ip(text)
     expected = reference_by_ip(pods, text)
     assert found is expected
+
+
+@settings(max_examples=200)
+@given(pod_lists(), st.data())
+def test_an_ipv4_mapped_address_finds_what_its_ipv4_address_finds(
+    pods: PodList, data: st.DataObject
+) -> None:
+    held = [ipaddress.ip_address(ip) for pod in pods for ip in pod.ips]
+    v4 = [address for address in held if address.version == 4]
+    address = data.draw(st.sampled_from(v4) if v4 else V4)
+    assert pods.by_ip(f"::ffff:{address}") is pods.by_ip(str(address))
+    assert pods.by_ip(f"::FFFF:{ipaddress.IPv6Address(f'::ffff:{address}').exploded[-9:]}") is (
+        pods.by_ip(str(address))
+    )
+
+
+def test_a_pod_given_a_mapped_address_holds_the_ipv4_one() -> None:
+    pod = Pod(id="u", ips=["::ffff:10.0.0.7", "10.0.0.7", "fd00::7"])
+    assert pod.ips == ("10.0.0.7", "fd00::7")
+    assert PodList([pod]).by_ip("10.0.0.7") is pod
 
 
 @given(pod_lists())

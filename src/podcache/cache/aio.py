@@ -31,13 +31,14 @@ from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
+    Events,
     PodGetter,
     check_getter,
     check_timeout,
     event_pod,
     event_time,
+    events_wanted,
     gone_unseen,
-    offers_events,
     offers_pod,
     with_events,
 )
@@ -59,17 +60,24 @@ def _new_future() -> asyncio.Future[None]:
 
 
 class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
-    """A bounded-staleness cache of ``await getter.get_pods(False)`` for asyncio.
+    """A bounded-staleness cache of ``await getter.get_pods(all)`` for asyncio (``all=False``,
+    the default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
+    containers too, a relist of one pod and a PID's probe asking the same).
 
     A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
     loop never blocks on the runtime.
 
-    ``events=True``: when the getter offers ``container_events()``, a background task keeps a
+    ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
+    default ``False``, ``"off"``, see the README for why the library's default is off): when
+    the getter offers ``container_events()``, a background task keeps a
     subscription to the runtime's container events (from construction inside a running loop,
     else from the first call that is not a hit); every event starts a background refresh
     (coalesced; rules in ``podcache.cache.events``). End it with ``await close()`` or
     ``async with``.
     """
+
+    _pod_timer: asyncio.TimerHandle | None = None
+    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7 rule 7), while armed."""
 
     def __init__(
         self,
@@ -84,13 +92,16 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
-        events: bool = False,
+        events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
         wall_clock: Callable[[], float] = time.time,
+        all: bool = False,
     ) -> None:
         check_getter(getter)
+        subscribe = events_wanted(events, getter)
         self._getter = getter
+        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._clock = clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
@@ -115,7 +126,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake: asyncio.Event | None = None
         self._closed = False
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = async_probe(getter)  # pod_of_pid's way to ask about one container
+        self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
         # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
@@ -125,7 +136,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
             getattr(getter, "get_pod", None)
         )
-        if events and offers_events(getter):
+        if subscribe:
             endpoint = str(getattr(getter, "endpoint", type(getter).__name__))
             self._subscription = Subscription(endpoint, clock)
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
@@ -300,6 +311,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if self._timer is not None:  # nothing left for it to start
             self._timer.cancel()
             self._timer = None
+        if self._pod_timer is not None:  # relists waiting for the budget: hints, left to the period
+            self._pod_timer.cancel()
+            self._pod_timer = None
 
     async def aclose(self) -> None:
         """``close()``: end the subscription, wait for refreshes still running or waiting."""
@@ -374,9 +388,9 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         try:
             if self._is_async:
                 getter = cast(AsyncPodGetter, self._getter)
-                result: PodList = await cast(Awaitable[PodList], getter.get_pods(False))
+                result: PodList = await cast(Awaitable[PodList], getter.get_pods(self._all))
             else:
-                result = await asyncio.to_thread(cast(PodGetter, self._getter).get_pods, False)
+                result = await asyncio.to_thread(cast(PodGetter, self._getter).get_pods, self._all)
             pods = result if isinstance(result, PodList) else PodList(result)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
@@ -406,13 +420,24 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake_watchers()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pod(self, relist: PodRelist | None) -> None:
-        if relist is not None:
+    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+        for relist in relists:
             task = asyncio.get_running_loop().create_task(
                 self._run_pod(relist), name="podcache-pod-relist"
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _arm_pods(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""
+        if delay is not None:
+            self._pod_timer = asyncio.get_running_loop().call_later(delay, self._fire_pods)
+
+    def _fire_pods(self) -> None:
+        self._pod_timer = None
+        relists, again = self._core.pod_fire(self._clock())
+        self._arm_pods(again)
+        self._spawn_pods(relists)
 
     async def _run_pod(self, relist: PodRelist) -> None:
         """Relist one pod, store what came back, start what the core asks for next."""
@@ -422,16 +447,17 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         relist.started_wall = time.time()
         try:
             if self._pod_is_async:
-                pod = await getter.get_pod(relist.uid, False)
+                pod = await getter.get_pod(relist.uid, self._all)
             else:
-                pod = await asyncio.to_thread(getter.get_pod, relist.uid, False)
+                pod = await asyncio.to_thread(getter.get_pod, relist.uid, self._all)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
         now = self._clock()
         following, full = self._core.pod_complete(relist, pod, error, now)
         self._published()
         self._arm(self._core.arm(now))
-        self._spawn_pod(following)
+        self._arm_pods(self._core.pod_arm(now))
+        self._spawn_pods(following)
         if full is not None:
             self._spawn(full)
 
@@ -447,11 +473,12 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             now = self._clock()
             uid = event_pod(event, self._core.snapshot[0])
             happened = event_time(event, time.time())
-            relist, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
+            relists, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
             if scheduled is not None:
                 self._subscription.counted_refresh(scheduled)
-            self._spawn_pod(relist)
+            self._spawn_pods(relists)
             self._arm(self._core.arm(now))
+            self._arm_pods(self._core.pod_arm(now))
             if full is not None:
                 self._spawn(full)
         return step

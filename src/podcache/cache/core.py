@@ -55,6 +55,9 @@ Invariants
    replace that pod in the snapshot and keep its timestamp, the last full listing's: the
    freshness rules above hold unchanged, and the timestamp is never newer than any pod's data.
    A failed one, or a storm of them, asks for a full listing as an event does (``hint``).
+   They have a budget of their own, also a tenth of the time (``podrelists`` invariant 6):
+   pods waiting for it always have a way to start (a relist in flight whose end starts them,
+   or the driver's timer, ``pod_arm`` and ``pod_fire``).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from datetime import timedelta
 from typing import Generic, TypeVar
 
 from podcache.cache.changes import HISTORY, HISTORY_AGE, MAX_LAG, ChangeLog
-from podcache.cache.podrelists import PodRelist, PodRelists, merge, replace_pod
+from podcache.cache.podrelists import EVENT_BUDGET, PodRelist, PodRelists, merge, replace_pod
 from podcache.cache.publishing import Publication
 from podcache.model import Pod, PodList
 
@@ -87,11 +90,6 @@ S = TypeVar("S")
 
 NEVER = -math.inf
 """Timestamp of the empty cache: older than any need."""
-
-EVENT_BUDGET = 9.0
-"""A refresh only events ask for waits this many times the last successful listing's duration
-after that listing ended (invariant 6): such listings use at most 1 / (1 + EVENT_BUDGET) of the
-time, a tenth."""
 
 Snapshot = tuple[PodList | None, float, float]
 """``(pods, timestamp, fresh_until)``, one immutable object so a hit is one attribute read.
@@ -470,44 +468,46 @@ class FreshnessCore(Generic[S]):
     # -- relists of one pod (invariant 8) -------------------------------------------------
     def pod_hint(
         self, uid: str, now: float, happened: float | None = None
-    ) -> tuple[PodRelist | None, Refresh[S] | None]:
+    ) -> tuple[list[PodRelist], Refresh[S] | None]:
         """An event for pod ``uid`` at ``now``, that happened at wall time ``happened`` (None:
-        unknown): ``(relist to start, full refresh to start)``.
+        unknown): ``(relists to start, full refresh to start)``.
 
         An empty cache needs nothing (its first reader lists the node). A storm (more pods
         pending than ``podrelists.MAX_PENDING``) asks for a full listing instead, as an event
-        without a pod does (``hint``: the driver arms its timer after)."""
+        without a pod does (``hint``: the driver arms its timer after). The relists started
+        are those the budget lets begin now, the pods waiting longest first (``pod_arm``
+        says when the others may)."""
         if self.snapshot[0] is None:
-            return None, None
+            return [], None
         relists = self.pod_relists
-        relist = relists.hint(uid, now, happened)
+        started = relists.hint(uid, now, happened)
         if relists.storm:
             relists.storm = False
-            return relist, self.hint(now)[0]
-        return relist, None
+            return started, self.hint(now)[0]
+        return started, None
 
     def on_event(
         self, uid: str | None, now: float, happened: float | None, gone_unseen: bool
-    ) -> tuple[PodRelist | None, Refresh[S] | None, bool | None]:
+    ) -> tuple[list[PodRelist], Refresh[S] | None, bool | None]:
         """An event at ``now``: for pod ``uid`` (None: it names no pod the snapshot lists),
         that happened at wall time ``happened``; ``gone_unseen``: it reports the removal of
-        something no pod of the snapshot holds (nothing to do). Returns ``(relist to start,
+        something no pod of the snapshot holds (nothing to do). Returns ``(relists to start,
         full refresh to start, whether a full refresh was scheduled: None when none was asked
         for)``: the pod's relist (``pod_hint``), else a full listing (``hint``)."""
         if uid is not None:
-            relist, full = self.pod_hint(uid, now, happened)
-            return relist, full, None
+            relists, full = self.pod_hint(uid, now, happened)
+            return relists, full, None
         if gone_unseen:
-            return None, None, None
+            return [], None, None
         full, scheduled = self.hint(now)
-        return None, full, scheduled
+        return [], full, scheduled
 
     def pod_complete(
         self, relist: PodRelist, pod: Pod | None, error: BaseException | None, now: float
-    ) -> tuple[PodRelist | None, Refresh[S] | None]:
+    ) -> tuple[list[PodRelist], Refresh[S] | None]:
         """Record how ``relist`` ended: its pod enters the snapshot (``published`` is set) unless
         its data is older than the snapshot's for that pod; a failure asks for a full listing.
-        Returns ``(relist to start next, full refresh to start)``."""
+        Returns ``(relists to start now, full refresh to start)``."""
         relists = self.pod_relists
         full: Refresh[S] | None = None
         if error is not None:
@@ -516,6 +516,16 @@ class FreshnessCore(Generic[S]):
         elif relists.keeps(relist):
             self._store_pod(relist, pod, now)
         return relists.finish(relist, now), full
+
+    def pod_arm(self, now: float) -> float | None:
+        """Seconds after which the driver must call ``pod_fire``: pods wait for the relists'
+        budget with a slot free and no timer is armed for that time; else None."""
+        return self.pod_relists.arm(now)
+
+    def pod_fire(self, now: float) -> tuple[list[PodRelist], float | None]:
+        """The driver's relist timer ended at ``now``: ``(relists to start, seconds to arm
+        again)``."""
+        return self.pod_relists.fire(now)
 
     def _store_pod(self, relist: PodRelist, pod: Pod | None, now: float) -> None:
         current, timestamp, until = self.snapshot

@@ -51,12 +51,26 @@ DEPARTED_MAX = 10_000
 
 
 class Found(msgspec.Struct, frozen=True, gc=False):
-    """What ``find`` found: the pod, the container (or sandbox) the lookup named (None for a
-    UID or an IP), and when the pod left (epoch seconds; None: it is in the snapshot)."""
+    """What ``find`` found: the pod, the container (or sandbox: ``is_sandbox``, ``kind``) the
+    lookup named (None for a UID or an IP), and when the pod left (epoch seconds; None: it is
+    in the snapshot)."""
 
     pod: Pod
     container: Container | None
     departed_at: float | None
+
+    @property
+    def is_sandbox(self) -> bool:
+        """Whether ``container`` is one of the pod's sandboxes (the ID named its sandbox, the
+        pause container), not a container; False when ``container`` is None."""
+        return self.container is not None and self.container in self.pod.sandboxes
+
+    @property
+    def kind(self) -> str | None:
+        """What the key named: ``"sandbox"``, ``"container"``, or None (a UID or an IP)."""
+        if self.container is None:
+            return None
+        return "sandbox" if self.is_sandbox else "container"
 
 
 class Departure(msgspec.Struct, frozen=True, gc=False):

@@ -76,7 +76,7 @@ class PodProcess:
     pid: int
 
     def __repr__(self) -> str:
-        container = None if self.container is None else str(self.container.id)
+        container = None if self.container is None else self.container.id.qualified
         return f"PodProcess(pid={self.pid}, pod={self.pod.id!r}, container={container!r})"
 
 
@@ -265,24 +265,54 @@ class AsyncPodProbe(Protocol):
     async def pod_uid_of(self, ident: str) -> str | None: ...
 
 
-def sync_probe(getter: object) -> PodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as plain methods."""
+class _AllProbe:
+    """A probe that lists a pod as ``get_pods(True)`` does (a cache with ``all=True``)."""
+
+    def __init__(self, probe: PodProbe) -> None:
+        self._probe = probe
+
+    def get_pod(self, uid: str, all: bool = True) -> Pod | None:
+        return self._probe.get_pod(uid, True)
+
+    def pod_uid_of(self, ident: str) -> str | None:
+        return self._probe.pod_uid_of(ident)
+
+
+class _AsyncAllProbe:
+    """``_AllProbe``'s asyncio twin."""
+
+    def __init__(self, probe: AsyncPodProbe) -> None:
+        self._probe = probe
+
+    async def get_pod(self, uid: str, all: bool = True) -> Pod | None:
+        return await self._probe.get_pod(uid, True)
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        return await self._probe.pod_uid_of(ident)
+
+
+def sync_probe(getter: object, all_view: bool = False) -> PodProbe | None:
+    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as plain methods;
+    with ``all_view``, one whose ``get_pod`` lists the pod as ``get_pods(True)`` does."""
     if all(
         callable(getattr(getter, name, None))
         and not inspect.iscoroutinefunction(getattr(getter, name))
         for name in ("get_pod", "pod_uid_of")
     ):
-        return cast(PodProbe, getter)
+        probe = cast(PodProbe, getter)
+        return _AllProbe(probe) if all_view else probe
     return None
 
 
-def async_probe(getter: object) -> AsyncPodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as coroutines."""
+def async_probe(getter: object, all_view: bool = False) -> AsyncPodProbe | None:
+    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as coroutines;
+    with ``all_view``, one whose ``get_pod`` lists the pod as ``get_pods(True)`` does."""
     if all(
         inspect.iscoroutinefunction(getattr(getter, name, None))
         for name in ("get_pod", "pod_uid_of")
     ):
-        return cast(AsyncPodProbe, getter)
+        probe = cast(AsyncPodProbe, getter)
+        return _AsyncAllProbe(probe) if all_view else probe
     return None
 
 

@@ -7,7 +7,8 @@ rules 1-5). The rules, from the inside:
 Invariants
 ----------
 1. For each pod at most one relist is in flight and at most one more is pending (queued
-   behind it, or waiting for a slot); at most ``MAX_IN_FLIGHT`` are in flight in all.
+   behind it, or waiting for a slot and the budget); at most ``MAX_IN_FLIGHT`` are in flight
+   in all.
 2. Every call (a relist of one pod, a full listing) gets a *start number* when it begins
    (``start``): calls begin under the driver's mutual exclusion, so the numbers are their true
    order, also when the clock did not move between two starts. ``fetched[uid]`` is the start
@@ -17,7 +18,8 @@ Invariants
    back in time.
 3. A full listing keeps every pod relisted after it began (``merge``): the relist's data is
    newer than the listing's for that pod. Entries from before it are forgotten, so ``fetched``
-   never holds more than the pods relisted in one listing's time.
+   never holds more than the pods relisted in one listing's time. A pending pod whose last
+   event came before the listing began is no longer pending: the listing holds its change.
 4. An event that says when it happened (``happened``: the runtime's ``created_at``, wall
    clock seconds) before the call that fetched its pod's data began, or before the relist in
    flight for it began (each call's ``started_wall``, read by the driver just before it calls
@@ -30,10 +32,25 @@ Invariants
    changes, by at most the period.
 5. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
    full listing is asked for instead (the relists in flight finish).
+6. **The budget.** Relists use at most ``1 / (1 + EVENT_BUDGET)`` (a tenth) of the time, on
+   the core's clock, however many events arrive and whatever pods they name. A ledger,
+   ``budget_at``, never moves backward; a relist begins only at or after it, and then moves
+   it to ``now + (1 + EVENT_BUDGET) * charged``, ``charged`` being the last relist's duration
+   (its estimate of this one); when it ends after taking ``d > charged`` the ledger moves on
+   by ``(1 + EVENT_BUDGET) * (d - charged)``. So for any two relists begun at ``s_j <= s_k``,
+   ``s_k - s_j >= (1 + EVENT_BUDGET) *`` the durations of the relists begun in between (those
+   still in flight counted at their charge), and a pod's next relist begins at least
+   ``EVENT_BUDGET`` times its last one's duration after that one ended. Failed relists count
+   as well (a runtime failing fast must not buy more). Pods waiting for the budget are
+   coalesced (one entry each, in the order their first event came); a pod whose relist ends
+   with one more pending goes to the back, so one pod's flood never starves the others. Every
+   pending pod is relisted by a call that begins after its last event (its own relist, or a
+   full listing: invariants 3 and 5); the driver arms a timer for ``budget_at`` (``arm``,
+   ``fire``) whenever pods wait with a slot free.
 
 Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
-the tuple of pointers (C speed: no pod is read); a full listing O(relisted) on top of its own
-O(n). Nothing here walks the pods per change.
+the tuple of pointers (C speed: no pod is read); a full listing O(relisted + pending) on top of
+its own O(n). Nothing here walks the pods per change.
 """
 
 from __future__ import annotations
@@ -45,6 +62,7 @@ from dataclasses import dataclass, field
 from podcache.model import Pod, PodList, derive
 
 __all__ = [
+    "EVENT_BUDGET",
     "MAX_IN_FLIGHT",
     "MAX_PENDING",
     "PodRelist",
@@ -53,21 +71,30 @@ __all__ = [
     "replace_pod",
 ]
 
+EVENT_BUDGET = 9.0
+"""Work that only events ask for waits this many times its last duration (invariant 6 here,
+``cache.core`` invariant 6 for full listings): it uses at most 1 / (1 + EVENT_BUDGET) of the
+time, a tenth."""
 MAX_IN_FLIGHT = 8
 """Most relists of single pods in flight at once, over all pods."""
 MAX_PENDING = 256
 """Most pods waiting for a relist (behind their own or for a slot) before one full listing is
-asked for instead (invariant 4)."""
+asked for instead (invariant 5)."""
+
+_SHARE = 1.0 + EVENT_BUDGET
+"""A relist of duration ``d`` moves the ledger by ``_SHARE * d`` (invariant 6)."""
+_NEVER = -math.inf
 
 
 @dataclass(slots=True, eq=False)
 class PodRelist:
-    """One ``get_pod(uid)`` call: for which pod, when it began (the core's clock) and its start
-    number (invariant 2)."""
+    """One ``get_pod(uid)`` call: for which pod, when it began (the core's clock), its start
+    number (invariant 2) and the duration the budget charged for it as it began (invariant 6)."""
 
     uid: str
     started_at: float
     order: int
+    charged: float = 0.0
     started_wall: float = -math.inf
     """The wall clock just before the call (set by the driver; -inf until then)."""
 
@@ -77,10 +104,13 @@ class PodRelists:
     """The relists of single pods: in flight, pending, and the data they brought (invariant 2)."""
 
     inflight: dict[str, PodRelist] = field(default_factory=dict)
-    queued: set[str] = field(default_factory=set)
-    """Pods with a relist in flight that began too early for a later event: one more each."""
-    waiting: dict[str, None] = field(default_factory=dict)
-    """Pods with nothing in flight waiting for a slot, oldest first (a dict: ordered, O(1))."""
+    queued: dict[str, int] = field(default_factory=dict)
+    """Pods with a relist in flight that began too early for a later event: one more each,
+    with the start numbers given when their last event came (``starts``: a call with a higher
+    number began after it)."""
+    waiting: dict[str, int] = field(default_factory=dict)
+    """Pods with nothing in flight waiting for a slot or the budget, oldest first (a dict:
+    ordered, O(1)), with the start numbers given when their last event came."""
     fetched: dict[str, tuple[int, Pod | None, float]] = field(default_factory=dict)
     """UID -> (the start number of the relist that fetched its data, the pod or None when the
     relist found it gone, the wall clock when that relist began), for pods relisted after the
@@ -93,8 +123,14 @@ class PodRelists:
     """Start numbers given so far."""
     max_in_flight: int = MAX_IN_FLIGHT
     max_pending: int = MAX_PENDING
+    budget_at: float = _NEVER
+    """The ledger (invariant 6): no relist begins before this clock reading."""
+    last_duration: float = 0.0
+    """The last relist's duration: what the next one is charged as it begins."""
+    timer_at: float = _NEVER
+    """When the driver's timer for the budget ends (``arm``), ``-inf`` when none is armed."""
     storm: bool = False
-    """Set by ``hint`` when invariant 4 forgot the pending pods (the caller asks for a full
+    """Set by ``hint`` when invariant 5 forgot the pending pods (the caller asks for a full
     listing, then clears it)."""
     completed: int = 0
     covered: int = 0
@@ -104,44 +140,73 @@ class PodRelists:
     storms: int = 0
 
     def pending(self) -> int:
-        """Pods waiting for a relist (queued behind their own, or for a slot)."""
+        """Pods waiting for a relist (queued behind their own, or for a slot or the budget)."""
         return len(self.queued) + len(self.waiting)
 
-    def hint(self, uid: str, now: float, happened: float | None = None) -> PodRelist | None:
+    def hint(self, uid: str, now: float, happened: float | None = None) -> list[PodRelist]:
         """An event for pod ``uid`` at ``now`` (the core's clock) that happened at wall time
-        ``happened`` (None: unknown): the relist to start now, if any (invariants 1 and 4)."""
+        ``happened`` (None: unknown): the relists to start now (invariants 1, 4 and 6; the
+        pods waiting longest go first)."""
         if happened is not None and happened < self.data_started(uid):
             self.covered += 1
-            return None
+            return []
         running = self.inflight.get(uid)
         if running is not None:
             if happened is not None and happened < running.started_wall:
                 self.covered += 1
             elif running.started_at <= now:
-                self.queued.add(uid)
-        elif uid not in self.waiting:
-            if len(self.inflight) < self.max_in_flight:
-                return self._begin(uid, now)
-            self.waiting[uid] = None
+                self.queued[uid] = self.starts
+        else:
+            self.waiting[uid] = self.starts  # a pod already waiting keeps its place
         if self.pending() > self.max_pending:
             self.queued.clear()
             self.waiting.clear()
             self.storm = True
             self.storms += 1
-        return None
+            return []
+        return self.start_due(now)
 
-    def finish(self, relist: PodRelist, now: float) -> PodRelist | None:
-        """``relist`` ended (its outcome recorded by the caller): the next relist to start in
-        the slot it frees, if any: its own pod's queued one first, else the oldest waiting."""
+    def finish(self, relist: PodRelist, now: float) -> list[PodRelist]:
+        """``relist`` ended at ``now`` (its outcome recorded by the caller): charge its
+        duration (invariant 6), send its pod's pending relist, if any, to the back of the
+        waiting ones, and return the relists to start now."""
         del self.inflight[relist.uid]
-        if relist.uid in self.queued:
-            self.queued.discard(relist.uid)
-            return self._begin(relist.uid, now)
-        if self.waiting:
-            uid = next(iter(self.waiting))
-            del self.waiting[uid]
-            return self._begin(uid, now)
-        return None
+        took = max(now - relist.started_at, 0.0)
+        self.last_duration = took
+        if took > relist.charged:
+            self.budget_at += _SHARE * (took - relist.charged)
+        mark = self.queued.pop(relist.uid, None)
+        if mark is not None:
+            self.waiting[relist.uid] = mark
+        return self.start_due(now)
+
+    def start_due(self, now: float) -> list[PodRelist]:
+        """Begin the waiting relists that a slot and the budget allow at ``now``, oldest first."""
+        started: list[PodRelist] = []
+        waiting = self.waiting
+        while waiting and len(self.inflight) < self.max_in_flight and now >= self.budget_at:
+            uid = next(iter(waiting))
+            del waiting[uid]
+            started.append(self._begin(uid, now))
+        return started
+
+    def arm(self, now: float) -> float | None:
+        """Seconds after which the driver must call ``fire``, when pods wait for the budget
+        with a slot free and no timer is armed for that time or sooner; else None."""
+        if not self.waiting or len(self.inflight) >= self.max_in_flight:
+            return None
+        due = self.budget_at
+        if self.timer_at != _NEVER and self.timer_at <= due:
+            return None
+        self.timer_at = due
+        return max(due - now, 0.0)
+
+    def fire(self, now: float) -> tuple[list[PodRelist], float | None]:
+        """The driver's timer ended at ``now``: ``(relists to start now, seconds to arm
+        again)`` (a timer on another clock may end early: it is armed again for the rest)."""
+        self.timer_at = _NEVER
+        started = self.start_due(now)
+        return started, self.arm(now)
 
     def start(self) -> int:
         """The next start number (invariant 2): every call takes one as it begins."""
@@ -173,15 +238,22 @@ class PodRelists:
     def after_listing(self, order: int, started_wall: float) -> dict[str, Pod | None]:
         """A full listing with start number ``order``, begun at wall time ``started_wall``,
         is being stored: the pods it must keep from relists that began after it (invariant
-        3); the others are forgotten."""
+        3); the others are forgotten, and so are the pending pods whose last event came
+        before it began (it holds their changes)."""
         self.listed = order
         self.listed_wall = started_wall
         kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > order}
         self.fetched = kept
+        if self.waiting:
+            self.waiting = {uid: mark for uid, mark in self.waiting.items() if mark >= order}
+        if self.queued:
+            self.queued = {uid: mark for uid, mark in self.queued.items() if mark >= order}
         return {uid: entry[1] for uid, entry in kept.items()}
 
     def _begin(self, uid: str, now: float) -> PodRelist:
-        relist = self.inflight[uid] = PodRelist(uid, now, self.start())
+        charged = self.last_duration
+        self.budget_at = max(self.budget_at, now) + _SHARE * charged
+        relist = self.inflight[uid] = PodRelist(uid, now, self.start(), charged)
         return relist
 
 

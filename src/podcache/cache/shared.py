@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Literal, Protocol
 
 from podcache.cache.core import CacheStats
 from podcache.cache.events import Subscription
@@ -17,11 +17,13 @@ from podcache.model import ContainerEvent, ContainerEventType, PodList
 
 __all__ = [
     "EventStream",
+    "Events",
     "PodGetter",
     "check_getter",
     "check_timeout",
     "event_pod",
     "event_time",
+    "events_wanted",
     "gone_unseen",
     "offers_events",
     "offers_pod",
@@ -41,6 +43,29 @@ class EventStream(Protocol):
     def open(self) -> None: ...
     def __iter__(self) -> Iterator[ContainerEvent]: ...
     def close(self) -> None: ...
+
+
+Events = bool | Literal["auto", "on", "off"]
+"""A cache's ``events=``: the CLI's and serve's ``--events`` words, or a bool (True: auto)."""
+
+
+def events_wanted(events: object, getter: object) -> bool:
+    """Whether a cache subscribes to ``getter``'s container events for ``events=``: ``auto``
+    (or True) when the getter offers them, ``on`` likewise but a getter without
+    ``container_events()`` is a TypeError at construction (a runtime that answers
+    UNIMPLEMENTED is polled, and ``stats().events_state`` says ``unsupported``), ``off`` (or
+    False) never. Anything else is a ValueError naming it."""
+    if events is True or events == "auto":
+        return offers_events(getter)
+    if events is False or events == "off":
+        return False
+    if events == "on":
+        if not offers_events(getter):
+            raise TypeError(
+                f"events='on' needs a getter with container_events(); {getter!r} has none"
+            )
+        return True
+    raise ValueError(f"events must be 'auto', 'on', 'off' or a bool, not {events!r}")
 
 
 def offers_events(getter: object) -> bool:

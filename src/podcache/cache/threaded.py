@@ -31,14 +31,15 @@ from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.publishing import Hooks, Publication, PublishHook
 from podcache.cache.shared import (
+    Events,
     EventStream,
     PodGetter,
     check_getter,
     check_timeout,
     event_pod,
     event_time,
+    events_wanted,
     gone_unseen,
-    offers_events,
     offers_pod,
     with_events,
 )
@@ -162,14 +163,18 @@ def make_hit_path(
 
 
 class RuntimeCache(CoreReadings[threading.Event]):
-    """A bounded-staleness cache of ``getter.get_pods(False)`` for threads.
+    """A bounded-staleness cache of ``getter.get_pods(all)`` for threads (``all=False``, the
+    default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
+    containers too, a relist of one pod and a PID's probe asking the same).
 
     ``get_pods`` returns pods fetched at most ``cache_period`` before the call (strictly
     greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
     from ``t`` on. One getter call at most is in flight; callers that need the same refresh
     share it and receive the same immutable ``PodList``.
 
-    ``events=True``: when the getter offers ``container_events()``, a background thread keeps
+    ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
+    default ``False``, ``"off"``, see the README for why the library's default is off): when
+    the getter offers ``container_events()``, a background thread keeps
     a subscription to the runtime's container events, and every event starts a background
     refresh (coalesced; rules in ``podcache.cache.events``). End it with ``close()`` or a
     ``with`` block; a cache without events needs neither.
@@ -188,13 +193,16 @@ class RuntimeCache(CoreReadings[threading.Event]):
         max_lag: int = MAX_LAG,
         first_revision: int = 0,
         min_refresh_interval: float | timedelta | None = None,
-        events: bool = False,
+        events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
         wall_clock: Callable[[], float] = time.time,
+        all: bool = False,
     ) -> None:
         check_getter(getter)
+        subscribe = events_wanted(events, getter)
         self._getter = getter
+        self._all = bool(all)  # what the getter is asked for: get_pods(all), get_pod(uid, all)
         self._clock = clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
@@ -216,7 +224,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = sync_probe(getter)  # pod_of_pid's way to ask about one container
+        self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
         # Pods that leave are remembered (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max)
@@ -232,7 +240,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._closing = threading.Event()
         self._wake = threading.Event()
         self._subscriber: threading.Thread | None = None
-        if events and offers_events(getter):
+        if subscribe:
             self._subscribe(getter, clock)
 
     def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
@@ -490,7 +498,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         error: BaseException | None = None
         refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
         try:
-            pods = self._getter.get_pods(False)
+            pods = self._getter.get_pods(self._all)
             if not isinstance(pods, PodList):
                 pods = PodList(pods)
         except BaseException as exc:  # every outcome must reach the waiters, even ^C
@@ -523,17 +531,33 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._changed.notify_all()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pod(self, relist: PodRelist | None) -> None:
-        """Hand ``relist`` to a relist worker, starting one when none is free (at most
+    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+        """Hand each of ``relists`` to a relist worker, starting one when none is free (at most
         ``podrelists.MAX_IN_FLIGHT`` run: the core never has more relists in flight)."""
-        if relist is None:
-            return
-        self._pod_jobs.put(relist)
-        with self._pool_lock:
-            if self._pod_workers - self._pod_busy >= self._pod_jobs.qsize():
-                return
-            self._pod_workers += 1
-        threading.Thread(target=self._pod_worker, name="podcache-pod-relist", daemon=True).start()
+        for relist in relists:
+            self._pod_jobs.put(relist)
+            with self._pool_lock:
+                if self._pod_workers - self._pod_busy >= self._pod_jobs.qsize():
+                    continue
+                self._pod_workers += 1
+            thread = threading.Thread(
+                target=self._pod_worker, name="podcache-pod-relist", daemon=True
+            )
+            thread.start()
+
+    def _arm_pods(self, delay: float | None) -> None:
+        """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""
+        if delay is not None:
+            timer = threading.Timer(delay, self._fire_pods)
+            timer.name = "podcache-relist-timer"
+            timer.daemon = True
+            timer.start()
+
+    def _fire_pods(self) -> None:
+        with self._lock:
+            relists, again = self._core.pod_fire(self._clock())
+        self._arm_pods(again)
+        self._spawn_pods(relists)
 
     def _pod_worker(self) -> None:
         """Run relists as they come, and the one each asks for next in the slot it frees;
@@ -572,20 +596,25 @@ class RuntimeCache(CoreReadings[threading.Event]):
         error: BaseException | None = None
         relist.started_wall = time.time()
         try:
-            pod = self._getter.get_pod(relist.uid, False)  # type: ignore[attr-defined]
+            pod = self._getter.get_pod(relist.uid, self._all)  # type: ignore[attr-defined]
         except BaseException as exc:  # a failure asks for a full listing, even ^C
             error = exc
         with self._lock:
             now = self._clock()
             following, full = self._core.pod_complete(relist, pod, error, now)
             delay = self._core.arm(now)
+            pod_delay = self._core.pod_arm(now)
             self._published()
         self._arm(delay)
+        self._arm_pods(pod_delay)
         if full is not None:
             self._spawn(full)
         if error is not None and not isinstance(error, Exception):
             raise error
-        return following
+        if not following:
+            return None
+        self._spawn_pods(following[1:])
+        return following[0]
 
     # -- the event subscription (thread) -------------------------------------------------------
     def _event(self, event: object) -> Step:
@@ -594,22 +623,25 @@ class RuntimeCache(CoreReadings[threading.Event]):
         if not self._relists_pods:
             return self._signal(Signal.EVENT)
         assert self._subscription is not None
-        relist = full = None
-        delay = None
+        relists: list[PodRelist] = []
+        full = None
+        delay = pod_delay = None
         with self._lock:
             step = self._subscription.on(Signal.EVENT)
             if step is Step.REFRESH:
                 now = self._clock()
                 uid = event_pod(event, self._core.snapshot[0])
                 happened = event_time(event, time.time())
-                relist, full, scheduled = self._core.on_event(
+                relists, full, scheduled = self._core.on_event(
                     uid, now, happened, gone_unseen(event)
                 )
                 if scheduled is not None:
                     self._subscription.counted_refresh(scheduled)
                 delay = self._core.arm(now)
+                pod_delay = self._core.pod_arm(now)
         self._arm(delay)
-        self._spawn_pod(relist)
+        self._arm_pods(pod_delay)
+        self._spawn_pods(relists)
         if full is not None:
             self._spawn(full)
         return step

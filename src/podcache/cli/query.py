@@ -14,9 +14,9 @@ import click
 
 from podcache.cli.exits import AmbiguousIDError, NotFoundError
 from podcache.cli.options import PodFilter
-from podcache.model import MIN_PREFIX, AmbiguousContainerIDError, Pod, PodList
+from podcache.model import MIN_PREFIX, AmbiguousContainerIDError, Container, Pod, PodList
 
-__all__ = ["find_pod", "matches", "select"]
+__all__ = ["find", "find_pod", "matches", "select"]
 
 
 def matches(pod: Pod, where: PodFilter) -> bool:
@@ -47,7 +47,13 @@ def _describe(pods: PodList, ident: str) -> str:
 
 
 def find_pod(pods: PodList, ident: str, *, param_hint: str = "'ID'") -> Pod:
-    """The pod ``ident`` names (see the module docstring).
+    """The pod ``ident`` names (see the module docstring); errors as ``find``'s."""
+    return find(pods, ident, param_hint=param_hint)[0]
+
+
+def find(pods: PodList, ident: str, *, param_hint: str = "'ID'") -> tuple[Pod, Container | None]:
+    """The pod ``ident`` names (see the module docstring) and the container or sandbox it
+    matched (None when it named the pod by UID or name_namespace).
 
     Raises NotFoundError (exit 3) when nothing matches, AmbiguousIDError (exit 2, with the
     candidates) for a prefix of several IDs, click.BadParameter (exit 2) for a malformed
@@ -62,10 +68,10 @@ def find_pod(pods: PodList, ident: str, *, param_hint: str = "'ID'") -> Pod:
             raise click.BadParameter(str(e), param_hint=param_hint) from None
         if found is None:
             raise NotFoundError(f"no container or sandbox {ident} (among {len(pods)} pods)")
-        return found[0]
+        return found
     pod = pods.by_uid(ident) or pods.by_full_name(ident)
     if pod is not None:
-        return pod
+        return pod, None
     try:
         found = pods.by_container_id(ident)
     except AmbiguousContainerIDError as e:
@@ -85,4 +91,4 @@ def find_pod(pods: PodList, ident: str, *, param_hint: str = "'ID'") -> Pod:
             f"nothing matches {ident!r}: no pod UID, name_namespace, container or sandbox ID "
             f"or ID prefix among {len(pods)} pods"
         )
-    return found[0]
+    return found

@@ -36,6 +36,10 @@ __all__ = [
     "containers_table",
     "fit_widths",
     "human_age",
+    "matched_document",
+    "matched_text",
+    "member_kind",
+    "pod_attempt",
     "pod_detail",
     "pod_id",
     "pod_state",
@@ -152,13 +156,20 @@ def pod_ip(pod: Pod) -> str:
     return pod.ips[0] if pod.ips else _NONE
 
 
+def pod_attempt(pod: Pod) -> str:
+    """A pod's ATTEMPT cell, as crictl's: its newest sandbox's attempt (the sandbox POD ID
+    names); ``-`` for a pod without one."""
+    return str(pod.sandboxes[0].attempt) if pod.sandboxes else _NONE
+
+
 def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableData:
-    """One row per pod: POD ID, CREATED, STATE, NAME, NAMESPACE, CONTAINERS (a count);
+    """One row per pod: POD ID, CREATED, STATE, NAME, NAMESPACE, ATTEMPT (``pod_attempt``),
+    CONTAINERS (a count; where crictl has RUNTIME, which the model does not keep);
     ``wide`` adds IP (the primary, as ``kubectl get pods -o wide``; ``host`` for a pod on the
     host network, which has none of its own), UID, SANDBOXES (a count), CONTAINER NAMES and
     LABELS."""
     wide = out.format == "wide"
-    columns = ["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "CONTAINERS"]
+    columns = ["POD ID", "CREATED", "STATE", "NAME", "NAMESPACE", "ATTEMPT", "CONTAINERS"]
     if wide:
         columns += ["IP", "UID", "SANDBOXES", "CONTAINER NAMES", "LABELS"]
     table = TableData(columns)
@@ -169,6 +180,7 @@ def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableDat
             pod_state(pod),
             _or_none(pod.name),
             _or_none(pod.namespace),
+            pod_attempt(pod),
             str(len(pod.containers)),
         ]
         if wide:
@@ -185,14 +197,15 @@ def pods_table(pods: Sequence[Pod], out: OutputOptions, now_ns: int) -> TableDat
 
 
 def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) -> TableData:
-    """One row per (pod, container): CONTAINER, IMAGE, STATE, NAME, POD ID, POD, NAMESPACE;
-    ``wide`` adds IMAGE ID (``image_id``, else ``image_ref``), HASH and POD UID.
+    """One row per (pod, container): CONTAINER, IMAGE, STATE, NAME, ATTEMPT (the container's
+    CRI attempt, as crictl's), POD ID, POD, NAMESPACE; ``wide`` adds IMAGE ID (``image_id``,
+    else ``image_ref``), HASH and POD UID.
 
     POD ID is the pod's newest sandbox, as in ``pods_table`` (the model does not record which
     sandbox an exited container ran in). There is no CREATED: the model has no container time.
     """
     wide = out.format == "wide"
-    columns = ["CONTAINER", "IMAGE", "STATE", "NAME", "POD ID", "POD", "NAMESPACE"]
+    columns = ["CONTAINER", "IMAGE", "STATE", "NAME", "ATTEMPT", "POD ID", "POD", "NAMESPACE"]
     if wide:
         columns += ["IMAGE ID", "HASH", "POD UID"]
     table = TableData(columns)
@@ -202,6 +215,7 @@ def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) 
             _or_none(container.image),
             _state(container.state),
             _or_none(container.name),
+            str(container.attempt),
             short_id(pod_id(pod), out.no_trunc),
             _or_none(pod.name),
             _or_none(pod.namespace),
@@ -213,8 +227,38 @@ def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) 
     return table
 
 
-def pod_detail(pod: Pod, out: OutputOptions, now_ns: int) -> list[TableData]:
-    """One pod for ``inspect -o table``: its fields, then its sandboxes and containers."""
+def member_kind(pod: Pod, member: Container) -> str:
+    """``"sandbox"`` when ``member`` is one of ``pod``'s sandboxes, else ``"container"``."""
+    return "sandbox" if member in pod.sandboxes else "container"
+
+
+def matched_text(pod: Pod, member: Container, no_trunc: bool = False) -> str:
+    """What an ID matched, in words: ``container web (3f2a...)`` or ``sandbox (9c1d...)``."""
+    kind = member_kind(pod, member)
+    name = f" {member.name}" if kind == "container" and member.name else ""
+    return f"{kind}{name} ({short_id(member.id.id, no_trunc)})"
+
+
+def matched_document(pod: Pod, member: Container | None) -> dict[str, Any] | None:
+    """``inspect``'s ``"matched"`` member: the container or sandbox the ID named
+    (``kind``, ``id`` as ``type://id``, ``name``, ``attempt``), None for a UID or
+    name_namespace."""
+    if member is None:
+        return None
+    return {
+        "kind": member_kind(pod, member),
+        "id": member.id.qualified,
+        "name": member.name,
+        "attempt": member.attempt,
+    }
+
+
+def pod_detail(
+    pod: Pod, out: OutputOptions, now_ns: int, matched: Container | None = None
+) -> list[TableData]:
+    """One pod for ``inspect -o table``: its fields (with ``Matched:``, the container or
+    sandbox the ID named, when it named one), then its sandboxes and containers, the matched
+    one marked ``*`` in the first column."""
     fields = TableData(["FIELD", "VALUE"], show_header=False)
     for name, value in (
         ("Name", _or_none(pod.name)),
@@ -226,15 +270,18 @@ def pod_detail(pod: Pod, out: OutputOptions, now_ns: int) -> list[TableData]:
         ("Labels", _labels(pod)),
     ):
         fields.add(f"{name}:", value)
-    members = TableData(["KIND", "ID", "NAME", "STATE", "IMAGE"])
+    if matched is not None:
+        fields.add("Matched:", matched_text(pod, matched, out.no_trunc))
+    members = TableData(["KIND", "ID", "NAME", "STATE", "ATTEMPT", "IMAGE"])
     rows: list[tuple[str, Container]] = [("sandbox", s) for s in pod.sandboxes]
     rows += [("container", c) for c in pod.containers]
     for kind, member in rows:
         members.add(
-            kind,
+            f"{kind} *" if member is matched else kind,
             short_id(member.id.id, out.no_trunc),
             _or_none(member.name),
             _state(member.state),
+            str(member.attempt),
             _or_none(member.image),
         )
     return [fields, members]

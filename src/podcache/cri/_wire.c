@@ -502,6 +502,7 @@ error:
     X(SANDBOX, name, "PodSandboxMetadata.name (str)")                                          \
     X(SANDBOX, uid, "PodSandboxMetadata.uid (str)")                                            \
     X(SANDBOX, namespace, "PodSandboxMetadata.namespace (str)")                                \
+    X(SANDBOX, attempt, "PodSandboxMetadata.attempt (int, uint32)")                            \
     X(SANDBOX, labels,                                                                         \
       "the pod's own labels: (key, value) pairs sorted by key, each key with its last value, " \
       "no io.kubernetes.pod.* keys")
@@ -516,6 +517,7 @@ ROW_TYPE(SANDBOX, "SandboxRow", "One PodSandbox of a ListPodSandboxResponse, as 
     X(CONTAINER, state, "Container.state (int)")                                               \
     X(CONTAINER, has_metadata, "whether Container.metadata was listed (bool)")                 \
     X(CONTAINER, name, "ContainerMetadata.name (str)")                                         \
+    X(CONTAINER, attempt, "ContainerMetadata.attempt (int, uint32)")                           \
     X(CONTAINER, has_image, "whether Container.image was listed (bool)")                       \
     X(CONTAINER, image, "ImageSpec.image (str)")                                               \
     X(CONTAINER, runtime_handler, "ImageSpec.runtime_handler (str)")                           \
@@ -545,7 +547,7 @@ ROW_TYPE(CONTAINER, "ContainerRow", "One Container of a ListContainersResponse, 
 
 typedef struct {
     span id, name, image, handler, image_ref, image_id, uid, pod_name, pod_namespace, hash;
-    uint64_t state, created_at;
+    uint64_t state, created_at, attempt;
     int has_metadata, has_image;
 } container_fields;
 
@@ -556,6 +558,8 @@ static int read_container_metadata(const ctx *c, span m, container_fields *out) 
     while ((r = next_tag(c, &p, end, &f, &wt)) > 0) {
         if (f == 1 && wt == 2) {
             if (read_string(c, &p, end, &out->name) < 0) return -1;
+        } else if (f == 2 && wt == 0) {
+            if (read_varint(c, &p, end, &out->attempt) < 0) return -1;
         } else if (skip_field(c, f, wt, &p, end, ITEM_DEPTH + 1) < 0) {
             return -1;
         }
@@ -659,6 +663,7 @@ static PyObject *container_row(const container_fields *f, interner *t) {
         [CONTAINER_state] = PyLong_FromLong((long)(int32_t)(uint32_t)f->state),
         [CONTAINER_has_metadata] = new_bool(f->has_metadata),
         [CONTAINER_name] = repeated_str(t, LAST_NAME, f->name),
+        [CONTAINER_attempt] = PyLong_FromUnsignedLong((unsigned long)(uint32_t)f->attempt),
         [CONTAINER_has_image] = new_bool(f->has_image),
         [CONTAINER_image] = repeated_str(t, LAST_IMAGE, f->image),
         [CONTAINER_runtime_handler] = shared_str(t, f->handler),
@@ -752,7 +757,7 @@ static PyObject *labels_tuple(const label_list *labels, interner *t) {
 
 typedef struct {
     span id, name, uid, namespace_;
-    uint64_t state, created_at;
+    uint64_t state, created_at, attempt;
     int has_metadata;
 } sandbox_fields;
 
@@ -767,6 +772,8 @@ static int read_sandbox_metadata(const ctx *c, span m, sandbox_fields *out) {
         if (wt == 2 && f == 3) target = &out->namespace_;
         if (target != NULL) {
             if (read_string(c, &p, end, target) < 0) return -1;
+        } else if (wt == 0 && f == 4) {
+            if (read_varint(c, &p, end, &out->attempt) < 0) return -1;
         } else if (skip_field(c, f, wt, &p, end, ITEM_DEPTH + 1) < 0) {
             return -1;
         }
@@ -834,6 +841,7 @@ static PyObject *sandbox_row(const sandbox_fields *f, label_list *labels, intern
         [SANDBOX_name] = shared_str(t, f->name),
         [SANDBOX_uid] = own_str(f->uid),
         [SANDBOX_namespace] = shared_str(t, f->namespace_),
+        [SANDBOX_attempt] = PyLong_FromUnsignedLong((unsigned long)(uint32_t)f->attempt),
         [SANDBOX_labels] = labels_tuple(labels, t),
     };
     return new_row(&SANDBOX_type, SANDBOX_FIELD_COUNT, values);

@@ -34,6 +34,9 @@ class SandboxRow:
     @property
     def namespace(self) -> str: ...
     @property
+    def attempt(self) -> int:
+        """PodSandboxMetadata.attempt (uint32)."""
+    @property
     def labels(self) -> tuple[tuple[str, str], ...]:
         """The pod's own labels: sorted by key, each key once with its last value, no
         ``io.kubernetes.pod.*`` keys."""
@@ -53,6 +56,9 @@ class ContainerRow:
         """Whether Container.metadata was listed."""
     @property
     def name(self) -> str: ...
+    @property
+    def attempt(self) -> int:
+        """ContainerMetadata.attempt (uint32)."""
     @property
     def has_image(self) -> bool:
         """Whether Container.image was listed."""

@@ -139,7 +139,8 @@ class SyncCaller:
                 if line.retired and not self.closed and e.code() is grpc.StatusCode.CANCELLED:
                     line = self.line  # replaced while this call waited on it
                     continue
-                raise self._status_failure(method, e.code(), e.details() or "") from e
+                took = time.monotonic() - deadline + self._timeout
+                raise self._status_failure(method, e.code(), e.details() or "", took) from e
             return _answer(self._url, method, result, response), line
 
     def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
@@ -148,12 +149,13 @@ class SyncCaller:
         ID, whose cost must be the pod's. Failures are mapped as ``call``'s are."""
         self.check_open()
         wire = [(method, request.SerializeToString()) for method, request in requests]
+        began = time.monotonic()
         try:
             answers = self._pool.call_all(wire, self._timeout)
         except OSError as failure:
             raise RuntimeUnavailableError(self._url, _os_reason(failure)) from None
         except CallFailedError as failure:
-            raise self._failed(failure) from failure
+            raise self._failed(failure, time.monotonic() - began) from failure
         for (method, _), messages in zip(requests, answers, strict=True):
             if len(messages) != 1:
                 raise RuntimeProtocolError(
@@ -161,21 +163,29 @@ class SyncCaller:
                 )
         return [messages[0] for messages in answers]
 
-    def _failed(self, failure: CallFailedError) -> CRIError:
-        """The podcache error of a failed ``pod_calls`` call."""
+    def _failed(self, failure: CallFailedError, took: float) -> CRIError:
+        """The podcache error of a failed ``pod_calls`` call, ``took`` seconds after it began."""
         if isinstance(failure, WireViolationError):
             return RuntimeProtocolError(
                 self._url, f"its {failure.method} answer broke HTTP/2 or gRPC: {failure.details}"
             )
-        return self._status_failure(failure.method, failure.code, failure.details)
+        if failure.code is grpc.StatusCode.CANCELLED and self.closed:
+            return CRIError(
+                self._url,
+                f"{failure.method} was cancelled after {took:.3g} s: {self._owner} closed",
+            )
+        return self._status_failure(failure.method, failure.code, failure.details, took)
 
-    def _status_failure(self, method: str, code: grpc.StatusCode | None, details: str) -> CRIError:
+    def _status_failure(
+        self, method: str, code: grpc.StatusCode | None, details: str, took: float | None = None
+    ) -> CRIError:
         """The podcache error of a call of either client that ended with ``code``: mapped by
-        ``failures``, a deadline after one probe of the endpoint (``diagnosis``)."""
+        ``failures``, a deadline after one probe of the endpoint (``diagnosis``), saying how
+        long the call really took (``took`` seconds) when it is known."""
         error = _status_error(self._endpoint, method, code, details)
         if error is None:
             probe = _probe(self._endpoint, _probe_budget(self._timeout))
-            error = _deadline_error(self._url, method, self._timeout, probe)
+            error = _deadline_error(self._url, method, self._timeout, probe, took)
         return error
 
     def version(self) -> RuntimeVersion:

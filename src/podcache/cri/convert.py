@@ -286,14 +286,17 @@ def _sandbox_facts(sandbox: pb.PodSandbox, runtime: str, share: _Share) -> _Sand
             for value in (labels[key],)
         ]
     )
-    item = Container(id=ContainerID(runtime, sandbox_id), state=sandbox_state(state))
+    item = Container(
+        id=ContainerID(runtime, sandbox_id), state=sandbox_state(state), attempt=metadata.attempt
+    )
     return _KeptSandbox(created_at, state, sandbox_id, uid, item, name, namespace, pairs)
 
 
 def _container_facts(container: pb.Container, runtime: str, share: _Share) -> _ContainerFacts:
     """The kubelet's rules for one container message."""
     container_id, created_at, state = container.id, container.created_at, container.state
-    name = container.metadata.name
+    metadata = container.metadata
+    name = metadata.name
     if not name and not container.HasField("metadata"):
         return _SkippedContainer(created_at, state, container_id, None)
     uid = container.labels.get(POD_UID_LABEL, "")
@@ -313,6 +316,7 @@ def _container_facts(container: pb.Container, runtime: str, share: _Share) -> _C
         image_runtime_handler=share(handler, handler) if handler else "",
         hash=parse_hash(container.annotations.get(CONTAINER_HASH_ANNOTATION, "")),
         state=container_state(state),
+        attempt=metadata.attempt,
     )
     return _KeptContainer(created_at, state, container_id, uid, item)
 
@@ -336,7 +340,9 @@ def _wire_sandbox_facts(row: SandboxRow, runtime: str, share: _Share) -> _Sandbo
     if not sandbox_id:
         return _SkippedSandbox(row.created_at, row.state, "", row.uid, row.name, row.namespace)
     state = row.state
-    item = Container(id=ContainerID(runtime, sandbox_id), state=sandbox_state(state))
+    item = Container(
+        id=ContainerID(runtime, sandbox_id), state=sandbox_state(state), attempt=row.attempt
+    )
     return _KeptSandbox(
         row.created_at, state, sandbox_id, row.uid, item, row.name, row.namespace, row.labels
     )
@@ -360,6 +366,7 @@ def _wire_container_facts(row: ContainerRow, runtime: str, share: _Share) -> _Co
         image_runtime_handler=row.runtime_handler,
         hash=parse_hash(row.hash),
         state=container_state(state),
+        attempt=row.attempt,
     )
     return _KeptContainer(row.created_at, state, container_id, row.pod_uid, item)
 

@@ -24,7 +24,8 @@ Rules:
   sandbox status's labels), then a known event type, IDs of at most ``MAX_ID_LENGTH``
   characters of ``[A-Za-z0-9_.+-]`` (a container ID is required; the pod UID too), a
   ``created_at`` that is not negative. A response that breaks a rule ends the stream with
-  ``RuntimeProtocolError``.
+  ``RuntimeProtocolError``, and so does a runtime that breaks HTTP/2 (``WireViolationError``:
+  a flood of control frames, flow control overrun), in ``open()`` as in the iteration.
 - The receive limit: an event message is at most ``MAX_RECEIVE_MESSAGE_BYTES``
   (16 MiB, the list calls' limit too; a legitimate pod's labels and annotations make a sandbox
   status of about 1.5 MB). A larger one fails the stream (RESOURCE_EXHAUSTED): the cache
@@ -52,7 +53,7 @@ from typing import Self
 import grpc
 
 from podcache.cri.eventwire import EventFields, EventWireError, event_fields
-from podcache.cri.http2 import CallFailedError, StreamCall
+from podcache.cri.http2 import CallFailedError, StreamCall, WireViolationError
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
@@ -201,7 +202,13 @@ class ContainerEventStream:
                 call.close()
                 return
             self._call = call
-        ended = call.confirm(self._confirm)
+        try:
+            ended = call.confirm(self._confirm)
+        except WireViolationError as violation:
+            call.close()
+            if self._closed:
+                return
+            raise self._broke(violation) from None
         if ended is not None and not self._closed:
             code, details = ended
             if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
@@ -225,6 +232,8 @@ class ContainerEventStream:
             call.close()  # the call is over: its connection too
             if self._closed or _ended_by_server(e.code, e.details):
                 raise StopIteration from None
+            if isinstance(e, WireViolationError):
+                raise self._broke(e) from e
             raise self._error(e.code, e.details) from e
         if self._done_reading(call) or response is None:
             call.close()
@@ -233,6 +242,12 @@ class ContainerEventStream:
         if self.raw_sink is not None:
             self.raw_sink(response)
         return event
+
+    def _broke(self, violation: WireViolationError) -> RuntimeProtocolError:
+        """The error of a stream whose runtime broke HTTP/2 or gRPC (a flood included)."""
+        return RuntimeProtocolError(
+            self._url, f"its {_METHOD} stream broke HTTP/2 or gRPC: {violation.details}"
+        )
 
     def _done_reading(self, call: StreamCall) -> bool:
         """After a read: whether the stream was closed meanwhile (its connection is then

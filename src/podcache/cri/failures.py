@@ -37,9 +37,14 @@ def _describe_reply(reply: bytes) -> str:
     return f"it answered {reply[:16]!r}, which is not HTTP/2"
 
 
-def _deadline_error(url: str, method: str, timeout: float, probe: _Probe) -> CRIError:
-    """The error to raise for a call that reached its deadline, given what the probe saw."""
+def _deadline_error(
+    url: str, method: str, timeout: float, probe: _Probe, took: float | None = None
+) -> CRIError:
+    """The error to raise for a call that reached its deadline, given what the probe saw;
+    ``took``: how long the call really took, when it is known (said when it differs)."""
     waited = f"{method} got no answer within {timeout:g} s"
+    if took is not None:
+        waited += f" (the call took {took:.3g} s)"
     if probe.error is not None:
         return RuntimeUnavailableError(url, f"{_os_reason(probe.error)} ({waited})")
     reply = probe.reply

@@ -15,7 +15,8 @@ Rules:
   ``ConnectionPool`` lends its idle connections (at most ``MAX_IDLE`` kept) to the threads that
   relist pods, and an event stream owns a connection of its own. ``StreamCall.cancel()`` is
   the one call another thread may make: it shuts the socket down, and the reading thread sees
-  the call cancelled.
+  the call cancelled. ``ConnectionPool.close()`` cancels every connection it has lent the
+  same way, so every call in flight ends at once (CANCELLED), whatever it waits for.
 - **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
   compression asked for (a compressed message is a violation), request headers written as
   literals (never indexed); answers' header blocks are decoded with ``hpack``. PINGs and
@@ -23,21 +24,40 @@ Rules:
   (``STREAM_WINDOW`` per stream, ``CONNECTION_WINDOW``) are given back as it reads, the ones
   the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (what it advertises), a header block of at
-  most ``MAX_HEADER_BLOCK`` bytes (HEADERS and its CONTINUATIONs), a message of at most
-  ``MAX_RECEIVE_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit), one message
-  in a unary answer (a second is a violation; a stream's are taken one at a time, so at most
-  one frame's worth wait), every blocking
-  read and write under the call's deadline (a stream's reads wait without one; its writes have
-  ``SEND_TIMEOUT``).
+  most ``MAX_HEADER_BLOCK`` bytes and ``MAX_CONTINUATIONS`` CONTINUATION frames (empty ones
+  add no bytes), at most two HPACK table size updates at a block's start (RFC 7541 §4.2), a
+  message of at most ``MAX_RECEIVE_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's
+  limit), one message in a unary answer (a second is a violation; a stream's are taken one at
+  a time, so at most one frame's worth wait), the decode memo of at most ``MAX_MEMO_BYTES``.
+- **Control frames are budgeted.** Every frame that carries no DATA payload (PING, SETTINGS,
+  WINDOW_UPDATE, RST_STREAM, PRIORITY, GOAWAY, HEADERS, CONTINUATION, empty DATA, unknown
+  types) takes one from a budget of ``CONTROL_FRAME_BURST``, given back at
+  ``CONTROL_FRAMES_PER_SECOND`` and ``CONTROL_FRAMES_PER_CALL`` for each call opened (a call
+  brings some four: its headers, trailers, a window update, a PING); a runtime that overdraws
+  it is flooding (the HTTP/2 CVEs of 2019 and 2024: ping, settings, reset, empty-frame and
+  CONTINUATION floods), and the connection ends with a violation naming the frame.
+- **Deadlines.** Every read and write of a unary call, the acknowledgements and window
+  updates it writes included, is under the call's deadline, checked before each frame is
+  taken as well as before each read; a write that does not finish breaks the connection. A
+  stream's reads wait without a deadline and its writes have ``SEND_TIMEOUT`` each.
+- **Flow control, received.** The runtime may send DATA only within the windows given
+  (``STREAM_WINDOW`` a stream, ``CONNECTION_WINDOW``); DATA past them, DATA on stream 0 or on
+  a stream it ended or that was never opened, a WINDOW_UPDATE of 0 or one that takes a window
+  past 2^31-1, a SETTINGS_INITIAL_WINDOW_SIZE past 2^31-1 (or one that takes a window there),
+  a SETTINGS_MAX_FRAME_SIZE outside RFC 9113's range and SETTINGS_ENABLE_PUSH other than 0
+  are connection errors (RFC 9113 §5.1, §6.5.2, §6.9): a violation naming the frame.
 - **Outcomes.** Every failure is a ``CallFailedError`` with a ``grpc.StatusCode`` and details, the
   same codes ``failures`` maps for grpcio's calls: the trailers' grpc-status and grpc-message
   (percent-decoded), an HTTP status other than 200 by gRPC's table, RST_STREAM by its error
   code, GOAWAY and a lost connection UNAVAILABLE, the deadline DEADLINE_EXCEEDED. A runtime
   that breaks HTTP/2 or gRPC framing is a ``WireViolationError`` (a ``CallFailedError``): the
-  connection is closed, never reused.
+  connection is closed, never reused. Every failure names the method being read or written.
 - **Retry.** A pooled connection the runtime closed while it was idle (a restart) fails before
   any answer arrives; the pool then makes the calls once more on a fresh connection (the list
   calls only read).
+
+Deliberately not here: podcache's errors (``caller`` maps these failures, with how long the
+call took), TLS, compression, and any call but the list calls of one pod and the event stream.
 """
 
 from __future__ import annotations
@@ -63,9 +83,14 @@ from podcache.cri.endpoint import Endpoint
 
 __all__ = [
     "CONNECTION_WINDOW",
+    "CONTROL_FRAMES_PER_CALL",
+    "CONTROL_FRAMES_PER_SECOND",
+    "CONTROL_FRAME_BURST",
+    "MAX_CONTINUATIONS",
     "MAX_FRAME_BYTES",
     "MAX_HEADER_BLOCK",
     "MAX_IDLE",
+    "MAX_MEMO_BYTES",
     "SEND_TIMEOUT",
     "STREAM_WINDOW",
     "CallFailedError",
@@ -91,6 +116,18 @@ SEND_TIMEOUT = 10.0
 """Seconds a write may wait for the runtime to read (a stream's acknowledgements)."""
 MAX_MESSAGE_BYTES = MAX_RECEIVE_MESSAGE_BYTES
 """The receive limit of one gRPC message: the channels' (16 MiB), one limit for both clients."""
+MAX_CONTINUATIONS = 16
+"""Most CONTINUATION frames one header block may take: a block of ``MAX_HEADER_BLOCK`` bytes
+cut into frames of 4 KiB. Its byte bound does not count empty ones (CVE-2024-27316's flood)."""
+CONTROL_FRAME_BURST = 1_000
+"""The control-frame budget a connection starts with and never holds more of."""
+CONTROL_FRAMES_PER_SECOND = 100
+"""Control frames given back to the budget each second."""
+CONTROL_FRAMES_PER_CALL = 16
+"""Control frames given back for each call opened (a call brings about four)."""
+MAX_MEMO_BYTES = 16 * 1024
+"""Most bytes the decode memo of header blocks holds: each block's bytes, its headers' names
+and values, and the objects around them (``_memo_cost``, checked against tracemalloc)."""
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 _DATA, _HEADERS, _PRIORITY, _RST_STREAM, _SETTINGS, _PUSH_PROMISE = 0, 1, 2, 3, 4, 5
@@ -100,11 +137,33 @@ _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
 _SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
 _SETTING_MAX_FRAME, _SETTING_MAX_HEADER_LIST = 0x5, 0x6
 _DEFAULT_WINDOW = 65_535
-_LAST_STREAM_ID = 2**31 - 1
+_LAST_STREAM_ID = _MAX_WINDOW = 2**31 - 1
+_LARGEST_FRAME_SETTING = 2**24 - 1
+_MAX_SIZE_UPDATES = 2
 _RECV_BYTES = 256 * 1024
 _COMPACT_AT = 1024 * 1024
 _SERVICE = "/runtime.v1.RuntimeService/"
-_DECODED_KEPT = 32
+_MEMO_ENTRY_COST = 400
+"""What a memo entry costs besides its bytes: the entry, the block's and the headers' objects."""
+_MEMO_HEADER_COST = 120
+"""What each decoded header of a memo entry costs besides its name's and value's bytes."""
+
+_FRAME_NAMES = {
+    _DATA: "DATA",
+    _HEADERS: "HEADERS",
+    _PRIORITY: "PRIORITY",
+    _RST_STREAM: "RST_STREAM",
+    _SETTINGS: "SETTINGS",
+    _PUSH_PROMISE: "PUSH_PROMISE",
+    _PING: "PING",
+    _GOAWAY: "GOAWAY",
+    _WINDOW_UPDATE: "WINDOW_UPDATE",
+    _CONTINUATION: "CONTINUATION",
+}
+_CONNECTION_KINDS = frozenset({_SETTINGS, _PING, _GOAWAY})
+"""Frames that belong to the connection: on stream 0 only (RFC 9113 §6.5, §6.7, §6.8)."""
+_STREAM_KINDS = frozenset({_DATA, _HEADERS, _PRIORITY, _RST_STREAM, _CONTINUATION})
+"""Frames that belong to a stream: never on stream 0 (RFC 9113 §6.1-6.4, §6.10)."""
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
 # gRPC's mapping of an HTTP status that is not 200 (doc/http-grpc-status-mapping.md).
@@ -261,6 +320,29 @@ def _authority(endpoint: Endpoint) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def _leading_size_updates(block: bytes) -> int:
+    """How many HPACK dynamic table size updates (001xxxxx) open ``block``: RFC 7541 §4.2
+    allows two (the smallest size, then the final one); hpack refuses one after a field."""
+    count, pos = 0, 0
+    while pos < len(block) and block[pos] & 0xE0 == 0x20:
+        count += 1
+        if count > _MAX_SIZE_UPDATES:
+            break
+        pos = _integer_end(block, pos, 5)[1]
+    return count
+
+
+def _memo_cost(block: bytes, headers: dict[bytes, bytes]) -> int:
+    """The bytes a memo entry holds: the block, its headers' names and values, and the objects
+    around them (measured with tracemalloc: tests/unit/cri/test_http2.py)."""
+    named = sum(len(name) + len(value) + _MEMO_HEADER_COST for name, value in headers.items())
+    return _MEMO_ENTRY_COST + len(block) + named
+
+
+def _frame_name(kind: int) -> str:
+    return _FRAME_NAMES.get(kind, f"unknown (type {kind})")
+
+
 @dataclass(slots=True)
 class _Stream:
     """One call's state on a connection: its answer as it arrives."""
@@ -274,10 +356,22 @@ class _Stream:
     status: tuple[grpc.StatusCode, str] | None = None
     unacked: int = 0
     answered: bool = False
+    remote_closed: bool = False
+    """The runtime ended its side (END_STREAM or RST_STREAM): it may send no DATA or HEADERS."""
 
     def end(self, code: grpc.StatusCode, details: str) -> None:
         if self.status is None:
             self.status = (code, details)
+
+
+@dataclass(slots=True)
+class _HeaderBlock:
+    """A header block being assembled: its stream, bytes, END_STREAM and CONTINUATIONs."""
+
+    stream: int
+    data: bytearray
+    ends: bool
+    continuations: int = 0
 
 
 def _status_of(headers: dict[bytes, bytes]) -> tuple[grpc.StatusCode, str]:
@@ -311,7 +405,9 @@ def _unpadded(frame: _Frame, method: str) -> bytes:
     start, end = 0, len(payload)
     if frame.flags & _PADDED:
         if not payload or payload[0] >= len(payload):
-            raise WireViolationError(f"a padded frame of {len(payload)} bytes", method)
+            raise WireViolationError(
+                f"a padded {_frame_name(frame.kind)} frame of {len(payload)} bytes", method
+            )
         start, end = 1, len(payload) - payload[0]
     if frame.kind == _HEADERS and frame.flags & _PRIORITY_FLAG:
         start += 5
@@ -323,7 +419,8 @@ def _unpadded(frame: _Frame, method: str) -> bytes:
 class Connection:
     """One HTTP/2 connection to the runtime, for one thread at a time (see the module rules).
 
-    ``connect_timeout``: seconds the connect may take. OSError when the runtime takes none.
+    ``connect_timeout``: seconds the connect and the preface's write may take (None: no limit
+    to the connect, ``SEND_TIMEOUT`` to the write). OSError when the runtime takes none.
     """
 
     def __init__(self, endpoint: Endpoint, connect_timeout: float | None) -> None:
@@ -331,17 +428,25 @@ class Connection:
         self._authority = _authority(endpoint)
         self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
         self._decoded_blocks: dict[bytes, dict[bytes, bytes]] = {}
+        self._memo_bytes = 0
         self._inbox = bytearray()
         self._start = 0
         self._next_id = 1
         self._streams: dict[int, _Stream] = {}
-        self._block: tuple[int, bytearray, bool] | None = None
+        self._block: _HeaderBlock | None = None
         self._send_window = _DEFAULT_WINDOW
         self._peer_stream_window = _DEFAULT_WINDOW
         self._peer_max_streams = _LAST_STREAM_ID
         self._unacked = 0
         self._going_away: int | None = None
         self._cancelled = False
+        self._control_budget = float(CONTROL_FRAME_BURST)
+        self._control_at = time.monotonic()
+        self._method = ""
+        """The call being read or written now (every failure names it)."""
+        self._deadline: float | None = None
+        """The deadline of every read and write of the unary calls in progress (None: a
+        stream's, whose writes have ``SEND_TIMEOUT``)."""
         self.broken: str | None = None
         """Why the connection may not be used again (None: it may)."""
         settings = struct.pack(
@@ -354,30 +459,41 @@ class Connection:
             MAX_HEADER_BLOCK,
         )
         grow = struct.pack(">I", CONNECTION_WINDOW - _DEFAULT_WINDOW)
-        self._send(
-            _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
-        )
+        if connect_timeout is not None:
+            self._deadline = time.monotonic() + connect_timeout
+        try:
+            self._send(
+                _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
+            )
+        except CallFailedError:
+            self._sock.close()
+            raise
+        self._deadline = None
 
     # -- the calls ---------------------------------------------------------------------------
     def call_all(self, requests: Sequence[tuple[str, bytes]], deadline: float) -> list[list[bytes]]:
         """Each request's answer messages, in order; the requests are sent together, in one
         write (as many at once as the runtime allows). ``CallFailedError`` for the first that
-        failed."""
+        failed. Every read and write, control frames included, ends by ``deadline``."""
         answers: list[list[bytes]] = []
+        self._deadline = deadline
         batch = max(1, min(len(requests), self._peer_max_streams))
-        for first in range(0, len(requests), batch):
-            out = bytearray()
-            part = requests[first : first + batch]
-            ids = [self._open(method, body, deadline, out, unary=True) for method, body in part]
-            if out:
-                self._send(bytes(out), deadline)
-            answers.extend(self._finish(ids, deadline))
+        try:
+            for first in range(0, len(requests), batch):
+                out = bytearray()
+                part = requests[first : first + batch]
+                ids = [self._open(method, body, out, unary=True) for method, body in part]
+                if out:
+                    self._send(bytes(out))
+                answers.extend(self._finish(ids))
+        finally:
+            self._deadline = None
         return answers
 
     def stream(self, method: str, body: bytes) -> StreamCall:
         """Start a server-streaming call; its answers are read through the ``StreamCall``."""
         out = bytearray()
-        stream_id = self._open(method, body, None, out)
+        stream_id = self._open(method, body, out)
         if out:
             self._send(bytes(out))
         return StreamCall(self, stream_id)
@@ -392,73 +508,95 @@ class Connection:
         self._sock.close()
 
     def cancel(self) -> None:
-        """From any thread: shut the socket down; the reading thread sees its call cancelled."""
+        """From any thread: shut the socket down; the thread reading or writing on it sees its
+        call cancelled at once."""
         self._cancelled = True
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
 
     # -- sending -----------------------------------------------------------------------------
-    def _open(
-        self,
-        method: str,
-        body: bytes,
-        deadline: float | None,
-        out: bytearray,
-        *,
-        unary: bool = False,
-    ) -> int:
+    def _open(self, method: str, body: bytes, out: bytearray, *, unary: bool = False) -> int:
         """Open one call: its headers and request message appended to ``out`` (sent by the
         caller), or, when the runtime's windows do not take the message yet, ``out`` and the
         headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
+        self._method = method
         if self._next_id > _LAST_STREAM_ID or self._going_away is not None:
             raise CallFailedError(grpc.StatusCode.UNAVAILABLE, "the connection is used up", method)
         stream_id = self._next_id
         self._next_id += 2
         stream = _Stream(method, unary=unary, send_window=self._peer_stream_window)
         self._streams[stream_id] = stream
+        self._control_budget = min(
+            CONTROL_FRAME_BURST, self._control_budget + CONTROL_FRAMES_PER_CALL
+        )
         block = _request_headers(_SERVICE + method, self._authority)
-        if deadline is not None:
-            block += _grpc_timeout(deadline - time.monotonic())
+        if self._deadline is not None:
+            block += _grpc_timeout(self._deadline - time.monotonic())
         message = b"\x00" + struct.pack(">I", len(body)) + body
         if len(block) > MAX_FRAME_BYTES or len(message) > MAX_FRAME_BYTES:
             raise ValueError(f"the request of {method} does not fit one frame")
         out += _frame(_HEADERS, _END_HEADERS, stream_id, block)
         if len(message) > min(self._send_window, stream.send_window):
-            self._send(bytes(out), deadline, method)
+            self._send(bytes(out))
             out.clear()
             while len(message) > min(self._send_window, stream.send_window):
                 if stream.status is not None:
                     raise CallFailedError(*stream.status, method)
-                self._take(self._next_frame(deadline, method))
+                self._take(self._next_frame(self._deadline))
         self._send_window -= len(message)
         stream.send_window -= len(message)
         out += _frame(_DATA, _END_STREAM, stream_id, message)
         return stream_id
 
-    def _send(self, data: bytes, deadline: float | None = None, method: str = "") -> None:
-        timeout = SEND_TIMEOUT if deadline is None else max(0.001, deadline - time.monotonic())
+    def _send(self, data: bytes) -> None:
+        """Write ``data`` whole by the call's deadline (a stream's: within ``SEND_TIMEOUT``);
+        a write that does not finish leaves a frame cut, so the connection is broken."""
+        deadline = self._deadline
+        timeout = SEND_TIMEOUT if deadline is None else deadline - time.monotonic()
+        if timeout <= 0:
+            raise self._deadline_passed("before writing")
         try:
             self._sock.settimeout(timeout)
             self._sock.sendall(data)
         except TimeoutError:
-            raise self._lost(method, "the runtime did not read what was sent in time") from None
+            if self._cancelled:
+                raise self._lost("writing: cancelled") from None
+            if deadline is not None:
+                raise self._deadline_passed("writing: the runtime did not read") from None
+            why = f"the runtime did not read what was sent within {SEND_TIMEOUT:g} s"
+            raise self._lost(why) from None
         except OSError as error:
-            raise self._lost(method, f"writing: {error.strerror or error}") from None
+            raise self._lost(f"writing: {error.strerror or error}") from None
 
-    def _lost(self, method: str, why: str) -> CallFailedError:
+    def _lost(self, why: str) -> CallFailedError:
         """The failure of every call when the connection is gone (cancelled: CANCELLED)."""
         self.broken = why
         if self._cancelled:
-            return CallFailedError(grpc.StatusCode.CANCELLED, "the call was cancelled", method)
-        return CallFailedError(grpc.StatusCode.UNAVAILABLE, f"connection lost: {why}", method)
+            return CallFailedError(
+                grpc.StatusCode.CANCELLED,
+                "the connection was cancelled",
+                self._method,
+            )
+        return CallFailedError(grpc.StatusCode.UNAVAILABLE, f"connection lost: {why}", self._method)
+
+    def _deadline_passed(self, when: str) -> CallFailedError:
+        """The failure of a call whose deadline passed (the connection is not used again: a
+        frame may be cut, an answer may still come)."""
+        self.broken = "a call's deadline passed"
+        if self._cancelled:
+            return self._lost(when)
+        return CallFailedError(
+            grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline exceeded ({when})", self._method
+        )
 
     # -- reading -----------------------------------------------------------------------------
-    def _finish(self, ids: list[int], deadline: float) -> list[list[bytes]]:
+    def _finish(self, ids: list[int]) -> list[list[bytes]]:
         """Read until every stream of ``ids`` ended; their messages, or the first failure."""
         for stream_id in ids:
             stream = self._streams[stream_id]
+            self._method = stream.method
             while stream.status is None:
-                self._take(self._next_frame(deadline, stream.method))
+                self._take(self._next_frame(self._deadline))
         answers = []
         for stream_id in ids:
             stream = self._streams.pop(stream_id)
@@ -470,13 +608,19 @@ class Connection:
         return answers
 
     def read_stream(self, stream_id: int, deadline: float | None) -> None:
-        """Read one frame for a stream call (any stream's frames are taken as they come)."""
-        self._take(self._next_frame(deadline, self._streams[stream_id].method))
+        """Read one frame for a stream call (any stream's frames are taken as they come);
+        ``deadline`` bounds the read only (a stream's writes have ``SEND_TIMEOUT``)."""
+        self._method = self._streams[stream_id].method
+        self._take(self._next_frame(deadline))
 
     def stream_state(self, stream_id: int) -> _Stream:
         return self._streams[stream_id]
 
-    def _next_frame(self, deadline: float | None, method: str) -> _Frame:
+    def _next_frame(self, deadline: float | None) -> _Frame:
+        """The next frame, read by ``deadline`` (checked before each frame: frames waiting in
+        the inbox do not hold a call past it)."""
+        if deadline is not None and time.monotonic() >= deadline:
+            raise self._deadline_passed("reading")
         inbox = self._inbox
         while True:
             start = self._start
@@ -486,7 +630,7 @@ class Connection:
                     self.broken = "an oversized frame"
                     raise WireViolationError(
                         f"a frame of {length} bytes (at most {MAX_FRAME_BYTES}): not HTTP/2?",
-                        method,
+                        self._method,
                     )
                 end = start + 9 + length
                 if len(inbox) >= end:
@@ -497,72 +641,128 @@ class Connection:
             if start >= _COMPACT_AT or start == len(inbox):
                 del inbox[:start]
                 self._start = 0
-            self._fill(deadline, method)
+            self._fill(deadline)
 
-    def _fill(self, deadline: float | None, method: str) -> None:
+    def _fill(self, deadline: float | None) -> None:
         timeout = None if deadline is None else deadline - time.monotonic()
         if timeout is not None and timeout <= 0:
-            raise CallFailedError(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", method)
+            raise self._deadline_passed("reading")
         try:
             self._sock.settimeout(timeout)
             chunk = self._sock.recv(_RECV_BYTES)
         except TimeoutError:
-            self.broken = "a call's deadline passed"
-            raise CallFailedError(
-                grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded", method
-            ) from None
+            raise self._deadline_passed("reading: the runtime sent nothing more") from None
         except OSError as error:
-            raise self._lost(method, f"reading: {error.strerror or error}") from None
+            raise self._lost(f"reading: {error.strerror or error}") from None
         if not chunk:
-            raise self._lost(method, "the runtime closed the connection")
+            raise self._lost("the runtime closed the connection")
         self._inbox += chunk
 
     # -- frames ------------------------------------------------------------------------------
     def _take(self, frame: _Frame) -> None:
-        """Act on one frame (a header block is assembled first, whatever its stream)."""
+        """Act on one frame (a header block is assembled first, whatever its stream), after
+        the rules every frame is held to: the control-frame budget, and the stream it may be
+        on."""
         if self._block is not None and frame.kind != _CONTINUATION:
-            raise self._violation("a header block interrupted by another frame")
+            raise self._violation(
+                f"a header block interrupted by a {_frame_name(frame.kind)} frame"
+            )
+        if frame.kind != _DATA or not frame.payload:
+            self._spend(frame)
+        if frame.stream == 0:
+            if frame.kind in _STREAM_KINDS:
+                raise self._violation(f"a {_frame_name(frame.kind)} frame on stream 0")
+        elif frame.kind in _CONNECTION_KINDS:
+            raise self._violation(f"a {_frame_name(frame.kind)} frame on stream {frame.stream}")
+        elif frame.kind != _PRIORITY and (frame.stream >= self._next_id or not frame.stream % 2):
+            raise self._violation(
+                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
+                "which this client never opened"
+            )
         handler = _HANDLERS.get(frame.kind)
         if handler is not None:
             handler(self, frame)
 
+    def _spend(self, frame: _Frame) -> None:
+        """Take one control frame from the budget (refilled by the time since the last)."""
+        now = time.monotonic()
+        budget = self._control_budget + (now - self._control_at) * CONTROL_FRAMES_PER_SECOND
+        self._control_at = now
+        self._control_budget = min(float(CONTROL_FRAME_BURST), budget) - 1
+        if self._control_budget < 0:
+            raise self._violation(
+                f"a flood of control frames, the last a {_frame_name(frame.kind)} frame "
+                f"(more than {CONTROL_FRAME_BURST} at once, {CONTROL_FRAMES_PER_SECOND} a "
+                f"second and {CONTROL_FRAMES_PER_CALL} a call)"
+            )
+
     def _violation(self, details: str) -> WireViolationError:
         self.broken = details
-        return WireViolationError(details)
+        return WireViolationError(details, self._method)
 
     def _on_settings(self, frame: _Frame) -> None:
-        if frame.stream != 0 or len(frame.payload) % 6:
-            raise self._violation("a malformed SETTINGS frame")
+        if len(frame.payload) % 6 or (frame.flags & _ACK and frame.payload):
+            raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
         if frame.flags & _ACK:
             return
         for offset in range(0, len(frame.payload), 6):
             key, value = struct.unpack_from(">HI", frame.payload, offset)
             if key == _SETTING_WINDOW:
-                for stream in self._streams.values():  # RFC 9113 §6.9.2: by the difference
-                    stream.send_window += value - self._peer_stream_window
-                self._peer_stream_window = value
+                self._new_stream_window(value)
             elif key == _SETTING_MAX_STREAMS:
                 self._peer_max_streams = value
+            elif key == _SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
+                _LARGEST_FRAME_SETTING
+            ):
+                raise self._violation(f"a SETTINGS frame with SETTINGS_MAX_FRAME_SIZE {value}")
+            elif key == _SETTING_ENABLE_PUSH and value != 0:
+                raise self._violation(f"a SETTINGS frame with SETTINGS_ENABLE_PUSH {value}")
         self._send(_frame(_SETTINGS, _ACK, 0))
 
+    def _new_stream_window(self, value: int) -> None:
+        """SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the difference
+        (RFC 9113 §6.9.2); past 2^31-1, for the setting or a window, is a connection error."""
+        if value > _MAX_WINDOW:
+            raise self._violation(
+                f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value} (at most 2^31-1)"
+            )
+        for stream in self._streams.values():
+            stream.send_window += value - self._peer_stream_window
+            if stream.send_window > _MAX_WINDOW:
+                raise self._violation(
+                    f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value}, which takes "
+                    f"the window of {stream.method} past 2^31-1"
+                )
+        self._peer_stream_window = value
+
     def _on_ping(self, frame: _Frame) -> None:
-        if frame.stream != 0 or len(frame.payload) != 8:
-            raise self._violation("a malformed PING frame")
+        if len(frame.payload) != 8:
+            raise self._violation(f"a malformed PING frame ({len(frame.payload)} bytes)")
         if not frame.flags & _ACK:
             self._send(_frame(_PING, _ACK, 0, frame.payload))
 
     def _on_window_update(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
-            raise self._violation("a malformed WINDOW_UPDATE frame")
+            raise self._violation(f"a malformed WINDOW_UPDATE frame ({len(frame.payload)} bytes)")
         increment = int.from_bytes(frame.payload) & _LAST_STREAM_ID
+        if increment == 0:
+            raise self._violation(f"a WINDOW_UPDATE frame of 0 on stream {frame.stream}")
         if frame.stream == 0:
             self._send_window += increment
+            window, whose = self._send_window, "the connection's"
         elif (stream := self._streams.get(frame.stream)) is not None:
             stream.send_window += increment
+            window, whose = stream.send_window, f"the window of stream {frame.stream}"
+        else:
+            return  # a stream that ended: the runtime may not know yet
+        if window > _MAX_WINDOW:
+            raise self._violation(
+                f"a WINDOW_UPDATE frame of {increment} that takes {whose} window past 2^31-1"
+            )
 
     def _on_goaway(self, frame: _Frame) -> None:
-        if frame.stream != 0 or len(frame.payload) < 8:
-            raise self._violation("a malformed GOAWAY frame")
+        if len(frame.payload) < 8:
+            raise self._violation(f"a malformed GOAWAY frame ({len(frame.payload)} bytes)")
         last = int.from_bytes(frame.payload[:4]) & _LAST_STREAM_ID
         self._going_away = last
         self.broken = "the runtime sent GOAWAY"
@@ -572,69 +772,119 @@ class Connection:
 
     def _on_reset(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
-            raise self._violation("a malformed RST_STREAM frame")
+            raise self._violation(f"a malformed RST_STREAM frame ({len(frame.payload)} bytes)")
         stream = self._streams.get(frame.stream)
         if stream is not None:
             error = int.from_bytes(frame.payload)
             code = _RESET_CODES.get(error, grpc.StatusCode.INTERNAL)
+            stream.remote_closed = True
             stream.end(code, f"the runtime reset the stream (HTTP/2 error {error})")
 
     def _on_push(self, frame: _Frame) -> None:
-        raise self._violation("a PUSH_PROMISE, which this client disabled")
+        raise self._violation("a PUSH_PROMISE frame, which this client disabled")
 
     def _on_headers(self, frame: _Frame) -> None:
-        payload = _unpadded(frame, "")
-        self._block = (frame.stream, bytearray(payload), bool(frame.flags & _END_STREAM))
+        self._open_stream(frame)
+        payload = _unpadded(frame, self._method)
+        self._block = _HeaderBlock(
+            frame.stream, bytearray(payload), bool(frame.flags & _END_STREAM)
+        )
         self._block_grew(frame)
 
+    def _open_stream(self, frame: _Frame) -> _Stream:
+        """The stream a DATA or HEADERS frame is for, which the runtime may still send on."""
+        stream = self._streams.get(frame.stream)
+        if stream is None or stream.remote_closed:
+            raise self._violation(
+                f"a {_frame_name(frame.kind)} frame on stream {frame.stream}, "
+                "which the runtime had ended"
+            )
+        return stream
+
     def _on_continuation(self, frame: _Frame) -> None:
-        if self._block is None or self._block[0] != frame.stream:
-            raise self._violation("a CONTINUATION that continues no header block")
-        self._block[1].extend(frame.payload)
+        block = self._block
+        if block is None or block.stream != frame.stream:
+            raise self._violation("a CONTINUATION frame that continues no header block")
+        block.continuations += 1
+        if block.continuations > MAX_CONTINUATIONS:
+            raise self._violation(
+                f"a header block of more than {MAX_CONTINUATIONS} CONTINUATION frames"
+            )
+        block.data.extend(frame.payload)
         self._block_grew(frame)
 
     def _block_grew(self, frame: _Frame) -> None:
-        assert self._block is not None
-        stream_id, block, ends = self._block
-        if len(block) > MAX_HEADER_BLOCK:
+        block = self._block
+        assert block is not None
+        if len(block.data) > MAX_HEADER_BLOCK:
             raise self._violation(f"a header block over {MAX_HEADER_BLOCK} bytes")
         if not frame.flags & _END_HEADERS:
             return
         self._block = None
-        headers = self._decoded(bytes(block))
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            _stream_headers(stream, headers, ends)
+        headers = self._decoded(bytes(block.data))
+        stream = self._streams[block.stream]
+        if block.ends:
+            stream.remote_closed = True
+        _stream_headers(stream, headers, block.ends)
 
     def _decoded(self, block: bytes) -> dict[bytes, bytes]:
         """A header block's headers, decoded whatever its stream (the table is the
         connection's). A block that leaves the table as it is (``_keeps_table``) is
-        remembered with its headers (at most ``_DECODED_KEPT``) until a block that may change the
-        table: a runtime repeats the same few blocks on every answer."""
+        remembered with its headers (at most ``MAX_MEMO_BYTES`` in all, the oldest forgotten
+        first) until a block that may change the table: a runtime repeats the same few blocks
+        on every answer."""
         known = self._decoded_blocks.get(block)
         if known is not None:
             return known
+        if block and block[0] & 0xE0 == 0x20 and _leading_size_updates(block) > _MAX_SIZE_UPDATES:
+            raise self._violation(
+                f"a header block opening with more than {_MAX_SIZE_UPDATES} HPACK table size "
+                "updates"
+            )
         try:
             headers = dict(self._decoder.decode(block, raw=True))
         except hpack.HPACKError as error:
             raise self._violation(f"a header block HPACK cannot decode ({error})") from None
         if not _keeps_table(block):
             self._decoded_blocks.clear()  # decoded under a table that may have changed
-        elif len(self._decoded_blocks) < _DECODED_KEPT:
-            self._decoded_blocks[block] = headers
+            self._memo_bytes = 0
+        else:
+            self._remember(block, headers)
         return headers
 
+    def _remember(self, block: bytes, headers: dict[bytes, bytes]) -> None:
+        """Keep a decoded block, forgetting the oldest while the memo would pass its bound."""
+        cost = _memo_cost(block, headers)
+        if cost > MAX_MEMO_BYTES:
+            return
+        memo = self._decoded_blocks
+        while self._memo_bytes + cost > MAX_MEMO_BYTES:
+            oldest = next(iter(memo))
+            self._memo_bytes -= _memo_cost(oldest, memo.pop(oldest))
+        memo[block] = headers
+        self._memo_bytes += cost
+
     def _on_data(self, frame: _Frame) -> None:
+        stream = self._open_stream(frame)
         size = len(frame.payload)
+        if self._unacked + size > CONNECTION_WINDOW:
+            raise self._violation(
+                f"a DATA frame of {size} bytes past the connection's flow-control window "
+                f"({CONNECTION_WINDOW - self._unacked} bytes left)"
+            )
+        if stream.unacked + size > STREAM_WINDOW:
+            raise self._violation(
+                f"a DATA frame of {size} bytes past the flow-control window of stream "
+                f"{frame.stream} ({STREAM_WINDOW - stream.unacked} bytes left)"
+            )
         self._unacked += size
-        stream = self._streams.get(frame.stream)
-        if stream is not None:
-            stream.answered = True
-            stream.unacked += size
-            stream.pending += _unpadded(frame, stream.method)
-            self._split(stream)
-            if frame.flags & _END_STREAM:
-                stream.end(grpc.StatusCode.INTERNAL, "the answer ended without trailers")
+        stream.answered = True
+        stream.unacked += size
+        stream.pending += _unpadded(frame, stream.method)
+        self._split(stream)
+        if frame.flags & _END_STREAM:
+            stream.remote_closed = True
+            stream.end(grpc.StatusCode.INTERNAL, "the answer ended without trailers")
         self._give_back(frame.stream, stream)
 
     def _split(self, stream: _Stream) -> None:
@@ -642,7 +892,9 @@ class Connection:
         pending = stream.pending
         while len(pending) >= 5:
             if pending[0] != 0:
-                raise self._violation(f"a message with flags {pending[0]} (compressed?)")
+                raise self._violation(
+                    f"a gRPC message with flags {pending[0]} (compressed, which was not asked for)"
+                )
             size = int.from_bytes(pending[1:5])
             if size > MAX_MESSAGE_BYTES:
                 self.broken = "an oversized message"
@@ -658,13 +910,13 @@ class Connection:
             stream.messages.append(bytes(pending[5 : 5 + size]))
             del pending[: 5 + size]
 
-    def _give_back(self, stream_id: int, stream: _Stream | None) -> None:
+    def _give_back(self, stream_id: int, stream: _Stream) -> None:
         """Return read bytes to the runtime's windows once half of one is used."""
         updates = b""
         if self._unacked >= CONNECTION_WINDOW // 2:
             updates += _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked))
             self._unacked = 0
-        if stream is not None and stream.status is None and stream.unacked >= STREAM_WINDOW // 2:
+        if stream.status is None and stream.unacked >= STREAM_WINDOW // 2:
             updates += _frame(_WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
             stream.unacked = 0
         if updates:
@@ -708,12 +960,15 @@ class StreamCall:
 
     def confirm(self, seconds: float) -> tuple[grpc.StatusCode, str] | None:
         """Read for up to ``seconds`` (keeping any message); the call's final status if it
-        ended meanwhile, else None. A lost connection is its status too."""
+        ended meanwhile, else None. A lost connection is its status too; a runtime that broke
+        HTTP/2 raises its ``WireViolationError``."""
         deadline = time.monotonic() + seconds
         state = self._connection.stream_state(self._id)
         try:
             while state.status is None:
                 self._connection.read_stream(self._id, deadline)
+        except WireViolationError:
+            raise
         except CallFailedError as failure:
             if failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
                 return None
@@ -743,12 +998,17 @@ class StreamCall:
 
 
 class ConnectionPool:
-    """Connections lent to one thread at a time, the idle ones kept (at most ``MAX_IDLE``)."""
+    """Connections lent to one thread at a time, the idle ones kept (at most ``MAX_IDLE``).
+
+    ``close()`` closes the idle ones and cancels the lent ones: a call in flight on one ends
+    at once (CANCELLED), whatever it waits for.
+    """
 
     def __init__(self, endpoint: Endpoint, max_idle: int = MAX_IDLE) -> None:
         self._endpoint = endpoint
         self._max_idle = max_idle
         self._idle: list[Connection] = []
+        self._lent: set[Connection] = set()
         self._lock = threading.Lock()
         self._closed = False
 
@@ -761,39 +1021,64 @@ class ConnectionPool:
         try:
             answers = connection.call_all(requests, deadline)
         except CallFailedError as failure:
-            connection.close()
+            self._drop(connection)
             if (
                 not reused
                 or connection.answered()
                 or failure.code is not grpc.StatusCode.UNAVAILABLE
             ):
                 raise
-            connection = Connection(self._endpoint, max(0.001, deadline - time.monotonic()))
+            connection = self._fresh(max(0.001, deadline - time.monotonic()))
             try:
                 answers = connection.call_all(requests, deadline)
             except CallFailedError:
-                connection.close()
+                self._drop(connection)
                 raise
+        except BaseException:
+            self._drop(connection)
+            raise
         self._return(connection)
         return answers
 
     def _lend(self, timeout: float) -> tuple[Connection, bool]:
         with self._lock:
             if self._idle:
-                return self._idle.pop(), True
-        return Connection(self._endpoint, timeout), False
+                connection = self._idle.pop()
+                self._lent.add(connection)
+                return connection, True
+        return self._fresh(timeout), False
+
+    def _fresh(self, timeout: float) -> Connection:
+        """A new connection, lent (cancelled at once if the pool was closed meanwhile)."""
+        connection = Connection(self._endpoint, timeout)
+        with self._lock:
+            self._lent.add(connection)
+            closed = self._closed
+        if closed:
+            connection.cancel()
+        return connection
+
+    def _drop(self, connection: Connection) -> None:
+        with self._lock:
+            self._lent.discard(connection)
+        connection.close()
 
     def _return(self, connection: Connection) -> None:
         with self._lock:
+            self._lent.discard(connection)
             if connection.broken is None and not self._closed and len(self._idle) < self._max_idle:
                 self._idle.append(connection)
                 return
         connection.close()
 
     def close(self) -> None:
-        """Close the idle connections; lent ones are closed when they come back."""
+        """Close the idle connections and cancel the lent ones (their calls end CANCELLED at
+        once; each is closed by the thread it is lent to)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
+            lent = list(self._lent)
         for connection in idle:
             connection.close()
+        for connection in lent:
+            connection.cancel()

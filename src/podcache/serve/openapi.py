@@ -110,6 +110,12 @@ _CONTAINER_PROPERTIES: dict[str, Any] = {
     "image_runtime_handler": {"type": "string"},
     "hash": {"type": "integer", "minimum": 0},
     "state": {"type": "string", "enum": [state.value for state in ContainerState]},
+    "attempt": {
+        "type": "integer",
+        "minimum": 0,
+        "description": "The CRI metadata's attempt: a container's restarts in its sandbox, "
+        "a sandbox's predecessors (crictl's ATTEMPT).",
+    },
 }
 _POD_PROPERTIES: dict[str, Any] = {
     "id": {"type": "string", "description": "The pod UID."},

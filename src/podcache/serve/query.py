@@ -6,10 +6,11 @@ no routing, no cache and no clock (the application maps wall time onto the cache
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from urllib.parse import unquote_plus
 
 from podcache.model import normalise_ip
@@ -17,6 +18,7 @@ from podcache.procs import PID_MAX
 from podcache.serve.response import HTTPError
 
 __all__ = [
+    "AT_EXAMPLES",
     "BOOLEANS",
     "CONTAINER_ID_PATTERN",
     "LABEL_SELECTOR_PATTERN",
@@ -171,31 +173,76 @@ def parse_newer_than(text: str, where: str) -> float:
 
 _EPOCH = re.compile(r"[0-9]{1,11}(?:\.[0-9]{1,9})?")
 _RFC3339 = re.compile(
-    r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,9})?"
-    r"(?:[Zz]|[+-][0-9]{2}:[0-9]{2})"
+    r"(?P<date>[0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ](?P<minute>[0-9]{2}:[0-9]{2}):(?P<second>[0-9]{2})"
+    r"(?P<fraction>\.[0-9]{1,9})?(?P<offset>[Zz]|[-+ ][0-9]{2}:[0-9]{2})"
 )
+AT_EXAMPLES = ("2026-12-02T01:02:03Z", "2026-12-02T02:02:03%2B01:00", "1796173323.5")
+"""``?at=`` values that work as typed (in a URL: ``%2B`` is ``+``), for the 400's message."""
+
+
+def _at_error(text: str, why: str) -> HTTPError:
+    return HTTPError(
+        400,
+        f"at {why}, got {text[:64]!r}: give an RFC 3339 time with an offset "
+        f"({AT_EXAMPLES[0]}, or {AT_EXAMPLES[1]} with its + encoded) or unix seconds "
+        f"({AT_EXAMPLES[2]})",
+    )
+
+
+def _in_utc_years(seconds: float, text: str) -> float:
+    """``seconds`` when its UTC time lies in years 1-9999 (what RFC 3339 and the answer's
+    ``departed_at`` can write), else the 400."""
+    try:
+        datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, ValueError, OSError):
+        raise _at_error(text, "must fall in the years 1 to 9999 in UTC") from None
+    return seconds
+
+
+def _leap_second_ends_a_month(moment: datetime) -> bool:
+    """Is ``moment`` (the second before a leap second: ``:59`` where ``:60`` was written)
+    23:59:59 UTC on the last day of a month, where leap seconds are inserted (ITU-R TF.460)?"""
+    utc = moment.astimezone(UTC)
+    last_day = calendar.monthrange(utc.year, utc.month)[1]
+    return (utc.day, utc.hour, utc.minute, utc.second) == (last_day, 23, 59, 59)
+
+
+def _rfc3339_seconds(match: re.Match[str], text: str) -> float:
+    """An RFC 3339 match as unix seconds. A space where the offset's sign belongs is a ``+``
+    (an unencoded ``+`` in a query reads as a space); second 60 is a leap second, read as the
+    next second (unix time has none), and only where one can be: 23:59:60 UTC on a month's
+    last day."""
+    offset = match["offset"].upper()
+    offset = "+00:00" if offset == "Z" else offset.replace(" ", "+")
+    leap = match["second"] == "60"
+    second = "59" if leap else match["second"]
+    try:
+        moment = datetime.fromisoformat(f"{match['date']}T{match['minute']}:{second}{offset}")
+        leap_ok = not leap or _leap_second_ends_a_month(moment)
+    except (ValueError, OverflowError):
+        raise _at_error(text, "is not a valid date and time") from None
+    if not leap_ok:
+        raise _at_error(
+            text,
+            "has second 60, a leap second, where none can be "
+            "(only at 23:59:60 UTC on a month's last day)",
+        )
+    fraction = float(match["fraction"]) if match["fraction"] else 0.0
+    return moment.timestamp() + leap + fraction
 
 
 def parse_at(text: str) -> float:
     """``?at=``: an RFC 3339 time with its offset (``2026-12-02T01:02:03.5Z``) or unix seconds
-    with an optional fraction (``1796173323.5``), as unix seconds; 400 naming ``at`` else."""
+    with an optional fraction (``1796173323.5``), as unix seconds in UTC years 1-9999; a 400
+    naming ``at`` and examples that work else. ``2026-12-02T01:02:03 01:00`` (an unencoded
+    ``+``, decoded as a space) is ``+01:00``; a leap second (``23:59:60Z``) is the next
+    second."""
     if _EPOCH.fullmatch(text):
-        return float(text)
-    if _RFC3339.fullmatch(text):
-        normal = text.upper().replace(" ", "T").replace("Z", "+00:00")
-        whole, dot, rest = normal.partition(".")
-        if dot:  # Python reads at most 6 digits of fraction: keep them, the offset after
-            digits = rest[: len(rest) - 6]
-            normal = f"{whole}.{(digits + '000000')[:6]}{rest[len(digits) :]}"
-        try:
-            return datetime.fromisoformat(normal).timestamp()
-        except ValueError:
-            pass
-    raise HTTPError(
-        400,
-        "at must be an RFC 3339 time with an offset (2026-12-02T01:02:03Z) or unix seconds "
-        f"(1796173323.5), got {text[:64]!r}",
-    )
+        return _in_utc_years(float(text), text)
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        raise _at_error(text, "must be an RFC 3339 time with an offset or unix seconds")
+    return _in_utc_years(_rfc3339_seconds(match, text), text)
 
 
 def parse_ip(text: str) -> str:

@@ -537,6 +537,26 @@ class Population:
                 tuple(containers[i] for i in pod.container_ids if i in containers),
             )
 
+    def sandbox_records(
+        self, sandbox_id: str
+    ) -> tuple[SimSandbox, tuple[SimContainer, ...]] | None:
+        """The sandbox with exactly this ID and its containers (in the order a snapshot lists
+        them), or None: what a PodSandboxStatus answers. O(that pod): two dict lookups and its
+        pod's containers, never a walk of the node."""
+        with self._lock:
+            sandbox = self._sandboxes.get(sandbox_id)
+            if sandbox is None:
+                return None
+            pod = self._pods.get(sandbox.uid)
+            if pod is None:
+                return sandbox, ()
+            containers = self._containers
+            return sandbox, tuple(
+                c
+                for c in (containers.get(i) for i in pod.container_ids)
+                if c is not None and c.pod_sandbox_id == sandbox_id
+            )
+
     def pod_uids(self) -> list[str]:
         """The UIDs of the pods, in creation order."""
         with self._lock:

@@ -69,6 +69,7 @@ _MAX_MESSAGE = 64 * 1024 * 1024
 _EVENT_BACKLOG = 100_000
 """Events queued for one slow GetContainerEvents subscriber before it is cut off."""
 _MEMO_SIZE = 64
+_ID_LENGTH = 64  # every ID the population makes: 64 hex digits
 _END = object()
 _CUT = object()
 _SERVER_CLOSE = object()
@@ -694,22 +695,39 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
     ) -> pb.PodSandboxStatusResponse:
-        """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND."""
-        view = self.view()
+        """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND.
+
+        O(its pod) for an exact ID, or any ID of full length (``_sandbox_records``): a cold
+        start asks thousands while the population churns, and a view of the node (built per
+        generation) would be rebuilt for nearly every one."""
         wanted = request.pod_sandbox_id
-        found = view.resolve_sandbox(wanted) if wanted else None
+        found = self._sandbox_records(wanted) if wanted else None
         if found is None:
             _abort(
                 context,
                 grpc.StatusCode.NOT_FOUND,
                 f"an error occurred when try to find sandbox {wanted!r}: not found",
             )
-        sandbox = view.sandbox_by_id[found]
+        sandbox, containers = found
         return pb.PodSandboxStatusResponse(
             status=sandbox_status_message(sandbox, self._faults.bad_ips),
-            containers_statuses=[container_status_message(c) for c in view.containers_of(found)],
+            containers_statuses=[container_status_message(c) for c in containers],
             timestamp=time.time_ns(),
         )
+
+    def _sandbox_records(self, wanted: str) -> tuple[SimSandbox, Sequence[SimContainer]] | None:
+        """The sandbox ``wanted`` names and its containers: from the population when no item
+        is made malformed (an exact ID; one of an ID's full length or longer can be a prefix
+        of none other), else from the view (a unique prefix, containerd's truncindex)."""
+        if not self._faults.malformed:
+            records = self._population.sandbox_records(wanted)
+            if records is not None or len(wanted) >= _ID_LENGTH:
+                return records
+        view = self.view()
+        found = view.resolve_sandbox(wanted)
+        if found is None:
+            return None
+        return view.sandbox_by_id[found], view.containers_of(found)
 
     def ContainerStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ContainerStatusRequest, context: grpc.ServicerContext

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import msgspec
 import pytest
@@ -24,6 +25,7 @@ from podcache import (
     Pod,
     PodList,
 )
+from podcache.cache.core import EVENT_BUDGET
 from podcache.cache.publishing import Publication
 from podcache.errors import RuntimeUnavailableError
 from tests.unit.cache.drivers import (
@@ -220,3 +222,96 @@ def test_events_that_happened_before_the_listing_relist_nothing(twin: Twin) -> N
     fake.emit(long_ago, event(pod_uid="uid-2"))  # no time: relisted
     settle(twin, lambda: twin.stats().pod_relists == 1, "the untimed event's relist")
     assert twin.stats().pod_events_covered == 1 and fake.pod_calls == 1
+
+
+# -- the budget (§7 rule 7) ----------------------------------------------------------------------
+RELIST_TAKES = 0.01
+"""How long every relist takes on the cache's clock in the budget's tests (the fake moves it)."""
+
+
+@pytest.fixture(params=[SyncEventsDriver, AsyncEventsDriver], ids=["threads", "asyncio"])
+def timed_twin(request: pytest.FixtureRequest) -> Iterator[tuple[Twin, FakeClock, list[str]]]:
+    """A twin whose every relist takes ``RELIST_TAKES`` on its clock; the pods it relisted,
+    in order. (The drivers' timers run on real time: one that ends before the fake clock
+    reached the budget's time finds nothing due and is armed again; the test moves the clock.)"""
+    clock = FakeClock()
+    driver = request.param(60.0, clock)
+    driver.fake.set_pods([make_pod(2), make_pod(1)])
+    driver.get()
+    asked: list[str] = []
+    fake = driver.fake
+    if isinstance(driver, AsyncEventsDriver):
+        original = fake.get_pod
+
+        async def takes_time(uid: str, all: bool = False) -> Pod | None:
+            asked.append(uid)
+            clock.advance(RELIST_TAKES)
+            result: Pod | None = await original(uid, all)
+            return result
+
+        fake.get_pod = takes_time
+    else:
+        plain = fake.get_pod
+
+        def takes_time_in_threads(uid: str, all: bool = False) -> Pod | None:
+            asked.append(uid)
+            clock.advance(RELIST_TAKES)
+            result: Pod | None = plain(uid, all)
+            return result
+
+        fake.get_pod = takes_time_in_threads
+    yield driver, clock, asked
+    driver.close()
+
+
+def quiet(driver: Twin) -> None:
+    """Let the driver's threads or loop run a while (its timers fire meanwhile, finding
+    nothing due): what the test asserts next must not have happened by then."""
+    if isinstance(driver, AsyncEventsDriver):
+        driver.loop.run_until_complete(asyncio.sleep(0.05))
+    else:
+        time.sleep(0.05)
+
+
+def test_a_flood_of_events_for_one_pod_waits_for_the_budget(
+    timed_twin: tuple[Twin, FakeClock, list[str]],
+) -> None:
+    """One pod named 200 times (issue 29 §3): one relist, then one more only when
+    ``EVENT_BUDGET`` times its duration has passed after it ended; the rest coalesced."""
+    driver, clock, asked = timed_twin
+    driver.fake.emit(event(pod_uid="uid-1"))
+    settle(driver, lambda: driver.stats().pod_relists == 1, "the first relist")
+    driver.fake.emit(*[event(pod_uid="uid-1") for _ in range(200)])
+    settle(driver, lambda: driver.stats().events_received == 201, "every event read")
+    quiet(driver)
+    assert asked == ["uid-1"]  # the budget holds the next one back
+    clock.advance(EVENT_BUDGET * RELIST_TAKES)  # its time has come: the timer finds it due
+    settle(driver, lambda: driver.stats().pod_relists == 2, "the coalesced relist")
+    quiet(driver)
+    assert asked == ["uid-1", "uid-1"]
+
+
+def _asked(asked: list[str], count: int) -> bool:
+    return len(asked) == count
+
+
+def test_events_naming_new_pods_are_relisted_one_budget_apart_in_arrival_order(
+    timed_twin: tuple[Twin, FakeClock, list[str]],
+) -> None:
+    """Events each naming another pod the runtime never listed (issue 29 §3): one relist per
+    ``(1 + EVENT_BUDGET)`` relist durations, the pods in the order their first event came,
+    each once however often it is named meanwhile."""
+    driver, clock, asked = timed_twin
+    driver.fake.emit(event(pod_uid="uid-1"))  # a relist that took RELIST_TAKES: the budget's
+    settle(driver, lambda: driver.stats().pod_relists == 1, "the first relist")
+    names = [f"new-{n}" for n in range(4)]
+    driver.fake.emit(*[event(pod_uid=uid) for uid in names + names[::-1]])
+    settle(driver, lambda: driver.stats().events_received == 9, "every event read")
+    for done in range(len(names)):
+        quiet(driver)
+        assert asked == ["uid-1", *names[:done]]
+        clock.advance((1 + EVENT_BUDGET) * RELIST_TAKES)
+        settle(driver, partial(_asked, asked, done + 2), "the next in the budget")
+    settle(driver, lambda: driver.stats().pod_relists == 1 + len(names), "the last relist")
+    quiet(driver)
+    assert asked == ["uid-1", *names]

@@ -1,5 +1,5 @@
 """Hypothesis stateful test of relists of one pod against a model (docs/architecture.md §7 rules
-1-5, ``cache/podrelists.py`` invariants 1-4, ``cache/core.py`` invariant 8).
+1-5 and 7, ``cache/podrelists.py`` invariants 1-6, ``cache/core.py`` invariant 8).
 
 The freshness core is driven directly (it does no I/O): a model runtime whose pods change at
 random (created, modified, removed; a UID is never reused), events for them (sent, dropped,
@@ -14,10 +14,18 @@ Invariants, after every step:
   data;
 - coalescing: at most one relist per pod in flight and one pending, at most ``max_in_flight``
   in flight, at most ``max_pending`` pending;
+- the budget (rule 7), as the clock moves by random steps and calls take random times: between
+  the beginnings of any two relists, at least ``1 + EVENT_BUDGET`` times the durations of the
+  relists that began in between and have ended; a pod's relist begins at least
+  ``EVENT_BUDGET`` times its last one's duration after that one ended; and pods waiting with a
+  slot free always have the driver's timer armed (the model fires it at its time);
 - every publish hands the hooks' ``Publication`` the snapshot's own pods and changes;
-and at quiescence (every call finished, the events delivered, no full listing failed), the
-snapshot equals the runtime; after one more full listing (the period's) it does whatever
-events were lost or listings failed.
+and at quiescence (every call finished, every timer fired, the events delivered, no full
+listing failed), the snapshot equals the runtime, and every event was followed by a successful
+call for its pod (its relist, or a full listing) that began after it (or, for an event that
+says when it happened, whose call began after that): events beyond the budget are coalesced,
+never dropped; after one more full listing (the period's) the snapshot equals the runtime
+whatever events were lost or listings failed.
 """
 
 from __future__ import annotations
@@ -31,10 +39,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from podcache import Container, ContainerID, ContainerState, Pod, PodList
 from podcache.cache.changes import replay
 from podcache.cache.core import FreshnessCore, Refresh
-from podcache.cache.podrelists import PodRelist, PodRelists
+from podcache.cache.podrelists import EVENT_BUDGET, PodRelist, PodRelists
 
 UIDS = [f"uid-{n}" for n in range(6)]
 GONE = 10**9  # the version of a pod the runtime removed
+SLACK = 1e-9  # float rounding in sums of durations
 
 
 def pod_of(uid: str, version: int) -> Pod:
@@ -89,29 +98,68 @@ class PodRelistMachine(RuleBasedStateMachine):
         self.left: set[str] = set()  # pods that left the snapshot after their removal
         self.lost_events = False
         self.state: dict[str, Pod] = {}  # replayed from the publications' changes
+        self.changed_at: dict[str, float] = {}
+        # Every call begun: its start number -> (pod uid, None for a full listing; began at;
+        # ended at, None while in flight; succeeded).
+        self.calls: dict[int, tuple[str | None, float, float | None, bool]] = {}
+        self.begun: list[PodRelist] = []  # every relist, in start order
+        self.ended: dict[int, float] = {}  # start number -> its end, for relists that ended
+        self.last_end: dict[str, tuple[float, float]] = {}  # pod -> (its last relist's end, d)
+        # Every event delivered: (pod, start numbers given before it, when it happened).
+        self.events: list[tuple[str, int, float | None]] = []
+        self.timers: list[float] = []  # the relist timers armed (the driver's), their times
+        self.failed_full = False
         # The first fill, as a reader would make it.
         _, refresh, start = self.core.plan(self.now)
         assert refresh is not None and start
         refresh.started_wall = self.now
         self._complete_full(refresh, self.runtime.listing())
-        self.changed_at: dict[str, float] = {}
 
     # -- starting and finishing calls ----------------------------------------------------------
-    def _begin_relist(self, relist: PodRelist | None) -> None:
-        if relist is not None:
+    def _begin_relists(self, relists: list[PodRelist]) -> None:
+        for relist in relists:
             assert relist.started_at == self.now
             relist.started_wall = self.now  # the model's clock is the wall clock too
+            self._check_budget(relist)
+            self.begun.append(relist)
+            self.calls[relist.order] = (relist.uid, self.now, None, False)
             self.relists.append((relist, self.runtime.pod(relist.uid)))
+        self._arm()
+
+    def _check_budget(self, relist: PodRelist) -> None:
+        """Rule 6, on the relists begun so far and ended by now."""
+        now = self.now
+        ended = 0.0
+        for earlier in reversed(self.begun):  # from the latest back: each window [s_j, now]
+            end = self.ended.get(earlier.order)
+            if end is not None:
+                ended += end - earlier.started_at
+            assert (1 + EVENT_BUDGET) * ended <= now - earlier.started_at + SLACK, (
+                f"relists took {ended} s of the {now - earlier.started_at} s since {earlier}"
+            )
+        last = self.last_end.get(relist.uid)
+        if last is not None:
+            end, took = last
+            assert now >= end + EVENT_BUDGET * took - SLACK, f"{relist.uid} relisted too soon"
+
+    def _arm(self) -> None:
+        """What a driver does after every step: arm the relist timer when the core asks."""
+        delay = self.core.pod_arm(self.now)
+        if delay is not None:
+            self.timers.append(self.now + delay)
 
     def _begin_full(self, refresh: Refresh[None] | None) -> None:
         if refresh is not None:
             assert refresh.started_at == self.now
             refresh.started_wall = self.now
+            self.calls[refresh.order] = (None, self.now, None, False)
             self.full.append((refresh, self.runtime.listing()))
 
     def _complete_full(self, refresh: Refresh[None], pods: PodList | None) -> None:
         error = None if pods is not None else RuntimeError("listing failed")
         self.lost_events |= error is not None  # what it was to bring waits for the period
+        self.failed_full |= error is not None
+        self.calls[refresh.order] = (None, refresh.started_wall, self.now, error is None)
         stored_before = self.core.snapshot[1]
         queued = self.core.complete(refresh, pods, error, self.now)
         if error is None and refresh.started_at is not None and refresh.started_at >= stored_before:
@@ -130,9 +178,9 @@ class PodRelistMachine(RuleBasedStateMachine):
         assert self.state == {pod.id: pod for pod in published.pods}
 
     # -- rules ---------------------------------------------------------------------------------
-    @rule()
-    def tick(self) -> None:
-        self.now += 1.0
+    @rule(gap=st.sampled_from([0.0, 0.25, 1.0, 4.0]))
+    def tick(self, gap: float) -> None:
+        self.now += gap
 
     @rule(uid=st.sampled_from(UIDS), sent=st.sampled_from(["once", "twice", "lost"]))
     def change(self, uid: str, sent: str) -> None:
@@ -155,8 +203,9 @@ class PodRelistMachine(RuleBasedStateMachine):
         self._event(uid, {"untimed": None, "when": changed, "older": changed - 5.0}[timed])
 
     def _event(self, uid: str, happened: float | None) -> None:
-        relist, full = self.core.pod_hint(uid, self.now, happened)
-        self._begin_relist(relist)
+        self.events.append((uid, self.core.pod_relists.starts, happened))
+        relists, full = self.core.pod_hint(uid, self.now, happened)
+        self._begin_relists(relists)
         self._begin_full(full)
 
     @precondition(lambda self: self.relists)
@@ -164,11 +213,27 @@ class PodRelistMachine(RuleBasedStateMachine):
     def finish_relist(self, data: st.DataObject, fails: bool) -> None:
         at = data.draw(st.integers(0, len(self.relists) - 1))
         relist, pod = self.relists.pop(at)
-        error = RuntimeError("relist failed") if fails else None
+        self._finish_relist(relist, pod, RuntimeError("relist failed") if fails else None)
+
+    def _finish_relist(self, relist: PodRelist, pod: Pod | None, error: Exception | None) -> None:
+        self.ended[relist.order] = self.now
+        self.last_end[relist.uid] = (self.now, self.now - relist.started_at)
+        self.calls[relist.order] = (relist.uid, relist.started_wall, self.now, error is None)
         following, full = self.core.pod_complete(relist, pod, error, self.now)
         self._take_publication()
-        self._begin_relist(following)
+        self._begin_relists(following)
         self._begin_full(full)
+
+    @precondition(lambda self: self.timers)
+    @rule()
+    def relist_timer(self) -> None:
+        """The driver's relist timer ends at its time (the clock moved there meanwhile)."""
+        self.timers.sort()
+        self.now = max(self.now, self.timers.pop(0))
+        relists, again = self.core.pod_fire(self.now)
+        if again is not None:
+            self.timers.append(self.now + again)
+        self._begin_relists(relists)
 
     @rule()
     def reader(self) -> None:
@@ -218,32 +283,57 @@ class PodRelistMachine(RuleBasedStateMachine):
         assert len(in_flight) == len(set(in_flight)) == len(relists.inflight)
         assert len(in_flight) <= relists.max_in_flight
         assert relists.pending() <= relists.max_pending
-        assert relists.queued <= relists.inflight.keys()
+        assert relists.queued.keys() <= relists.inflight.keys()
         assert not (relists.waiting.keys() & relists.inflight.keys())
         assert len(self.full) <= 1
 
+    @invariant()
+    def waiting_pods_have_a_way_to_start(self) -> None:
+        relists = self.core.pod_relists
+        if relists.waiting and len(relists.inflight) < relists.max_in_flight:
+            assert self.timers, "pods wait with a slot free and no timer armed"
+            assert min(self.timers) <= relists.budget_at
+
     def teardown(self) -> None:
-        """Quiescence: every call finishes (successfully) until none is left."""
-        while self.relists or self.full:
+        """Quiescence: every call finishes (successfully) and every timer fires, until none is
+        left; then every event was followed by a call for its pod that began after it."""
+        while self.relists or self.full or self.timers or self.core.queued is not None:
             if self.relists:
                 relist, pod = self.relists.pop(0)
-                following, full = self.core.pod_complete(relist, pod, None, self.now)
-                self._take_publication()
-                self._begin_relist(following)
-                self._begin_full(full)
-            else:
+                self._finish_relist(relist, pod, None)
+            elif self.full:
                 refresh, pods = self.full.pop(0)
                 self._complete_full(refresh, pods)
+            elif self.timers:
+                self.relist_timer()
+            else:  # a full listing waits for the event budget: its timer ends at its time
+                assert self.core.queued is not None
+                self.now = max(self.now, self.core.due(self.core.queued))
+                self._begin_full(self.core.fire(self.now)[0])
+        assert not self.core.pod_relists.pending(), "pods left pending with nothing to start them"
         final = self.core.snapshot[0]
         assert final is not None
-        if not self.lost_events and self.core.queued is None:
+        if not self.lost_events:
             assert final == self.runtime.listing(), "events alone did not bring the snapshot up"
+        if not self.failed_full:
+            for uid, mark, happened in self.events:
+                assert self._followed(uid, mark, happened), f"an event for {uid} was dropped"
         self.now += 1.0
         _, last, start = self.core.plan(self.now, self.now)  # the period's full listing
         assert last is not None and start
         last.started_wall = self.now
         self._complete_full(last, self.runtime.listing())
         assert self.core.snapshot[0] == self.runtime.listing()
+
+    def _followed(self, uid: str, mark: int, happened: float | None) -> bool:
+        """Whether a successful call for pod ``uid`` began after an event that came when
+        ``mark`` start numbers were given (and, with ``happened``, after it happened)."""
+        return any(
+            succeeded
+            and pod in (uid, None)
+            and (order > mark or (happened is not None and happened < began))
+            for order, (pod, began, _, succeeded) in self.calls.items()
+        )
 
 
 PodRelistMachine.TestCase.settings = settings(

@@ -64,7 +64,7 @@ def test_sync_get_pods_running(served: tuple[CannedRuntime, str]) -> None:
     with CRIRuntime(endpoint) as cri:
         pods = cri.get_pods(False)
     assert pods == expected_pods(runtime)
-    assert str(pods[0].containers[0].id) == "containerd://c1"
+    assert pods[0].containers[0].id.qualified == "containerd://c1"
     assert runtime.methods() == ["Version", "ListPodSandbox", "ListContainers"]
     check_running_filters(runtime)
 

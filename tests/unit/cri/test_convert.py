@@ -16,6 +16,7 @@ from podcache.cri.convert import (
     container_state,
     parse_hash,
     pods_from_responses,
+    pods_from_wire,
     sandbox_state,
 )
 from podcache.cri.proto import api_pb2 as pb
@@ -549,8 +550,25 @@ def test_result_does_not_depend_on_listing_order() -> None:
 
 def test_container_ids_carry_the_runtime_name() -> None:
     pod = only_pod(build_pods("cri-o", [sandbox()], [container()]))
-    assert str(pod.containers[0].id) == "cri-o://c1"
-    assert str(pod.sandboxes[0].id) == "cri-o://s1"
+    assert pod.containers[0].id.qualified == "cri-o://c1"
+    assert pod.sandboxes[0].id.qualified == "cri-o://s1"
+
+
+@pytest.mark.parametrize("attempt", [0, 1, 7, 2**32 - 1])
+def test_attempts_are_carried_by_both_readers(attempt: int) -> None:
+    s, c = sandbox(), container()
+    s.metadata.attempt = attempt
+    c.metadata.attempt = attempt
+    listed = build_pods(RT, [s], [c])
+    read = pods_from_wire(
+        RT,
+        pb.ListPodSandboxResponse(items=[s]).SerializeToString(),
+        pb.ListContainersResponse(containers=[c]).SerializeToString(),
+    )
+    for pods in (listed, read):
+        pod = only_pod(pods)
+        assert pod.sandboxes[0].attempt == attempt
+        assert pod.containers[0].attempt == attempt
 
 
 def test_repeated_strings_are_one_object() -> None:

@@ -108,7 +108,10 @@ def events_command(
     -o json prints each change as GET /pods?watch=1 streams it:
     {"type": ..., "revision": r, "object": <the pod as in /pods>}.
 
-    Runs until Ctrl-C (exit status 130); a runtime error ends it with status 1.
+    Runs until Ctrl-C (exit status 130). A runtime that fails the first read ends it with
+    status 1; after that a runtime restart (or outage) is followed through: a line on stderr
+    says it is reconnecting, another when the runtime answers again, and the changes made
+    meanwhile follow.
     """
     from podcache.cli.follow import follow
     from podcache.cli.source import open_source

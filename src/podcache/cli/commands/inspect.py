@@ -53,7 +53,11 @@ def inspect_command(
     ID is tried as: a container or sandbox ID as type://id; a pod UID; name_namespace; a bare
     container or sandbox ID or a unique prefix of it (at least 4 characters). Pods are looked up
     among all of the runtime's pods, ready or not. Prints the pod as JSON (default, the shape of
-    one item of `podcache pods -o json`), YAML, or a table.
+    one item of `podcache pods -o json`, with "matched"), YAML, or a table.
+
+    Which container or sandbox an ID matched is said: "matched" in JSON and YAML ({"kind":
+    "container" or "sandbox", "id": type://id, "name", "attempt"}; null when ID is a UID or
+    name_namespace), a "Matched:" line in the table, whose row of it is marked "*".
 
     With --departed, an ID the runtime no longer lists is asked of the node's podcache serve,
     which remembers the pods that left (a whole container or sandbox ID, or a pod UID): the
@@ -63,28 +67,35 @@ def inspect_command(
     stderr) or a prefix shorter than 4 characters.
     """
     from podcache.cli.exits import NotFoundError
-    from podcache.cli.query import find_pod
-    from podcache.cli.render import pod_detail, print_document, print_tables
+    from podcache.cli.query import find
+    from podcache.cli.render import matched_document, pod_detail, print_document, print_tables
     from podcache.cli.source import open_source
     from podcache.jsonview import pod_to_json
 
+    started = time.monotonic()  # --timeout bounds the whole command, the listing included
     with open_source(runtime) as source:
         pods = source.runtime.get_pods(True)
     try:
-        pod = find_pod(pods, ident)
+        pod, matched = find(pods, ident)
     except NotFoundError:
         if not departed:
             raise
-        _print_departed(ident, server, token_file, out, runtime.timeout)
+        _print_departed(ident, server, token_file, out, runtime.timeout, started=started)
         return
     if out.format == "table":
-        print_tables(pod_detail(pod, out, time.time_ns()))
+        print_tables(pod_detail(pod, out, time.time_ns(), matched))
     else:
-        print_document(pod_to_json(pod), out.format)
+        print_document(pod_to_json(pod) | {"matched": matched_document(pod, matched)}, out.format)
 
 
 def _print_departed(
-    ident: str, server: str, token_file: str | None, out: OutputOptions, timeout: float | None
+    ident: str,
+    server: str,
+    token_file: str | None,
+    out: OutputOptions,
+    timeout: float | None,
+    *,
+    started: float,
 ) -> None:
     """The departed pod ``ident`` names, as podcache serve remembers it; exit 3 if none."""
     from pathlib import Path
@@ -94,7 +105,8 @@ def _print_departed(
     from podcache.cli.render import print_document
 
     token = Path(token_file).read_text().strip() if token_file else None
-    document = ask_departed(server, ident, token, 10.0 if timeout is None else timeout)
+    budget = 10.0 if timeout is None else timeout
+    document = ask_departed(server, ident, token, budget, since=started)
     if document is None:
         raise NotFoundError(f"no pod or container {ident}, listed or departed (asked {server})")
     item = {**document["pod"], "departed_at": document.get("departed_at")}

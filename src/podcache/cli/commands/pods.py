@@ -53,7 +53,7 @@ EVENT_WIDTH = len("MODIFIED")
     is_flag=True,
     help="After the table, print one row per change as it happens, with an EVENT column "
     "(ADDED, MODIFIED, DELETED), as kubectl get -w; with -o json, the lines of "
-    "GET /pods?watch=1. Until Ctrl-C.",
+    "GET /pods?watch=1. Until Ctrl-C; a runtime restart is followed through (said on stderr).",
 )
 @click.option(
     "--period",

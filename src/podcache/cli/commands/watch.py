@@ -82,7 +82,8 @@ def watch_command(
 
     Quit with q or Ctrl-C (exit status 0); the terminal is restored. When standard output
     is not a terminal (a pipe, a file), prints what `pods -w` prints instead: the table, then
-    one row per change, until Ctrl-C or SIGTERM (exit status 0).
+    one row per change, until Ctrl-C or SIGTERM (exit status 0), a runtime restart followed
+    through as `pods -w` follows it (said on stderr).
     """
     from podcache.cli.follow import require_events
     from podcache.cli.source import open_source
@@ -181,7 +182,7 @@ def _read(cache: RuntimeCache, interval: float) -> tuple[PodList | None, str]:
     try:
         return cache.get_pods(timeout=interval), ""
     except PodcacheError as e:  # before TimeoutError: a runtime deadline is both
-        return None, f"error: {e} (retrying)"
+        return None, f"error: {e}; reconnecting (the pods shown stay as they were)"
     except TimeoutError:
         return None, "refreshing… (the runtime has not answered yet)"
 

@@ -7,7 +7,6 @@ holding each IP (``PodList.by_ip``); the command and its table only (the rules a
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,8 @@ IP_MISS_REASON = "no_pod"
 
 class _PIDOrIP(click.ParamType[int | str, Any]):
     """A process ID as ps shows it (digits), or an IP address (anything ``ipaddress`` takes,
-    kept in its canonical text); anything else is a usage error that says what is taken."""
+    kept in ``model.normalise_ip``'s canonical text: ``::ffff:10.0.0.7`` is ``10.0.0.7``);
+    anything else is a usage error that says what is taken."""
 
     name = "PID|IP"
 
@@ -44,8 +44,10 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
             if 1 <= int(text) <= PID_MAX:
                 return int(text)
         else:
+            from podcache.model import normalise_ip
+
             try:
-                return ipaddress.ip_address(text).compressed
+                return normalise_ip(text)
             except ValueError:
                 pass
         self.fail(

@@ -375,6 +375,18 @@ class ListPodSandboxResponse(_message.Message):
     items: _containers.RepeatedCompositeFieldContainer[PodSandbox]
     def __init__(self, items: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ...) -> None: ...
 
+class StreamPodSandboxesRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: PodSandboxFilter
+    def __init__(self, filter: _Optional[_Union[PodSandboxFilter, _Mapping]] = ...) -> None: ...
+
+class StreamPodSandboxesResponse(_message.Message):
+    __slots__ = ("pod_sandboxes",)
+    POD_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    pod_sandboxes: _containers.RepeatedCompositeFieldContainer[PodSandbox]
+    def __init__(self, pod_sandboxes: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ...) -> None: ...
+
 class ImageSpec(_message.Message):
     __slots__ = ("image", "annotations", "user_specified_image", "runtime_handler", "image_ref")
     class AnnotationsEntry(_message.Message):
@@ -592,6 +604,18 @@ class Container(_message.Message):
     def __init__(self, id: _Optional[str] = ..., pod_sandbox_id: _Optional[str] = ..., metadata: _Optional[_Union[ContainerMetadata, _Mapping]] = ..., image: _Optional[_Union[ImageSpec, _Mapping]] = ..., image_ref: _Optional[str] = ..., state: _Optional[_Union[ContainerState, str]] = ..., created_at: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., annotations: _Optional[_Mapping[str, str]] = ..., image_id: _Optional[str] = ...) -> None: ...
 
 class ListContainersResponse(_message.Message):
+    __slots__ = ("containers",)
+    CONTAINERS_FIELD_NUMBER: _ClassVar[int]
+    containers: _containers.RepeatedCompositeFieldContainer[Container]
+    def __init__(self, containers: _Optional[_Iterable[_Union[Container, _Mapping]]] = ...) -> None: ...
+
+class StreamContainersRequest(_message.Message):
+    __slots__ = ("filter",)
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    filter: ContainerFilter
+    def __init__(self, filter: _Optional[_Union[ContainerFilter, _Mapping]] = ...) -> None: ...
+
+class StreamContainersResponse(_message.Message):
     __slots__ = ("containers",)
     CONTAINERS_FIELD_NUMBER: _ClassVar[int]
     containers: _containers.RepeatedCompositeFieldContainer[Container]

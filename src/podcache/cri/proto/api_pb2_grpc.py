@@ -69,6 +69,11 @@ class RuntimeServiceStub:
                 request_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListPodSandboxRequest.SerializeToString,
                 response_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListPodSandboxResponse.FromString,
                 _registered_method=True)
+        self.StreamPodSandboxes = channel.unary_stream(
+                '/runtime.v1.RuntimeService/StreamPodSandboxes',
+                request_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesRequest.SerializeToString,
+                response_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesResponse.FromString,
+                _registered_method=True)
         self.CreateContainer = channel.unary_unary(
                 '/runtime.v1.RuntimeService/CreateContainer',
                 request_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.CreateContainerRequest.SerializeToString,
@@ -93,6 +98,11 @@ class RuntimeServiceStub:
                 '/runtime.v1.RuntimeService/ListContainers',
                 request_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersRequest.SerializeToString,
                 response_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersResponse.FromString,
+                _registered_method=True)
+        self.StreamContainers = channel.unary_stream(
+                '/runtime.v1.RuntimeService/StreamContainers',
+                request_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersRequest.SerializeToString,
+                response_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersResponse.FromString,
                 _registered_method=True)
         self.ContainerStatus = channel.unary_unary(
                 '/runtime.v1.RuntimeService/ContainerStatus',
@@ -151,6 +161,15 @@ class RuntimeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StreamPodSandboxes(self, request, context):
+        """KEP-5825 (feature gate CRIListStreaming): the same list, sent as a stream of lists of at
+        least one item each, so no one message carries the whole node. Runtimes without it answer
+        UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateContainer(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -177,6 +196,13 @@ class RuntimeServiceServicer:
 
     def ListContainers(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StreamContainers(self, request, context):
+        """KEP-5825, as StreamPodSandboxes.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -231,6 +257,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     request_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListPodSandboxRequest.FromString,
                     response_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListPodSandboxResponse.SerializeToString,
             ),
+            'StreamPodSandboxes': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamPodSandboxes,
+                    request_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesRequest.FromString,
+                    response_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesResponse.SerializeToString,
+            ),
             'CreateContainer': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateContainer,
                     request_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.CreateContainerRequest.FromString,
@@ -255,6 +286,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.ListContainers,
                     request_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersRequest.FromString,
                     response_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersResponse.SerializeToString,
+            ),
+            'StreamContainers': grpc.unary_stream_rpc_method_handler(
+                    servicer.StreamContainers,
+                    request_deserializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersRequest.FromString,
+                    response_serializer=podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersResponse.SerializeToString,
             ),
             'ContainerStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ContainerStatus,
@@ -467,6 +503,33 @@ class RuntimeService:
             _registered_method=True)
 
     @staticmethod
+    def StreamPodSandboxes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/StreamPodSandboxes',
+            podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesRequest.SerializeToString,
+            podcache_dot_cri_dot_proto_dot_api__pb2.StreamPodSandboxesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def CreateContainer(request,
             target,
             options=(),
@@ -591,6 +654,33 @@ class RuntimeService:
             '/runtime.v1.RuntimeService/ListContainers',
             podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersRequest.SerializeToString,
             podcache_dot_cri_dot_proto_dot_api__pb2.ListContainersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StreamContainers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/runtime.v1.RuntimeService/StreamContainers',
+            podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersRequest.SerializeToString,
+            podcache_dot_cri_dot_proto_dot_api__pb2.StreamContainersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,100 @@
+"""The simulator's PodSandboxStatus costs its pod, not the node (issue 29 §1).
+
+A cold start asks thousands of sandbox statuses while the population churns; an answer built
+from a view of the whole node (rebuilt for each new generation: a snapshot of every record, an
+ID index, sorted IDs) made each call after a change O(n log n) with the GIL held. The test
+counts the walks of the population (``Population.snapshot``, the only way to a view) instead of
+timing anything, and holds the answers to the view's own (the reference: prefix resolution).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.sim.faults import Faults
+from podcache.sim.population import Population, Snapshot
+from podcache.sim.server import SimServicer
+
+
+class CountingPopulation(Population):
+    """A population that counts its snapshots (each is a walk of every record)."""
+
+    snapshots = 0
+
+    def snapshot(self) -> Snapshot:
+        self.snapshots += 1
+        return super().snapshot()
+
+
+class Aborted(Exception):
+    pass
+
+
+class FakeContext:
+    """The part of ``grpc.ServicerContext`` the status handler uses."""
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise Aborted(code, details)
+
+
+@pytest.fixture
+def servicer() -> Iterator[tuple[SimServicer, CountingPopulation]]:
+    population = CountingPopulation(300, seed=11)
+    servicer = SimServicer(population, Faults(), threading.Event())
+    yield servicer, population
+    servicer.close()
+
+
+def status(servicer: SimServicer, sandbox_id: str) -> Any:
+    request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+    return servicer.PodSandboxStatus(request, FakeContext())  # type: ignore[arg-type]
+
+
+def test_a_status_call_after_each_change_never_walks_the_population(
+    servicer: tuple[SimServicer, CountingPopulation],
+) -> None:
+    sim, population = servicer
+    asked = 0
+    for _ in range(50):
+        events = population.step()  # a new generation: a view would be rebuilt
+        for event in events:
+            if event.sandbox is not None and event.sandbox.id in {
+                s.id for s in population.pod_records(event.sandbox.uid)[0]
+            }:
+                assert status(sim, event.sandbox.id).status.id == event.sandbox.id
+                asked += 1
+    assert asked >= 50
+    assert population.snapshots == 0
+
+
+def test_an_unknown_full_length_id_is_not_found_without_a_walk(
+    servicer: tuple[SimServicer, CountingPopulation],
+) -> None:
+    sim, population = servicer
+    with pytest.raises(Aborted) as raised:
+        status(sim, "f" * 64)
+    assert raised.value.args[0] == grpc.StatusCode.NOT_FOUND
+    assert population.snapshots == 0
+
+
+def test_each_status_answers_as_the_view_of_the_node_does(
+    servicer: tuple[SimServicer, CountingPopulation],
+) -> None:
+    sim, population = servicer
+    for _ in range(20):
+        population.step()
+    population.crash_container(population.pod_uids()[3])
+    view = sim.view()
+    for sandbox in view.sandboxes:
+        answer = status(sim, sandbox.id)
+        by_prefix = status(sim, view.resolve_sandbox(sandbox.id[:20]) or sandbox.id[:20])
+        expected = [c.id for c in view.containers_of(sandbox.id)]
+        assert answer.status == by_prefix.status
+        assert [c.id for c in answer.containers_statuses] == expected
+        assert [c.id for c in by_prefix.containers_statuses] == expected
