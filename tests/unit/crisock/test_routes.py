@@ -80,6 +80,8 @@ READS = {
     "ListPodSandbox": Route.CACHE,
     "ListContainers": Route.CACHE,
     "GetContainerEvents": Route.FAN_OUT,
+    "StreamPodSandboxes": Route.CACHE_STREAM,
+    "StreamContainers": Route.CACHE_STREAM,
     "Version": Route.CACHED_FORWARD,
     **dict.fromkeys(
         [

@@ -24,6 +24,7 @@ class Route(enum.Enum):
     """How an allowed method is answered."""
 
     CACHE = "answered from the cache"
+    CACHE_STREAM = "answered from the cache, as a stream of whole-item slices (KEP-5825)"
     FORWARD = "forwarded to the runtime (identical calls in flight share one)"
     CACHED_FORWARD = "forwarded once, the answer kept until the runtime's connection drops"
     FAN_OUT = "podcache's one event subscription, fanned out"
@@ -39,6 +40,8 @@ READ_ONLY: Mapping[str, Route] = MappingProxyType(
     {
         _RUNTIME + "ListPodSandbox": Route.CACHE,
         _RUNTIME + "ListContainers": Route.CACHE,
+        _RUNTIME + "StreamPodSandboxes": Route.CACHE_STREAM,
+        _RUNTIME + "StreamContainers": Route.CACHE_STREAM,
         _RUNTIME + "GetContainerEvents": Route.FAN_OUT,
         _RUNTIME + "Version": Route.CACHED_FORWARD,
         _RUNTIME + "Status": Route.FORWARD,

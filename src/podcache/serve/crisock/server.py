@@ -34,6 +34,7 @@ from google.protobuf.message import DecodeError
 
 from podcache.cache import AsyncRuntimeCache
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
+from podcache.cri.convert import split_items
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError
@@ -113,16 +114,28 @@ def _remaining(context: grpc.ServicerContext) -> float | None:
     return None if left is None or left > 1e9 else left
 
 
-_LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | None]]] = {
-    "/runtime.v1.RuntimeService/ListPodSandbox": (
-        pb.ListPodSandboxRequest,
-        lambda pods, items, request: sandboxes_answer(pods, items, request.filter),
+def _sandboxes(pods: PodList, items: WireItems, request: Any) -> bytes | None:
+    return sandboxes_answer(pods, items, request.filter)
+
+
+def _containers(pods: PodList, items: WireItems, request: Any) -> bytes | None:
+    return containers_answer(pods, items, request.filter)
+
+
+_LIST = "/runtime.v1.RuntimeService/"
+_LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | None], str]] = {
+    _LIST + "ListPodSandbox": (pb.ListPodSandboxRequest, _sandboxes, _LIST + "ListPodSandbox"),
+    _LIST + "ListContainers": (pb.ListContainersRequest, _containers, _LIST + "ListContainers"),
+    # KEP-5825: the same filter (field 1) and the same items (field 1) as the unary call's.
+    _LIST + "StreamPodSandboxes": (
+        pb.StreamPodSandboxesRequest,
+        _sandboxes,
+        _LIST + "ListPodSandbox",
     ),
-    "/runtime.v1.RuntimeService/ListContainers": (
-        pb.ListContainersRequest,
-        lambda pods, items, request: containers_answer(pods, items, request.filter),
-    ),
+    _LIST + "StreamContainers": (pb.StreamContainersRequest, _containers, _LIST + "ListContainers"),
 }
+STREAM_SLICE_BYTES = 1024 * 1024
+"""A streamed list's messages hold whole items, about this many bytes each (the last fewer)."""
 
 
 class CRISocket:
@@ -246,7 +259,7 @@ class CRISocket:
 
     def listed(self, path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
-        message_type, answer = _LISTS[path]
+        message_type, answer, _ = _LISTS[path]
         try:
             parsed = message_type.FromString(request)
         except DecodeError:
@@ -265,10 +278,23 @@ class CRISocket:
             data = answer(pods, self._items, parsed)
             if data is None:
                 self.list_forwards += 1
-                return self.forwarded(path, request, context, keep=False)
+                unary = _LISTS[path][2]  # a streamed list is asked as the unary call
+                return self.forwarded(unary, request, context, keep=False)
             if len(answers) < ANSWER_MEMO:
                 answers[key] = data
         return data
+
+    def streamed(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """StreamPodSandboxes / StreamContainers: the list answer in slices of whole items (each
+        slice is a valid Stream*Response: its items are field 1, as the list answer's). A
+        runtime that must be asked (an item's bytes missing) is asked the unary call."""
+        data = self.listed(path, request, context)
+        pieces = split_items(data, STREAM_SLICE_BYTES)
+        if pieces is None:
+            yield data  # one message (also when no item is selected)
+            return
+        for piece in pieces:
+            yield bytes(piece)
 
     def forwarded(
         self, path: str, request: bytes, context: grpc.ServicerContext, *, keep: bool
@@ -352,6 +378,8 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
             return grpc.stream_stream_rpc_method_handler(self._denied(path))
         if route is Route.FAN_OUT:
             return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.events))
+        if route is Route.CACHE_STREAM:
+            return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.streamed))
         if route is Route.CACHE:
             behaviour: Callable[[str, bytes, grpc.ServicerContext], bytes] = socket.listed
         else:
