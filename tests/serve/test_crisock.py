@@ -434,3 +434,67 @@ def test_podcache_pods_reads_the_socket_as_it_reads_the_runtime(
 
     through_socket = f"unix://{crisock.path}"
     until(lambda: pods(through_socket) == pods(sim.endpoint))
+
+
+# -- docs/architecture.md §10 rule 5: through a resubscription ------------------------------------
+class _Subscriber:
+    """A socket subscriber read by a thread: the container IDs it got, and how it ended."""
+
+    def __init__(self, path: str) -> None:
+        self.socket = Socket(path)
+        self.ids: list[str] = []
+        self.end: grpc.RpcError | None = None
+        self._stream = self.socket.events()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for data in self._stream:
+                self.ids.append(pb.ContainerEventResponse.FromString(data).container_id)
+        except grpc.RpcError as error:
+            self.end = error
+
+    def close(self) -> None:
+        self._stream.cancel()
+        self._thread.join(10)
+        self.socket.close()
+
+
+def _subscriptions(served: Served) -> float:
+    return _metric(served, "podcache_cri_event_subscriptions_total")
+
+
+def test_a_subscriber_keeps_its_stream_through_a_resubscription_that_lost_nothing(
+    crisock: Served, sim: SimRuntime
+) -> None:
+    until(lambda: _subscribers(crisock) == 0)
+    subscriber = _Subscriber(crisock.path)
+    try:
+        until(lambda: _subscribers(crisock) == 1)
+        opened = _subscriptions(crisock)
+        sim.cut_event_streams()  # the runtime's stream ends; nothing changes meanwhile
+        until(lambda: _subscriptions(crisock) == opened + 1 and sim.event_subscribers == 1)
+        until(lambda: _metric(crisock, "podcache_cri_event_held") == 0)  # the listing judged
+        sent = [event.container_id for event in sim.churn_step(1)]
+        until(lambda: subscriber.ids[-len(sent) :] == sent or subscriber.end is not None)
+        assert subscriber.end is None
+    finally:
+        subscriber.close()
+
+
+def test_a_subscriber_is_told_unavailable_when_events_were_lost(
+    crisock: Served, sim: SimRuntime
+) -> None:
+    until(lambda: _subscribers(crisock) == 0)
+    subscriber = _Subscriber(crisock.path)
+    try:
+        until(lambda: _subscribers(crisock) == 1)
+        sim.cut_event_streams()
+        sim.churn_step(1)  # made while the stream is cut: its events reach nobody
+        until(lambda: subscriber.end is not None)
+        assert subscriber.end is not None
+        assert subscriber.end.code() is grpc.StatusCode.UNAVAILABLE
+        assert sim.event_subscribers <= 1
+    finally:
+        subscriber.close()

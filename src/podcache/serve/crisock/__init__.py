@@ -78,6 +78,7 @@ class CRISocketSetup:
             limits=self._limits,
         )
         socket.start()
+        self.hub.watch(view.cache)  # serve's caches read time.monotonic
         app.metrics.sources.append(lambda: cri_metrics(socket))
 
     async def stop(self) -> None:

@@ -18,9 +18,15 @@ event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
    An event that would pass either bound ends that client with RESOURCE_EXHAUSTED instead
    (counted in ``cut_off["slow"]``, logged once per client); the others, the caches and the
    runtime never wait for it.
-4. **An upstream end ends every client** with UNAVAILABLE (counted ``cut_off["upstream"]``):
-   events made while podcache had no stream may be lost, as a direct subscriber's would be;
-   the caches' followers end with the stream's error and resubscribe by their own rules.
+4. **An upstream end holds every client** (their streams stay open, silent) while the hub
+   opens the stream again (``REOPEN_EVERY``; the caches' followers end with the stream's error
+   and resubscribe by their own rules, sharing that opening). A held client keeps its stream
+   only if nothing was lost: the first full listing of the watched cache (``watch``) that
+   began after the new stream opened must show the node's state exactly as it was when the
+   old one ended (the same revision: no change in between, none that a lost event would have
+   told). Otherwise, or when no such listing comes within ``HOLD_SECONDS``, it ends with
+   UNAVAILABLE after its queued events (counted ``cut_off["upstream"]``), as the runtime's own
+   stream would. Without a watched cache every client ends at once.
 5. **Thread and loop.** The upstream stream, the followers and the opening run on the event
    loop; clients wait in the socket's threads (``EventClient.next``), each on its own
    condition; ``attach`` from a thread asks the loop to open the stream when none is.
@@ -36,6 +42,7 @@ import concurrent.futures
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
@@ -55,6 +62,11 @@ __all__ = [
 ]
 
 log = logging.getLogger("podcache.serve.crisock")
+
+HOLD_SECONDS = 30.0
+"""Longest a client is held through an outage before its stream ends (rule 4)."""
+REOPEN_EVERY = 0.5
+"""Seconds between the hub's own attempts to reopen the stream while it holds clients."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +211,14 @@ class EventHub:
         self._reader: asyncio.Task[None] | None = None
         self._followers: set[HubFollower] = set()
         self._connected = True  # whether the last failed opening reached the runtime
+        self._cache: Any = None  # the watched cache (rule 4), with its clock
+        self._clock: Callable[[], float] = time.monotonic
+        self._revision: int | None = None  # the watched cache's latest published revision
+        self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
+        self._held_revision: int | None = None
+        self._reopened_at: float | None = None  # the stream reopened for them (cache clock)
+        self._holds = 0  # the hold's number: a timer of an earlier hold does nothing
+        self._closing = False
         self._lock = threading.Lock()  # the clients, and each event's push to them
         self._clients: set[EventClient] = set()
         self.subscriptions = 0
@@ -214,8 +234,13 @@ class EventHub:
 
     @property
     def subscribers(self) -> int:
-        """Socket clients attached now."""
-        return len(self._clients)
+        """Socket clients attached now (held ones included)."""
+        return len(self._clients | self._held)
+
+    @property
+    def held(self) -> int:
+        """Socket clients held through an outage, not yet told whether they lost anything."""
+        return len(self._held)
 
     def follower(self) -> HubFollower:
         """A cache's stream (what its getter's ``container_events()`` returns)."""
@@ -260,6 +285,10 @@ class EventHub:
             return
         self.subscriptions += 1
         self._upstream = upstream
+        if self._held:
+            self._reopened_at = self._clock()
+            with self._lock:
+                self._clients |= self._held  # events flow again; the listing decides (rule 4)
         assert self._loop is not None
         self._reader = self._loop.create_task(self._read(upstream), name="podcache-cri-events")
         self._opening = None
@@ -281,12 +310,19 @@ class EventHub:
         followers, self._followers = self._followers, set()
         for follower in followers:
             follower.ended(error, upstream.connected)
-        self._end_clients(error)
-
-    def _end_clients(self, error: BaseException | None) -> None:
-        with self._lock:
-            clients, self._clients = self._clients, set()
         why = "ended" if error is None else f"failed: {error}"
+        if self._cache is None or self._closing:
+            self._end_clients(self._take_clients(), why)
+        else:
+            self._hold(why)
+
+    def _take_clients(self) -> set[EventClient]:
+        with self._lock:
+            clients, self._clients = self._clients | self._held, set()
+        self._held = set()
+        return clients
+
+    def _end_clients(self, clients: set[EventClient], why: str) -> None:
         for client in clients:
             self.cut_off["upstream"] += 1
             client.finish(
@@ -295,8 +331,63 @@ class EventHub:
                 "have been lost: subscribe again",
             )
 
+    # -- holding clients through an outage (rule 4) ---------------------------------------------
+    def watch(self, cache: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        """Hold clients through outages, judged by ``cache``'s full listings (its publish
+        hook, on the loop) on ``clock``, the cache's clock."""
+        self._cache, self._clock = cache, clock
+        cache.on_publish(self._published)
+
+    def _hold(self, why: str) -> None:
+        with self._lock:
+            held, self._clients = self._clients, set()
+        if not held and not self._held:
+            return
+        if not self._held:  # a new outage: the state it must find again is the one now
+            self._held_revision = self._revision
+            self._holds += 1
+            assert self._loop is not None
+            self._loop.call_later(HOLD_SECONDS, self._expire, self._holds, why)
+            self._loop.create_task(self._reopen(), name="podcache-cri-events-reopen")
+        self._held |= held
+        self._reopened_at = None
+
+    async def _reopen(self) -> None:
+        """Open the stream again for the held clients (the caches may do it first)."""
+        while self._held and self._reopened_at is None and not self._closing:
+            with contextlib.suppress(Exception):
+                await self._open()
+                return
+            await asyncio.sleep(REOPEN_EVERY)
+
+    def _expire(self, hold: int, why: str) -> None:
+        if hold == self._holds and self._held:
+            self._end_clients(self._release_held(), f"{why} (no listing showed nothing lost)")
+
+    def _release_held(self) -> set[EventClient]:
+        held, self._held = self._held, set()
+        with self._lock:
+            self._clients -= held
+        return held
+
+    def _published(self, publication: Any) -> None:
+        """The watched cache's publish hook: a full listing begun after the reopening decides
+        whether the held clients lost anything (rule 4)."""
+        revision = publication.pods.revision
+        if (
+            self._held
+            and self._reopened_at is not None
+            and publication.relisted is None
+            and publication.timestamp >= self._reopened_at
+        ):
+            if revision == self._held_revision:
+                self._held = set()  # nothing was lost: they go on
+            else:
+                self._end_clients(self._release_held(), "ended and the node changed meanwhile")
+        self._revision = revision
+
     def _close_if_unused(self) -> None:
-        if self._followers or self._clients or self._reader is None:
+        if self._followers or self._clients or self._held or self._reader is None:
             return
         upstream = self._upstream
         if upstream is not None and self._loop is not None:
@@ -350,7 +441,8 @@ class EventHub:
 
     async def aclose(self) -> None:
         """End every client and the upstream stream."""
-        self._end_clients(None)
+        self._closing = True
+        self._end_clients(self._take_clients(), "ended (podcache is stopping)")
         upstream = self._upstream
         if upstream is not None:
             await upstream.aclose()

@@ -64,6 +64,12 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
         "Event streams podcache opened to the runtime (one shared by every cache and client).",
         value=hub.subscriptions,
     )
+    yield GaugeMetricFamily(
+        "podcache_cri_event_held",
+        "GetContainerEvents streams held through an outage of podcache's stream from the "
+        "runtime, until a listing shows whether they lost anything.",
+        value=hub.held,
+    )
     cut = CounterMetricFamily(
         "podcache_cri_event_subscribers_cut_off",
         "GetContainerEvents streams ended by podcache: slow (past --cri-event-buffer, "
