@@ -5,9 +5,11 @@ a list request's filter, no answer encoded (docs/architecture.md §10). Each met
 CRI services is answered as ``routes.READ_ONLY`` says, or denied (PERMISSION_DENIED naming it);
 a method of another service is UNIMPLEMENTED (gRPC's own answer).
 
-- Lists: the all view's snapshot (``get_pods_nowait``, else awaited on the event loop within
-  the client's deadline: the cache's freshness rules, §3), then ``lists``; an answer is kept
-  per snapshot and request bytes (at most ``ANSWER_MEMO`` per snapshot).
+- Lists: the all view's snapshot by the cache's freshness rules (§3), taken in the socket's
+  thread (``get_pods_nowait``, or the newest published snapshot while it is within the period)
+  and only past the period awaited on the event loop, within the client's deadline; then
+  ``lists``; an answer is kept per snapshot and request bytes (at most ``ANSWER_MEMO`` per
+  snapshot). ``clock`` is the cache's.
 - Forwarded calls: ``forward.Forwarder``.
 - GetContainerEvents: ``fanout.EventHub``.
 
@@ -24,6 +26,7 @@ import contextlib
 import grp
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
@@ -152,6 +155,7 @@ class CRISocket:
         wait: float,
         access: SocketAccess = DEFAULT_ACCESS,
         limits: CRILimits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._paths = paths
         self._cache = cache
@@ -171,7 +175,10 @@ class CRISocket:
         """List calls forwarded because an item's bytes were missing (``lists``)."""
         self._server: grpc.Server | None = None
         self._pool: futures.ThreadPoolExecutor | None = None
-        cache.on_publish(lambda publication: items.prune(publication.pods))
+        self._latest: tuple[PodList, float] | None = None
+        self._asked = False
+        self._clock = clock
+        cache.on_publish(self._published)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -236,11 +243,22 @@ class CRISocket:
         return self._hub
 
     # -- lists ---------------------------------------------------------------------------------
+    def _published(self, publication: Any) -> None:
+        """The cache's publish hook (on the loop): the newest snapshot and its timestamp."""
+        self._latest = (publication.pods, publication.timestamp)
+        self._items.prune(publication.pods)
+
     def _snapshot(self, context: grpc.ServicerContext) -> PodList:
-        """The all view's pods by the cache's rules: a hit, else awaited on the loop."""
+        """The all view's pods by the cache's rules (§3 rule 1), in this thread: a hit; else
+        the newest published snapshot while it is within the period (a refresh-ahead is then
+        asked of the loop, not waited for); else ``get_pods`` awaited on the loop."""
         pods = self._cache.get_pods_nowait()
         if pods is not None:
             return pods
+        latest = self._latest
+        if latest is not None and self._clock() - latest[1] <= self._cache.cache_period:
+            self._ask_refresh_ahead()
+            return latest[0]
         loop = self._loop
         assert loop is not None
         budget = _remaining(context) or self._wait
@@ -256,6 +274,26 @@ class CRISocket:
             ) from None
         except PodcacheError as error:
             raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
+
+    def _ask_refresh_ahead(self) -> None:
+        """Have the loop make the ``get_pods`` call that starts the refresh-ahead (a hit: it
+        returns at once); one asked at a time."""
+        if self._asked:
+            return
+        self._asked = True
+        loop = self._loop
+        assert loop is not None
+
+        def ask() -> None:
+            task = loop.create_task(self._cache.get_pods())
+            task.add_done_callback(self._asked_done)
+
+        loop.call_soon_threadsafe(ask)
+
+    def _asked_done(self, task: asyncio.Task[PodList]) -> None:
+        self._asked = False
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure is the next caller's to see
 
     def listed(self, path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
