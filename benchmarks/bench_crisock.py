@@ -18,8 +18,8 @@ Four measurements, issue 31's targets (docs/architecture.md §10):
   ``ListPodSandbox`` filtered by its sandbox ID is polled until it lists it; the time from
   the command to that answer. Target: median within 10 ms.
 - **Fan-out.** An in-process simulator (1,000 pods): 4 subscribers read
-  ``GetContainerEvents`` through the socket while a fifth never reads; 1,000 events are made. Target: each of the 4 gets all, in order; the
-  runtime has exactly one subscriber throughout.
+  ``GetContainerEvents`` through the socket while a fifth never reads; 1,000 events are made.
+  Target: each of the 4 gets all, in order; the runtime has exactly one subscriber throughout.
 
 Every figure reports min / median / max where it has several samples.
 """
