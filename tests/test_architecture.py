@@ -55,7 +55,8 @@ LAYERS: dict[str, set[str]] = {
     "sim": {"podcache", "cri.proto", "unixsocket", "defaults"},
     "serve.response": {"errors"},
     "serve.http1": {"serve.response"},
-    "serve": _BELOW_SERVE | {"serve.http1", "serve.response"},
+    "serve.crisock": {"model", "errors", "unixsocket", "cache", "cri", "cri.proto"},
+    "serve": _BELOW_SERVE | {"serve.http1", "serve.response", "serve.crisock"},
     "cli": _BELOW_SERVE,
 }
 """Layer -> the layers it may import (docs/architecture.md §2). Within a layer, imports are free."""
@@ -67,7 +68,12 @@ def layer_of(module: str) -> str:
     parts = module.split(".")
     if parts[0] != "podcache":
         raise ValueError(f"{module} is not a podcache module")
-    if parts[1:3] in (["cri", "proto"], ["serve", "http1"], ["serve", "response"]):
+    if parts[1:3] in (
+        ["cri", "proto"],
+        ["serve", "http1"],
+        ["serve", "response"],
+        ["serve", "crisock"],
+    ):
         return ".".join(parts[1:3])
     return parts[1] if len(parts) > 1 else "podcache"
 

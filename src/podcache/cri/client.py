@@ -111,6 +111,7 @@ from podcache.cri.values import (
     _status_from,
     _version_from,
 )
+from podcache.cri.wireitems import WireItems
 from podcache.errors import MalformedListingError, RuntimeProtocolError, RuntimeUnavailableError
 from podcache.model import Pod, PodList
 
@@ -542,6 +543,12 @@ class AsyncCRIRuntime(_Base):
         assert sandboxes is not None
         containers = self._converter.read_all(*container_answer)
         return _converted(runtime_name, sandboxes, containers, self._memo, listing)
+
+    def keep_wire_items(self, items: WireItems) -> None:
+        """Teach ``items`` every list answer this getter reads from now on (full listings and
+        one pod's alike), in its converter thread: the CRI socket re-sends them
+        (docs/architecture.md §10)."""
+        self._converter.keeper = items.learn
 
     def container_events(self) -> AsyncContainerEventStream:
         """The runtime's container events as an async iterator (see ``CRIRuntime``'s).

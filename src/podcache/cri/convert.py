@@ -60,6 +60,7 @@ __all__ = [
     "Memo",
     "build_pods",
     "container_state",
+    "item_ends",
     "parse_hash",
     "pods_from_listings",
     "pods_from_responses",
@@ -434,6 +435,12 @@ class Listing:
         """How many items the answer lists."""
         return len(self._rows)
 
+    @property
+    def rows(self) -> Sequence[Any]:
+        """The items as read, in order (rows of the C reader, or protobuf messages): each has
+        ``id``, ``created_at`` and ``state``."""
+        return self._rows
+
     def release(self) -> None:
         """Drop the rows (the listing is empty afterwards), ``RELEASE_SLICE`` at a time.
 
@@ -480,6 +487,17 @@ def split_items(data: bytes, piece: int) -> list[memoryview] | None:
         return None
     view = memoryview(data)
     return [view[start:end] for start, end in pairwise([0, *cuts])]
+
+
+def item_ends(data: bytes) -> list[int] | None:
+    """Where each top-level item of a list answer ends (``[]`` for an empty answer); None when
+    the answer is not made solely of field-1 length-delimited items (see ``split_items``)."""
+    if not data:
+        return []
+    find_cuts = _item_cuts_python if _WIRE is None else _WIRE.item_cuts
+    if len(data) == 1:
+        return None  # one byte is no item (and item_cuts answers None for it)
+    return find_cuts(data, 1)
 
 
 def _item_cuts_python(data: bytes | memoryview, piece: int) -> list[int] | None:

@@ -39,6 +39,9 @@ __all__ = ["READ_PIECE_BYTES"]
 
 _R = TypeVar("_R")
 
+Keeper = Callable[[str, bytes, Sequence[Any]], None]
+"""Takes a list answer read (the method, its bytes, its rows): ``wireitems.WireItems.learn``."""
+
 
 READ_PIECE_BYTES = 128 * 1024
 """Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
@@ -156,6 +159,8 @@ class _Converter:
     def __init__(self, url: str) -> None:
         self._url = url
         self._pool: ThreadPoolExecutor | None = None
+        self.keeper: Keeper | None = None
+        """Given every answer read and its rows (``AsyncCRIRuntime.keep_wire_items``)."""
 
     def run(self, function: Callable[..., _R], *args: Any) -> asyncio.Future[_R]:
         """``function(*args)`` in the worker thread, as a future of the running loop; the
@@ -174,11 +179,12 @@ class _Converter:
         read = _READERS[method]
         try:
             pieces = split_items(data, READ_PIECE_BYTES)
-            if pieces is None:
-                return read(data)
-            return Listing.joined([read(piece) for piece in pieces])
+            listing = read(data) if pieces is None else Listing.joined([read(p) for p in pieces])
         except MalformedListingError as exc:
             raise RuntimeProtocolError(self._url, _not_cri_message(method)) from exc
+        if self.keeper is not None:
+            self.keeper(method, data, listing.rows)
+        return listing
 
     def read_all(self, method: str, parts: Sequence[bytes]) -> Listing:
         """The answer of ``method`` in messages (one for a unary call, any number for a

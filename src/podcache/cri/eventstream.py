@@ -181,6 +181,9 @@ class ContainerEventStream:
         """Whether the call's connection was made (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
         """Given each checked event's fields (a getter learns sandbox networks from them)."""
+        self.raw_sink: Callable[[bytes], None] | None = None
+        """Given each checked event's bytes as the runtime sent them, in the reading thread,
+        before the event is returned (the CRI socket's fan-out, docs/architecture.md §10)."""
 
     @property
     def endpoint(self) -> str:
@@ -235,7 +238,10 @@ class ContainerEventStream:
         if self._done_reading(call) or response is None:
             call.close()
             raise StopIteration
-        return event_from_bytes(self._url, response, self.sandbox_sink)
+        event = event_from_bytes(self._url, response, self.sandbox_sink)
+        if self.raw_sink is not None:
+            self.raw_sink(response)
+        return event
 
     def _broke(self, violation: WireViolationError) -> RuntimeProtocolError:
         """The error of a stream whose runtime broke HTTP/2 or gRPC (a flood included)."""
@@ -306,6 +312,11 @@ class AsyncContainerEventStream:
     def connected(self) -> bool:
         """Whether the call's connection was made (the runtime was reached)."""
         return self._stream.connected
+
+    def set_raw_sink(self, sink: Callable[[bytes], None]) -> None:
+        """``ContainerEventStream.raw_sink``: each checked event's bytes, in the stream's
+        thread, before the event is handed to the loop."""
+        self._stream.raw_sink = sink
 
     async def open(self) -> None:
         """Subscribe (once): returns when the stream is open, raises the runtime's error if not."""

@@ -487,6 +487,10 @@ class App:
                 return BOOLEANS.get(unquote_plus(value)) is True
         return False
 
+    def all_view(self) -> App:
+        """The all view (``?all=1``), built now if it was not yet: the CRI socket's cache."""
+        return self._all_pods()
+
     def _all_pods(self) -> App:
         """The all view, built on first use; it counts requests, refreshes and watch streams
         into this App's metrics (one ``/metrics``)."""

@@ -15,6 +15,7 @@ import functools
 import logging
 import re
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import click
@@ -279,9 +280,42 @@ def _say(message: str) -> None:
     "inside the server; info adds the subscription's start and close; debug every failed "
     "attempt.",
 )
+@click.option(
+    "--cri-listen",
+    "cri_listen",
+    multiple=True,
+    type=click.Path(dir_okay=False),
+    metavar="PATH",
+    help="Also serve a read-only CRI socket (runtime.v1) at PATH, answered from the cache: "
+    "point crictl, Falco or any CRI client at unix://PATH instead of the runtime's socket. "
+    "Repeatable. Writes, exec and attach are denied (PERMISSION_DENIED).",
+)
+@click.option(
+    "--cri-socket-mode",
+    default="0600",
+    show_default=True,
+    metavar="OCTAL",
+    help="File mode of the --cri-listen sockets (0660 with --cri-socket-group opens them to a "
+    "group).",
+)
+@click.option(
+    "--cri-socket-group",
+    default=None,
+    metavar="GROUP",
+    help="Group (name or number) of the --cri-listen sockets.",
+)
+@click.option(
+    "--cri-event-buffer",
+    default="10000,16MiB",
+    show_default=True,
+    metavar="EVENTS,SIZE",
+    help="Events and bytes a CRI socket's GetContainerEvents subscriber may fall behind by; "
+    "past either it is ended with RESOURCE_EXHAUSTED.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
+    /,
     *,
     runtime_endpoint: str | None,
     sim: bool,
@@ -301,8 +335,9 @@ def serve_command(
     events: str,
     proc_root: str,
     bookmark_interval: float,
+    **cri: Any,
 ) -> None:
-    """Serve the node's pods over HTTP until SIGTERM or SIGINT."""
+    """Serve the node's pods over HTTP until SIGTERM or SIGINT (``cri``: the --cri-* options)."""
     source = ctx.get_parameter_source("runtime_endpoint")
     if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
         raise click.UsageError("give either --sim or -r/--runtime-endpoint, not both")
@@ -334,6 +369,77 @@ def serve_command(
         events=events,
         proc_root=proc_root,
         bookmark_interval=bookmark_interval,
+        cri=_cri_options(**cri),
+    )
+
+
+class _CRIOptions(NamedTuple):
+    """The ``--cri-*`` options, checked."""
+
+    paths: list[str]
+    mode: int
+    group: int | None
+    buffer_events: int
+    buffer_bytes: int
+
+
+def _cri_options(
+    *,
+    cri_listen: tuple[str, ...],
+    cri_socket_mode: str,
+    cri_socket_group: str | None,
+    cri_event_buffer: str,
+) -> _CRIOptions | None:
+    """The ``--cri-*`` options as ``CRISocketSetup`` takes them; usage errors name the option."""
+    import os
+
+    paths, mode, group, buffer = cri_listen, cri_socket_mode, cri_socket_group, cri_event_buffer
+    if not paths:
+        return None
+    absolute = [os.path.abspath(path) for path in paths]
+    if len(set(absolute)) != len(absolute):
+        raise click.BadParameter("a path is given twice", param_hint="--cri-listen")
+    try:
+        mode_bits = int(mode, 8)
+    except ValueError:
+        raise click.BadParameter(
+            f"{mode!r} is not an octal mode", param_hint="--cri-socket-mode"
+        ) from None
+    if not 0 <= mode_bits <= 0o777:
+        raise click.BadParameter(f"{mode!r} is not a file mode", param_hint="--cri-socket-mode")
+    gid = None
+    if group is not None:
+        from podcache.serve.crisock import group_id
+
+        try:
+            gid = group_id(group)
+        except KeyError as exc:
+            raise click.BadParameter(str(exc.args[0]), param_hint="--cri-socket-group") from None
+    events_text, _, size_text = buffer.partition(",")
+    try:
+        events, size = int(events_text), parse_size(size_text or "16MiB")
+    except ValueError as exc:
+        raise click.BadParameter(
+            f"{buffer!r}: give EVENTS,SIZE (10000,16MiB): {exc}", param_hint="--cri-event-buffer"
+        ) from None
+    if events <= 0 or size <= 0:
+        raise click.BadParameter(
+            f"{buffer!r}: both must be above 0", param_hint="--cri-event-buffer"
+        )
+    return _CRIOptions(absolute, mode_bits, gid, events, size)
+
+
+def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:
+    """``CRISocketSetup`` for ``--cri-listen``."""
+    from podcache.serve.crisock import CRISocketSetup, EventBuffer, SocketAccess
+
+    return CRISocketSetup(
+        runtime,
+        cri.paths,
+        timeout=timeout,
+        wait=wait,
+        access=SocketAccess(cri.mode, cri.group),
+        buffer=EventBuffer(cri.buffer_events, cri.buffer_bytes),
     )
 
 
@@ -435,6 +541,26 @@ def _warmed(error: BaseException | None) -> None:
         _say(f"warning: the runtime did not answer yet ({error}); 503 until it does")
 
 
+def _lifecycle(
+    runtime: Any, cri_setup: Any, started: str
+) -> tuple[Callable[[Any], None], Callable[[], Awaitable[None]]]:
+    """What runs once serve listens (the CRI socket starts, then it says so) and after it
+    stopped (the CRI socket, then the runtime client)."""
+
+    def listening(app: Any) -> None:
+        if cri_setup is not None:
+            cri_setup.start(app)
+            _say(f"CRI socket (read-only) on {', '.join(cri_setup.paths)}")
+        _say(started)
+
+    async def cleanup() -> None:
+        if cri_setup is not None:
+            await cri_setup.stop()
+        await runtime.close()
+
+    return listening, cleanup
+
+
 def _run(
     *,
     endpoint: str | None,
@@ -450,6 +576,7 @@ def _run(
     events: str = "auto",
     proc_root: str = "/proc",
     bookmark_interval: float = 15.0,
+    cri: _CRIOptions | None = None,
 ) -> None:
     from podcache.serve.app import App
     from podcache.serve.auth import BearerAuth
@@ -465,12 +592,15 @@ def _run(
         endpoint = simulation.endpoint
     try:
         runtime = _runtime(endpoint, timeout, events)
+        wait = 2 * timeout + 1.0  # a refresh in flight, then the request's own
+        cri_setup = None if cri is None else _cri_setup(runtime, cri, timeout, wait)
+        getter = runtime if cri_setup is None else cri_setup.getter  # events shared (§10)
         make_app = functools.partial(
             App,
-            runtime,
+            getter,
             cache_period,
             auth=auth,
-            wait=2 * timeout + 1.0,  # a refresh in flight, then the request's own
+            wait=wait,
             proc_root=proc_root,
             min_refresh_interval=freshness.min_refresh_interval,
             max_stale=freshness.max_stale,
@@ -479,15 +609,10 @@ def _run(
             bookmark_interval=bookmark_interval,
         )
         started = _listening(listeners, runtime.endpoint, cache_period, events, auth is not None)
+        listening, cleanup = _lifecycle(runtime, cri_setup, started)
         try:
-            run(
-                make_app,
-                listeners,
-                limits=limits,
-                on_listening=lambda app: _say(started),
-                on_warm=_warmed,
-                cleanup=runtime.close,
-            )
+            run(make_app, listeners, limits=limits, on_listening=listening, on_warm=_warmed,
+                cleanup=cleanup)  # fmt: skip
         except ServeError as exc:
             raise click.ClickException(str(exc)) from exc
         _say("stopped")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import (
@@ -117,6 +117,8 @@ class Metrics:
         GCCollector(registry=self.registry)
         self.requests: dict[tuple[str, int], int] = {}
         """Requests answered, by (route, status code); the application increments it."""
+        self.sources: list[Callable[[], Iterable[Metric]]] = []
+        """More metric families, read at each scrape (the CRI socket's)."""
         self.watchers: WatchCounters | None = None
         """The watch streams' counters, when the application has streams."""
         self.pid_lookups: dict[str, int] = {}
@@ -218,6 +220,8 @@ class _Collector(Collector):
         yield from _pid_metrics(self._metrics)
         for histogram in self._metrics.histograms:
             yield histogram.collect()
+        for source in self._metrics.sources:
+            yield from source()
 
 
 _CACHE_COUNTERS = (

@@ -61,6 +61,19 @@ class CallCounters:
         self._counts = self._zero()
         self._messages = dict.fromkeys(STREAMED_METHODS, 0)
 
+        self._unimplemented: dict[str, int] = {}
+
+    def record_unimplemented(self, path: str) -> None:
+        """Count one call of a method the sim does not implement (by its gRPC path)."""
+        with self._lock:
+            self._unimplemented[path] = self._unimplemented.get(path, 0) + 1
+
+    def unimplemented(self) -> dict[str, int]:
+        """Calls of methods the sim does not implement, by gRPC path (a copy): what a client
+        asked that no handler of the sim answers (it answers UNIMPLEMENTED)."""
+        with self._lock:
+            return dict(self._unimplemented)
+
     @staticmethod
     def _zero() -> dict[str, dict[str, list[int]]]:
         return {method: {kind: [0, 0] for kind in _KINDS} for method in COUNTED_METHODS}

@@ -288,6 +288,13 @@ class SimRuntime:
             return CallCounters().stream_messages()
         return self._server.servicer.counters.stream_messages()
 
+    def unimplemented_calls(self) -> dict[str, int]:
+        """Calls of methods the sim does not implement, by gRPC path (each answered
+        UNIMPLEMENTED): what reached the runtime that it has no handler for."""
+        if self._server is None:
+            return {}
+        return self._server.servicer.counters.unimplemented()
+
     def reset_call_counts(self) -> None:
         """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
         if self._server is not None:

@@ -938,6 +938,32 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
             return len(self._subscribers)
 
 
+_GenericHandler: Any = grpc.GenericRpcHandler  # the stubs make it generic, grpcio does not
+
+
+class _Unimplemented(_GenericHandler):  # type: ignore[misc]
+    """Every method no other handler answers: counted (``CallCounters.unimplemented``), then
+    UNIMPLEMENTED as a runtime answers a method it lacks."""
+
+    def __init__(self, counters: CallCounters) -> None:
+        self._counters = counters
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler[Any, Any]:
+        path: str = details.method
+        counters = self._counters
+
+        def answer(requests: Any, context: grpc.ServicerContext) -> Any:
+            counters.record_unimplemented(path)
+            service, _, method = path.lstrip("/").partition("/")
+            _abort(
+                context,
+                grpc.StatusCode.UNIMPLEMENTED,
+                f"unknown method {method} for service {service}",
+            )
+
+        return grpc.stream_stream_rpc_method_handler(answer)
+
+
 class SimServer:
     """A ``grpc.server`` (thread pool) serving a ``SimServicer`` on one address.
 
@@ -962,7 +988,7 @@ class SimServer:
         )
         self._server = grpc.server(
             self._executor,
-            handlers=[self.servicer.handlers()],
+            handlers=[self.servicer.handlers(), _Unimplemented(self.servicer.counters)],
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE),
                 ("grpc.max_send_message_length", _MAX_MESSAGE),

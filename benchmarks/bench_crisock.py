@@ -1,0 +1,395 @@
+"""The read-only CRI socket (``podcache serve --cri-listen``) against the runtime itself.
+
+    .venv/bin/python benchmarks/bench_crisock.py [--quick] [--json]
+
+Four measurements, issue 31's targets (docs/architecture.md §10):
+
+- **Upstream load.** ``podcache sim --pods 1000`` in a process of its own (``--stats-file``:
+  its list calls are counted there, read by SIGUSR1; its CPU from ``/proc/PID/stat``), and
+  ``podcache serve --cri-listen`` in another. 10 clients (threads, a channel each) each list
+  sandboxes and containers 10 times a second for 30 s (quick: 10 s), first straight at the
+  runtime, then through the socket, then both again (interleaved, so drift cancels). Target:
+  the runtime receives at most 1/50 of the direct phases' list calls, and uses at least 10x
+  less CPU.
+- **Latency.** One client, ``ListContainers`` (unfiltered, 1,000 pods), alternately through the
+  socket and straight at the runtime; medians side by side. Target: proxied <= direct.
+- **Freshness.** A simulator (1,000 pods) in a process of its own, under ``serve
+  --cri-listen`` with events: a pod is created (a command over a pipe), and the socket's
+  ``ListPodSandbox`` filtered by its sandbox ID is polled until it lists it; the time from
+  the command to that answer. Target: median within 10 ms.
+- **Fan-out.** An in-process simulator (1,000 pods): 4 subscribers read
+  ``GetContainerEvents`` through the socket while a fifth never reads; 1,000 events are made.
+  Target: each of the 4 gets all, in order; the runtime has exactly one subscriber throughout.
+
+Every figure reports min / median / max where it has several samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import grpc
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.sim import SimRuntime
+from podcache.sim.population import SimEventType
+
+PODS = 1000
+CLIENTS = 10
+RATE = 10.0
+"""Listings (a ListPodSandbox and a ListContainers) per second per client."""
+_SIM = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
+_RUNTIME = "/runtime.v1.RuntimeService/"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _raw(channel: grpc.Channel, method: str) -> Any:
+    return channel.unary_unary(
+        _RUNTIME + method, request_serializer=lambda b: b, response_deserializer=lambda b: b
+    )
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU of process ``pid`` (its threads included)."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+@contextmanager
+def sim_process(pods: int, stats_file: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIM, "--pods", str(pods), "--stats-file", stats_file],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        if not endpoint:
+            raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
+        yield endpoint, proc
+    finally:
+        _stop(proc)
+
+
+@contextmanager
+def serve_process(endpoint: str, socket_path: str) -> Iterator[subprocess.Popen[str]]:
+    """``podcache serve --cri-listen`` over ``endpoint``; yields once it listens."""
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "podcache.serve", "-r", endpoint),
+            *("--listen", f"unix:{socket_path}.http", "--cri-listen", socket_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening on" in line:
+                break
+        else:
+            raise RuntimeError(f"podcache serve exited ({proc.wait()})")
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        _wait_answering(socket_path)
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _wait_answering(socket_path: str) -> None:
+    with grpc.insecure_channel(f"unix://{socket_path}") as channel:
+        lister = _raw(channel, "ListPodSandbox")
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                lister(b"", timeout=10)
+                return
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+def _list_calls(proc: subprocess.Popen[str], stats_file: str) -> int:
+    """The runtime's list calls so far (its stats file, written on SIGUSR1)."""
+    before = os.stat(stats_file).st_mtime_ns if os.path.exists(stats_file) else 0
+    proc.send_signal(signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not os.path.exists(stats_file) or os.stat(stats_file).st_mtime_ns == before:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the sim did not write its stats file")
+        time.sleep(0.01)
+    time.sleep(0.05)  # the write is complete
+    with open(stats_file, encoding="utf-8") as f:
+        counts = json.load(f)
+    calls = counts.get("calls", counts)
+    return sum(
+        kind["calls"]
+        for method in ("ListPodSandbox", "ListContainers")
+        for kind in calls[method].values()
+    )
+
+
+def _client(target: str, seconds: float, done: list[int]) -> None:
+    """One client: a ListPodSandbox and a ListContainers ``RATE`` times a second."""
+    with grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)]) as ch:
+        sandboxes, containers = _raw(ch, "ListPodSandbox"), _raw(ch, "ListContainers")
+        start = time.monotonic()
+        for tick in range(int(seconds * RATE)):
+            wait = start + tick / RATE - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            sandboxes(b"", timeout=30)
+            containers(b"", timeout=30)
+            done[0] += 2
+
+
+def _phase(
+    target: str, sim: subprocess.Popen[str], stats_file: str, seconds: float
+) -> dict[str, float]:
+    """The clients' calls, and what reached the runtime, for one phase."""
+    calls_before, cpu_before = _list_calls(sim, stats_file), _cpu_seconds(sim.pid)
+    counters = [[0] for _ in range(CLIENTS)]
+    threads = [
+        threading.Thread(target=_client, args=(target, seconds, counter)) for counter in counters
+    ]
+    began = time.monotonic()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.monotonic() - began
+    return {
+        "client_calls": sum(c[0] for c in counters),
+        "runtime_calls": _list_calls(sim, stats_file) - calls_before,
+        "runtime_cpu_s": _cpu_seconds(sim.pid) - cpu_before,
+        "seconds": elapsed,
+    }
+
+
+def _latency(proxy: str, direct: str, samples: int) -> dict[str, list[float]]:
+    """ListContainers round trips (ms), alternately through the socket and direct."""
+    times: dict[str, list[float]] = {"proxied": [], "direct": []}
+    with (
+        grpc.insecure_channel(proxy, options=[("grpc.max_receive_message_length", -1)]) as p,
+        grpc.insecure_channel(direct, options=[("grpc.max_receive_message_length", -1)]) as d,
+    ):
+        calls = {"proxied": _raw(p, "ListContainers"), "direct": _raw(d, "ListContainers")}
+        for _ in range(5):  # warm both
+            for call in calls.values():
+                call(b"", timeout=30)
+        for i in range(samples):
+            order = ("proxied", "direct") if i % 2 == 0 else ("direct", "proxied")
+            for name in order:
+                began = time.perf_counter()
+                calls[name](b"", timeout=30)
+                times[name].append((time.perf_counter() - began) * 1000)
+    return times
+
+
+def upstream_load(seconds: float, samples: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="pc-bench-") as tmp:
+        stats_file = os.path.join(tmp, "stats.json")
+        socket_path = os.path.join(tmp, "cri.sock")
+        with (
+            sim_process(PODS, stats_file) as (endpoint, sim),
+            serve_process(endpoint, socket_path),
+        ):
+            direct, proxied = endpoint, f"unix://{socket_path}"
+            phases: dict[str, list[dict[str, float]]] = {"direct": [], "proxied": []}
+            for name, target in (("direct", direct), ("proxied", proxied)) * 2:
+                phases[name].append(_phase(target, sim, stats_file, seconds))
+            latency = _latency(proxied, direct, samples)
+    return {"phases": phases, "latency_ms": latency}
+
+
+def _poll_until_listed(channel: grpc.Channel, sandbox_id: str, began: float) -> float:
+    """Seconds from ``began`` until the socket's ListPodSandbox filtered by ``sandbox_id``
+    lists it (polled every 0.5 ms: the poll must not take the CPU the relist needs)."""
+    request = pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=sandbox_id))
+    data = request.SerializeToString()
+    lister = _raw(channel, "ListPodSandbox")
+    while not lister(data, timeout=10):
+        if time.perf_counter() - began > 30:
+            raise RuntimeError(f"sandbox {sandbox_id} never listed through the socket")
+        time.sleep(0.0005)
+    return time.perf_counter() - began
+
+
+def _sim_child(pods: int, conn: Any) -> None:
+    """The runtime of the freshness measure, in a process of its own: it answers
+    ``("create",)`` with the new pod's UID and sandbox ID, ``("remove", uid)`` with None."""
+    with SimRuntime(pods, seed=5) as sim:
+        conn.send(sim.endpoint)
+        while (command := conn.recv()) != ("stop",):
+            if command[0] == "create":
+                uid, made = sim.population.create_pod()
+                sandbox_id = next(  # the new pod's sandbox
+                    e.container_id
+                    for e in made
+                    if e.type is SimEventType.CREATED
+                    and e.sandbox is not None
+                    and e.container_id == e.sandbox.id
+                )
+                conn.send((uid, sandbox_id))
+            else:
+                sim.population.remove_pod(command[1])
+                conn.send(None)
+
+
+def freshness(creations: int) -> list[float]:
+    """Milliseconds from a pod's creation on the runtime (in its own process) to its
+    sandbox in the socket's ListPodSandbox."""
+    parent, child = multiprocessing.Pipe()
+    process = multiprocessing.get_context("fork").Process(target=_sim_child, args=(PODS, child))
+    process.start()
+    try:
+        endpoint = parent.recv()
+        with (
+            tempfile.TemporaryDirectory(prefix="pc-bench-") as tmp,
+            serve_process(endpoint, os.path.join(tmp, "cri.sock")),
+            grpc.insecure_channel(f"unix://{os.path.join(tmp, 'cri.sock')}") as channel,
+        ):
+            time.sleep(2.0)  # the event subscription is open
+            delays = []
+            for _ in range(creations):
+                time.sleep(0.5)  # apart: each creation alone, as a node's pods come
+                began = time.perf_counter()
+                parent.send(("create",))
+                uid, sandbox_id = parent.recv()
+                delays.append(_poll_until_listed(channel, sandbox_id, began) * 1000)
+                parent.send(("remove", uid))
+                parent.recv()
+        return delays
+    finally:
+        parent.send(("stop",))
+        process.join(30)
+
+
+def fanout(events: int) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="pc-bench-") as tmp,
+        SimRuntime(PODS, seed=5) as sim,
+    ):
+        socket_path = os.path.join(tmp, "cri.sock")
+        with serve_process(sim.endpoint, socket_path):
+            sim.wait_for_event_subscribers(1, timeout=60)
+            return _fanout(sim, socket_path, events)
+
+
+def _fanout(sim: SimRuntime, socket_path: str, count: int) -> dict[str, Any]:
+    readers = [grpc.insecure_channel(f"unix://{socket_path}") for _ in range(4)]
+    stalled = grpc.insecure_channel(f"unix://{socket_path}", options=[("grpc.http2.bdp_probe", 0)])
+    method = "/runtime.v1.RuntimeService/GetContainerEvents"
+    streams: list[Any] = [
+        ch.unary_stream(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)(
+            b""
+        )
+        for ch in [*readers, stalled]
+    ]
+    got: list[list[str]] = [[] for _ in range(4)]
+
+    def read(stream: Any, into: list[str]) -> None:
+        for data in stream:
+            into.append(pb.ContainerEventResponse.FromString(data).container_id)
+            if len(into) >= count:
+                return
+
+    threads = [
+        threading.Thread(target=read, args=(s, g), daemon=True)
+        for s, g in zip(streams[:4], got, strict=True)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)  # the five streams are open at the socket
+    subscribers = {sim.event_subscribers}
+    sent: list[str] = []
+    while len(sent) < count:
+        sent += [e.container_id for e in sim.churn_step(1)]
+        subscribers.add(sim.event_subscribers)
+    for thread in threads:
+        thread.join(60)
+    subscribers.add(sim.event_subscribers)
+    for stream in streams:
+        stream.cancel()
+    for ch in [*readers, stalled]:
+        ch.close()
+    return {
+        "events": count,
+        "each_got_all_in_order": [g[:count] == sent[:count] for g in got],
+        "runtime_subscribers_seen": sorted(subscribers),
+    }
+
+
+def _spread(values: list[float]) -> str:
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    seconds = 10.0 if args.quick else 30.0
+    load = upstream_load(seconds, 100 if args.quick else 300)
+    delays = freshness(10 if args.quick else 30)
+    spread = fanout(1000)
+    result = {
+        **{"pods": PODS, "clients": CLIENTS, "rate": RATE, "seconds": seconds},
+        **{"load_average": os.getloadavg(), **load, "freshness_ms": delays, "fanout": spread},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    for name, runs in load["phases"].items():
+        for run in runs:
+            print(
+                f"{name:8} client calls {run['client_calls']:6.0f}  runtime list calls "
+                f"{run['runtime_calls']:6.0f}  runtime CPU {run['runtime_cpu_s']:6.2f} s  "
+                f"({run['seconds']:.1f} s)"
+            )
+    direct = load["phases"]["direct"]
+    proxied = load["phases"]["proxied"]
+    calls_ratio = sum(r["runtime_calls"] for r in direct) / max(
+        1, sum(r["runtime_calls"] for r in proxied)
+    )
+    cpu_ratio = sum(r["runtime_cpu_s"] for r in direct) / max(
+        1e-9, sum(r["runtime_cpu_s"] for r in proxied)
+    )
+    print(f"runtime list calls direct/proxied: {calls_ratio:.1f}x (target >= 50)")
+    print(f"runtime CPU direct/proxied: {cpu_ratio:.1f}x (target >= 10)")
+    for name, values in load["latency_ms"].items():
+        print(f"ListContainers {name:8} ms min/median/max: {_spread(values)}")
+    print(f"freshness ms min/median/max: {_spread(delays)} (target median <= 10)")
+    print(f"fan-out: {spread}")
+    print(f"load average at the end: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,90 @@
+"""``podcache serve --cri-listen``: the read-only CRI socket (docs/architecture.md §10).
+
+``CRISocketSetup`` wires it into serve: the runtime getter keeps the listed items' bytes
+(``WireItems``), every cache's events come from one ``EventHub``, and once the app exists
+the socket serves from the all view's cache. The modules: ``routes`` (the allow-list),
+``lists`` (list answers from a snapshot), ``forward`` (calls forwarded to the runtime),
+``fanout`` (the one event subscription and its clients), ``server`` (gRPC) and ``metrics``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from podcache.cri.endpoint import parse_endpoint
+from podcache.cri.wireitems import WireItems
+from podcache.serve.crisock.fanout import DEFAULT_EVENT_BUFFER, EventBuffer, EventHub, HubGetter
+from podcache.serve.crisock.forward import Forwarder
+from podcache.serve.crisock.metrics import cri_metrics
+from podcache.serve.crisock.routes import READ_ONLY, Route, denial
+from podcache.serve.crisock.server import (
+    DEFAULT_ACCESS,
+    DEFAULT_LIMITS,
+    CRILimits,
+    CRISocket,
+    SocketAccess,
+    group_id,
+)
+
+__all__ = [
+    "READ_ONLY",
+    "CRILimits",
+    "CRISocket",
+    "CRISocketSetup",
+    "EventBuffer",
+    "Route",
+    "SocketAccess",
+    "denial",
+    "group_id",
+]
+
+
+class CRISocketSetup:
+    """The socket's parts around one ``AsyncCRIRuntime`` (``runtime``): ``getter`` is what the
+    app's caches read (the runtime, its events shared through the hub); ``start(app)`` serves
+    ``paths`` from the app's all view; ``stop()`` ends it all."""
+
+    def __init__(
+        self,
+        runtime: Any,
+        paths: list[str],
+        *,
+        timeout: float,
+        wait: float,
+        access: SocketAccess = DEFAULT_ACCESS,
+        buffer: EventBuffer = DEFAULT_EVENT_BUFFER,
+        limits: CRILimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.items = WireItems()
+        runtime.keep_wire_items(self.items)
+        self.hub = EventHub(runtime, buffer)
+        self.getter = HubGetter(runtime, self.hub)
+        self.paths = paths
+        self._wait, self._access, self._limits = wait, access, limits
+        self._forwarder = Forwarder(parse_endpoint(runtime.endpoint), timeout=timeout)
+        self.socket: CRISocket | None = None
+
+    def start(self, app: Any) -> None:
+        """Serve from ``app``'s all view (built now); its metrics gain the socket's."""
+        view = app.all_view()
+        socket = self.socket = CRISocket(
+            self.paths,
+            cache=view.cache,
+            items=self.items,
+            forwarder=self._forwarder,
+            hub=self.hub,
+            wait=self._wait,
+            access=self._access,
+            limits=self._limits,
+        )
+        socket.start()
+        self.hub.watch(view.cache)  # serve's caches read time.monotonic
+        app.metrics.sources.append(lambda: cri_metrics(socket))
+
+    async def stop(self) -> None:
+        """Stop the socket, end the event clients and the shared stream."""
+        if self.socket is not None:
+            self.socket.stop()
+        else:
+            self._forwarder.close()
+        await self.hub.aclose()

@@ -1,0 +1,472 @@
+"""One subscription to the runtime's container events, shared by the caches and the CRI socket.
+
+``EventHub`` holds podcache's one ``GetContainerEvents`` stream to the runtime and hands every
+event to every follower: the caches' streams (``follower()``: ``ContainerEvent`` values, for
+their subscriptions, docs/architecture.md §7) and the socket's clients (``attach()``: each
+event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
+
+1. **One upstream stream.** It is opened by the first follower that opens while none is open
+   (later ones wait for that opening's outcome, and share its failure), kept while any
+   follower or client is attached, closed when the last leaves. So the runtime sees one
+   subscriber, whatever the number of caches and clients (containerd 1.7 hands each event to
+   one subscriber only; 2.x delivers to its subscribers one after another).
+2. **Every client gets every event from its attachment on, in the runtime's order, as the
+   runtime sent it.** The stream's reading thread appends each event's bytes to every
+   client's queue, under one lock, before the event reaches the caches: O(clients) per
+   event, never a wait for a client.
+3. **A client's queue is bounded** (``EventBuffer``: 10,000 events and 16 MiB by default).
+   An event that would pass either bound ends that client with RESOURCE_EXHAUSTED instead
+   (counted in ``cut_off["slow"]``, logged once per client); the others, the caches and the
+   runtime never wait for it.
+4. **An upstream end holds every client** (their streams stay open, silent) while the hub
+   opens the stream again (``REOPEN_EVERY``; the caches' followers end with the stream's error
+   and resubscribe by their own rules, sharing that opening). A held client keeps its stream
+   only if nothing was lost: the first full listing of the watched cache (``watch``) that
+   began after the new stream opened must show the node's state exactly as it was when the
+   old one ended (the same revision: no change in between, none that a lost event would have
+   told). Otherwise, or when no such listing comes within ``HOLD_SECONDS``, it ends with
+   UNAVAILABLE after its queued events (counted ``cut_off["upstream"]``), as the runtime's own
+   stream would. Without a watched cache every client ends at once.
+5. **Thread and loop.** The upstream stream, the followers and the opening run on the event
+   loop; clients wait in the socket's threads (``EventClient.next``), each on its own
+   condition; ``attach`` from a thread asks the loop to open the stream when none is.
+
+Deliberately not here: gRPC serving (``server``), the caches' subscription rules (``cache``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, Self
+
+import grpc
+
+from podcache.errors import RuntimeUnavailableError
+from podcache.model import ContainerEvent, Pod, PodList
+
+__all__ = [
+    "DEFAULT_EVENT_BUFFER",
+    "EventBuffer",
+    "EventClient",
+    "EventHub",
+    "HubFollower",
+    "HubGetter",
+]
+
+log = logging.getLogger("podcache.serve.crisock")
+
+HOLD_SECONDS = 30.0
+"""Longest a client is held through an outage before its stream ends (rule 4)."""
+REOPEN_EVERY = 0.5
+"""Seconds between the hub's own attempts to reopen the stream while it holds clients."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventBuffer:
+    """A client's queue bounds (``--cri-event-buffer EVENTS,SIZE``)."""
+
+    events: int = 10_000
+    bytes: int = 16 * 1024 * 1024
+
+
+DEFAULT_EVENT_BUFFER = EventBuffer()
+
+
+class _Upstream(Protocol):
+    """The runtime's stream as ``AsyncCRIRuntime.container_events()`` returns it."""
+
+    connected: bool
+
+    async def open(self) -> None: ...
+    def __aiter__(self) -> Any: ...
+    async def aclose(self) -> None: ...
+    def set_raw_sink(self, sink: Callable[[bytes], None]) -> None: ...
+
+
+class EventClient:
+    """One socket client's queue of event bytes (rule 3); read by its thread with ``next``."""
+
+    def __init__(self, hub: EventHub, bounds: EventBuffer) -> None:
+        self._hub = hub
+        self._bounds = bounds
+        self._queue: collections.deque[bytes] = collections.deque()
+        self._bytes = 0
+        self._ready = threading.Condition(threading.Lock())
+        self.end: tuple[grpc.StatusCode, str] | None = None
+        """Why the stream ends (set once): the status to answer with."""
+
+    def push(self, data: bytes) -> bool:
+        """Append one event (under the hub's lock); False: the client was cut off (rule 3)."""
+        with self._ready:
+            if self.end is not None:
+                return False
+            if len(self._queue) >= self._bounds.events or self._bytes + len(data) > (
+                self._bounds.bytes
+            ):
+                self.end = (
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    "GetContainerEvents: this subscriber fell behind by more than "
+                    f"{self._bounds.events} events or {self._bounds.bytes} bytes and was cut "
+                    "off (podcache's CRI socket)",
+                )
+                self._queue.clear()
+                self._ready.notify()
+                return False
+            self._queue.append(data)
+            self._bytes += len(data)
+            self._ready.notify()
+            return True
+
+    def finish(self, code: grpc.StatusCode, details: str) -> None:
+        """End the stream after the events already queued (rule 4)."""
+        with self._ready:
+            if self.end is None:
+                self.end = (code, details)
+            self._ready.notify()
+
+    def next(self, timeout: float) -> bytes | None:
+        """The next event's bytes, or None after ``timeout`` s or once the stream ended (then
+        ``end`` says why; queued events come first unless the client was cut off)."""
+        with self._ready:
+            if not self._queue and self.end is None:
+                self._ready.wait(timeout)
+            if self._queue:
+                data = self._queue.popleft()
+                self._bytes -= len(data)
+                return data
+            return None
+
+    def detach(self) -> None:
+        """The client left: the hub forgets it."""
+        self._hub.detach(self)
+
+
+class HubFollower:
+    """A cache's event stream over the hub: ``open``, ``async for``, ``aclose``, ``connected``
+    (the shape of ``AsyncContainerEventStream`` that the cache's subscription uses)."""
+
+    def __init__(self, hub: EventHub) -> None:
+        self._hub = hub
+        self._events: collections.deque[ContainerEvent] = collections.deque()
+        self._wake = asyncio.Event()
+        self._end: BaseException | None = None
+        self._ended = False
+        self._closed = False
+        self.connected = True
+
+    @property
+    def endpoint(self) -> str:
+        return self._hub.endpoint
+
+    async def open(self) -> None:
+        await self._hub.join(self)
+
+    def deliver(self, event: ContainerEvent) -> None:
+        self._events.append(event)
+        self._wake.set()
+
+    def ended(self, error: BaseException | None, connected: bool) -> None:
+        self._ended, self._end, self.connected = True, error, connected
+        self._wake.set()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> ContainerEvent:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._events:
+                return self._events.popleft()
+            if self._ended:
+                if self._end is not None:
+                    raise self._end
+                raise StopAsyncIteration
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._wake.set()
+        self._hub.leave(self)
+
+
+class EventHub:
+    """The one subscription (rules above) over ``runtime`` (its ``container_events()``)."""
+
+    def __init__(self, runtime: Any, buffer: EventBuffer = DEFAULT_EVENT_BUFFER) -> None:
+        self._runtime = runtime
+        self.buffer = buffer
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._upstream: _Upstream | None = None
+        self._opening: asyncio.Future[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._followers: set[HubFollower] = set()
+        self._connected = True  # whether the last failed opening reached the runtime
+        self._cache: Any = None  # the watched cache (rule 4), with its clock
+        self._clock: Callable[[], float] = time.monotonic
+        self._revision: int | None = None  # the watched cache's latest published revision
+        self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
+        self._held_revision: int | None = None
+        self._reopened_at: float | None = None  # the stream reopened for them (cache clock)
+        self._holds = 0  # the hold's number: a timer of an earlier hold does nothing
+        self._closing = False
+        self._lock = threading.Lock()  # the clients, and each event's push to them
+        self._clients: set[EventClient] = set()
+        self.subscriptions = 0
+        """Upstream streams opened (one per outage, if all goes well)."""
+        self.events = 0
+        """Events received from the runtime."""
+        self.cut_off: dict[str, int] = {"slow": 0, "upstream": 0}
+        """Clients ended by the hub, by reason (rules 3 and 4)."""
+
+    @property
+    def endpoint(self) -> str:
+        return str(self._runtime.endpoint)
+
+    @property
+    def subscribers(self) -> int:
+        """Socket clients attached now (held ones included)."""
+        return len(self._clients | self._held)
+
+    @property
+    def held(self) -> int:
+        """Socket clients held through an outage, not yet told whether they lost anything."""
+        return len(self._held)
+
+    def follower(self) -> HubFollower:
+        """A cache's stream (what its getter's ``container_events()`` returns)."""
+        return HubFollower(self)
+
+    # -- the upstream stream (on the loop) -----------------------------------------------------
+    async def join(self, follower: HubFollower) -> None:
+        """Open (or share) the upstream stream, then deliver its events to ``follower``; an
+        opening that failed says whether the runtime was reached (``connected``)."""
+        try:
+            await self._open()
+        except BaseException:
+            follower.connected = self._connected
+            raise
+        self._followers.add(follower)
+
+    def leave(self, follower: HubFollower) -> None:
+        self._followers.discard(follower)
+        self._close_if_unused()
+
+    async def _open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self._reader is not None and not self._reader.done():
+            return
+        opening = self._opening
+        if opening is None:
+            opening = self._opening = self._loop.create_future()
+            self._loop.create_task(self._open_upstream(opening), name="podcache-cri-events")
+        await asyncio.shield(opening)
+
+    async def _open_upstream(self, opening: asyncio.Future[None]) -> None:
+        upstream: _Upstream = self._runtime.container_events()
+        upstream.set_raw_sink(self._fan_out)
+        try:
+            await upstream.open()
+        except BaseException as error:
+            self._opening = None
+            self._connected = upstream.connected
+            opening.set_exception(error)
+            opening.exception()  # retrieved: each joiner raises it itself
+            await upstream.aclose()
+            return
+        self.subscriptions += 1
+        self._upstream = upstream
+        if self._held:
+            self._reopened_at = self._clock()
+            with self._lock:
+                self._clients |= self._held  # events flow again; the listing decides (rule 4)
+        assert self._loop is not None
+        self._reader = self._loop.create_task(self._read(upstream), name="podcache-cri-events")
+        self._opening = None
+        opening.set_result(None)
+
+    async def _read(self, upstream: _Upstream) -> None:
+        """Every event to every follower, until the stream ends; then end them all."""
+        error: BaseException | None = None
+        try:
+            async for event in upstream:
+                self.events += 1
+                for follower in tuple(self._followers):
+                    follower.deliver(event)
+        except Exception as exc:
+            error = exc
+        finally:
+            self._upstream = None
+            await upstream.aclose()
+        followers, self._followers = self._followers, set()
+        for follower in followers:
+            follower.ended(error, upstream.connected)
+        why = "ended" if error is None else f"failed: {error}"
+        if self._cache is None or self._closing:
+            self._end_clients(self._take_clients(), why)
+        else:
+            self._hold(why)
+
+    def _take_clients(self) -> set[EventClient]:
+        with self._lock:
+            clients, self._clients = self._clients | self._held, set()
+        self._held = set()
+        return clients
+
+    def _end_clients(self, clients: set[EventClient], why: str) -> None:
+        for client in clients:
+            self.cut_off["upstream"] += 1
+            client.finish(
+                grpc.StatusCode.UNAVAILABLE,
+                f"GetContainerEvents: podcache's stream from the runtime {why}; events may "
+                "have been lost: subscribe again",
+            )
+
+    # -- holding clients through an outage (rule 4) ---------------------------------------------
+    def watch(self, cache: Any, clock: Callable[[], float] = time.monotonic) -> None:
+        """Hold clients through outages, judged by ``cache``'s full listings (its publish
+        hook, on the loop) on ``clock``, the cache's clock."""
+        self._cache, self._clock = cache, clock
+        cache.on_publish(self._published)
+
+    def _hold(self, why: str) -> None:
+        with self._lock:
+            held, self._clients = self._clients, set()
+        if not held and not self._held:
+            return
+        if not self._held:  # a new outage: the state it must find again is the one now
+            self._held_revision = self._revision
+            self._holds += 1
+            assert self._loop is not None
+            self._loop.call_later(HOLD_SECONDS, self._expire, self._holds, why)
+            self._loop.create_task(self._reopen(), name="podcache-cri-events-reopen")
+        self._held |= held
+        self._reopened_at = None
+
+    async def _reopen(self) -> None:
+        """Open the stream again for the held clients (the caches may do it first)."""
+        while self._held and self._reopened_at is None and not self._closing:
+            with contextlib.suppress(Exception):
+                await self._open()
+                return
+            await asyncio.sleep(REOPEN_EVERY)
+
+    def _expire(self, hold: int, why: str) -> None:
+        if hold == self._holds and self._held:
+            self._end_clients(self._release_held(), f"{why} (no listing showed nothing lost)")
+
+    def _release_held(self) -> set[EventClient]:
+        held, self._held = self._held, set()
+        with self._lock:
+            self._clients -= held
+        return held
+
+    def _published(self, publication: Any) -> None:
+        """The watched cache's publish hook: a full listing begun after the reopening decides
+        whether the held clients lost anything (rule 4)."""
+        revision = publication.pods.revision
+        if (
+            self._held
+            and self._reopened_at is not None
+            and publication.relisted is None
+            and publication.timestamp >= self._reopened_at
+        ):
+            if revision == self._held_revision:
+                self._held = set()  # nothing was lost: they go on
+            else:
+                self._end_clients(self._release_held(), "ended and the node changed meanwhile")
+        self._revision = revision
+
+    def _close_if_unused(self) -> None:
+        if self._followers or self._clients or self._held or self._reader is None:
+            return
+        upstream = self._upstream
+        if upstream is not None and self._loop is not None:
+            self._loop.create_task(upstream.aclose())
+
+    # -- the socket's clients (in its threads) --------------------------------------------------
+    def _fan_out(self, data: bytes) -> None:
+        """In the upstream's reading thread: the event's bytes to every client (rules 2, 3)."""
+        with self._lock:
+            cut = [client for client in self._clients if not client.push(data)]
+            for client in cut:
+                self._clients.discard(client)
+                self.cut_off["slow"] += 1
+        for _ in cut:
+            log.warning(
+                "CRI socket: a GetContainerEvents subscriber fell behind by more than %d "
+                "events or %d bytes and was cut off (RESOURCE_EXHAUSTED)",
+                self.buffer.events,
+                self.buffer.bytes,
+            )
+
+    def attach(self, timeout: float) -> EventClient:
+        """A new client, attached once the upstream stream is open (opened now if needed,
+        within ``timeout`` s). Raises ``RuntimeUnavailableError`` or the opening's error."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeUnavailableError(self.endpoint, "podcache's event hub is not running")
+        client = EventClient(self, self.buffer)
+        future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
+            self._attach(client), loop
+        )
+        future.result(timeout)
+        return client
+
+    async def _attach(self, client: EventClient) -> None:
+        await self._open()
+        with self._lock:
+            self._clients.add(client)
+
+    def detach(self, client: EventClient) -> None:
+        with self._lock:
+            self._clients.discard(client)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close
+                loop.call_soon_threadsafe(self._close_if_unused)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop the hub runs on (before any client attaches)."""
+        self._loop = loop
+
+    async def aclose(self) -> None:
+        """End every client and the upstream stream."""
+        self._closing = True
+        self._end_clients(self._take_clients(), "ended (podcache is stopping)")
+        upstream = self._upstream
+        if upstream is not None:
+            await upstream.aclose()
+
+
+class HubGetter:
+    """``getter`` for a cache, its ``container_events()`` a follower of ``hub`` (rule 1):
+    every cache of the process shares the one upstream stream."""
+
+    def __init__(self, getter: Any, hub: EventHub) -> None:
+        self._getter = getter
+        self._hub = hub
+
+    async def get_pods(self, all: bool) -> PodList:
+        pods: PodList = await self._getter.get_pods(all)
+        return pods
+
+    async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
+        pod: Pod | None = await self._getter.get_pod(uid, all)
+        return pod
+
+    async def pod_uid_of(self, ident: str) -> str | None:
+        uid: str | None = await self._getter.pod_uid_of(ident)
+        return uid
+
+    def container_events(self) -> HubFollower:
+        return self._hub.follower()

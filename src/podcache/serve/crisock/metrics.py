@@ -1,0 +1,81 @@
+"""The CRI socket's Prometheus metrics, read at scrape time; no registry of its own.
+
+``podcache_cri_requests_total{method,code}``, the forwarded calls made and saved by method,
+the list calls forwarded for want of an item's bytes, event subscribers now, events fanned
+out and subscribers cut off by reason (docs/architecture.md §10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+if TYPE_CHECKING:
+    from podcache.serve.crisock.server import CRISocket
+
+__all__ = ["cri_metrics"]
+
+
+def _by_method(name: str, help_text: str, table: dict[str, int]) -> Metric:
+    family = CounterMetricFamily(name, help_text, labels=["method"])
+    for path, value in sorted(table.items()):
+        family.add_metric([path.rsplit("/", 1)[-1]], value)
+    return family
+
+
+def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
+    """Every metric of the socket, from its counters."""
+    requests = CounterMetricFamily(
+        "podcache_cri_requests",
+        "Calls answered by the CRI socket, by method and gRPC status code.",
+        labels=["method", "code"],
+    )
+    for (method, code), value in sorted(socket.requests.items()):
+        requests.add_metric([method, code], value)
+    yield requests
+    forwarder = socket.forwarder
+    yield _by_method(
+        "podcache_cri_upstream_calls",
+        "Calls the CRI socket made to the runtime on its clients' behalf.",
+        dict(forwarder.upstream),
+    )
+    yield _by_method(
+        "podcache_cri_upstream_calls_saved",
+        "Forwarded calls answered without a runtime call of their own (shared in flight, a "
+        "kept Version). List calls answered from the cache are podcache_cri_requests_total.",
+        dict(forwarder.saved),
+    )
+    yield CounterMetricFamily(
+        "podcache_cri_list_forwards",
+        "List calls forwarded because the bytes of an item were not held.",
+        value=socket.list_forwards,
+    )
+    hub = socket.hub
+    yield GaugeMetricFamily(
+        "podcache_cri_event_subscribers",
+        "GetContainerEvents streams open on the CRI socket.",
+        value=hub.subscribers,
+    )
+    yield CounterMetricFamily(
+        "podcache_cri_event_subscriptions",
+        "Event streams podcache opened to the runtime (one shared by every cache and client).",
+        value=hub.subscriptions,
+    )
+    yield GaugeMetricFamily(
+        "podcache_cri_event_held",
+        "GetContainerEvents streams held through an outage of podcache's stream from the "
+        "runtime, until a listing shows whether they lost anything.",
+        value=hub.held,
+    )
+    cut = CounterMetricFamily(
+        "podcache_cri_event_subscribers_cut_off",
+        "GetContainerEvents streams ended by podcache: slow (past --cri-event-buffer, "
+        "RESOURCE_EXHAUSTED) or upstream (podcache's stream from the runtime ended, UNAVAILABLE).",
+        labels=["reason"],
+    )
+    for reason, value in sorted(hub.cut_off.items()):
+        cut.add_metric([reason], value)
+    yield cut

@@ -1,0 +1,81 @@
+"""The CRI socket's allow-list: which method is answered how; everything else is denied.
+
+The one place that says what the read-only socket does with a method (docs/architecture.md
+§10). A method is named by its gRPC path, ``/runtime.v1.<Service>/<Rpc>``. The table holds
+only read-only methods; a method of the two CRI services that it does not list (every call
+that changes or enters anything, and any call added to the CRI later) answers
+PERMISSION_DENIED with ``denial(path)``. A method of any other service is not served at all:
+gRPC answers UNIMPLEMENTED, as the runtime does for a service it lacks.
+
+Deliberately not here: how a route is carried out (``server``, ``lists``, ``forward``,
+``fanout``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from types import MappingProxyType
+
+__all__ = ["CRI_SERVICES", "READ_ONLY", "Route", "denial", "is_cri", "route_of"]
+
+
+class Route(enum.Enum):
+    """How an allowed method is answered."""
+
+    CACHE = "answered from the cache"
+    CACHE_STREAM = "answered from the cache, as a stream of whole-item slices (KEP-5825)"
+    FORWARD = "forwarded to the runtime (identical calls in flight share one)"
+    CACHED_FORWARD = "forwarded once, the answer kept until the runtime's connection drops"
+    FAN_OUT = "podcache's one event subscription, fanned out"
+
+
+CRI_SERVICES = ("runtime.v1.RuntimeService", "runtime.v1.ImageService")
+"""The services the socket speaks; their methods are allowed by ``READ_ONLY`` or denied."""
+
+_RUNTIME = "/runtime.v1.RuntimeService/"
+_IMAGE = "/runtime.v1.ImageService/"
+
+READ_ONLY: Mapping[str, Route] = MappingProxyType(
+    {
+        _RUNTIME + "ListPodSandbox": Route.CACHE,
+        _RUNTIME + "ListContainers": Route.CACHE,
+        _RUNTIME + "StreamPodSandboxes": Route.CACHE_STREAM,
+        _RUNTIME + "StreamContainers": Route.CACHE_STREAM,
+        _RUNTIME + "GetContainerEvents": Route.FAN_OUT,
+        _RUNTIME + "Version": Route.CACHED_FORWARD,
+        _RUNTIME + "Status": Route.FORWARD,
+        _RUNTIME + "RuntimeConfig": Route.FORWARD,
+        _RUNTIME + "PodSandboxStatus": Route.FORWARD,
+        _RUNTIME + "ContainerStatus": Route.FORWARD,
+        _RUNTIME + "ContainerStats": Route.FORWARD,
+        _RUNTIME + "ListContainerStats": Route.FORWARD,
+        _RUNTIME + "PodSandboxStats": Route.FORWARD,
+        _RUNTIME + "ListPodSandboxStats": Route.FORWARD,
+        _RUNTIME + "ListMetricDescriptors": Route.FORWARD,
+        _RUNTIME + "ListPodSandboxMetrics": Route.FORWARD,
+        _IMAGE + "ListImages": Route.FORWARD,
+        _IMAGE + "ImageStatus": Route.FORWARD,
+        _IMAGE + "ImageFsInfo": Route.FORWARD,
+    }
+)
+"""Every method the socket answers, and how. Nothing else of ``CRI_SERVICES`` is allowed."""
+
+
+def route_of(path: str) -> Route | None:
+    """How ``path`` is answered; None: denied (a CRI method not in ``READ_ONLY``)."""
+    return READ_ONLY.get(path)
+
+
+def is_cri(path: str) -> bool:
+    """Whether ``path`` names a method of one of ``CRI_SERVICES`` (allowed or denied)."""
+    service, _, method = path.lstrip("/").partition("/")
+    return service in CRI_SERVICES and bool(method)
+
+
+def denial(path: str) -> str:
+    """The PERMISSION_DENIED details for ``path``: the method, and why."""
+    return (
+        f"{path.lstrip('/')} is denied: this CRI socket (podcache) is read-only; it answers "
+        "list, status, stats, image-status and event calls only"
+    )

@@ -1,0 +1,481 @@
+"""``podcache serve --cri-listen PATH``: a read-only CRI socket answered from the cache.
+
+grpcio's server (a thread pool), with raw-bytes generic handlers: no message is decoded but
+a list request's filter, no answer encoded (docs/architecture.md §10). Each method of the two
+CRI services is answered as ``routes.READ_ONLY`` says, or denied (PERMISSION_DENIED naming it);
+a method of another service is UNIMPLEMENTED (gRPC's own answer).
+
+- Lists: the all view's snapshot by the cache's freshness rules (§3), taken in the socket's
+  thread (``get_pods_nowait``, or the newest published snapshot while it is within the period)
+  and only past the period awaited on the event loop, within the client's deadline; then
+  ``lists``; an answer is kept per snapshot and request bytes (at most ``ANSWER_MEMO`` per
+  snapshot). ``clock`` is the cache's.
+- Forwarded calls: ``forward.Forwarder``.
+- GetContainerEvents: ``fanout.EventHub``.
+
+Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. A unix socket is created
+mode 0600 (umask held during bind), then given ``mode`` and ``group``. Deliberately not
+here: the allow-list (``routes``), the answers' rules (``lists``, ``forward``, ``fanout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import grp
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from google.protobuf.message import DecodeError
+
+from podcache.cache import AsyncRuntimeCache
+from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
+from podcache.cri.convert import split_items
+from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.wireitems import WireItems
+from podcache.errors import EventsUnsupportedError, PodcacheError
+from podcache.model import PodList
+from podcache.serve.crisock.fanout import EventClient, EventHub
+from podcache.serve.crisock.forward import Forwarder, UpstreamError
+from podcache.serve.crisock.lists import containers_answer, sandboxes_answer
+from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
+from podcache.unixsocket import claim_socket_path
+
+__all__ = [
+    "ANSWER_MEMO",
+    "DEFAULT_ACCESS",
+    "DEFAULT_LIMITS",
+    "CRILimits",
+    "CRISocket",
+    "SocketAccess",
+    "group_id",
+]
+
+ANSWER_MEMO = 256
+"""List answers kept per snapshot (by request bytes); the memo starts over at each snapshot."""
+_POLL = 0.25
+"""Seconds an event stream's thread waits before it checks that its client is still there."""
+
+
+@dataclass(frozen=True, slots=True)
+class CRILimits:
+    """The socket's bounds, matched to the HTTP side's (docs/architecture.md §5 and §10)."""
+
+    max_connections: int = 1024
+    """Connections at once (``--max-connections``); gRPC refuses more."""
+    max_calls: int = 1024
+    """Calls at once over all connections; one more answers RESOURCE_EXHAUSTED."""
+    max_streams_per_connection: int = 100
+    """HTTP/2 streams one connection may open at once (the pipeline bound's equivalent)."""
+    max_request_bytes: int = 64 * 1024
+    """A request message (and its metadata) at most: the HTTP side's 64 KiB head."""
+    max_answer_bytes: int = MAX_RECEIVE_MESSAGE_BYTES
+    """An answer at most: what a CRI client receives by default (16 MiB)."""
+    idle_seconds: float = 75.0
+    """A connection without calls this long is closed (``--idle-timeout``)."""
+    max_event_streams: int = 64
+    """GetContainerEvents streams at once; each holds a thread of ``workers``."""
+    workers: int = 96
+    """Threads serving calls (event streams hold one each)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SocketAccess:
+    """Who may connect: the socket file's mode (0600 unless told) and group."""
+
+    mode: int = 0o600
+    group: int | None = None
+
+
+DEFAULT_LIMITS = CRILimits()
+DEFAULT_ACCESS = SocketAccess()
+
+
+class _FailureError(Exception):
+    """A call's failure: the status to answer with."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+def _abort(context: grpc.ServicerContext, failure: _FailureError) -> NoReturn:
+    context.abort(failure.code, failure.details)
+    raise AssertionError("abort returned")  # pragma: no cover
+
+
+def _remaining(context: grpc.ServicerContext) -> float | None:
+    left = context.time_remaining()
+    return None if left is None or left > 1e9 else left
+
+
+def _sandboxes(pods: PodList, items: WireItems, request: Any) -> bytes | None:
+    return sandboxes_answer(pods, items, request.filter)
+
+
+def _containers(pods: PodList, items: WireItems, request: Any) -> bytes | None:
+    return containers_answer(pods, items, request.filter)
+
+
+_LIST = "/runtime.v1.RuntimeService/"
+_LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | None], str]] = {
+    _LIST + "ListPodSandbox": (pb.ListPodSandboxRequest, _sandboxes, _LIST + "ListPodSandbox"),
+    _LIST + "ListContainers": (pb.ListContainersRequest, _containers, _LIST + "ListContainers"),
+    # KEP-5825: the same filter (field 1) and the same items (field 1) as the unary call's.
+    _LIST + "StreamPodSandboxes": (
+        pb.StreamPodSandboxesRequest,
+        _sandboxes,
+        _LIST + "ListPodSandbox",
+    ),
+    _LIST + "StreamContainers": (pb.StreamContainersRequest, _containers, _LIST + "ListContainers"),
+}
+STREAM_SLICE_BYTES = 1024 * 1024
+"""A streamed list's messages hold whole items, about this many bytes each (the last fewer)."""
+
+
+class CRISocket:
+    """The socket's server: ``start()`` on the event loop that runs ``cache``, ``stop()``."""
+
+    def __init__(
+        self,
+        paths: list[str],
+        *,
+        cache: AsyncRuntimeCache,
+        items: WireItems,
+        forwarder: Forwarder,
+        hub: EventHub,
+        wait: float,
+        access: SocketAccess = DEFAULT_ACCESS,
+        limits: CRILimits = DEFAULT_LIMITS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._paths = paths
+        self._cache = cache
+        self._items = items
+        self._forwarder = forwarder
+        self._hub = hub
+        self._wait = wait
+        self._access = access
+        self._limits = limits
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+        self._memo: tuple[PodList | None, dict[tuple[str, bytes], bytes]] = (None, {})
+        self._streams = threading.BoundedSemaphore(limits.max_event_streams)
+        self.requests: dict[tuple[str, str], int] = {}
+        """Calls answered, by (method, gRPC status code name)."""
+        self.list_forwards = 0
+        """List calls forwarded because an item's bytes were missing (``lists``)."""
+        self._server: grpc.Server | None = None
+        self._pool: futures.ThreadPoolExecutor | None = None
+        self._latest: tuple[PodList, float] | None = None
+        self._asked = False
+        self._clock = clock
+        cache.on_publish(self._published)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Bind every path and serve (call on the cache's event loop)."""
+        self._loop = asyncio.get_running_loop()
+        self._hub.bind(self._loop)
+        limits = self._limits
+        self._pool = futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="podcache-cri")
+        server = grpc.server(
+            self._pool,
+            handlers=[_Handlers(self)],
+            maximum_concurrent_rpcs=limits.max_calls,
+            options=[
+                ("grpc.max_receive_message_length", limits.max_request_bytes),
+                ("grpc.max_send_message_length", limits.max_answer_bytes),
+                ("grpc.max_metadata_size", limits.max_request_bytes),
+                ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
+                ("grpc.max_allowed_incoming_connections", limits.max_connections),
+                ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
+                ("grpc.so_reuseport", 0),
+            ],
+        )
+        for path in self._paths:
+            self._bind(server, path)
+        server.start()
+        self._server = server
+
+    def _bind(self, server: grpc.Server, path: str) -> None:
+        claim_socket_path(path)
+        old_umask = os.umask(0o177)  # born 0600: no window in which others may connect
+        try:
+            server.add_insecure_port(f"unix:{path}")
+        finally:
+            os.umask(old_umask)
+        if self._access.group is not None:
+            os.chown(path, -1, self._access.group)
+        os.chmod(path, self._access.mode)
+
+    def stop(self, grace: float = 1.0) -> None:
+        """Stop serving (calls in flight get ``grace`` s), remove the sockets."""
+        if self._server is not None:
+            self._server.stop(grace).wait()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._forwarder.close()
+        for path in self._paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    # -- counting ------------------------------------------------------------------------------
+    def count(self, path: str, code: grpc.StatusCode) -> None:
+        key = (path.rsplit("/", 1)[-1], code.name)
+        with self._lock:
+            self.requests[key] = self.requests.get(key, 0) + 1
+
+    @property
+    def forwarder(self) -> Forwarder:
+        return self._forwarder
+
+    @property
+    def hub(self) -> EventHub:
+        return self._hub
+
+    # -- lists ---------------------------------------------------------------------------------
+    def _published(self, publication: Any) -> None:
+        """The cache's publish hook (on the loop): the newest snapshot and its timestamp."""
+        self._latest = (publication.pods, publication.timestamp)
+        self._items.prune(publication.pods)
+
+    def _snapshot(self, context: grpc.ServicerContext) -> PodList:
+        """The all view's pods by the cache's rules (§3 rule 1), in this thread: a hit; else
+        the newest published snapshot while it is within the period (a refresh-ahead is then
+        asked of the loop, not waited for); else ``get_pods`` awaited on the loop."""
+        pods = self._cache.get_pods_nowait()
+        if pods is not None:
+            return pods
+        latest = self._latest
+        if latest is not None and self._clock() - latest[1] <= self._cache.cache_period:
+            self._ask_refresh_ahead()
+            return latest[0]
+        loop = self._loop
+        assert loop is not None
+        budget = _remaining(context) or self._wait
+        future: concurrent.futures.Future[PodList] = asyncio.run_coroutine_threadsafe(
+            self._cache.get_pods(timeout=budget), loop
+        )
+        try:
+            return future.result()
+        except TimeoutError:
+            raise _FailureError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"podcache: no snapshot of runtime {self._hub.endpoint} within {budget:g}s",
+            ) from None
+        except PodcacheError as error:
+            raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
+
+    def _ask_refresh_ahead(self) -> None:
+        """Have the loop make the ``get_pods`` call that starts the refresh-ahead (a hit: it
+        returns at once); one asked at a time."""
+        if self._asked:
+            return
+        self._asked = True
+        loop = self._loop
+        assert loop is not None
+
+        def ask() -> None:
+            task = loop.create_task(self._cache.get_pods())
+            task.add_done_callback(self._asked_done)
+
+        loop.call_soon_threadsafe(ask)
+
+    def _asked_done(self, task: asyncio.Task[PodList]) -> None:
+        self._asked = False
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure is the next caller's to see
+
+    def listed(self, path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+        """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
+        message_type, answer, _ = _LISTS[path]
+        try:
+            parsed = message_type.FromString(request)
+        except DecodeError:
+            raise _FailureError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"{path.lstrip('/')}: the request is not a {message_type.__name__}",
+            ) from None
+        pods = self._snapshot(context)
+        held, answers = self._memo
+        if held is not pods:
+            answers = {}
+            self._memo = (pods, answers)
+        key = (path, request)
+        data = answers.get(key)
+        if data is None:
+            data = answer(pods, self._items, parsed)
+            if data is None:
+                self.list_forwards += 1
+                unary = _LISTS[path][2]  # a streamed list is asked as the unary call
+                return self.forwarded(unary, request, context, keep=False)
+            if len(answers) < ANSWER_MEMO:
+                answers[key] = data
+        return data
+
+    def streamed(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """StreamPodSandboxes / StreamContainers: the list answer in slices of whole items (each
+        slice is a valid Stream*Response: its items are field 1, as the list answer's). A
+        runtime that must be asked (an item's bytes missing) is asked the unary call."""
+        data = self.listed(path, request, context)
+        pieces = split_items(data, STREAM_SLICE_BYTES)
+        if pieces is None:
+            yield data  # one message (also when no item is selected)
+            return
+        for piece in pieces:
+            yield bytes(piece)
+
+    def forwarded(
+        self, path: str, request: bytes, context: grpc.ServicerContext, *, keep: bool
+    ) -> bytes:
+        try:
+            return self._forwarder.call(path, request, _remaining(context), keep=keep)
+        except UpstreamError as error:
+            raise _FailureError(error.code, error.details) from None
+
+    # -- events --------------------------------------------------------------------------------
+    def events(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """GetContainerEvents: the hub's events for this client until it leaves or is ended."""
+        if not self._streams.acquire(blocking=False):
+            raise _FailureError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"GetContainerEvents: {self._limits.max_event_streams} subscribers already "
+                "(podcache's CRI socket)",
+            )
+        try:
+            client = self._attach()
+            try:
+                yield from self._stream(client, context)
+            finally:
+                client.detach()
+        finally:
+            self._streams.release()
+
+    def _attach(self) -> EventClient:
+        try:
+            return self._hub.attach(self._wait)
+        except (TimeoutError, concurrent.futures.TimeoutError):
+            raise _FailureError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"GetContainerEvents: runtime {self._hub.endpoint} did not open its event "
+                f"stream within {self._wait:g}s",
+            ) from None
+        except PodcacheError as error:
+            code = (
+                grpc.StatusCode.UNIMPLEMENTED
+                if isinstance(error, EventsUnsupportedError)
+                else grpc.StatusCode.UNAVAILABLE
+            )
+            raise _FailureError(code, f"GetContainerEvents: {error}") from None
+
+    @staticmethod
+    def _stream(client: EventClient, context: grpc.ServicerContext) -> Iterator[bytes]:
+        while context.is_active():
+            data = client.next(_POLL)
+            if data is not None:
+                yield data
+            elif client.end is not None:
+                raise _FailureError(*client.end)
+
+
+_GenericHandler: Any = grpc.GenericRpcHandler  # the stubs make it generic, grpcio does not
+
+
+class _Handlers(_GenericHandler):  # type: ignore[misc]
+    """Every method of the CRI services: its route's handler, or the denial."""
+
+    def __init__(self, socket: CRISocket) -> None:
+        self._socket = socket
+        self._table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
+
+    def service(
+        self, handler_call_details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        path: str = handler_call_details.method
+        if not is_cri(path):
+            return None  # another service: gRPC answers UNIMPLEMENTED
+        handler = self._table.get(path)
+        if handler is None:
+            handler = self._handler(path, route_of(path))
+            if len(self._table) < 256:  # paths are the client's: bound what is kept
+                self._table[path] = handler
+        return handler
+
+    def _handler(self, path: str, route: Route | None) -> grpc.RpcMethodHandler[Any, Any]:
+        socket = self._socket
+        if route is None:
+            return grpc.stream_stream_rpc_method_handler(self._denied(path))
+        if route is Route.FAN_OUT:
+            return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.events))
+        if route is Route.CACHE_STREAM:
+            return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.streamed))
+        if route is Route.CACHE:
+            behaviour: Callable[[str, bytes, grpc.ServicerContext], bytes] = socket.listed
+        else:
+            keep = route is Route.CACHED_FORWARD
+
+            def behaviour(path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+                return socket.forwarded(path, request, context, keep=keep)
+
+        return grpc.unary_unary_rpc_method_handler(self._unary(path, behaviour))
+
+    def _denied(self, path: str) -> Callable[[Any, grpc.ServicerContext], Any]:
+        socket = self._socket
+
+        def deny(requests: Any, context: grpc.ServicerContext) -> Any:
+            socket.count(path, grpc.StatusCode.PERMISSION_DENIED)
+            context.abort(grpc.StatusCode.PERMISSION_DENIED, denial(path))
+
+        return deny
+
+    def _unary(
+        self, path: str, behaviour: Callable[[str, bytes, grpc.ServicerContext], bytes]
+    ) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+        socket = self._socket
+
+        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            try:
+                answer = behaviour(path, request, context)
+            except _FailureError as failure:
+                socket.count(path, failure.code)
+                _abort(context, failure)
+            socket.count(path, grpc.StatusCode.OK)
+            return answer
+
+        return handle
+
+    def _streaming(
+        self, path: str, behaviour: Callable[[str, bytes, grpc.ServicerContext], Iterator[bytes]]
+    ) -> Callable[[bytes, grpc.ServicerContext], Iterator[bytes]]:
+        socket = self._socket
+
+        def handle(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+            code = grpc.StatusCode.CANCELLED  # the client left (the generator is closed)
+            try:
+                yield from behaviour(path, request, context)
+            except _FailureError as failure:
+                code = failure.code
+                _abort(context, failure)
+            finally:
+                socket.count(path, code)
+
+        return handle
+
+
+def group_id(name: str) -> int:
+    """``--cri-socket-group``: a group name or number; KeyError naming it when unknown."""
+    if name.isdigit():
+        return int(name)
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise KeyError(f"no group {name!r} on this node") from None

@@ -1,0 +1,255 @@
+"""The read-only CRI socket (``podcache serve --cri-listen``) over real containerd 1.7 and 2.1
+(docs/architecture.md §10): its lists equal containerd's own answers once the node is quiet,
+for every filter combination hypothesis draws; a RemovePodSandbox through it fails and the pod
+is still there; three subscribers of its GetContainerEvents each see every event, where direct
+subscribers of 1.7 would each see only some (containerd#7318).
+
+Every pod made here is removed here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from podcache.cri.proto import api_pb2 as pb
+from tests.containerd.conftest import EVENT_VERSIONS, Containerd
+from tests.containerd.harness import CRIHarness, SandboxRecord
+from tests.serve.conftest import ServeProcess
+
+pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
+with_events = pytest.mark.parametrize("containerd", EVENT_VERSIONS, indirect=True)
+
+LISTS: dict[str, tuple[Any, Any, str]] = {
+    "ListPodSandbox": (pb.ListPodSandboxRequest, pb.ListPodSandboxResponse, "items"),
+    "ListContainers": (pb.ListContainersRequest, pb.ListContainersResponse, "containers"),
+}
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+class Socket:
+    """A grpcio client of a CRI socket, raw bytes."""
+
+    def __init__(self, path: str) -> None:
+        self.channel = grpc.insecure_channel(f"unix://{path}")
+
+    def call(self, method: str, request: bytes) -> bytes:
+        call = self.channel.unary_unary(
+            f"/runtime.v1.RuntimeService/{method}",
+            request_serializer=_identity,
+            response_deserializer=_identity,
+        )
+        answer: bytes = call(request, timeout=10)
+        return answer
+
+    def listed(self, method: str, request: Any) -> list[bytes]:
+        _, response_type, field = LISTS[method]
+        answer = response_type.FromString(self.call(method, request.SerializeToString()))
+        return sorted(item.SerializeToString(deterministic=True) for item in getattr(answer, field))
+
+    def events(self) -> Any:
+        call = self.channel.unary_stream(
+            "/runtime.v1.RuntimeService/GetContainerEvents",
+            request_serializer=_identity,
+            response_deserializer=_identity,
+        )
+        return call(b"")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class Served(NamedTuple):
+    proxy: Socket
+    direct: Socket
+    path: str
+
+
+@pytest.fixture
+def served(containerd: Containerd) -> Iterator[Served]:
+    """``podcache serve --cri-listen`` over the instance (a 60 s period: events keep it)."""
+    with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+        path = os.path.join(tmp, "cri.sock")
+        args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+        with ServeProcess([*args, "--cache-period", "60s", "--cri-listen", path]) as server:
+            proxy, direct = Socket(path), Socket(containerd.socket_path)
+            try:
+                yield Served(proxy, direct, path)
+            finally:
+                proxy.close()
+                direct.close()
+        assert "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.fixture
+def node(cri_harness: CRIHarness) -> Iterator[list[SandboxRecord]]:
+    """Two pods: one running with a running and an exited container, one stopped (NotReady,
+    its container exited)."""
+    running = cri_harness.run_pod("cri-running", "crisock", labels={"tier": "web"})
+    cri_harness.create_container(running, "app")
+    done = cri_harness.create_container(running, "done", command=("true",))
+    cri_harness.wait_exited(done)
+    stopped = cri_harness.run_pod("cri-stopped", "crisock", labels={"tier": "batch"})
+    cri_harness.create_container(stopped, "job")
+    cri_harness.stop_pod(stopped)
+    yield [running, stopped]
+    cri_harness.remove_all([running.id, stopped.id])
+
+
+def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Wait until ``condition()`` (the timeout is a safety net, not a bound)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within the safety timeout")
+        time.sleep(0.05)
+
+
+def _quiet(served: Served) -> None:
+    """Until the socket answers as containerd does (its events are in: quiescence)."""
+
+    def same() -> bool:
+        return all(
+            served.proxy.listed(m, t[0]()) == served.direct.listed(m, t[0]())
+            for m, t in LISTS.items()
+        )
+
+    until(same)
+
+
+def _filters(served: Served) -> st.SearchStrategy[tuple[str, Any]]:
+    sandboxes = [
+        pb.PodSandbox.FromString(b)
+        for b in served.direct.listed("ListPodSandbox", pb.ListPodSandboxRequest())
+    ]
+    containers = [
+        pb.Container.FromString(b)
+        for b in served.direct.listed("ListContainers", pb.ListContainersRequest())
+    ]
+    all_ids = [s.id for s in sandboxes] + [c.id for c in containers]
+    labels = sorted({p for s in sandboxes for p in s.labels.items()})
+    labels += sorted({p for c in containers for p in c.labels.items()})
+    ids = st.one_of(
+        st.just(""),
+        st.sampled_from(all_ids),
+        st.sampled_from(all_ids).map(lambda i: i[:12]),
+        st.just("0" * 64),
+    )
+    selector = st.lists(st.sampled_from(labels), max_size=2).map(dict)
+    sandbox_filter = st.builds(
+        pb.PodSandboxFilter,
+        id=ids,
+        state=st.none() | st.builds(pb.PodSandboxStateValue, state=st.sampled_from([0, 1])),
+        label_selector=selector,
+    )
+    container_filter = st.builds(
+        pb.ContainerFilter,
+        id=ids,
+        state=st.none() | st.builds(pb.ContainerStateValue, state=st.sampled_from([0, 1, 2, 3])),
+        pod_sandbox_id=ids,
+        label_selector=selector,
+    )
+    return st.one_of(
+        st.tuples(
+            st.just("ListPodSandbox"), st.builds(pb.ListPodSandboxRequest, filter=sandbox_filter)
+        ),
+        st.tuples(
+            st.just("ListContainers"),
+            st.builds(pb.ListContainersRequest, filter=container_filter),
+        ),
+    )
+
+
+@with_events
+def test_lists_equal_containerds_for_every_filter_after_quiescence(
+    served: Served, node: list[SandboxRecord]
+) -> None:
+    _quiet(served)
+    states = {
+        pb.PodSandbox.FromString(b).state
+        for b in served.proxy.listed("ListPodSandbox", pb.ListPodSandboxRequest())
+    }
+    assert states == {pb.SANDBOX_READY, pb.SANDBOX_NOTREADY}
+
+    @settings(max_examples=150, suppress_health_check=list(HealthCheck))
+    @given(case=_filters(served))
+    def check(case: tuple[str, Any]) -> None:
+        method, request = case
+        assert served.proxy.listed(method, request) == served.direct.listed(method, request)
+
+    check()
+
+
+@with_events
+def test_remove_pod_sandbox_through_the_socket_fails_and_the_pod_stays(
+    served: Served, node: list[SandboxRecord], cri_harness: CRIHarness
+) -> None:
+    victim = node[0]
+    request = pb.RemovePodSandboxRequest(pod_sandbox_id=victim.id).SerializeToString()
+    with pytest.raises(grpc.RpcError) as caught:
+        served.proxy.call("RemovePodSandbox", request)
+    assert caught.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "RemovePodSandbox" in str(caught.value.details())
+    assert victim.id in {s.id for s in cri_harness.list_sandboxes()}
+
+
+class _Reader:
+    """A thread reading one socket subscriber's events (bytes) until closed."""
+
+    def __init__(self, stream: Any) -> None:
+        self.events: list[bytes] = []
+        self._stream = stream
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for data in self._stream:
+                self.events.append(data)
+        except grpc.RpcError:
+            pass  # cancelled at the end of the test
+
+    def ids(self) -> list[str]:
+        return [pb.ContainerEventResponse.FromString(d).container_id for d in list(self.events)]
+
+    def close(self) -> None:
+        self._stream.cancel()
+        self._thread.join(5)
+
+
+@with_events
+def test_three_subscribers_each_see_every_event(served: Served, cri_harness: CRIHarness) -> None:
+    sockets = [Socket(served.path) for _ in range(3)]
+    readers = [_Reader(s.events()) for s in sockets]
+    made: list[SandboxRecord] = []
+    try:
+        time.sleep(1.0)  # the three streams are open (containerd sends nothing before a change)
+        sandbox = cri_harness.run_pod("cri-fanout", "crisock", labels={"test": "fanout"})
+        made.append(sandbox)
+        container = cri_harness.create_container(sandbox, "app")
+        cri_harness.stop_container(container)
+        cri_harness.remove_container(container)
+        # Every reader sees the container's whole life: created, started, stopped, deleted.
+        until(lambda: all(r.ids().count(container.id) >= 4 for r in readers))
+        time.sleep(0.5)  # whatever else the change made has arrived too
+        first = readers[0].events
+        for reader in readers[1:]:
+            assert reader.events == first  # the same events, the same order, the same bytes
+    finally:
+        for reader in readers:
+            reader.close()
+        for socket in sockets:
+            socket.close()
+        cri_harness.remove_all([s.id for s in made])
