@@ -4,12 +4,14 @@ Ctrl-C quit it with status 0 and the terminal is restored (cbreak off, alternate
 
 from __future__ import annotations
 
+import io
 import itertools
 import os
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +19,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from rich.console import Console
 
 from podcache.cli.commands.watch import footer_lines, table_rows
+from podcache.cli.render import TableData, fit_widths, rich_table, terminal_lines
 from podcache.cri import CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import TRUNC, Runner, newest_sandbox_id
@@ -261,3 +265,65 @@ def test_table_rows_leave_room_for_the_chrome_footer_and_more_line(
     height: int, footer: int, pods: int, rows: int
 ) -> None:
     assert table_rows(height, footer, pods) == rows
+
+
+# -- one-shot tables on a terminal: drawn without rich, as rich draws them ---------------------
+
+_CELLS = st.text(alphabet="abcxyz-=,.0123", min_size=1, max_size=24)
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> TableData:
+    columns = draw(
+        st.lists(
+            st.sampled_from(["POD ID", "STATE", "NAME", "LABELS", "IMAGE", "UID"]),
+            min_size=1,
+            max_size=6,
+            unique=True,
+        )
+    )
+    table = TableData(columns)
+    for _ in range(draw(st.integers(0, 4))):
+        table.add(*(draw(st.sampled_from(["Ready", "NotReady"]) | _CELLS) for _ in columns))
+    return table
+
+
+@given(tables(), st.integers(20, 200))
+def test_terminal_lines_are_what_rich_draws(table: TableData, width: int) -> None:
+    """``pods``, ``ps`` and ``inspect`` draw tables without rich; ``watch`` draws them with
+    rich: the same text wherever the columns' minimums fit the width, and never a line wider
+    than the terminal."""
+    ours = terminal_lines(table, width, color=False)
+    assert all(len(line) <= width for line in ours)
+    shown = [table.columns, *table.rows]
+    natural = [max(len(row[i]) for row in shown) for i in range(len(table.columns))]
+    fitted = fit_widths(natural, [c in table.flexible for c in table.columns], width)
+    if sum(fitted) + 3 * (len(fitted) - 1) <= width:
+        buffer = io.StringIO()
+        Console(file=buffer, width=width, color_system=None, highlight=False).print(
+            rich_table(table, width)
+        )
+        assert ours == [line.rstrip() for line in buffer.getvalue().splitlines()]
+
+
+def test_colours_are_rich_s_codes() -> None:
+    table = TableData(["NAME", "STATE"])
+    table.add("web", "Ready")
+    assert terminal_lines(table, 80, color=True) == [
+        "\x1b[1mNAME   STATE\x1b[0m",
+        "web    \x1b[32mReady\x1b[0m",
+    ]
+
+
+def test_pods_draws_its_table_in_a_terminal_without_rich(
+    run: Runner, terminal: Terminal, sim: SimRuntime
+) -> None:
+    script = (
+        "import sys; from podcache.cli import run; status = run(sys.argv[1:]); "
+        "print('rich imported:', 'rich' in sys.modules, 'status', status)"
+    )
+    terminal.start([sys.executable, "-c", script, "pods", "-r", sim.endpoint], run.env())
+    assert terminal.exit_status() == "exit=0"
+    screen = terminal.wait_for(re.compile("the command has ended"))
+    assert re.search(r"[0-9a-f]{13}\s+\d+[smhd] ago\s+Ready\s+\S+", screen)  # the rows (scrolled)
+    assert "rich imported: False status 0" in screen

@@ -3,11 +3,12 @@ what it is given and never reads a runtime or decides which pods to show.
 
 Tables follow crictl: container and sandbox IDs cut to 13 characters (``--no-trunc``: full),
 ages as "3m ago", states capitalised (Running, Exited; pods Ready/NotReady). A table is built
-as plain data (``TableData``) and drawn by rich on a terminal (bold header, coloured states,
-cells cut with an ellipsis to fit the width) or, on a pipe, as plain text without importing
-rich: one row per line, every cell whole, columns left-aligned and separated by at least three
-spaces, no empty cells ("-" instead), so it can be parsed. JSON and YAML use
-``podcache.jsonview``'s shape; YAML (like rich) is imported only when used.
+as plain data (``TableData``) and drawn, without importing rich, on a terminal (bold header,
+coloured states, cells cut with an ellipsis to fit the width: ``terminal_lines``) or on a pipe
+as plain text: one row per line, every cell whole, columns left-aligned and separated by at
+least three spaces, no empty cells ("-" instead), so it can be parsed. ``watch`` draws its live
+screen with rich (``rich_table``, the same fitting). JSON and YAML use ``podcache.jsonview``'s
+shape; YAML (like rich) is imported only when used.
 """
 
 # ruff: noqa: PLC0415 -- rich and yaml are imported only when used: piped output stays fast
@@ -15,6 +16,8 @@ spaces, no empty cells ("-" instead), so it can be parsed. JSON and YAML use
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -49,6 +52,7 @@ __all__ = [
     "print_tables",
     "rich_table",
     "short_id",
+    "terminal_lines",
 ]
 
 TRUNCATED_ID_LENGTH = 13
@@ -133,14 +137,19 @@ class TableData(msgspec.Struct):
         assert len(cells) == len(self.columns), (cells, self.columns)
         self.rows.append(list(cells))
 
-    def plain_lines(self) -> list[str]:
-        """The table as text lines: every cell whole, columns COLUMN_GAP apart, no trailing
-        spaces."""
+    def plain_lines(self, widths: Sequence[int] | None = None) -> list[str]:
+        """The table as text lines: every cell whole (or cut with "…" to ``widths``), columns
+        COLUMN_GAP apart, no trailing spaces."""
         shown = [self.columns, *self.rows] if self.show_header else self.rows
-        widths = [max((len(row[i]) for row in shown), default=0) for i in range(len(self.columns))]
+        if widths is None:
+            widths = [
+                max((len(row[i]) for row in shown), default=0) for i in range(len(self.columns))
+            ]
         gap = " " * COLUMN_GAP
         return [
-            gap.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+            gap.join(
+                _cut(cell, width).ljust(width) for cell, width in zip(row, widths, strict=True)
+            ).rstrip()
             for row in shown
         ]
 
@@ -338,21 +347,64 @@ def rich_table(data: TableData, width: int | None = None) -> Table:
     return table
 
 
-def print_tables(tables: Iterable[TableData], file: IO[str] | None = None) -> None:
-    """Print tables one after the other (a blank line between): rich on a terminal, plain
-    text on a pipe."""
-    stream = file if file is not None else sys.stdout
-    tables = list(tables)
-    if stream.isatty():
-        from rich.console import Console
+_ANSI = {"green": "32", "cyan": "36", "dim": "2", "yellow": "33", "red": "31", "bold": "1"}
+"""SGR codes of the styles ``STATE_STYLES`` and the header use (what rich writes for them)."""
 
-        console = Console(file=stream, highlight=False)
-        for index, data in enumerate(tables):
-            if index:
-                console.print()
-            console.print(rich_table(data, console.width))
-        return
-    blocks = ["".join(f"{line}\n" for line in data.plain_lines()) for data in tables]
+
+def _styled(text: str, style: str, color: bool) -> str:
+    return f"\x1b[{_ANSI[style]}m{text}\x1b[0m" if color and style else text
+
+
+def _cut(cell: str, width: int) -> str:
+    """``cell`` within ``width`` characters: whole, or cut with an ellipsis as rich cuts it."""
+    return cell if len(cell) <= width else cell[: max(width - 1, 0)] + "…"
+
+
+def terminal_lines(data: TableData, width: int, color: bool) -> list[str]:
+    """The table as a terminal shows it, without rich: columns fitted to ``width``
+    (``fit_widths``), cells cut with "…", COLUMN_GAP spaces between columns; with ``color``,
+    a bold header and state cells in ``STATE_STYLES`` (SGR codes, as rich draws them)."""
+    shown = [data.columns, *data.rows] if data.show_header else data.rows
+    natural = [max((len(row[i]) for row in shown), default=0) for i in range(len(data.columns))]
+    flexible = [column in data.flexible for column in data.columns]
+    widths = fit_widths(natural, flexible, width)
+    styled = [column in data.styled for column in data.columns]
+    gap = " " * COLUMN_GAP
+    if sum(widths) + COLUMN_GAP * (len(widths) - 1) > width:  # narrower than the minimums:
+        return [_cut(line, width) for line in data.plain_lines(widths)]  # cut, uncoloured
+    lines = []
+    if data.show_header:
+        cells = [_cut(c, w).ljust(w) for c, w in zip(data.columns, widths, strict=True)]
+        lines.append(_styled(gap.join(cells).rstrip(), "bold", color))
+    for row in data.rows:
+        cells = []
+        for cell, cell_width, is_state in zip(row, widths, styled, strict=True):
+            text = _cut(cell, cell_width)
+            style = STATE_STYLES.get(cell, "") if is_state else ""
+            cells.append(_styled(text, style, color) + " " * (cell_width - len(text)))
+        lines.append(gap.join(cells).rstrip())
+    return lines
+
+
+def _colors_wanted() -> bool:
+    """Whether a terminal gets colours: not with NO_COLOR set or TERM=dumb (rich's rules)."""
+    return not os.environ.get("NO_COLOR") and os.environ.get("TERM", "") != "dumb"
+
+
+def print_tables(tables: Iterable[TableData], file: IO[str] | None = None) -> None:
+    """Print tables one after the other (a blank line between): on a terminal fitted to its
+    width, cells cut with "…", a bold header and coloured states (``terminal_lines``, without
+    importing rich: a one-shot command starts faster); on a pipe as plain text, every cell
+    whole."""
+    stream = file if file is not None else sys.stdout
+    if stream.isatty():
+        width = shutil.get_terminal_size().columns
+        color = _colors_wanted()
+        blocks = [
+            "".join(f"{line}\n" for line in terminal_lines(data, width, color)) for data in tables
+        ]
+    else:
+        blocks = ["".join(f"{line}\n" for line in data.plain_lines()) for data in tables]
     stream.write("\n".join(blocks))
 
 

@@ -5,9 +5,12 @@ reference's), and no grpcio, protobuf or asyncio imported on the way to a listin
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +19,7 @@ from podcache.cri import CRIRuntime
 from podcache.cri.oneshot import OneShotRuntime, list_requests, status_request, version_request
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION, _list_requests
-from podcache.errors import RuntimeProtocolError, RuntimeUnavailableError
+from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 from podcache.model import Pod
 from podcache.sim import SimRuntime
 from tests.unit.cri.servers import CannedRuntime, SandboxesOnly, grpc_runtime, refused_socket
@@ -137,3 +140,50 @@ def test_the_cli_lists_without_grpc_protobuf_or_asyncio(sim: SimRuntime) -> None
 def sim_pods(sim: SimRuntime) -> list[Pod]:
     with CRIRuntime(sim.endpoint) as runtime:
         return list(runtime.get_pods(False))
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 400 Bad Request\r\n\r\n",  # not HTTP/2
+        b"\x00\x00\x04\x01\x05\x00\x00\x00\x01\xff\xff\xff\xff",  # a HEADERS block hpack rejects
+        b"\x00\x40\x00\x00\x00\x00\x00\x00\x01" + b"\x00" * 16_384,  # a frame over its bound
+    ],
+    ids=["http1", "bad-hpack", "big-frame"],
+)
+def test_an_answer_that_is_not_clean_is_read_again_by_the_reference(
+    tmp_path: object, answer: bytes
+) -> None:
+    """A hostile or broken peer: whatever the one-shot client meets, its caller gets the
+    reference client's error (a podcache error naming the endpoint), never a traceback of
+    the one-shot reader."""
+    path = f"{tmp_path}/hostile.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.sendall(answer)
+                conn.recv(65536)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        oneshot = OneShotRuntime(f"unix://{path}", timeout=1.0)
+        with pytest.raises(CRIError) as caught:
+            oneshot.get_pods(False)
+        oneshot.close()
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+    assert f"unix://{path}" in str(caught.value)
+    assert oneshot.fallbacks == 1
