@@ -71,7 +71,7 @@ def cut(items: list[bytes], sizes: list[int]) -> list[bytes]:
     return messages
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     st.sampled_from(["ListPodSandbox", "ListContainers"]),
     st.sampled_from(["thread", "asyncio"]),
@@ -93,7 +93,7 @@ def test_a_streamed_answer_reads_as_the_unary_answer_for_every_cut(
         assert streamed(method, messages, read_in) == expected
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.sampled_from(["ListPodSandbox", "ListContainers"]), st.data())
 def test_a_corrupted_message_fails_the_listing_or_reads_as_its_own_items(
     method: str, data: st.DataObject
