@@ -319,10 +319,9 @@ class App:
         once too when the snapshot is fresh and the request asks for nothing newer. A request
         with ``all`` true goes to the all view, whole (``_wants_all``).
         """
-        started = REQUEST_CLOCK()  # the request-duration histogram's start (metrics)
         if query and self._wants_all(query):
             return self._all_pods().respond_now(method, path, query, header_items)
-        memo = self.memo
+        memo, started = self.memo, REQUEST_CLOCK()  # started: the request-duration histogram's
         pods: PodList | None = None
         looked = False
         if memo is not None and method in _METHODS:
