@@ -498,3 +498,23 @@ def test_a_subscriber_is_told_unavailable_when_events_were_lost(
         assert sim.event_subscribers <= 1
     finally:
         subscriber.close()
+
+
+# -- docs/architecture.md §10 rule 6: bounds ----------------------------------------------------
+def _request_of(size: int) -> bytes:
+    """A ListPodSandboxRequest of exactly ``size`` bytes (an ID filter of the right length)."""
+    for length in range(size, 0, -1):
+        data = pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id="x" * length))
+        encoded = data.SerializeToString()
+        if len(encoded) == size:
+            return encoded
+    raise AssertionError(f"no request of {size} bytes")
+
+
+def test_a_request_of_64_kib_is_served_and_one_byte_more_is_refused(proxy: Socket) -> None:
+    path = "/runtime.v1.RuntimeService/ListPodSandbox"
+    limit = 64 * 1024
+    assert proxy.call(path, _request_of(limit)) == b""  # no such sandbox: an empty list
+    with pytest.raises(grpc.RpcError) as caught:
+        proxy.call(path, _request_of(limit + 1))
+    assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
