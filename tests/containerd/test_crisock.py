@@ -108,7 +108,7 @@ def node(cri_harness: CRIHarness) -> Iterator[list[SandboxRecord]]:
     cri_harness.remove_all([running.id, stopped.id])
 
 
-def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+def until(condition: Callable[[], bool], timeout: float = 240.0) -> None:
     """Wait until ``condition()`` (the timeout is a safety net, not a bound)."""
     deadline = time.monotonic() + timeout
     while not condition():
