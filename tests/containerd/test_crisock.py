@@ -100,7 +100,7 @@ def node(cri_harness: CRIHarness) -> Iterator[list[SandboxRecord]]:
     running = cri_harness.run_pod("cri-running", "crisock", labels={"tier": "web"})
     cri_harness.create_container(running, "app")
     done = cri_harness.create_container(running, "done", command=("true",))
-    cri_harness.wait_exited(done)
+    cri_harness.wait_exited(done, timeout=120)
     stopped = cri_harness.run_pod("cri-stopped", "crisock", labels={"tier": "batch"})
     cri_harness.create_container(stopped, "job")
     cri_harness.stop_pod(stopped)
