@@ -100,7 +100,7 @@ def node(cri_harness: CRIHarness) -> Iterator[list[SandboxRecord]]:
     running = cri_harness.run_pod("cri-running", "crisock", labels={"tier": "web"})
     cri_harness.create_container(running, "app")
     done = cri_harness.create_container(running, "done", command=("true",))
-    cri_harness.wait_exited(done)
+    cri_harness.wait_exited(done, timeout=120)
     stopped = cri_harness.run_pod("cri-stopped", "crisock", labels={"tier": "batch"})
     cri_harness.create_container(stopped, "job")
     cri_harness.stop_pod(stopped)
@@ -108,7 +108,7 @@ def node(cri_harness: CRIHarness) -> Iterator[list[SandboxRecord]]:
     cri_harness.remove_all([running.id, stopped.id])
 
 
-def until(condition: Callable[[], bool], timeout: float = 60.0) -> None:
+def until(condition: Callable[[], bool], timeout: float = 240.0) -> None:
     """Wait until ``condition()`` (the timeout is a safety net, not a bound)."""
     deadline = time.monotonic() + timeout
     while not condition():
