@@ -230,11 +230,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._departed = Departed(departed_for, departed_max)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
-        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
-        self._pod_jobs: queue.SimpleQueue[PodRelist] = queue.SimpleQueue()
-        self._pool_lock = threading.Lock()  # the workers' counts (never held with _lock)
-        self._pod_workers = 0
-        self._pod_busy = 0
+        self._init_pod_relists(getter)
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -242,6 +238,15 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._subscriber: threading.Thread | None = None
         if events_wanted(events, getter):
             self._subscribe(getter, clock)
+
+    def _init_pod_relists(self, getter: PodGetter) -> None:
+        """The relists of one pod (§7): whether the getter offers them, their job queue and
+        the relist workers' counts."""
+        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+        self._pod_jobs: queue.SimpleQueue[PodRelist] = queue.SimpleQueue()
+        self._pool_lock = threading.Lock()  # the workers' counts (never held with _lock)
+        self._pod_workers = 0
+        self._pod_busy = 0
 
     def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
         """The watches' refresher and host: what ``cache.watching`` may reach of this cache."""
