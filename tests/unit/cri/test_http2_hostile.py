@@ -97,7 +97,8 @@ def test_acknowledgements_to_a_runtime_that_never_reads_end_at_the_calls_deadlin
         connection._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)  # the kernel's least
         try:
             with pytest.raises(CallFailedError) as failed:
-                connection.call_all([("ListPodSandbox", b"req")], time.monotonic() + 0.5)
+                # 3 s: under the 10 s the acknowledgements' writes had of their own
+                connection.call_all([("ListPodSandbox", b"req")], time.monotonic() + 3.0)
         finally:
             done.set()
             connection.close()
