@@ -254,7 +254,7 @@ class Connection:
         self._cancelled = False
         self._control_budget = float(CONTROL_FRAME_BURST)
         self._control_at = time.monotonic()
-        self._method = ""
+        self._method = "the HTTP/2 preface"
         """The call being read or written now (every failure names it)."""
         self._deadline: float | None = None
         """The deadline of every read and write of the unary calls in progress (None: a

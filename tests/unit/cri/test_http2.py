@@ -496,6 +496,8 @@ def test_header_blocks_decode_as_hpack_decodes_them_memo_or_not(
     connection = Connection.__new__(Connection)
     connection._decoder = hpack.Decoder(max_header_list_size=MAX_HEADER_BLOCK)
     connection._decoded_blocks = {}
+    connection._memo_bytes = 0
+    connection._method = "ListPodSandbox"
     for status, details, resize, size in answers:
         if resize:
             encoder.header_table_size = size
@@ -517,6 +519,8 @@ def test_a_repeated_block_is_decoded_once_until_the_table_may_change() -> None:
     decoder = hpack.Decoder()
     connection._decoder = decoder
     connection._decoded_blocks = {}
+    connection._memo_bytes = 0
+    connection._method = "ListPodSandbox"
     calls = []
     real = decoder.decode
 

@@ -97,7 +97,8 @@ def test_acknowledgements_to_a_runtime_that_never_reads_end_at_the_calls_deadlin
         connection._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)  # the kernel's least
         try:
             with pytest.raises(CallFailedError) as failed:
-                connection.call_all([("ListPodSandbox", b"req")], time.monotonic() + 0.5)
+                # 3 s: under the 10 s the acknowledgements' writes had of their own
+                connection.call_all([("ListPodSandbox", b"req")], time.monotonic() + 3.0)
         finally:
             done.set()
             connection.close()
@@ -214,6 +215,22 @@ def test_a_deadline_error_says_how_long_the_call_really_took(sock_dir: str) -> N
         finally:
             caller.close()
     assert "ListPodSandbox got no answer within 0.3 s (the call took " in str(failed.value)
+
+
+def test_a_lost_connection_names_the_call_whatever_was_being_written(sock_dir: str) -> None:
+    """A PING, then the runtime closes: the acknowledgement's write or the next read fails,
+    and either way the failure names the call (it had said "closed during  (...)")."""
+
+    def script(peer: FakePeer) -> None:
+        peer.preface()
+        peer.request()
+        peer.send(frame(PING, 0, 0, b"12345678"))
+        peer.sock.shutdown(socket.SHUT_RDWR)
+
+    with fake_runtime(sock_dir, script) as where, pytest.raises(CallFailedError) as failed:
+        _calls(where, 1)
+    assert failed.value.code is grpc.StatusCode.UNAVAILABLE
+    assert failed.value.method == "ListPodSandbox"
 
 
 # -- item 5: floods ------------------------------------------------------------------------------
