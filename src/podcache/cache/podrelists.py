@@ -45,12 +45,12 @@ Invariants
    any time on the clock, none begins (it will be charged ten times that as it ends): on a
    moving clock relists run one at a time, and a burst at a cold start (no duration known
    yet) cannot start ``MAX_IN_FLIGHT`` slow ones that then silence events for ten times
-   their sum. Pods waiting for the budget are
-   coalesced (one entry each, in the order their first event came); a pod whose relist ends
-   with one more pending goes to the back, so one pod's flood never starves the others. Every
-   pending pod is relisted by a call that begins after its last event (its own relist, or a
-   full listing: invariants 3 and 5); the driver arms a timer for ``budget_at`` (``arm``,
-   ``fire``) whenever pods wait with a slot free.
+   their sum. Pods waiting for the budget are coalesced (one entry each, in the order their
+   first event came); a pod whose relist ends with one more pending goes to the back, so one
+   pod's flood never starves the others. Every pending pod is relisted by a call that begins
+   after its last event (its own relist, or a full listing: invariants 3 and 5): the end of a
+   relist starts the next, and while pods wait with none running the driver's timer is armed
+   for ``budget_at`` (``arm``, ``fire``).
 
 Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
 the tuple of pointers (C speed: no pod is read); a full listing O(relisted + pending) on top of
