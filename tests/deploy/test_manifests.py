@@ -744,3 +744,14 @@ def test_image_build_names_the_image_as_the_kustomization_does() -> None:
     assert done.returncode == 0, done.stderr
     (image,) = {c["image"] for c in all_containers("base")}
     assert done.stdout == f"image={image}\n"
+
+
+def test_image_bounds_mallocs_arenas_and_returns_big_blocks() -> None:
+    """Issue 29 §11: glibc's per-thread arenas and its growing mmap threshold kept freed
+    listings and bodies in the heap (serve at 5,000 pods passed the 256Mi limit)."""
+    settings: dict[str, str] = {}
+    for keyword, rest in final_stage():
+        if keyword == "ENV":
+            settings.update(item.split("=", 1) for item in rest.split())  # type: ignore[misc]
+    assert settings["MALLOC_ARENA_MAX"] == "2"
+    assert settings["MALLOC_MMAP_THRESHOLD_"] == "131072"

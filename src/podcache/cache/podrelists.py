@@ -45,12 +45,16 @@ Invariants
    ``s_k - s_j >= (1 + EVENT_BUDGET) *`` the durations of the relists begun in between (those
    still in flight counted at their charge), and a pod's next relist begins at least
    ``EVENT_BUDGET`` times its last one's duration after that one ended. Failed relists count
-   as well (a runtime failing fast must not buy more). Pods waiting for the budget are
-   coalesced (one entry each, in the order their first event came); a pod whose relist ends
-   with one more pending goes to the back, so one pod's flood never starves the others. Every
-   pending pod is relisted by a call that begins after its last event (its own relist, or a
-   full listing: invariants 3 and 5); the driver arms a timer for ``budget_at`` (``arm``,
-   ``fire``) whenever pods wait with a slot free.
+   as well (a runtime failing fast must not buy more). While a relist has been in flight for
+   any time on the clock, none begins (it will be charged ten times that as it ends): on a
+   moving clock relists run one at a time, and a burst at a cold start (no duration known
+   yet) cannot start ``MAX_IN_FLIGHT`` slow ones that then silence events for ten times
+   their sum. Pods waiting for the budget are coalesced (one entry each, in the order their
+   first event came); a pod whose relist ends with one more pending goes to the back, so one
+   pod's flood never starves the others. Every pending pod is relisted by a call that begins
+   after its last event (its own relist, or a full listing: invariants 3 and 5): the end of a
+   relist starts the next, and while pods wait with none running the driver's timer is armed
+   for ``budget_at`` (``arm``, ``fire``).
 
 Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
 the tuple of pointers (C speed: no pod is read); a full listing O(relisted + pending) on top of
@@ -196,7 +200,7 @@ class PodRelists:
         """Begin the waiting relists that a slot and the budget allow at ``now``, oldest first."""
         started: list[PodRelist] = []
         waiting = self.waiting
-        while waiting and len(self.inflight) < self.max_in_flight and now >= self.budget_at:
+        while waiting and len(self.inflight) < self.max_in_flight and self._may_begin(now):
             uid = next(iter(waiting))
             del waiting[uid]
             started.append(self._begin(uid, now))
@@ -205,8 +209,8 @@ class PodRelists:
     def arm(self, now: float) -> float | None:
         """Seconds after which the driver must call ``fire``, when pods wait for the budget
         with a slot free and no timer is armed for that time or sooner; else None."""
-        if not self.waiting or len(self.inflight) >= self.max_in_flight:
-            return None
+        if not self.waiting or len(self.inflight) >= self.max_in_flight or self._running(now):
+            return None  # none waits for a timer: the end of a relist in flight starts them
         due = self.budget_at
         if self.timer_at != _NEVER and self.timer_at <= due:
             return None
@@ -280,6 +284,15 @@ class PodRelists:
             self.queued = {uid: mark for uid, mark in self.queued.items() if mark >= order}
         self.gone = OrderedDict((uid, n) for uid, n in self.gone.items() if uid in kept)
         return {uid: entry[1] for uid, entry in kept.items()}
+
+    def _running(self, now: float) -> bool:
+        """Whether a relist has been in flight since before ``now``: it is charged at least
+        ``_SHARE`` times that as it ends, so nothing may begin before then (O(in flight))."""
+        return any(relist.started_at < now for relist in self.inflight.values())
+
+    def _may_begin(self, now: float) -> bool:
+        """Whether the budget lets a relist begin at ``now`` (invariant 6)."""
+        return now >= self.budget_at and not self._running(now)
 
     def _begin(self, uid: str, now: float) -> PodRelist:
         charged = self.last_duration

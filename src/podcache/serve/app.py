@@ -594,6 +594,8 @@ class App:
         view = SnapshotView(
             publication.pods, timestamp, timestamp + (self._wall() - now), previous=self.memo
         )
+        if self.memo is not None:
+            self.memo.retire()  # its body and answers go; its pods' JSON lives on in ``view``
         self.memo = view
         self._recent.append(view)
         self._building = None

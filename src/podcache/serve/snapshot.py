@@ -71,6 +71,7 @@ class SnapshotView:
         "_items_head",
         "_known",
         "_pod_json",
+        "_retired",
         "answers",
         "monotonic",
         "pods",
@@ -98,6 +99,7 @@ class SnapshotView:
         self._known = {} if previous is None else previous.known()
         self._pod_json = {}
         self._built = False
+        self._retired = False
         self._items_head = b""
         self._etag = ""
         self.answers: dict[str, Answer] = {}
@@ -117,7 +119,10 @@ class SnapshotView:
         """``{"items": [...],"cache_time":...,"age_seconds":`` for the whole snapshot."""
         if not self._built:
             self.build()
-        return self._items_head
+        head = self._items_head
+        if not head:  # retired: joined again for a late request, not kept
+            head = self._joined(self._pod_json)[0]
+        return head
 
     @property
     def etag(self) -> str:
@@ -135,7 +140,27 @@ class SnapshotView:
         whole list holds it ~30 ms. The bytes equal the list's encoding."""
         if self._built:
             return
-        known = self._known
+        body, table, digests = self._joined(self._known)
+        if not self._retired:
+            self._items_head = body
+        self._etag = f'W/"{hashlib.blake2b(b"".join(digests), digest_size=12).hexdigest()}"'
+        self._pod_json = table
+        self._built = True
+        self._known = {}
+
+    def retire(self) -> None:
+        """A newer snapshot's view took over (``App._published``): drop the joined body and the
+        answers, and keep each pod's JSON (shared with the newer view) and the ETag. The body
+        is most of a view (about 6 MB at 5,000 pods) and the application keeps the views of
+        the last 16 publications; a late request that still needs it has it joined again,
+        with no pod encoded again. (A build running in a worker thread as the view retires
+        may still keep its body: the view then costs what it did before.)"""
+        self._retired = True
+        self.answers = {}
+        self._items_head = b""
+
+    def _joined(self, known: dict[int, _Encoded]) -> tuple[bytes, dict[int, _Encoded], list[bytes]]:
+        """The body, each pod's encoding (from ``known`` when there, else made) and digests."""
         table: dict[int, _Encoded] = {}
         opening = b'{"items":'
         closing = b',"cache_time":' + self.wall_text + b',"age_seconds":'
@@ -152,11 +177,7 @@ class SnapshotView:
         if len(parts) > 2:
             parts.pop()  # no comma after the last pod
         parts += (b"]", closing)
-        self._items_head = b"".join(parts)
-        self._etag = f'W/"{hashlib.blake2b(b"".join(digests), digest_size=12).hexdigest()}"'
-        self._pod_json = table
-        self._built = True
-        self._known = {}
+        return b"".join(parts), table, digests
 
     def remember(self, target: str, answer: Answer) -> None:
         """Keep ``answer`` for ``target``; at ``MEMO_LIMIT`` answers the memo starts over."""

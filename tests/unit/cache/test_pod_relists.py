@@ -347,3 +347,27 @@ def test_close_forgets_the_relists_waiting_for_the_budget(
     settle(driver, lambda: driver.stats().pod_relists == 2, "the held relist ended")
     quiet(driver)
     assert asked == ["uid-1", "new-0"]
+
+
+def test_no_relist_begins_while_one_has_been_in_flight_for_a_while(
+    timed_twin: tuple[Twin, FakeClock, list[str]],
+) -> None:
+    """A cold start knows no relist's duration yet: were it charged nothing, a burst of events
+    would start ``MAX_IN_FLIGHT`` relists at once, and their durations times ten would then
+    silence events for long. One that has been in flight for any time on the clock holds the
+    others back; they begin when it ends and the budget allows (§7 rule 7)."""
+    driver, clock, asked = timed_twin
+    fake = driver.fake
+    fake.block_pods()
+    fake.emit(event(pod_uid="new-0"))
+    settle(driver, lambda: asked == ["new-0"], "the first relist began, and is held")
+    fake.emit(*[event(pod_uid=f"new-{n}") for n in range(1, 4)])
+    settle(driver, lambda: driver.stats().events_received == 4, "every event read")
+    quiet(driver)
+    assert asked == ["new-0"]
+    fake.release_pods()
+    settle(driver, lambda: driver.stats().pod_relists == 1, "the first relist ended")
+    clock.advance(EVENT_BUDGET * RELIST_TAKES)
+    settle(driver, lambda: len(asked) == 2, "the next, when the budget allows")
+    quiet(driver)
+    assert asked == ["new-0", "new-1"]

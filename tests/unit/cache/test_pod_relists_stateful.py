@@ -17,8 +17,8 @@ Invariants, after every step:
 - the budget (rule 7), as the clock moves by random steps and calls take random times: between
   the beginnings of any two relists, at least ``1 + EVENT_BUDGET`` times the durations of the
   relists that began in between and have ended; a pod's relist begins at least
-  ``EVENT_BUDGET`` times its last one's duration after that one ended; and pods waiting with a
-  slot free always have the driver's timer armed (the model fires it at its time);
+  ``EVENT_BUDGET`` times its last one's duration after that one ended; and pods waiting with
+  nothing in flight always have the driver's timer armed (the model fires it at its time);
 - every publish hands the hooks' ``Publication`` the snapshot's own pods and changes;
 and at quiescence (every call finished, every timer fired, the events delivered, no full
 listing failed), the snapshot equals the runtime, and every event was followed by a successful
@@ -290,8 +290,8 @@ class PodRelistMachine(RuleBasedStateMachine):
     @invariant()
     def waiting_pods_have_a_way_to_start(self) -> None:
         relists = self.core.pod_relists
-        if relists.waiting and len(relists.inflight) < relists.max_in_flight:
-            assert self.timers, "pods wait with a slot free and no timer armed"
+        if relists.waiting and not relists.inflight:
+            assert self.timers, "pods wait with nothing in flight and no timer armed"
             assert min(self.timers) <= relists.budget_at
 
     def teardown(self) -> None:
