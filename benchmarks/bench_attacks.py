@@ -327,6 +327,8 @@ def measured(server: Serve, seconds: float) -> dict[str, object]:
         "cpu_share": round((after_cpu - before_cpu) / seconds, 3),
         "refreshes_per_s": rate("podcache_cache_refreshes_total"),
         "pod_relists_per_s": rate("podcache_pod_relists_total"),
+        # Seconds spent in relists of one pod per second: the budget's share (at most 0.1).
+        "pod_relist_share": rate("podcache_pod_relist_duration_seconds_sum"),
         "events_per_s": rate("podcache_events_received_total"),
     }
 

@@ -481,7 +481,7 @@ def test_a_subscriber_keeps_its_stream_through_a_resubscription_that_lost_nothin
         until(lambda: _metric(crisock, "podcache_cri_event_held") == 0)  # the listing judged
         sent = [event.container_id for event in sim.churn_step(1)]
         until(lambda: subscriber.ids[-len(sent) :] == sent or subscriber.end is not None)
-        assert subscriber.end is None
+        assert subscriber.end is None, crisock.stderr if hasattr(crisock, "stderr") else ""
     finally:
         subscriber.close()
 

@@ -29,10 +29,20 @@ NOT_ERRORS = {
     "MalformedListingError at the boundary",
     "podcache.cri.eventwire.EventWireError": "the event reader's own; eventstream raises it "
     "as a RuntimeProtocolError naming the endpoint",
-    "podcache.cri.http2.CallFailedError": "the HTTP/2 client's status of a failed call; the "
+    "podcache.cri.h2wire.CallFailedError": "the HTTP/2 client's status of a failed call; the "
     "caller maps it (failures) to the CRIError of that status, naming the endpoint",
-    "podcache.cri.http2.WireViolationError": "a CallFailedError; mapped to a "
+    "podcache.cri.h2wire.WireViolationError": "a CallFailedError; mapped to a "
     "RuntimeProtocolError naming the endpoint",
+    "podcache.cri.caller._NotStreamedError": "a streaming list call's UNIMPLEMENTED; never "
+    "leaves the caller, which makes the unary call instead",
+    "podcache.cri.liststream.ListStreamTooLongError": "a streamed listing past its bound; the "
+    "caller raises it as a CRIError naming the method and the endpoint",
+    "podcache.cri.oneshot._UnexpectedAnswerError": "the one-shot reader's own; never leaves "
+    "oneshot: CRIRuntime reads again and raises its own error",
+    "podcache.serve.crisock.forward.UpstreamError": "a forwarded call's gRPC status; the CRI "
+    "socket answers its client with that status, it never reaches Python callers",
+    "podcache.serve.crisock.server._FailureError": "the status a CRI socket call answers with; "
+    "never leaves the server",
 }
 """Exception classes outside the tree, and why."""
 
