@@ -39,7 +39,6 @@ a listing's) are single dict reads, so the memo may be shared by threads.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from podcache.cri.eventwire import EventFields
 from podcache.model import ContainerState, Pod, PodList, normalise_ip
 
 if TYPE_CHECKING:
+    import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
