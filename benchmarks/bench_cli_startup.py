@@ -5,9 +5,10 @@
 A simulated runtime of ``--pods`` pods runs in a process of its own (``podcache sim``, on a
 unix socket, no churn). Each round runs, in a rotating order, ``python -c pass`` (the
 yardstick: the interpreter's own start-up on this machine, now) and every command measured:
-``podcache pods``, ``ps``, ``which IP`` (an IP the runtime's pods hold), ``version`` (these four
-ask the runtime) and ``--help``, their standard output a pipe that is read and thrown away (as
-a script or ``| grep`` reads it; in a terminal ``pods`` and ``ps`` also import rich to draw).
+``podcache pods``, ``ps``, ``which IP`` (the newest pod's IP: one step of status calls) and
+``which IP (oldest)`` (the oldest pod's: every pod's status asked), ``version`` (these ask the
+runtime) and ``--help``, their standard output a pipe that is read and thrown away (as
+a script or ``| grep`` reads it; in a terminal ``pods`` and ``ps`` also fit the table to its width).
 Each figure is a whole process's wall time, reported as min / median / max over the rounds,
 with the ratio to the yardstick taken round by round (the median of those ratios): the machine
 may be busy, and a ratio measured in the same seconds stays meaningful where a raw time does
@@ -42,11 +43,14 @@ def _run(argv: list[str], env: dict[str, str]) -> float:
     return seconds
 
 
-def _an_ip(endpoint: str, env: dict[str, str]) -> str:
+def _ips(endpoint: str, env: dict[str, str]) -> tuple[str, str]:
+    """The newest and the oldest pod's IP (pods are listed newest first): ``which`` asks the
+    statuses newest first and stops once the IP is found, so these are its best and worst."""
     done = subprocess.run(
         [PODCACHE, "pods", "-r", endpoint, "-o", "json"], capture_output=True, env=env, check=True
     )
-    return str(next(ip for pod in json.loads(done.stdout)["items"] for ip in pod["ips"]))
+    held = [pod["ips"][0] for pod in json.loads(done.stdout)["items"] if pod["ips"]]
+    return str(held[0]), str(held[-1])
 
 
 def measure(pods: int, rounds: int) -> dict[str, object]:
@@ -67,11 +71,13 @@ def measure(pods: int, rounds: int) -> dict[str, object]:
     try:
         assert sim.stdout is not None
         endpoint = sim.stdout.readline().strip()
+        newest, oldest = _ips(endpoint, env)
         commands = {
             "python -c pass": [PYTHON, "-c", "pass"],
             "podcache pods": [PODCACHE, "pods", "-r", endpoint],
             "podcache ps": [PODCACHE, "ps", "-r", endpoint],
-            "podcache which IP": [PODCACHE, "which", _an_ip(endpoint, env), "-r", endpoint],
+            "podcache which IP": [PODCACHE, "which", newest, "-r", endpoint],
+            "which IP (oldest)": [PODCACHE, "which", oldest, "-r", endpoint],
             "podcache version": [PODCACHE, "version", "-r", endpoint],
             "podcache --help": [PODCACHE, "--help"],
         }

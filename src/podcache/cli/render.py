@@ -15,9 +15,7 @@ shape; YAML (like rich) is imported only when used.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import sys
 from collections.abc import Iterable, Sequence
 from typing import IO, TYPE_CHECKING, Any
@@ -398,6 +396,8 @@ def print_tables(tables: Iterable[TableData], file: IO[str] | None = None) -> No
     whole."""
     stream = file if file is not None else sys.stdout
     if stream.isatty():
+        import shutil  # a terminal only: shutil imports zlib, bz2 and lzma
+
         width = shutil.get_terminal_size().columns
         color = _colors_wanted()
         blocks = [
@@ -434,6 +434,8 @@ def print_document(document: Any, fmt: str, file: IO[str] | None = None) -> None
     """Print a JSON-ready document as ``json`` (indented) or ``yaml`` (block style)."""
     stream = file if file is not None else sys.stdout
     if fmt == "json":
+        import json  # -o json only: a table starts without it
+
         stream.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
     elif fmt == "yaml":
         import yaml

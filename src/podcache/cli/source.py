@@ -56,13 +56,24 @@ class Source(msgspec.Struct, frozen=True):
 
 
 def _runtime(
-    endpoint: str | None, timeout: float, config_path: str | None, one_shot: bool, ips: bool
+    endpoint: str | None,
+    timeout: float,
+    config_path: str | None,
+    one_shot: bool,
+    ips: bool | frozenset[str],
 ) -> Runtime:
-    """A ``OneShotRuntime`` (``one_shot``; ``ips``: ask for pod IPs) or a ``CRIRuntime``."""
+    """A ``OneShotRuntime`` (``one_shot``; ``ips``: ask for pod IPs, or only until these are
+    found) or a ``CRIRuntime``."""
     if one_shot:
         from podcache.cri.oneshot import OneShotRuntime  # noqa: PLC0415 -- when it runs
 
-        return OneShotRuntime(endpoint, timeout=timeout, config_path=config_path, ips=ips)
+        return OneShotRuntime(
+            endpoint,
+            timeout=timeout,
+            config_path=config_path,
+            ips=ips is not False,
+            find_ips=ips if isinstance(ips, frozenset) else None,
+        )
     from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- imports grpcio: when it runs
 
     return CRIRuntime(endpoint, timeout=timeout, config_path=config_path)
@@ -111,13 +122,18 @@ def _start_sim(pods: int, churn: float, stack: ExitStack, why: str = "") -> str:
 
 @contextmanager
 def open_source(
-    settings: RuntimeSettings, *, sim_churn: float = 0.0, one_shot: bool = False, ips: bool = True
+    settings: RuntimeSettings,
+    *,
+    sim_churn: float = 0.0,
+    one_shot: bool = False,
+    ips: bool | frozenset[str] = True,
 ) -> Iterator[Source]:
     """Open the runtime the settings name; closes it (and stops a simulated one) on exit.
 
     A simulated runtime replaces ``sim_churn`` pods a second (none by default: a listing is
     reproducible). ``one_shot``: for a command that reads once (module docstring);
-    ``ips=False`` for one that shows no pod IPs (its pods' ``ips`` are then empty).
+    ``ips=False`` for one that shows no pod IPs (its pods' ``ips`` are then empty); a set of
+    canonical IPs for one that only looks those up (``OneShotRuntime``'s ``find_ips``).
 
     Order: ``--sim``; else the endpoint resolved as crictl does (``-r``,
     CONTAINER_RUNTIME_ENDPOINT, the config file, the default sockets); else, with

@@ -47,7 +47,7 @@ import msgspec
 from podcache.cri.convert import pods_from_listings, read_containers, read_sandboxes
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
 from podcache.cri.eventwire import status_fields
-from podcache.cri.networks import NetworkMemo, with_networks
+from podcache.cri.networks import NetworkMemo, SandboxNetwork, newest_ready_sandbox, with_networks
 from podcache.cri.values import RuntimeVersion, _version_from
 from podcache.model import PodList
 
@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BATCH",
+    "FIRST_STEP",
     "MAX_FRAME_BYTES",
     "MAX_HEADER_BLOCK",
     "MAX_MESSAGE_BYTES",
@@ -76,6 +77,9 @@ WINDOW = 2**31 - 1
 """The stream and connection flow-control windows given to the runtime (HTTP/2's largest)."""
 BATCH = 100
 """Most calls in flight at once (PodSandboxStatus calls go in batches of this many)."""
+FIRST_STEP = 8
+"""PodSandboxStatus calls of the first step when only some IPs are looked up (``find_ips``);
+each further step doubles, up to ``BATCH``."""
 
 _SERVICE = "/runtime.v1.RuntimeService/"
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -424,7 +428,13 @@ class OneShotRuntime:
 
     ``ips=False``: for a caller that shows no pod IPs (``pods`` as a table, ``ps``), no
     PodSandboxStatus calls are made and every pod's ``ips`` is empty (unknown), as crictl's
-    ``pods`` asks no status either; the rest of the listing is ``CRIRuntime``'s."""
+    ``pods`` asks no status either; the rest of the listing is ``CRIRuntime``'s.
+
+    ``find_ips``: for a caller that only looks these canonical IPs up (``which IP...``): the
+    statuses are asked pod by pod in the listing's order (newest first), in steps, stopping
+    once every one of them is found held; pods after that step keep unknown IPs. The pod
+    ``PodList.by_ip`` gives each of them is the one a listing with every IP gives: the newest
+    pod holding it (should two sandboxes claim one IP, the newer pod, as ``by_ip`` rules)."""
 
     def __init__(
         self,
@@ -433,8 +443,10 @@ class OneShotRuntime:
         timeout: float,
         config_path: str | None = None,
         ips: bool = True,
+        find_ips: frozenset[str] | None = None,
     ) -> None:
         self._ips = ips
+        self._find_ips = find_ips
         resolved = resolve_endpoint(endpoint, config_path=config_path)
         self._endpoint = resolved.endpoint
         self.endpoint_source = resolved.source
@@ -494,11 +506,10 @@ class OneShotRuntime:
                 listed[0].release()
                 listed[1].release()
             wanted = memo.to_ask(listing) if self._ips else []
-            answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
-        fetched = {}
-        for sandbox_id, answer in zip(wanted, answers, strict=True):
-            if answer.status == 0:  # a failed one: that pod's IPs stay unknown, as CRIRuntime's
-                fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
+            if self._find_ips is None:
+                fetched = _statuses(connection, memo, wanted)
+            else:
+                fetched = _statuses_until(connection, memo, _in_order(pods, wanted), self._find_ips)
         return with_networks(pods, fetched)
 
     def _connect(self) -> _Closing:
@@ -531,6 +542,49 @@ class OneShotRuntime:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _statuses(
+    connection: _Connection, memo: NetworkMemo, wanted: Sequence[str]
+) -> dict[str, SandboxNetwork]:
+    """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a failed
+    one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
+    answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
+    fetched = {}
+    for sandbox_id, answer in zip(wanted, answers, strict=True):
+        if answer.status == 0:
+            fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
+    return fetched
+
+
+def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
+    """``wanted`` in the order of the pods whose newest READY sandbox each is: the listing's
+    order (pods newest first), the order ``PodList.by_ip`` prefers a holder in."""
+    asked = set(wanted)
+    ordered = [sid for pod in pods if (sid := newest_ready_sandbox(pod)) in asked]
+    placed = set(ordered)
+    return ordered + [sid for sid in wanted if sid not in placed]
+
+
+def _statuses_until(
+    connection: _Connection, memo: NetworkMemo, ordered: Sequence[str], ips: frozenset[str]
+) -> dict[str, SandboxNetwork]:
+    """``_statuses`` of ``ordered`` in steps (``FIRST_STEP`` calls, doubling up to ``BATCH``),
+    stopping after the step in which every IP of ``ips`` was found held (not by a
+    host-network sandbox). Every sandbox before the one found holding an IP was asked, so
+    ``by_ip`` gives that IP the same pod as after asking them all (module rules)."""
+    fetched: dict[str, SandboxNetwork] = {}
+    missing = set(ips)
+    first, step = 0, FIRST_STEP
+    while first < len(ordered) and missing:
+        found = _statuses(connection, memo, ordered[first : first + step])
+        fetched |= found
+        for network in found.values():
+            if not network.host_network:
+                missing.difference_update(network.ips)
+        first += step
+        step = min(2 * step, BATCH)
+    return fetched
 
 
 class _Closing:

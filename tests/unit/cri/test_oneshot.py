@@ -14,9 +14,18 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from podcache.cri import CRIRuntime
-from podcache.cri.oneshot import OneShotRuntime, list_requests, status_request, version_request
+from podcache.cri.oneshot import (
+    BATCH,
+    FIRST_STEP,
+    OneShotRuntime,
+    list_requests,
+    status_request,
+    version_request,
+)
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION, _list_requests
 from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
@@ -187,3 +196,115 @@ def test_an_answer_that_is_not_clean_is_read_again_by_the_reference(
         listener.close()
     assert f"unix://{path}" in str(caught.value)
     assert oneshot.fallbacks == 1
+
+
+# -- find_ips: statuses asked newest first, until every IP looked up is found --------------------
+
+
+class _Addressed(CannedRuntime):
+    """A canned runtime of READY sandboxes, one pod each, answering PodSandboxStatus with the
+    address ``ips`` gives each sandbox ID (data swapped per example; requests recorded)."""
+
+    ips: dict[str, str]
+
+    def PodSandboxStatus(  # noqa: N802 (gRPC's method names)
+        self, request: pb.PodSandboxStatusRequest, context: object
+    ) -> pb.PodSandboxStatusResponse:
+        self._got("PodSandboxStatus", request)
+        sid = request.pod_sandbox_id
+        return pb.PodSandboxStatusResponse(
+            status=pb.PodSandboxStatus(
+                id=sid,
+                state=pb.SANDBOX_READY,
+                network=pb.PodSandboxNetworkStatus(ip=self.ips[sid]),
+            )
+        )
+
+    def hold(self, addresses: list[str]) -> None:
+        """Pod ``i`` (created at second ``i``: the last is the newest) holds ``addresses[i]``."""
+        self.requests.clear()
+        self.ips = {f"{i:064x}": ip for i, ip in enumerate(addresses)}
+        self.sandboxes = pb.ListPodSandboxResponse(
+            items=[
+                pb.PodSandbox(
+                    id=sid,
+                    metadata=pb.PodSandboxMetadata(
+                        name=f"pod-{i}", uid=f"uid-{i}", namespace="default"
+                    ),
+                    state=pb.SANDBOX_READY,
+                    created_at=(i + 1) * 1_000_000_000,
+                )
+                for i, sid in enumerate(self.ips)
+            ]
+        )
+
+    def status_calls(self) -> int:
+        return self.methods().count("PodSandboxStatus")
+
+
+@pytest.fixture(scope="module")
+def addressed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[_Addressed, str]]:
+    servicer = _Addressed()
+    servicer.ips = {}
+    path = f"{tmp_path_factory.mktemp('addressed')}/cri.sock"
+    with grpc_runtime(servicer, path) as endpoint:
+        yield servicer, endpoint
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    held=st.lists(st.sampled_from([f"10.0.0.{n}" for n in range(1, 25)]), min_size=1, max_size=60),
+    picks=st.lists(st.integers(0, 10**6), min_size=1, max_size=3),
+    absent=st.booleans(),
+)
+@example(held=[f"10.0.0.{n % 24 + 1}" for n in range(30)], picks=[29], absent=False)
+def test_find_ips_gives_each_ip_the_full_listings_pod(
+    addressed: tuple[_Addressed, str], held: list[str], picks: list[int], absent: bool
+) -> None:
+    """The model: ``by_ip`` of a listing with every pod's IPs (an address held by two pods is
+    the newer pod's). ``find_ips`` answers every IP looked up with that pod (or None), and
+    asks no more statuses than the newest pods up to the step holding the last IP found."""
+    looked_up = [held[pick % len(held)] for pick in picks] + (["10.0.1.1"] if absent else [])
+    servicer, endpoint = addressed
+    servicer.hold(held)
+    full = OneShotRuntime(endpoint, timeout=5.0).get_pods(False)
+    asked_all = servicer.status_calls()
+    servicer.requests.clear()
+    wanted = frozenset(looked_up)
+    found = OneShotRuntime(endpoint, timeout=5.0, find_ips=wanted).get_pods(False)
+    for ip in wanted:
+        holder = full.by_ip(ip)
+        assert (holder and holder.id) == ((pod := found.by_ip(ip)) and pod.id), ip
+        if holder is not None:  # the newest pod holding it, as the model says
+            assert holder.id == f"uid-{max(i for i, a in enumerate(held) if a == ip)}"
+    assert asked_all == len(held)
+    newest_first = held[::-1]
+    if wanted <= set(held):  # each found: asked up to the step of the last one found
+        depth = max(newest_first.index(ip) for ip in wanted) + 1
+        step, needed = FIRST_STEP, 0
+        while needed < depth:
+            needed, step = needed + step, min(2 * step, BATCH)
+        assert servicer.status_calls() == min(needed, len(held))
+    else:  # one held by nobody: every pod asked
+        assert servicer.status_calls() == len(held)
+
+
+WHICH_ARGS = ("which", "10.1.0.110", "-o", "json", "-r")
+
+
+def test_which_ip_asks_the_newest_pods_only(
+    addressed: tuple[_Addressed, str],
+) -> None:
+    """``podcache which IP`` of the newest pod's address, 110 pods: one step of statuses."""
+    servicer, endpoint = addressed
+    servicer.hold([f"10.1.{i // 200}.{i % 200 + 1}" for i in range(110)])
+    done = subprocess.run(
+        [sys.executable, "-c", "from podcache.cli import main; main()", *WHICH_ARGS, endpoint],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout)["items"][0]["pod"]["id"] == "uid-109"
+    assert servicer.status_calls() == FIRST_STEP

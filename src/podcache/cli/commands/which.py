@@ -109,8 +109,11 @@ def which_command(
     from podcache.procs import ProcFormatError
 
     rows: list[_Row] = []
-    # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument).
-    ips = out.format == "json" or any(isinstance(pid, str) for pid in pids)
+    # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument); with
+    # IP arguments only, until each is found (the pods shown are the ones found).
+    ips: bool | frozenset[str] = out.format == "json" or any(isinstance(p, str) for p in pids)
+    if all(isinstance(pid, str) for pid in pids):
+        ips = frozenset(str(pid) for pid in pids)
     with open_source(runtime, one_shot=True, ips=ips) as source:
         cache = _lookups(source.runtime, pids)
         for pid in pids:
