@@ -79,6 +79,10 @@ class CRISocketSetup:
         )
         socket.start()
         self.hub.watch(view.cache)  # serve's caches read time.monotonic
+        # The socket's answers come from the all view: kept within its period as the default
+        # view is (an idle serve answers through a runtime restart, and the hub knows the
+        # node's revision before an outage: rule 4 of fanout).
+        view.keep_fresh()
         app.metrics.sources.append(lambda: cri_metrics(socket))
 
     async def stop(self) -> None:

@@ -22,11 +22,12 @@ event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
    opens the stream again (``REOPEN_EVERY``; the caches' followers end with the stream's error
    and resubscribe by their own rules, sharing that opening). A held client keeps its stream
    only if nothing was lost: the first full listing of the watched cache (``watch``) that
-   began after the new stream opened must show the node's state exactly as it was when the
-   old one ended (the same revision: no change in between, none that a lost event would have
-   told). Otherwise, or when no such listing comes within ``HOLD_SECONDS``, it ends with
-   UNAVAILABLE after its queued events (counted ``cut_off["upstream"]``), as the runtime's own
-   stream would. Without a watched cache every client ends at once.
+   began after the new stream opened (the hub asks for one, ``_judge``) must show the node's
+   state exactly as it was when the old one ended (the same revision: no change in between,
+   none that a lost event would have told). Otherwise, or when no such listing comes within
+   ``HOLD_SECONDS``, it ends with UNAVAILABLE after its queued events (counted
+   ``cut_off["upstream"]``), as the runtime's own stream would. Without a watched cache every
+   client ends at once.
 5. **Thread and loop.** The upstream stream, the followers and the opening run on the event
    loop; clients wait in the socket's threads (``EventClient.next``), each on its own
    condition; ``attach`` from a thread asks the loop to open the stream when none is.
@@ -216,6 +217,7 @@ class EventHub:
         self._revision: int | None = None  # the watched cache's latest published revision
         self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
         self._held_revision: int | None = None
+        self._held_at = 0.0  # when the outage began (cache clock)
         self._reopened_at: float | None = None  # the stream reopened for them (cache clock)
         self._holds = 0  # the hold's number: a timer of an earlier hold does nothing
         self._closing = False
@@ -285,14 +287,26 @@ class EventHub:
             return
         self.subscriptions += 1
         self._upstream = upstream
+        assert self._loop is not None
         if self._held:
-            self._reopened_at = self._clock()
+            reopened_at = self._reopened_at = self._clock()
             with self._lock:
                 self._clients |= self._held  # events flow again; the listing decides (rule 4)
-        assert self._loop is not None
+            self._loop.create_task(self._judge(reopened_at), name="podcache-cri-events-judge")
         self._reader = self._loop.create_task(self._read(upstream), name="podcache-cri-events")
         self._opening = None
         opening.set_result(None)
+
+    async def _judge(self, reopened_at: float) -> None:
+        """Ask the watched cache for the full listing rule 4 waits for: one begun after the
+        stream reopened at ``reopened_at``. A cache refreshes on a resubscription only when
+        read, and nobody may read it within ``HOLD_SECONDS``; its failure leaves the clients
+        to ``_expire``."""
+        cache = self._cache
+        if cache is None:
+            return
+        with contextlib.suppress(Exception):
+            await cache.force_update_if_older(reopened_at, timeout=HOLD_SECONDS)
 
     async def _read(self, upstream: _Upstream) -> None:
         """Every event to every follower, until the stream ends; then end them all."""
@@ -344,7 +358,7 @@ class EventHub:
         if not held and not self._held:
             return
         if not self._held:  # a new outage: the state it must find again is the one now
-            self._held_revision = self._revision
+            self._held_revision, self._held_at = self._revision, self._clock()
             self._holds += 1
             assert self._loop is not None
             self._loop.call_later(HOLD_SECONDS, self._expire, self._holds, why)
@@ -374,6 +388,8 @@ class EventHub:
         """The watched cache's publish hook: a full listing begun after the reopening decides
         whether the held clients lost anything (rule 4)."""
         revision = publication.pods.revision
+        if self._held and self._held_revision is None and _before(publication, self._held_at):
+            self._held_revision = revision  # the node as it was, from a listing begun before
         if (
             self._held
             and self._reopened_at is not None
@@ -470,3 +486,10 @@ class HubGetter:
 
     def container_events(self) -> HubFollower:
         return self._hub.follower()
+
+
+def _before(publication: Any, moment: float) -> bool:
+    """Whether ``publication`` is a full listing begun before ``moment`` (cache clock): the
+    node's state before an outage, when the outage began before the watched cache had
+    published anything (a listing in flight then lands during it)."""
+    return bool(publication.relisted is None and publication.timestamp <= moment)
