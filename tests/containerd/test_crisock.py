@@ -75,6 +75,7 @@ class Served(NamedTuple):
     proxy: Socket
     direct: Socket
     path: str
+    direct_path: str
 
 
 @pytest.fixture
@@ -86,7 +87,7 @@ def served(containerd: Containerd) -> Iterator[Served]:
         with ServeProcess([*args, "--cache-period", "60s", "--cri-listen", path]) as server:
             proxy, direct = Socket(path), Socket(containerd.socket_path)
             try:
-                yield Served(proxy, direct, path)
+                yield Served(proxy, direct, path, containerd.socket_path)
             finally:
                 proxy.close()
                 direct.close()
@@ -251,5 +252,42 @@ def test_three_subscribers_each_see_every_event(served: Served, cri_harness: CRI
         for reader in readers:
             reader.close()
         for socket in sockets:
+            socket.close()
+        cri_harness.remove_all([s.id for s in made])
+
+
+@pytest.mark.parametrize("containerd", ["1.7"], indirect=True)
+def test_on_17_each_event_goes_to_one_upstream_subscriber_and_the_sockets_share_its(
+    served: Served, cri_harness: CRIHarness
+) -> None:
+    """containerd 1.7 hands each event to one of its subscribers (containerd#7318): with two
+    direct subscribers next to podcache's one, the three get disjoint parts of the events, so
+    each direct one misses some; the three subscribers of the socket all get podcache's part,
+    the same events in the same order. (So on 1.7 every agent must move to the socket: a
+    direct subscriber takes events from podcache too.)"""
+    direct = [Socket(served.direct_path) for _ in range(2)]
+    proxied = [Socket(served.path) for _ in range(3)]
+    direct_readers = [_Reader(s.events()) for s in direct]
+    readers = [_Reader(s.events()) for s in proxied]
+    made: list[SandboxRecord] = []
+    try:
+        time.sleep(1.0)  # the five streams are open (containerd sends nothing before a change)
+        for n in range(3):
+            sandbox = cri_harness.run_pod(f"cri-split-{n}", "crisock", labels={"test": "split"})
+            made.append(sandbox)
+            container = cri_harness.create_container(sandbox, "app")
+            cri_harness.stop_container(container)
+            cri_harness.remove_container(container)
+        everyone = [*readers, *direct_readers]
+        until(lambda: all(r.events for r in everyone))  # each upstream subscriber got a part
+        time.sleep(1.0)  # whatever else the changes made has arrived too
+        ours, first, second = (set(r.events) for r in (readers[0], *direct_readers))
+        assert not ours & first and not ours & second and not first & second
+        for reader in readers:
+            assert reader.events == readers[0].events
+    finally:
+        for reader in [*readers, *direct_readers]:
+            reader.close()
+        for socket in [*proxied, *direct]:
             socket.close()
         cri_harness.remove_all([s.id for s in made])

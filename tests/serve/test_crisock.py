@@ -532,3 +532,13 @@ def test_a_request_of_64_kib_is_served_and_one_byte_more_is_refused(proxy: Socke
     with pytest.raises(grpc.RpcError) as caught:
         proxy.call(path, _request_of(limit + 1))
     assert caught.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_a_list_request_that_is_not_one_is_refused_every_time(proxy: Socket) -> None:
+    # A memo hit sends the bytes kept without decoding the request: only a request that was
+    # decoded once is ever kept, so a malformed one is refused on every call.
+    for _ in range(2):
+        with pytest.raises(grpc.RpcError) as raised:
+            proxy.call("/runtime.v1.RuntimeService/ListPodSandbox", b"\xff")
+        assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "ListPodSandbox" in str(raised.value.details())

@@ -10,7 +10,8 @@ Rules:
 1. A CRI item never changes after its creation but for its state, so the bytes of an item are
    a function of its ID and state: the store keys them by ``(id, ContainerState)`` (the
    state as the snapshot's ``Container`` holds it). Any listing may teach it (full, one pod's,
-   one ID's; one the cache later drops): the bytes of a key are the same whoever listed them.
+   one ID's; one the cache later drops; each message of a streamed one, KEP-5825): the bytes
+   of a key are the same whoever listed them.
 2. Learning costs O(items listed) dictionary look-ups, in the getter's converter thread (never
    on the event loop); only an item not seen before is copied and decoded (protobuf, for its
    labels and its sandbox ID, which the socket's filters need). A steady node decodes nothing.
@@ -54,7 +55,13 @@ class WireItem(NamedTuple):
 
 
 _Key = tuple[str, ContainerState]
-_KINDS = {"ListPodSandbox": 0, "ListContainers": 1}
+_KINDS = {
+    "ListPodSandbox": 0,
+    "ListContainers": 1,
+    # KEP-5825: each message of a streamed answer holds whole items in field 1, as the unary's
+    "StreamPodSandboxes": 0,
+    "StreamContainers": 1,
+}
 
 
 def _body_start(data: memoryview, start: int) -> int:

@@ -99,3 +99,23 @@ def test_rows_that_do_not_line_up_teach_nothing() -> None:
     data, items = _listing(range(3))
     store.learn("ListPodSandbox", data, items[:2])
     assert len(store) == 0
+
+
+def test_each_message_of_a_streamed_listing_teaches_its_items() -> None:
+    # A getter that streams lists (KEP-5825) reads StreamPodSandboxes / StreamContainers: their
+    # messages hold whole items in field 1, as the unary answers do (issue 31 item 7).
+    store = WireItems()
+    first, first_items = _listing(range(2))
+    second, second_items = _listing(range(2, 3))
+    store.learn("StreamPodSandboxes", first, first_items)
+    store.learn("StreamPodSandboxes", second, second_items)
+    assert len(store) == 3
+    kept = store.get(0, "s2", ContainerState.RUNNING)
+    assert kept is not None
+    assert pb.ListPodSandboxResponse.FromString(kept.entry).items[0] == second_items[0]
+    containers = [pb.Container(id="c0", pod_sandbox_id="s0", state=pb.CONTAINER_RUNNING)]
+    data = pb.ListContainersResponse(containers=containers).SerializeToString()
+    store.learn("StreamContainers", data, containers)
+    found = store.get(1, "c0", ContainerState.RUNNING)
+    assert found is not None
+    assert found.pod_sandbox_id == "s0"

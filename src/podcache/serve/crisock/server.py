@@ -298,21 +298,21 @@ class CRISocket:
     def listed(self, path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
         message_type, answer, _ = _LISTS[path]
-        try:
-            parsed = message_type.FromString(request)
-        except DecodeError:
-            raise _FailureError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"{path.lstrip('/')}: the request is not a {message_type.__name__}",
-            ) from None
         pods = self._snapshot(context)
         held, answers = self._memo
         if held is not pods:
             answers = {}
             self._memo = (pods, answers)
         key = (path, request)
-        data = answers.get(key)
+        data = answers.get(key)  # a hit: the bytes sent before, no request decoded (a valid one)
         if data is None:
+            try:
+                parsed = message_type.FromString(request)
+            except DecodeError:
+                raise _FailureError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"{path.lstrip('/')}: the request is not a {message_type.__name__}",
+                ) from None
             data = answer(pods, self._items, parsed)
             if data is None:
                 self.list_forwards += 1
