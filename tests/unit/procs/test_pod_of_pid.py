@@ -408,7 +408,8 @@ def test_pod_process_is_frozen_and_compared_by_value() -> None:
         found.pid = 6  # type: ignore[misc]
     assert found == PodProcess(pod(1), pod(1).containers[0], 5)
     assert hash(found) == hash(PodProcess(pod(1), pod(1).containers[0], 5))
-    assert repr(found) == f"PodProcess(pid=5, pod={p.id!r}, container='{p.containers[0].id.qualified}')"
+    qualified = p.containers[0].id.qualified  # a repr names the runtime: type://id
+    assert repr(found) == f"PodProcess(pid=5, pod={p.id!r}, container='{qualified}')"
 
 
 def test_unknown_ids_are_remembered_for_a_bounded_time_and_count() -> None:
