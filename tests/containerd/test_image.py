@@ -133,6 +133,7 @@ def deployed(
         {
             "/run/containerd": str(containerd.directory),
             "/run/podcache": str(scratch / "run-podcache"),
+            "/run/podcache-cri": str(scratch / "run-podcache-cri"),  # the CRI socket's (§10)
             "/proc": "/proc",
         }
     )
