@@ -605,13 +605,13 @@ class App:
     async def _ready(self, view: SnapshotView) -> None:
         """Wait for ``view``'s build in a worker thread, when one runs."""
         building = self._building
-        if not view.ready and building is not None and building[0] is view:
+        if building is not None and building[0] is view and not building[1].done():
             await asyncio.shield(building[1])
 
     def _building_now(self, view: SnapshotView) -> bool:
         """Whether ``view`` is being built in a worker thread (answers from it then wait)."""
         building = self._building
-        return not view.ready and building is not None and building[0] is view
+        return building is not None and building[0] is view and not building[1].done()
 
     def _view(self, pods: PodList) -> SnapshotView:
         """The view of ``pods``, or of a newer snapshot: the memo when it holds them, else the
@@ -981,7 +981,7 @@ def _not_found(view: SnapshotView, message: str) -> Answer:
 
 
 def _build(view: SnapshotView) -> None:
-    view.build()
+    view.build(body=True)
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

@@ -17,6 +17,8 @@ to the cache: which answers may be reused for which request is the application's
 from __future__ import annotations
 
 import hashlib
+from itertools import compress, count, repeat
+from operator import is_not, itemgetter
 from typing import Any, NamedTuple
 
 import msgspec
@@ -34,6 +36,11 @@ _encode = msgspec.json.Encoder().encode
 
 _Encoded = tuple[Pod, bytes, bytes]
 """A pod, its JSON, and an 8-byte digest of the JSON (the ETag hashes the digests)."""
+
+_NOT_KNOWN: _Encoded = (None, b"", b"")  # type: ignore[assignment] -- matches no pod
+_POD_OF = itemgetter(0)
+_JSON_OF = itemgetter(1)
+_DIGEST_OF = itemgetter(2)
 
 
 class Answer(NamedTuple):
@@ -58,11 +65,14 @@ class SnapshotView:
     unix seconds. ``etag`` is weak and names the pods' content (not the fetch), so an
     unchanged node answers 304 across refreshes.
 
-    Built when asked: making a view reads no pod. The list body and the ETag are built together
-    on first use (``build``, O(pods) joins, but only the pods no earlier view encoded are
-    encoded), in a worker thread when the application asks for it there (a publish that
-    changed many pods), else on first use: a publish that changed one pod costs its encoding
-    and the joins, when someone asks, not per change.
+    Built when asked: making a view reads no pod. ``build`` (first use of the ETag or the
+    body) takes each pod's encoding from the previous view, encodes the pods it lacks and
+    hashes the digests: O(pods) steps in C plus one encoding per changed pod. The body (about
+    6 MB at 5,000 pods) is joined only when an answer needs it (``items_head``), in one join.
+    A publish that changed many pods is built in a worker thread when the application asks for
+    it there (``build(body=True)``); one that changed a few costs, on first use, their
+    encoding and those C steps (about 1.5 ms at 5,000 pods): a relist of one pod publishes a
+    view, and the first request after it builds the view on the event loop.
     """
 
     __slots__ = (
@@ -111,17 +121,19 @@ class SnapshotView:
 
     @property
     def ready(self) -> bool:
-        """Whether the body and ETag are built (reading them then costs nothing)."""
+        """Whether the pods are encoded and the ETag made (the body is then one join away)."""
         return self._built
 
     @property
     def items_head(self) -> bytes:
-        """``{"items": [...],"cache_time":...,"age_seconds":`` for the whole snapshot."""
-        if not self._built:
-            self.build()
+        """``{"items": [...],"cache_time":...,"age_seconds":`` for the whole snapshot: joined
+        on first use and kept, but by a retired view (joined again for a late request)."""
         head = self._items_head
-        if not head:  # retired: joined again for a late request, not kept
-            head = self._joined(self._pod_json)[0]
+        if not head:
+            self.build()
+            head = self._body(list(map(self._pod_json.__getitem__, map(id, self.pods))))
+            if not self._retired:
+                self._items_head = head
         return head
 
     @property
@@ -131,22 +143,23 @@ class SnapshotView:
             self.build()
         return self._etag
 
-    def build(self) -> None:
-        """Encode the pods not encoded before, join the body, hash the digests. Idempotent;
-        safe in a worker thread while the loop reads other views (it publishes its results
-        only when complete, and builds of one view compute the same bytes).
+    def build(self, *, body: bool = False) -> None:
+        """Encode the pods not encoded before and hash the digests; with ``body``, join the
+        body too (a worker thread's build: the request that needs it then finds it ready).
+        Idempotent; safe in a worker thread while the loop reads other views (it publishes its
+        results only when complete, and builds of one view compute the same bytes).
 
         One pod per encode call: the encoder holds the GIL while it runs, and one call for the
-        whole list holds it ~30 ms. The bytes equal the list's encoding."""
-        if self._built:
-            return
-        body, table, digests = self._joined(self._known)
-        if not self._retired:
-            self._items_head = body
-        self._etag = f'W/"{hashlib.blake2b(b"".join(digests), digest_size=12).hexdigest()}"'
-        self._pod_json = table
-        self._built = True
-        self._known = {}
+        whole list holds it ~30 ms. The body's bytes equal the list's encoding."""
+        if not self._built:
+            entries, table = self._encoded(self._known)
+            digests = b"".join(map(_DIGEST_OF, entries))
+            self._etag = f'W/"{hashlib.blake2b(digests, digest_size=12).hexdigest()}"'
+            self._pod_json = table
+            self._built = True
+            self._known = {}
+        if body:
+            _ = self.items_head
 
     def retire(self) -> None:
         """A newer snapshot's view took over (``App._published``): drop the joined body and the
@@ -159,25 +172,33 @@ class SnapshotView:
         self.answers = {}
         self._items_head = b""
 
-    def _joined(self, known: dict[int, _Encoded]) -> tuple[bytes, dict[int, _Encoded], list[bytes]]:
-        """The body, each pod's encoding (from ``known`` when there, else made) and digests."""
-        table: dict[int, _Encoded] = {}
-        opening = b'{"items":'
-        closing = b',"cache_time":' + self.wall_text + b',"age_seconds":'
-        parts = [opening, b"["]
-        digests: list[bytes] = []
-        for pod in self.pods:
-            entry = known.get(id(pod))
-            if entry is None or entry[0] is not pod:
-                encoded = _encode(pod_to_json(pod))
-                entry = (pod, encoded, hashlib.blake2b(encoded, digest_size=8).digest())
-            table[id(pod)] = entry
-            parts += (entry[1], b",")
-            digests.append(entry[2])
-        if len(parts) > 2:
-            parts.pop()  # no comma after the last pod
-        parts += (b"]", closing)
-        return b"".join(parts), table, digests
+    def _encoded(self, known: dict[int, _Encoded]) -> tuple[list[_Encoded], dict[int, _Encoded]]:
+        """Each pod's encoding in order (from ``known`` when there, else made), and by id().
+
+        Cost: O(pods) in C (``map``, ``zip``) plus the encoding of the pods ``known`` lacks:
+        the only Python-level steps are per pod encoded."""
+        pods = self.pods
+        keys = list(map(id, pods))
+        entries: list[_Encoded] = list(map(known.get, keys, repeat(_NOT_KNOWN)))
+        # An entry is reused only for the very pod it encoded: an id() may be reused by a new
+        # object once the old one is gone.
+        for at in compress(count(), map(is_not, map(_POD_OF, entries), pods)):
+            pod = pods[at]
+            encoded = _encode(pod_to_json(pod))
+            entries[at] = (pod, encoded, hashlib.blake2b(encoded, digest_size=8).digest())
+        return entries, dict(zip(keys, entries, strict=True))
+
+    def _body(self, entries: list[_Encoded]) -> bytes:
+        """The list's JSON up to the age, in one join (one allocation: at 5,000 pods a join
+        of the items and a second one around them took 9 ms, this one 1.7)."""
+        closing = b'],"cache_time":' + self.wall_text + b',"age_seconds":'
+        if not entries:
+            return b'{"items":[' + closing
+        parts = [b","] * (2 * len(entries) + 1)
+        parts[0] = b'{"items":['
+        parts[1::2] = map(_JSON_OF, entries)
+        parts[-1] = closing
+        return b"".join(parts)
 
     def remember(self, target: str, answer: Answer) -> None:
         """Keep ``answer`` for ``target``; at ``MEMO_LIMIT`` answers the memo starts over."""
