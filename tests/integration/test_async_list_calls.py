@@ -18,7 +18,7 @@ from typing import Any, cast
 import grpc
 import pytest
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime, converter, listcalls
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, caller, converter, listcalls
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError
 from podcache.sim import SimRuntime
@@ -40,15 +40,22 @@ async def test_list_calls_are_made_in_worker_threads_and_give_the_sync_twins_pod
         calls.append((method, threading.current_thread()))
         return invoke(self, line, method, request, timeout)
 
+    statuses = caller.SyncCaller.statuses
+
+    def recording_statuses(self: Any, sandbox_ids: Any) -> Any:
+        calls.extend(("PodSandboxStatus", threading.current_thread()) for _ in sandbox_ids)
+        return statuses(self, sandbox_ids)
+
     monkeypatch.setattr(listcalls._ListCaller, "_invoke", recording)
+    monkeypatch.setattr(caller.SyncCaller, "statuses", recording_statuses)
     async with AsyncCRIRuntime(sim.endpoint) as runtime:
         first = await runtime.get_pods()
         second = await runtime.get_pods(all=True)
     loop_thread = threading.current_thread()
     lists = [method for method, _ in calls if method != "PodSandboxStatus"]
     assert lists == ["StreamPodSandboxes", "StreamContainers"] * 2  # the sim streams lists
-    statuses = [method for method, _ in calls if method == "PodSandboxStatus"]
-    assert len(statuses) == runtime.status_calls > 0  # once per READY sandbox, in threads too
+    asked = [method for method, _ in calls if method == "PodSandboxStatus"]
+    assert len(asked) == runtime.status_calls > 0  # once per READY sandbox, in threads too
     assert all(thread is not loop_thread for _, thread in calls)
     with CRIRuntime(sim.endpoint) as sync_runtime:
         assert first == sync_runtime.get_pods()

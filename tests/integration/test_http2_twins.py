@@ -7,6 +7,7 @@
 - The GetContainerEvents stream gives the same events in the same order over either client,
   through creations, crashes and removals.
 - Closing the getter ends a waiting stream with the error grpcio's closed channel gave.
+- Status calls made together answer each sandbox as grpcio does; a failed one is its own.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import pytest
 
 from podcache.cri import CRIRuntime
 from podcache.cri.eventstream import event_from_bytes
+from podcache.cri.eventwire import status_fields
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import _id_requests, _pod_requests
-from podcache.errors import RuntimeUnavailableError
+from podcache.errors import CRIError, RuntimeUnavailableError
 from podcache.model import ContainerEvent
 from podcache.sim import PodShape, SimRuntime
 
@@ -163,3 +165,23 @@ def test_closing_the_getter_ends_a_waiting_stream_as_grpcios_closed_channel_did(
     assert len(outcome) == 1
     assert isinstance(outcome[0], RuntimeUnavailableError)
     assert "client closed" in str(outcome[0])
+
+
+def test_status_calls_made_together_answer_as_grpcio_each_failure_its_own(sim: SimRuntime) -> None:
+    """A listing's status calls, made together on the own client (``SyncCaller.statuses``):
+    each sandbox's fields are those of grpcio's answer to the same request, in order, and a
+    call that fails (a sandbox the runtime does not know) is that call's error alone."""
+    with sim.pause_churn(), CRIRuntime(sim.endpoint) as runtime:
+        channel = grpc.insecure_channel(sim.endpoint.replace("unix://", "unix:"))
+        ids = [sandbox.id.id for pod in runtime.get_pods(True) for sandbox in pod.sandboxes]
+        asked = [*ids[:5], "0" * 64, *ids[5:]]
+        outcomes = runtime._caller.statuses(asked)
+        assert len(outcomes) == len(asked)
+        for sandbox_id, outcome in zip(asked, outcomes, strict=True):
+            if sandbox_id == "0" * 64:
+                assert isinstance(outcome, CRIError)
+                assert "PodSandboxStatus" in str(outcome)
+                continue
+            request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
+            assert outcome == status_fields(_grpc_bytes(channel, "PodSandboxStatus", request))
+        channel.close()

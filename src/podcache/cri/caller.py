@@ -34,6 +34,7 @@ from podcache.cri.channels import (
 from podcache.cri.diagnosis import _os_reason, _probe, _probe_budget, _unreachable
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import CONFIRM_SECONDS, ContainerEventStream
+from podcache.cri.eventwire import EventFields, EventWireError, status_fields
 from podcache.cri.failures import (
     _answer,
     _calling,
@@ -238,6 +239,44 @@ class SyncCaller:
                     self._url, f"its {method} answer is {len(messages)} messages, not one"
                 )
         return [messages[0] for messages in answers]
+
+    def statuses(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
+        """Each sandbox's PodSandboxStatus fields (``eventwire``), or the error its call ended
+        with; the calls made together on a connection of the pool (``http2``): a listing's
+        thousands of status calls are a few round trips and reads of one thread per round, not
+        a thread hand-off and a gRPC completion each (docs/architecture.md §5). A failure of
+        the connection is every call's."""
+        self.check_open()
+        wire = [
+            ("PodSandboxStatus", pb.PodSandboxStatusRequest(pod_sandbox_id=s).SerializeToString())
+            for s in sandbox_ids
+        ]
+        began = time.monotonic()
+        try:
+            outcomes = self._pool.call_each(wire, self._timeout)
+        except OSError as failure:
+            reason = _calling("PodSandboxStatus", _os_reason(failure))
+            return [RuntimeUnavailableError(self._url, reason)] * len(wire)
+        except CallFailedError as failure:
+            return [self._failed(failure, "PodSandboxStatus", time.monotonic() - began)] * len(wire)
+        took = time.monotonic() - began
+        return [self._status_outcome(outcome, took) for outcome in outcomes]
+
+    def _status_outcome(
+        self, outcome: list[bytes] | CallFailedError, took: float
+    ) -> EventFields | CRIError:
+        """One status call's fields, or its error (its own status, or an answer that is not
+        one ``PodSandboxStatusResponse``)."""
+        if isinstance(outcome, CallFailedError):
+            return self._failed(outcome, "PodSandboxStatus", took)
+        if len(outcome) != 1:
+            return RuntimeProtocolError(
+                self._url, f"its PodSandboxStatus answer is {len(outcome)} messages, not one"
+            )
+        try:
+            return status_fields(outcome[0])
+        except EventWireError as error:
+            return RuntimeProtocolError(self._url, f"its PodSandboxStatus answer: {error}")
 
     def _failed(self, failure: CallFailedError, methods: str, took: float) -> CRIError:
         """The podcache error of a failed ``pod_calls`` call of ``methods`` (named when the

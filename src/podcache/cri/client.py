@@ -53,7 +53,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Self, TypeVar
 
@@ -112,7 +112,12 @@ from podcache.cri.values import (
     _version_from,
 )
 from podcache.cri.wireitems import WireItems
-from podcache.errors import MalformedListingError, RuntimeProtocolError, RuntimeUnavailableError
+from podcache.errors import (
+    CRIError,
+    MalformedListingError,
+    RuntimeProtocolError,
+    RuntimeUnavailableError,
+)
 from podcache.model import Pod, PodList
 
 __all__ = [
@@ -215,13 +220,7 @@ class CRIRuntime(_Base):
     ) -> None:
         super().__init__(endpoint, timeout, config_path)
         self._caller = SyncCaller(self._endpoint, self._timeout, type(self).__name__)
-        self._statuses = StatusReader(self._networks, self._status_of)
-
-    def _status_of(self, sandbox_id: str) -> EventFields:
-        """One sandbox's PodSandboxStatus, as ``eventwire`` reads it (in gRPC's thread)."""
-        request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
-        answer, _ = self._caller.call("PodSandboxStatus", request, EventFields)
-        return answer
+        self._statuses = StatusReader(self._networks, self._caller.statuses)
 
     def version(self) -> RuntimeVersion:
         """The runtime's Version answer: asked once per channel, then remembered.
@@ -322,7 +321,6 @@ class CRIRuntime(_Base):
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
         self._caller.close()
-        self._statuses.close()
 
     def __enter__(self) -> Self:
         return self
@@ -360,12 +358,11 @@ class AsyncCRIRuntime(_Base):
         # One pod's answers are read in a thread of their own: never queued behind a full
         # listing's conversion (tens of ms at 1,000 pods) that happens to run.
         self._pod_converter = _Converter(self.endpoint)
-        self._statuses = StatusReader(self._networks, self._status_of)
+        self._statuses = StatusReader(self._networks, self._statuses_of)
 
-    def _status_of(self, sandbox_id: str) -> EventFields:
-        """One sandbox's PodSandboxStatus on the list calls' sync channel (in a thread)."""
-        request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
-        return self._lister().status(request)
+    def _statuses_of(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
+        """Sandboxes' PodSandboxStatus, made together by the list calls' caller (in a thread)."""
+        return self._lister().statuses(sandbox_ids)
 
     async def _with_ips(self, pods: PodList, listing: ListingPass, *, full: bool) -> PodList:
         """``StatusReader.complete``: in a worker thread when it makes calls or prunes the memo
@@ -586,7 +583,6 @@ class AsyncCRIRuntime(_Base):
             self._closed = True
             self._converter.close()
             self._pod_converter.close()
-            self._statuses.close()
             if self._list_caller is not None:
                 self._list_caller.close()  # a list call in flight ends CANCELLED
             line = self._line

@@ -1,6 +1,7 @@
 """The pool of podcache's own HTTP/2 connections (``http2``) that the filtered list calls of one
-pod are made on: idle connections lent to one thread at a time, the one retry of a call on a
-connection the runtime closed while idle, and closing, which ends every call in flight.
+pod and the status calls of a listing are made on: idle connections lent to one thread at a
+time, the one retry of a call on a connection the runtime closed while idle, and closing,
+which ends every call in flight.
 
 Deliberately not here: the connection itself, its framing and its bounds (``http2``).
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import grpc
 
@@ -20,6 +22,8 @@ __all__ = ["MAX_IDLE", "ConnectionPool"]
 
 MAX_IDLE = 8
 """Idle connections a pool keeps (one per relist worker: ``podrelists.MAX_IN_FLIGHT``)."""
+
+_Outcomes = TypeVar("_Outcomes")
 
 
 class ConnectionPool:
@@ -38,13 +42,28 @@ class ConnectionPool:
         self._closed = False
 
     def call_all(self, requests: Sequence[tuple[str, bytes]], timeout: float) -> list[list[bytes]]:
-        """``Connection.call_all`` on a lent connection; made once more on a fresh one when a
-        reused connection failed before any answer arrived (the runtime closed it idle).
-        OSError when the runtime takes no connection."""
+        """``Connection.call_all`` on a lent connection (``_made``)."""
+        return self._made(Connection.call_all, requests, timeout)
+
+    def call_each(
+        self, requests: Sequence[tuple[str, bytes]], timeout: float
+    ) -> list[list[bytes] | CallFailedError]:
+        """``Connection.call_each`` on a lent connection (``_made``)."""
+        return self._made(Connection.call_each, requests, timeout)
+
+    def _made(
+        self,
+        calls: Callable[[Connection, Sequence[tuple[str, bytes]], float], _Outcomes],
+        requests: Sequence[tuple[str, bytes]],
+        timeout: float,
+    ) -> _Outcomes:
+        """``calls`` on a lent connection; made once more on a fresh one when a reused
+        connection failed before any answer arrived (the runtime closed it idle). OSError when
+        the runtime takes no connection."""
         deadline = time.monotonic() + timeout
         connection, reused = self._lend(timeout)
         try:
-            answers = connection.call_all(requests, deadline)
+            answers = calls(connection, requests, deadline)
         except CallFailedError as failure:
             self._drop(connection)
             if (
@@ -55,7 +74,7 @@ class ConnectionPool:
                 raise
             connection = self._fresh(max(0.001, deadline - time.monotonic()))
             try:
-                answers = connection.call_all(requests, deadline)
+                answers = calls(connection, requests, deadline)
             except CallFailedError:
                 self._drop(connection)
                 raise

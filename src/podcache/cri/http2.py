@@ -1,5 +1,6 @@
 """podcache's own HTTP/2 client for the gRPC calls a pod change makes: the GetContainerEvents
-stream and the filtered list calls of one pod (docs/architecture.md §7 rule 6).
+stream and the filtered list calls of one pod (docs/architecture.md §7 rule 6), and for a
+listing's PodSandboxStatus calls, made together (``call_each``: each call's failure its own).
 
 Why not grpcio for these: its Python layer costs about 200 us of CPU per streamed message (a
 receive operation queued per message, a completion-queue thread and a condition handed between
@@ -284,10 +285,24 @@ class Connection:
 
     # -- the calls ---------------------------------------------------------------------------
     def call_all(self, requests: Sequence[tuple[str, bytes]], deadline: float) -> list[list[bytes]]:
-        """Each request's answer messages, in order; the requests are sent together, in one
-        write (as many at once as the runtime allows). ``CallFailedError`` for the first that
-        failed. Every read and write, control frames included, ends by ``deadline``."""
+        """Each request's answer messages, in order (``call_each``); ``CallFailedError`` for the
+        first call that failed."""
         answers: list[list[bytes]] = []
+        for outcome in self.call_each(requests, deadline):
+            if isinstance(outcome, CallFailedError):
+                raise outcome
+            answers.append(outcome)
+        return answers
+
+    def call_each(
+        self, requests: Sequence[tuple[str, bytes]], deadline: float
+    ) -> list[list[bytes] | CallFailedError]:
+        """Each request's answer messages, or the failure its own call ended with (a status
+        other than OK, a reset stream), in order; the requests are sent together, in one write
+        (as many at once as the runtime allows). A failure of the connection (or the deadline)
+        is every call's: it raises ``CallFailedError``. Every read and write, control frames
+        included, ends by ``deadline``."""
+        outcomes: list[list[bytes] | CallFailedError] = []
         self._deadline = deadline
         batch = max(1, min(len(requests), self._peer_max_streams))
         try:
@@ -297,10 +312,10 @@ class Connection:
                 ids = [self._open(method, body, out, unary=True) for method, body in part]
                 if out:
                     self._send(bytes(out))
-                answers.extend(self._finish(ids))
+                outcomes.extend(self._finish(ids))
         finally:
             self._deadline = None
-        return answers
+        return outcomes
 
     def stream(self, method: str, body: bytes) -> StreamCall:
         """Start a server-streaming call; its answers are read through the ``StreamCall``."""
@@ -402,22 +417,23 @@ class Connection:
         )
 
     # -- reading -----------------------------------------------------------------------------
-    def _finish(self, ids: list[int]) -> list[list[bytes]]:
-        """Read until every stream of ``ids`` ended; their messages, or the first failure."""
+    def _finish(self, ids: list[int]) -> list[list[bytes] | CallFailedError]:
+        """Read until every stream of ``ids`` ended; each one's messages, or its failure."""
         for stream_id in ids:
             stream = self._streams[stream_id]
             self._method = stream.method
             while stream.status is None:
                 self._take(self._next_frame(self._deadline))
-        answers = []
+        outcomes: list[list[bytes] | CallFailedError] = []
         for stream_id in ids:
             stream = self._streams.pop(stream_id)
             assert stream.status is not None
             code, details = stream.status
-            if code is not grpc.StatusCode.OK:
-                raise CallFailedError(code, details, stream.method)
-            answers.append(list(stream.messages))
-        return answers
+            if code is grpc.StatusCode.OK:
+                outcomes.append(list(stream.messages))
+            else:
+                outcomes.append(CallFailedError(code, details, stream.method))
+        return outcomes
 
     def read_stream(self, stream_id: int, deadline: float | None) -> None:
         """Read one frame for a stream call (any stream's frames are taken as they come);

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
@@ -24,7 +24,7 @@ from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import ContainerEventStream
 from podcache.cri.eventwire import EventFields
 from podcache.cri.liststream import STREAMED, StreamedAnswer, collect
-from podcache.cri.proto import api_pb2 as pb
+from podcache.errors import CRIError
 
 __all__ = ["LIST_CALL_THREADS"]
 
@@ -156,11 +156,10 @@ class _ListCaller:
         """``SyncCaller.list_streaming`` of this caller's channel."""
         return self._caller.list_streaming
 
-    def status(self, request: pb.PodSandboxStatusRequest) -> EventFields:
-        """One PodSandboxStatus answer, read by ``eventwire`` in gRPC's thread; blocking (made
-        in ``networks.StatusReader``'s threads, never on the event loop)."""
-        answer, _ = self._caller.call("PodSandboxStatus", request, EventFields)
-        return answer
+    def statuses(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
+        """``SyncCaller.statuses``; blocking (made in ``networks.StatusReader``'s thread, never
+        on the event loop)."""
+        return self._caller.statuses(sandbox_ids)
 
     def container_events(self) -> ContainerEventStream:
         """The GetContainerEvents stream on this channel (read in a thread of its own)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from itertools import compress, count, repeat
 from operator import is_not, itemgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -37,7 +37,7 @@ _encode = msgspec.json.Encoder().encode
 _Encoded = tuple[Pod, bytes, bytes]
 """A pod, its JSON, and an 8-byte digest of the JSON (the ETag hashes the digests)."""
 
-_NOT_KNOWN: _Encoded = (None, b"", b"")  # type: ignore[assignment] -- matches no pod
+_NOT_KNOWN = cast(_Encoded, (None, b"", b""))  # its "pod" is no pod's
 _POD_OF = itemgetter(0)
 _JSON_OF = itemgetter(1)
 _DIGEST_OF = itemgetter(2)

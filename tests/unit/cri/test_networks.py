@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +24,7 @@ from podcache.cri.networks import (
     UNCONFIRMED_MAX,
     NetworkMemo,
     SandboxNetwork,
+    StatusBatch,
     StatusReader,
     loop_turn,
     network_of,
@@ -40,6 +41,22 @@ def fields(
     uid: str = "u",
 ) -> EventFields:
     return EventFields(0, "", 0, sid, uid, state, ip, extra, 0, mode)
+
+
+def batch_of(call: Callable[[str], EventFields]) -> StatusBatch:
+    """A fake ``StatusBatch``: ``call`` for each sandbox in turn, its exception that one's
+    outcome."""
+
+    def batch(sandbox_ids: Sequence[str]) -> list[EventFields | Exception]:
+        outcomes: list[EventFields | Exception] = []
+        for sid in sandbox_ids:
+            try:
+                outcomes.append(call(sid))
+            except Exception as failure:  # the fake's failures are its outcomes
+                outcomes.append(failure)
+        return outcomes
+
+    return batch
 
 
 def test_addresses_are_canonical_primary_first_each_once_and_junk_is_counted() -> None:
@@ -99,11 +116,28 @@ def test_a_sandbox_that_keeps_failing_is_asked_at_most_status_attempts_times() -
     for _ in range(STATUS_ATTEMPTS + 4):
         listing = memo.begin(full=True)
         listing.network("stuck")
-        for sid in memo.to_ask(listing):
-            assert memo.ask(sid, failing) is None
+        assert memo.ask_all(memo.to_ask(listing), batch_of(failing)) in ([None], [])
         memo.finish(listing, {})
     assert calls == ["stuck"] * STATUS_ATTEMPTS
     assert memo.status_failures == memo.status_calls == STATUS_ATTEMPTS
+
+
+def test_a_batch_that_fails_whole_fails_each_of_its_sandboxes() -> None:
+    memo = NetworkMemo()
+
+    def broken(sandbox_ids: Sequence[str]) -> list[EventFields | Exception]:
+        raise OSError("connection refused")
+
+    assert memo.ask_all(["a", "b"], broken) == [None, None]
+    assert memo.status_failures == memo.status_calls == 2
+    ok = batch_of(lambda sid: fields(sid, ip="10.0.0.4"))
+    assert memo.ask_all(["a", "b"], ok) == [SandboxNetwork(("10.0.0.4",), False)] * 2
+    assert memo.status_calls == 4
+
+
+def test_a_batch_that_answers_another_number_of_sandboxes_is_an_error() -> None:
+    with pytest.raises(ValueError, match="2 statuses asked, 1 answered"):
+        NetworkMemo().ask_all(["a", "b"], lambda ids: [fields("a", ip="10.0.0.4")])
 
 
 def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() -> None:
@@ -122,7 +156,7 @@ def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() ->
     listing = memo.begin(full=True)
     assert listing.network("s1") is None  # converted before anyone knew
     memo.learn("s1", fields("s1", ip="10.0.0.5"))  # the other listing's call, or an event
-    done = StatusReader(memo, call).complete(pods, listing, full=True)
+    done = StatusReader(memo, batch_of(call)).complete(pods, listing, full=True)
     assert done[0].ips == ("10.0.0.5",)
     assert calls == []
 
@@ -184,7 +218,7 @@ def test_each_round_of_status_calls_begins_after_the_event_loop_ran_a_turn(
     for sid in ids:
         listing.network(sid)
     pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
-    done = StatusReader(memo, call).complete(pods, listing, full=True, pace=pace)
+    done = StatusReader(memo, batch_of(call)).complete(pods, listing, full=True, pace=pace)
     assert all(pod.ips == ("10.0.0.9",) for pod in done)
     # A turn is asked for only once the round before it ended, and nothing runs meanwhile.
     assert "".join("c" if e == "call" else "a" if e == "ask turn" else "t" for e in log) == (
@@ -217,7 +251,7 @@ def test_no_second_round_while_the_event_loop_is_held(
         listing.network(sid)
     pace = loop_turn(RecordingLoop(running_loop, log))  # type: ignore[arg-type]
     reader = threading.Thread(
-        target=StatusReader(memo, call).complete,
+        target=StatusReader(memo, batch_of(call)).complete,
         args=(pods, listing),
         kwargs={"full": True, "pace": pace},
     )
@@ -255,7 +289,7 @@ def relist(reader: StatusReader, uid: str, sid: str | None) -> PodList:
 def test_churn_with_no_full_listing_keeps_the_memo_at_the_nodes_pods() -> None:
     """100 pods/s with nobody reading: only relists run. Every table stays at the node's
     pods (10 here), where ``_known`` and ``_learnt`` grew by one per pod created."""
-    reader = StatusReader(NetworkMemo(), lambda sid: fields(sid, ip="10.1.0.1", uid=""))
+    reader = StatusReader(NetworkMemo(), batch_of(lambda sid: fields(sid, ip="10.1.0.1", uid="")))
     for n in range(10):
         relist(reader, f"pod{n}", f"s{n}")
     for n in range(10, 3_000):
