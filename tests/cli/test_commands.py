@@ -51,6 +51,44 @@ def test_help_imports_neither_grpc_nor_rich_nor_yaml() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_command_table_is_each_commands_own_help() -> None:
+    """``--help`` lists the commands from ``app.COMMANDS`` without importing them: each row is
+    the command its module holds, under its name, with its own one-line help (``sim`` and
+    ``serve``, whose own help is longer, keep a line of their own)."""
+    import click
+
+    from podcache.cli.app import COMMANDS as TABLE
+    from podcache.cli.app import cli
+
+    assert cli.list_commands(click.Context(cli)) == sorted({*COMMANDS, "events"})
+    for name, entry in TABLE.items():
+        command = getattr(importlib.import_module(entry.module), entry.attribute)
+        assert isinstance(command, click.Command)
+        assert command.name == name
+        if not entry.own_options:
+            assert command.get_short_help_str(200) == entry.short_help, name
+
+
+@pytest.mark.parametrize("args", [["--help"], ["pods"], ["ps"], ["which", "10.0.0.1"], ["version"]])
+def test_a_command_imports_no_other_commands_module(args: list[str], sim: SimRuntime) -> None:
+    """Start-up (docs/architecture.md §6 rule 1): a command imports its own module only, and
+    ``--help`` none of them (without a clock: which modules are in ``sys.modules``)."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    run(sys.argv[1:])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('podcache.cli.'))))\n"
+    )
+    runtime = [] if args == ["--help"] else ["-r", sim.endpoint]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, *runtime], capture_output=True, text=True, check=True
+    )
+    imported = json.loads(done.stdout.splitlines()[-1])
+    commands = [m for m in imported if m.startswith("podcache.cli.commands.")]
+    assert commands == ([] if args == ["--help"] else [f"podcache.cli.commands.{args[0]}"])
+
+
 def test_version_option_needs_no_runtime(run: Runner) -> None:
     result = run("--version")
     assert result.returncode == 0, result
