@@ -20,7 +20,8 @@ Rules:
   waited for twice (this read, then the fallback's), each within ``timeout`` per call.
 - **What it speaks.** The client preface; SETTINGS (no push, a stream window and a connection
   window of ``WINDOW`` bytes: a one-shot read never gives window back), every PING and
-  SETTINGS acknowledged; request headers as HPACK literals, answers decoded with ``hpack``;
+  SETTINGS acknowledged; request headers as HPACK literals, answers decoded by
+  ``hpackdecoder`` (held to the ``hpack`` package by a differential test);
   WINDOW_UPDATEs are ignored (requests are small: at most ``BATCH`` of about 80 bytes in one
   write, within the default windows).
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
@@ -29,30 +30,34 @@ Rules:
   came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write of a batch
   under one call's deadline.
 
+Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
+``_socket`` is enough), no ``hpack`` (and ``logging`` with it) and no model or conversion: a
+listing imports those after its requests are sent, while the runtime answers, and ``version``
+never.
+
 Deliberately not here: the long-lived getters and their connection discipline (``client``,
 ``http2``: event streams, pools, relists of one pod, reconnect backoff).
 """
 
+# ruff: noqa: PLC0415 -- imports inside functions are deliberate: start-up stays fast
+
 from __future__ import annotations
 
-import socket
+import _socket
 import struct
 import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-import msgspec
-
-from podcache.cri.convert import pods_from_listings, read_containers, read_sandboxes
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
-from podcache.cri.eventwire import status_fields
-from podcache.cri.networks import NetworkMemo, SandboxNetwork, newest_ready_sandbox, with_networks
+from podcache.cri.hpackdecoder import HPACKDecoder
 from podcache.cri.values import RuntimeVersion, _version_from
-from podcache.model import PodList
 
 if TYPE_CHECKING:
     from podcache.cri.client import CRIRuntime
+    from podcache.cri.networks import NetworkMemo, SandboxNetwork
+    from podcache.model import PodList
 
 __all__ = [
     "BATCH",
@@ -194,32 +199,44 @@ def _literal(name: str, value: str) -> bytes:
     )
 
 
-class _Call(msgspec.Struct):
+class _Call:
     """One call's answer as it arrives."""
 
-    method: str
-    headers_seen: bool = False
-    body: bytearray = msgspec.field(default_factory=bytearray)
-    status: int | None = None  # grpc-status, once the trailers came
-    message: str = ""
+    __slots__ = ("body", "headers_seen", "message", "method", "status")
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.headers_seen = False
+        self.body = bytearray()
+        self.status: int | None = None  # grpc-status, once the trailers came
+        self.message = ""
+
+
+class _Batch:
+    """Calls sent together: each stream's answer, and how many have not ended yet."""
+
+    __slots__ = ("open", "streams")
+
+    def __init__(self) -> None:
+        self.streams: dict[int, _Call] = {}
+        self.open = 0
 
 
 class _Connection:
     """One HTTP/2 connection, used by one thread, for unary calls made in batches."""
 
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
-        import hpack  # noqa: PLC0415 -- imported with the connection, not with the module
-
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
         if endpoint.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             target: object = endpoint.path
             self._authority = "localhost"
         else:
             assert endpoint.address is not None
             host, port = endpoint.address
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+            sock = _socket.socket(family, _socket.SOCK_STREAM)
             target = (host, port)
             self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._sock = sock
@@ -229,7 +246,7 @@ class _Connection:
         except BaseException:
             sock.close()
             raise
-        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
         self._inbox = bytearray()
         self._next_id = 1
         self._max_streams = BATCH
@@ -262,17 +279,27 @@ class _Connection:
         answers: list[_Call] = []
         first = 0
         while first < len(requests):
-            self._deadline = time.monotonic() + self._timeout
             size = max(1, min(BATCH, self._max_streams))  # the runtime's limit, once it said
-            streams: dict[int, _Call] = {}
-            for method, body in requests[first : first + size]:
-                streams[self._open(method, body)] = _Call(method)
+            answers += self.answers(self.send(requests[first : first + size]))
             first += size
-            self._flush()
-            while any(call.status is None for call in streams.values()):
-                self._take(streams)
-            answers.extend(streams.values())
         return answers
+
+    def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
+        """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
+        answers are ``answers(batch)``'s, so the caller may work while the runtime answers."""
+        self._deadline = time.monotonic() + self._timeout
+        batch = _Batch()
+        for method, body in requests[:BATCH]:
+            batch.streams[self._open(method, body)] = _Call(method)
+        batch.open = len(batch.streams)
+        self._flush()
+        return batch
+
+    def answers(self, batch: _Batch) -> list[_Call]:
+        """The answers of the calls ``send`` sent, in order, once each has ended."""
+        while batch.open > 0:
+            self._take(batch)
+        return list(batch.streams.values())
 
     def _open(self, method: str, body: bytes) -> int:
         stream = self._next_id
@@ -319,7 +346,7 @@ class _Connection:
         del self._inbox[: 9 + length]
         return kind, flags, stream, payload
 
-    def _take(self, streams: dict[int, _Call]) -> None:
+    def _take(self, batch: _Batch) -> None:
         """Read one frame (a whole header block) and act on it."""
         kind, flags, stream, payload = self._frame()
         if kind == _SETTINGS:
@@ -331,8 +358,13 @@ class _Connection:
                 self._flush()
         elif kind in (_WINDOW_UPDATE, _PRIORITY):
             return
-        elif kind in (_HEADERS, _DATA) and stream in streams:
-            self._on_stream(kind, flags, payload, streams[stream])
+        elif kind in (_HEADERS, _DATA) and stream in batch.streams:
+            call = batch.streams[stream]
+            if call.status is not None:
+                raise _UnexpectedAnswerError(f"a frame on stream {stream} after its trailers")
+            self._on_stream(kind, flags, payload, call)
+            if call.status is not None:
+                batch.open -= 1
         else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
             raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
 
@@ -365,7 +397,7 @@ class _Connection:
             block += more
             if len(block) > MAX_HEADER_BLOCK:
                 raise _UnexpectedAnswerError("a header block over its bound")
-        headers = {bytes(k): bytes(v) for k, v in self._decoder.decode(bytes(block), raw=True)}
+        headers = dict(self._decoder.decode(bytes(block)))
         _headers(call, headers, bool(flags & _END_STREAM))
 
 
@@ -489,13 +521,22 @@ class OneShotRuntime:
     def _get_pods(self, all: bool) -> PodList:
         sandbox_request, container_request = list_requests(all)
         with self._connect() as connection:
-            version, sandboxes, containers = connection.calls(
+            asked = connection.send(
                 [
                     ("Version", version_request()),
                     ("ListPodSandbox", sandbox_request),
                     ("ListContainers", container_request),
                 ]
             )
+            # While the runtime answers: the conversion (the model, msgspec) is imported.
+            from podcache.cri.convert import (
+                pods_from_listings,
+                read_containers,
+                read_sandboxes,
+            )
+            from podcache.cri.networks import NetworkMemo, with_networks
+
+            version, sandboxes, containers = connection.answers(asked)
             runtime = _version_from(self.endpoint, _version_answer(_message(version)))
             listed = (read_sandboxes(_message(sandboxes)), read_containers(_message(containers)))
             memo = NetworkMemo()
@@ -519,7 +560,7 @@ class OneShotRuntime:
     def _reference(self) -> CRIRuntime:
         """The full client, made on first need (it imports grpcio)."""
         if self._fallback is None:
-            from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- only on a failure
+            from podcache.cri.client import CRIRuntime
 
             self._fallback = CRIRuntime(
                 self._endpoint.url, timeout=self._timeout, config_path=self._config_path
@@ -549,6 +590,8 @@ def _statuses(
 ) -> dict[str, SandboxNetwork]:
     """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a failed
     one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
+    from podcache.cri.eventwire import status_fields
+
     answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
     fetched = {}
     for sandbox_id, answer in zip(wanted, answers, strict=True):
@@ -560,6 +603,8 @@ def _statuses(
 def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
     """``wanted`` in the order of the pods whose newest READY sandbox each is: the listing's
     order (pods newest first), the order ``PodList.by_ip`` prefers a holder in."""
+    from podcache.cri.networks import newest_ready_sandbox
+
     asked = set(wanted)
     ordered = [sid for pod in pods if (sid := newest_ready_sandbox(pod)) in asked]
     placed = set(ordered)

@@ -33,8 +33,21 @@ from podcache.model import Pod
 from podcache.sim import SimRuntime
 from tests.unit.cri.servers import CannedRuntime, SandboxesOnly, grpc_runtime, refused_socket
 
-HEAVY = ("grpc", "google.protobuf", "asyncio", "yaml", "rich", "concurrent.futures")
-"""What a one-shot listing must not import (each costs the CLI's start-up)."""
+HEAVY = (
+    "grpc",
+    "google.protobuf",
+    "asyncio",
+    "yaml",
+    "rich",
+    "concurrent.futures",
+    "hpack",
+    "logging",
+    "socket",
+    "podcache.procs",
+    "podcache.cache",
+)
+"""What a one-shot listing must not import (each costs the CLI's start-up): ``hpackdecoder``
+reads the header blocks, ``_socket`` connects, and ``which IP`` reads no ``/proc``."""
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +164,25 @@ def sim_pods(sim: SimRuntime) -> list[Pod]:
         return list(runtime.get_pods(False))
 
 
+_ANSWER_HEADERS = (
+    b"\x00\x00\x14\x01\x04\x00\x00\x00\x01"  # HEADERS, END_HEADERS, stream 1
+    + b"\x88\x0f\x10\x10application/grpc"  # :status 200, content-type (static name)
+)
+_TRAILERS = (
+    b"\x00\x00\x0f\x01\x05\x00\x00\x00\x01"  # HEADERS, END_HEADERS | END_STREAM
+    + b"\x00\x0bgrpc-status\x010"  # grpc-status: 0, a new name
+)
+
+
 @pytest.mark.parametrize(
     "answer",
     [
         b"HTTP/1.1 400 Bad Request\r\n\r\n",  # not HTTP/2
         b"\x00\x00\x04\x01\x05\x00\x00\x00\x01\xff\xff\xff\xff",  # a HEADERS block hpack rejects
         b"\x00\x40\x00\x00\x00\x00\x00\x00\x01" + b"\x00" * 16_384,  # a frame over its bound
+        b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + _ANSWER_HEADERS + _TRAILERS * 2,
     ],
-    ids=["http1", "bad-hpack", "big-frame"],
+    ids=["http1", "bad-hpack", "big-frame", "trailers-twice"],
 )
 def test_an_answer_that_is_not_clean_is_read_again_by_the_reference(
     tmp_path: object, answer: bytes

@@ -39,7 +39,6 @@ def version_command(*, out: OutputOptions, runtime: RuntimeSettings) -> None:
     holds podcache's fields only). With --sim, the built-in simulated runtime's.
     """
     from podcache import __version__
-    from podcache.cli.render import print_document
     from podcache.cri import DECODER, EVENT_DECODER
 
     client = {"podcache_version": __version__, "decoder": DECODER, "event_decoder": EVENT_DECODER}
@@ -47,6 +46,8 @@ def version_command(*, out: OutputOptions, runtime: RuntimeSettings) -> None:
         _print_lines(client)
         _print_lines(_runtime_fields(runtime))
         return
+    from podcache.cli.render import print_document
+
     try:
         fields = {**client, **_runtime_fields(runtime)}
     except Exception:  # the runtime's or the CLI's error, reported by podcache.cli.main
