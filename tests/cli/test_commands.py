@@ -89,6 +89,47 @@ def test_a_command_imports_no_other_commands_module(args: list[str], sim: SimRun
     assert commands == ([] if args == ["--help"] else [f"podcache.cli.commands.{args[0]}"])
 
 
+_TORN_DOWN = (
+    "import atexit, sys, threading\n"
+    "from podcache.cli import main\n"
+    "class Witness:\n"
+    "    def __del__(self):\n"
+    "        sys.stderr.write('torn down\\n')\n"
+    "witness = Witness()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "setup, teardown",
+    [
+        ("", False),
+        ("atexit.register(sys.stderr.write, 'atexit ran\\n')\n", True),
+        ("threading.Thread(target=threading.Event().wait, args=(0.2,)).start()\n", True),
+    ],
+    ids=["idle", "atexit-callback", "thread-alive"],
+)
+def test_the_console_script_skips_the_teardown_only_when_it_has_nothing_to_run(
+    setup: str, teardown: bool
+) -> None:
+    """``main()`` (argv None) exits at once when only memory is left to free: a module's
+    object is then never finalized; with an atexit callback or another thread alive the
+    interpreter exits as ever. The output and the status are the same either way."""
+    code = _TORN_DOWN + setup + "main()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, f"podcache, version {__version__}\n")
+    assert ("torn down" in done.stderr) is teardown, done.stderr
+    assert ("atexit ran" in done.stderr) is ("atexit" in setup)
+    in_process = subprocess.run(  # main(argv) for a caller in Python: SystemExit, as ever
+        [sys.executable, "-c", _TORN_DOWN + "main(['--version'])\n"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (in_process.returncode, "torn down" in in_process.stderr) == (0, True)
+
+
 def test_version_option_needs_no_runtime(run: Runner) -> None:
     result = run("--version")
     assert result.returncode == 0, result
