@@ -95,6 +95,7 @@ _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
 _SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
 _SETTING_MAX_HEADER_LIST = 0x6
 _DEFAULT_WINDOW = 65_535
+_FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits: 8 + 16), type, flags, stream
 _CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
 
 
@@ -247,7 +248,9 @@ class _Connection:
             sock.close()
             raise
         self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._fixed_headers: dict[str, bytes] = {}  # method -> its request headers but one
         self._inbox = bytearray()
+        self._read = 0  # bytes of the inbox already taken
         self._next_id = 1
         self._max_streams = BATCH
         settings = struct.pack(
@@ -305,17 +308,19 @@ class _Connection:
         stream = self._next_id
         self._next_id += 2
         remaining = max(1, int((self._deadline - time.monotonic()) * 1000))
-        block = b"".join(
-            (
-                b"\x83",  # :method POST (static table)
-                b"\x86",  # :scheme http
-                _literal(":path", _SERVICE + method),
-                _literal(":authority", self._authority),
-                _literal("content-type", "application/grpc"),
-                _literal("te", "trailers"),
-                _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m"),
+        fixed = self._fixed_headers.get(method)
+        if fixed is None:
+            fixed = self._fixed_headers[method] = b"".join(
+                (
+                    b"\x83",  # :method POST (static table)
+                    b"\x86",  # :scheme http
+                    _literal(":path", _SERVICE + method),
+                    _literal(":authority", self._authority),
+                    _literal("content-type", "application/grpc"),
+                    _literal("te", "trailers"),
+                )
             )
-        )
+        block = fixed + _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m")
         message = b"\x00" + struct.pack(">I", len(body)) + body
         self._out += _frame(_HEADERS, _END_HEADERS, stream, block)
         self._out += _frame(_DATA, _END_STREAM, stream, message)
@@ -327,6 +332,12 @@ class _Connection:
         self._out.clear()
 
     def _recv(self, need: int) -> None:
+        """Until ``need`` bytes past those taken are in the inbox (the taken ones dropped
+        first: the inbox holds at most one read past a frame)."""
+        if len(self._inbox) - self._read >= need:
+            return
+        del self._inbox[: self._read]
+        self._read = 0
         while len(self._inbox) < need:
             self._timed()
             data = self._sock.recv(256 * 1024)
@@ -336,15 +347,15 @@ class _Connection:
 
     def _frame(self) -> tuple[int, int, int, bytes]:
         self._recv(9)
-        length = int.from_bytes(self._inbox[:3], "big")
+        high, low, kind, flags, stream = _FRAME_HEAD.unpack_from(self._inbox, self._read)
+        length = high << 16 | low
         if length > MAX_FRAME_BYTES:
             raise _UnexpectedAnswerError(f"a frame of {length} bytes")
-        kind, flags = self._inbox[3], self._inbox[4]
-        stream = int.from_bytes(self._inbox[5:9], "big") & 0x7FFFFFFF
         self._recv(9 + length)
-        payload = bytes(self._inbox[9 : 9 + length])
-        del self._inbox[: 9 + length]
-        return kind, flags, stream, payload
+        start = self._read + 9
+        payload = bytes(self._inbox[start : start + length])
+        self._read = start + length
+        return kind, flags, stream & 0x7FFFFFFF, payload
 
     def _take(self, batch: _Batch) -> None:
         """Read one frame (a whole header block) and act on it."""
