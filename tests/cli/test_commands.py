@@ -89,6 +89,30 @@ def test_a_command_imports_no_other_commands_module(args: list[str], sim: SimRun
     assert commands == ([] if args == ["--help"] else [f"podcache.cli.commands.{args[0]}"])
 
 
+def test_version_imports_no_model_and_names_the_decoders(sim: SimRuntime) -> None:
+    """``podcache version`` reads the decoders' names without the model or the conversion
+    (start-up), and they are ``podcache.cri``'s."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    run(sys.argv[1:])\n"
+        "print(json.dumps([out.getvalue(), 'podcache.model' in sys.modules,"
+        " 'podcache.cri.convert' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "version", "-r", sim.endpoint],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    printed, model, convert = json.loads(done.stdout.splitlines()[-1])
+    assert (model, convert) == (False, False)
+    assert f"Decoder:           {DECODER}\n" in printed
+    assert f"EventDecoder:      {EVENT_DECODER}\n" in printed
+    assert ("c" if EVENT_DECODER == "c" else "protobuf") == DECODER
+
+
 _TORN_DOWN = (
     "import atexit, sys, threading\n"
     "from podcache.cli import main\n"
