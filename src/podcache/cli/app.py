@@ -16,6 +16,7 @@ import click
 from podcache import __version__
 from podcache.cli.exits import CLIError
 from podcache.cli.options import RuntimeSettings, group_runtime_options
+from podcache.cli.startup import resume_collection
 
 __all__ = ["COMMANDS", "LAZY_COMMANDS", "CommandEntry", "PodcacheGroup", "cli"]
 
@@ -186,6 +187,7 @@ def cli(**kwargs: Any) -> None:
     unix:///var/run/cri-dockerd.sock. --sim reads a built-in simulated runtime instead;
     --sim-fallback uses it only when no runtime is configured or found.
     """
+    resume_collection()  # before any command runs (start-up paused it: cli.startup)
     ctx = click.get_current_context()
     if ctx.invoked_subcommand in LAZY_COMMANDS and ctx.obj != RuntimeSettings():
         # sim and serve take their own options; silently ignoring these would mislead.
