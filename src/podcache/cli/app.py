@@ -30,6 +30,9 @@ class CommandEntry(NamedTuple):
     own_options: bool = False
     """It takes no runtime options before its name and may be missing from an installation
     (``sim``, ``serve``: their servers' packages)."""
+    reads_once: bool = False
+    """It ends once it has printed (``pods -w`` aside, which resumes the collector when it
+    opens its runtime): start-up's pause of the cyclic GC lasts to its end (``startup``)."""
 
 
 COMMANDS: dict[str, CommandEntry] = {
@@ -37,6 +40,7 @@ COMMANDS: dict[str, CommandEntry] = {
         "podcache.cli.commands.completion",
         "completion_command",
         "Print the shell completion script (bash, zsh, fish).",
+        reads_once=True,
     ),
     "events": CommandEntry(
         "podcache.cli.commands.events",
@@ -47,16 +51,19 @@ COMMANDS: dict[str, CommandEntry] = {
         "podcache.cli.commands.inspect",
         "inspect_command",
         "Show one pod by UID, name_namespace, or container ID.",
+        reads_once=True,
     ),
     "pods": CommandEntry(
         "podcache.cli.commands.pods",
         "pods_command",
         "List the node's pods (ready sandboxes; -a: all).",
+        reads_once=True,
     ),
     "ps": CommandEntry(
         "podcache.cli.commands.ps",
         "ps_command",
         "List the node's containers with their pods (running; -a: all).",
+        reads_once=True,
     ),
     "serve": CommandEntry(
         "podcache.serve.command",
@@ -74,6 +81,7 @@ COMMANDS: dict[str, CommandEntry] = {
         "podcache.cli.commands.version",
         "version_command",
         "Show podcache's and the runtime's versions.",
+        reads_once=True,
     ),
     "watch": CommandEntry(
         "podcache.cli.commands.watch",
@@ -84,6 +92,7 @@ COMMANDS: dict[str, CommandEntry] = {
         "podcache.cli.commands.which",
         "which_command",
         "Show the pod of processes (by PID) and of pod IPs.",
+        reads_once=True,
     ),
 }
 """Every command: name -> where it lives and its one line in ``podcache --help``."""
@@ -187,8 +196,10 @@ def cli(**kwargs: Any) -> None:
     unix:///var/run/cri-dockerd.sock. --sim reads a built-in simulated runtime instead;
     --sim-fallback uses it only when no runtime is configured or found.
     """
-    resume_collection()  # before any command runs (start-up paused it: cli.startup)
     ctx = click.get_current_context()
+    entry = COMMANDS.get(ctx.invoked_subcommand or "")
+    if entry is None or not entry.reads_once:
+        resume_collection()  # before a command that keeps running (cli.startup)
     if ctx.invoked_subcommand in LAZY_COMMANDS and ctx.obj != RuntimeSettings():
         # sim and serve take their own options; silently ignoring these would mislead.
         raise click.UsageError(

@@ -5,9 +5,11 @@ teardown; nothing here changes what a command does or prints.
 - ``pause_collection()`` (``main()``, before click and the commands are imported) turns the
   cyclic GC off: start-up allocates tens of thousands of long-lived objects (modules, classes,
   click's options) and collecting them, which frees none, took about a tenth of a one-shot
-  command's time. ``resume_collection()`` (the group's callback, before any command runs,
-  so a command that keeps running has its collector as ever) turns it back on, and only if
-  ``pause_collection`` turned it off.
+  command's time. ``resume_collection()`` turns it back on, and only if ``pause_collection``
+  turned it off: the group's callback, before any command but those that read once and end
+  (``app.COMMANDS``' ``reads_once``: ``pods``, ``ps``, ``which``, ``inspect``, ``version``,
+  ``completion``), and ``source.open_source`` for a command that follows the runtime
+  (``pods -w``), so that a command that keeps running has its collector as ever.
 - ``exit_without_teardown(status)`` ends the process with ``os._exit`` once stderr is
   flushed, when the teardown has nothing to do but free memory: no thread but the main one
   and no ``atexit`` callback (coverage, a library's cleanup, a ``weakref.finalize``).
