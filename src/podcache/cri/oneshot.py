@@ -5,8 +5,10 @@ on one HTTP/2 connection of its own, without grpcio, protobuf or asyncio.
 importing grpcio (and asyncio with it) and protobuf costs them more than the calls. So
 ``OneShotRuntime`` makes the same calls as ``CRIRuntime.get_pods`` (Version, ListPodSandbox and
 ListContainers with the kubelet's filters, then PodSandboxStatus for each pod's newest READY
-sandbox) as plain gRPC over HTTP/2 on one connection, all the calls of a step sent together,
-and reads the answers with the same reader and conversion (``convert``, ``networks``): a
+sandbox) as plain gRPC over HTTP/2 on one connection (the three first calls sent together,
+the statuses ``networks.STATUS_CONCURRENCY`` at a time, as the getters ask them: a new one as
+soon as one ends, which a runtime serving calls on a pool of threads answers faster than all
+at once), and reads the answers with the same reader and conversion (``convert``, ``networks``): a
 listing equal to ``CRIRuntime``'s (a test compares them on the simulator).
 
 Rules:
@@ -27,8 +29,8 @@ Rules:
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
   at most ``MAX_HEADER_BLOCK``, one gRPC message per answer of at most
   ``MAX_MESSAGE_BYTES``, at most ``BATCH`` calls in flight (and, once the runtime's SETTINGS
-  came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write of a batch
-  under one call's deadline.
+  came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write within one
+  call's timeout of the last call sent (no call ending for that long fails the read).
 
 Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
 ``_socket`` is enough), no ``hpack`` (and ``logging`` with it) and no model or conversion: a
@@ -276,16 +278,24 @@ class _Connection:
     def close(self) -> None:
         self._sock.close()
 
-    def calls(self, requests: Sequence[tuple[str, bytes]]) -> list[_Call]:
-        """Each request's answer (status and body), in order, made ``BATCH`` at a time, each
-        batch within the timeout (its calls run at once, as one call)."""
-        answers: list[_Call] = []
-        first = 0
-        while first < len(requests):
-            size = max(1, min(BATCH, self._max_streams))  # the runtime's limit, once it said
-            answers += self.answers(self.send(requests[first : first + size]))
-            first += size
-        return answers
+    def calls(self, requests: Sequence[tuple[str, bytes]], window: int = BATCH) -> list[_Call]:
+        """Each request's answer (status and body), in order, with at most ``window`` calls
+        in flight (never more than ``BATCH``, nor than the runtime's limit once it said): a
+        call is sent as soon as one ends, and each send starts the deadline again (a runtime
+        that ends no call within the timeout fails the read)."""
+        batch = _Batch()
+        sent = 0
+        while sent < len(requests) or batch.open > 0:
+            room = max(1, min(window, BATCH, self._max_streams)) - batch.open
+            if room > 0 and sent < len(requests):
+                self._deadline = time.monotonic() + self._timeout
+                for method, body in requests[sent : sent + room]:
+                    batch.streams[self._open(method, body)] = _Call(method)
+                    batch.open += 1
+                sent = min(sent + room, len(requests))
+                self._flush()
+            self._take(batch)
+        return list(batch.streams.values())
 
     def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
         """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
@@ -602,8 +612,10 @@ def _statuses(
     """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a failed
     one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
     from podcache.cri.eventwire import status_fields
+    from podcache.cri.networks import STATUS_CONCURRENCY
 
-    answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
+    requests = [("PodSandboxStatus", status_request(s)) for s in wanted]
+    answers = connection.calls(requests, window=STATUS_CONCURRENCY)
     fetched = {}
     for sandbox_id, answer in zip(wanted, answers, strict=True):
         if answer.status == 0:

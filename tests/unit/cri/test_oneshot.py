@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import CRIRuntime
+from podcache.cri import CRIRuntime, oneshot
+from podcache.cri.networks import STATUS_CONCURRENCY
 from podcache.cri.oneshot import (
     BATCH,
     FIRST_STEP,
@@ -313,6 +314,33 @@ def test_find_ips_gives_each_ip_the_full_listings_pod(
         assert servicer.status_calls() == min(needed, len(held))
     else:  # one held by nobody: every pod asked
         assert servicer.status_calls() == len(held)
+
+
+def test_statuses_are_asked_as_the_getters_ask_them(
+    addressed: tuple[_Addressed, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``which`` of the oldest pod's IP, 110 pods: every status asked, never more than
+    ``STATUS_CONCURRENCY`` in flight, a new one as soon as one ends (so exactly that many)."""
+    servicer, endpoint = addressed
+    servicer.hold([f"10.1.{i // 200}.{i % 200 + 1}" for i in range(110)])
+    counted = {"sent": 0, "ended": 0, "most": 0}
+    open_call, read_headers = oneshot._Connection._open, oneshot._headers
+
+    def counting_open(self: oneshot._Connection, method: str, body: bytes) -> int:
+        counted["sent"] += 1
+        counted["most"] = max(counted["most"], counted["sent"] - counted["ended"])
+        return open_call(self, method, body)
+
+    def counting_headers(call: oneshot._Call, headers: dict[bytes, bytes], ends: bool) -> None:
+        read_headers(call, headers, ends)
+        counted["ended"] += call.status is not None
+
+    monkeypatch.setattr(oneshot._Connection, "_open", counting_open)
+    monkeypatch.setattr(oneshot, "_headers", counting_headers)
+    found = OneShotRuntime(endpoint, timeout=5.0, find_ips=frozenset({"10.1.0.1"})).get_pods()
+    assert (pod := found.by_ip("10.1.0.1")) is not None and pod.id == "uid-0"
+    assert servicer.status_calls() == 110
+    assert counted["most"] == STATUS_CONCURRENCY
 
 
 WHICH_ARGS = ("which", "10.1.0.110", "-o", "json", "-r")
