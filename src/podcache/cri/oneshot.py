@@ -48,7 +48,7 @@ from __future__ import annotations
 import _socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
@@ -205,10 +205,11 @@ def _literal(name: str, value: str) -> bytes:
 class _Call:
     """One call's answer as it arrives."""
 
-    __slots__ = ("body", "headers_seen", "message", "method", "status")
+    __slots__ = ("body", "headers_seen", "index", "message", "method", "status")
 
-    def __init__(self, method: str) -> None:
+    def __init__(self, method: str, index: int = 0) -> None:
         self.method = method
+        self.index = index  # its place among the requests of one ``calls``
         self.headers_seen = False
         self.body = bytearray()
         self.status: int | None = None  # grpc-status, once the trailers came
@@ -216,13 +217,15 @@ class _Call:
 
 
 class _Batch:
-    """Calls sent together: each stream's answer, and how many have not ended yet."""
+    """Calls sent together: each stream's answer, how many have not ended yet, and what to
+    call with each as it ends."""
 
-    __slots__ = ("open", "streams")
+    __slots__ = ("ended", "open", "streams")
 
-    def __init__(self) -> None:
+    def __init__(self, ended: Callable[[_Call], None] | None = None) -> None:
         self.streams: dict[int, _Call] = {}
         self.open = 0
+        self.ended = ended
 
 
 class _Connection:
@@ -278,19 +281,26 @@ class _Connection:
     def close(self) -> None:
         self._sock.close()
 
-    def calls(self, requests: Sequence[tuple[str, bytes]], window: int = BATCH) -> list[_Call]:
+    def calls(
+        self,
+        requests: Sequence[tuple[str, bytes]],
+        window: int = BATCH,
+        ended: Callable[[_Call], None] | None = None,
+    ) -> list[_Call]:
         """Each request's answer (status and body), in order, with at most ``window`` calls
         in flight (never more than ``BATCH``, nor than the runtime's limit once it said): a
         call is sent as soon as one ends, and each send starts the deadline again (a runtime
-        that ends no call within the timeout fails the read)."""
-        batch = _Batch()
+        that ends no call within the timeout fails the read). ``ended`` is called with each
+        answer as it ends (its ``index`` is its request's), while the others are answered."""
+        batch = _Batch(ended)
         sent = 0
         while sent < len(requests) or batch.open > 0:
             room = max(1, min(window, BATCH, self._max_streams)) - batch.open
             if room > 0 and sent < len(requests):
                 self._deadline = time.monotonic() + self._timeout
-                for method, body in requests[sent : sent + room]:
-                    batch.streams[self._open(method, body)] = _Call(method)
+                for index in range(sent, min(sent + room, len(requests))):
+                    method, body = requests[index]
+                    batch.streams[self._open(method, body)] = _Call(method, index)
                     batch.open += 1
                 sent = min(sent + room, len(requests))
                 self._flush()
@@ -386,6 +396,8 @@ class _Connection:
             self._on_stream(kind, flags, payload, call)
             if call.status is not None:
                 batch.open -= 1
+                if batch.ended is not None:
+                    batch.ended(call)
         else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
             raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
 
@@ -614,12 +626,15 @@ def _statuses(
     from podcache.cri.eventwire import status_fields
     from podcache.cri.networks import STATUS_CONCURRENCY
 
-    requests = [("PodSandboxStatus", status_request(s)) for s in wanted]
-    answers = connection.calls(requests, window=STATUS_CONCURRENCY)
     fetched = {}
-    for sandbox_id, answer in zip(wanted, answers, strict=True):
+
+    def learn(answer: _Call) -> None:  # as each ends, while the runtime answers the others
         if answer.status == 0:
+            sandbox_id = wanted[answer.index]
             fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
+
+    requests = [("PodSandboxStatus", status_request(s)) for s in wanted]
+    connection.calls(requests, window=STATUS_CONCURRENCY, ended=learn)
     return fetched
 
 
