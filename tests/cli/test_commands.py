@@ -51,6 +51,109 @@ def test_help_imports_neither_grpc_nor_rich_nor_yaml() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_command_table_is_each_commands_own_help() -> None:
+    """``--help`` lists the commands from ``app.COMMANDS`` without importing them: each row is
+    the command its module holds, under its name, with its own one-line help (``sim`` and
+    ``serve``, whose own help is longer, keep a line of their own)."""
+    import click
+
+    from podcache.cli.app import COMMANDS as TABLE
+    from podcache.cli.app import cli
+
+    assert cli.list_commands(click.Context(cli)) == sorted({*COMMANDS, "events"})
+    for name, entry in TABLE.items():
+        command = getattr(importlib.import_module(entry.module), entry.attribute)
+        assert isinstance(command, click.Command)
+        assert command.name == name
+        if not entry.own_options:
+            assert command.get_short_help_str(200) == entry.short_help, name
+
+
+@pytest.mark.parametrize("args", [["--help"], ["pods"], ["ps"], ["which", "10.0.0.1"], ["version"]])
+def test_a_command_imports_no_other_commands_module(args: list[str], sim: SimRuntime) -> None:
+    """Start-up (docs/architecture.md §6 rule 1): a command imports its own module only, and
+    ``--help`` none of them (without a clock: which modules are in ``sys.modules``)."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    run(sys.argv[1:])\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('podcache.cli.'))))\n"
+    )
+    runtime = [] if args == ["--help"] else ["-r", sim.endpoint]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, *runtime], capture_output=True, text=True, check=True
+    )
+    imported = json.loads(done.stdout.splitlines()[-1])
+    commands = [m for m in imported if m.startswith("podcache.cli.commands.")]
+    assert commands == ([] if args == ["--help"] else [f"podcache.cli.commands.{args[0]}"])
+
+
+def test_version_imports_no_model_and_names_the_decoders(sim: SimRuntime) -> None:
+    """``podcache version`` reads the decoders' names without the model or the conversion
+    (start-up), and they are ``podcache.cri``'s."""
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+        "    run(sys.argv[1:])\n"
+        "print(json.dumps([out.getvalue(), 'podcache.model' in sys.modules,"
+        " 'podcache.cri.convert' in sys.modules]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "version", "-r", sim.endpoint],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    printed, model, convert = json.loads(done.stdout.splitlines()[-1])
+    assert (model, convert) == (False, False)
+    assert f"Decoder:           {DECODER}\n" in printed
+    assert f"EventDecoder:      {EVENT_DECODER}\n" in printed
+    assert ("c" if EVENT_DECODER == "c" else "protobuf") == DECODER
+
+
+_TORN_DOWN = (
+    "import atexit, sys, threading\n"
+    "from podcache.cli import main\n"
+    "class Witness:\n"
+    "    def __del__(self):\n"
+    "        sys.stderr.write('torn down\\n')\n"
+    "witness = Witness()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "setup, teardown",
+    [
+        ("", False),
+        ("atexit.register(sys.stderr.write, 'atexit ran\\n')\n", True),
+        ("threading.Thread(target=threading.Event().wait, args=(0.2,)).start()\n", True),
+    ],
+    ids=["idle", "atexit-callback", "thread-alive"],
+)
+def test_the_console_script_skips_the_teardown_only_when_it_has_nothing_to_run(
+    setup: str, teardown: bool
+) -> None:
+    """``main()`` (argv None) exits at once when only memory is left to free: a module's
+    object is then never finalized; with an atexit callback or another thread alive the
+    interpreter exits as ever. The output and the status are the same either way."""
+    code = _TORN_DOWN + setup + "main()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--version"], capture_output=True, text=True, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, f"podcache, version {__version__}\n")
+    assert ("torn down" in done.stderr) is teardown, done.stderr
+    assert ("atexit ran" in done.stderr) is ("atexit" in setup)
+    in_process = subprocess.run(  # main(argv) for a caller in Python: SystemExit, as ever
+        [sys.executable, "-c", _TORN_DOWN + "main(['--version'])\n"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (in_process.returncode, "torn down" in in_process.stderr) == (0, True)
+
+
 def test_version_option_needs_no_runtime(run: Runner) -> None:
     result = run("--version")
     assert result.returncode == 0, result

@@ -26,6 +26,7 @@ import pytest
 
 from podcache import PodList
 from podcache.cri import AsyncCRIRuntime, CRIRuntime
+from podcache.cri.oneshot import OneShotRuntime
 from podcache.cri.proto import api_pb2
 from tests.containerd.conftest import (
     DEFAULT_DIR,
@@ -144,6 +145,25 @@ def test_pod_ips_are_what_the_runtime_and_the_ipam_report(
             assert ipam_owner(cni, ip) == sandbox_id
             assert got.by_ip(ip) is pod
             assert got.by_ip(ipaddress.ip_address(ip).exploded) is pod  # any spelling
+
+
+def test_the_clis_one_shot_read_is_the_clients_on_a_real_runtime(
+    cni: CNIContainerd, pods: list[str]
+) -> None:
+    """``OneShotRuntime`` (its own HTTP/2 client and HPACK decoder) against containerd's
+    grpc-go, whose answers use Huffman strings and its dynamic table: the listing of
+    ``CRIRuntime``, IPs included, and its Version, read by itself (no fallback); ``which``'s
+    lookup of one IP gives the full listing's pod."""
+    oneshot = OneShotRuntime(cni.endpoint, timeout=10.0)
+    with CRIRuntime(cni.endpoint, timeout=10.0) as reference:
+        for all_ in (False, True):
+            assert oneshot.get_pods(all_) == reference.get_pods(all_)
+        assert oneshot.version() == reference.version()
+        full = reference.get_pods(False)
+    assert oneshot.fallbacks == 0
+    ip = next(ip for pod in full for ip in pod.ips)
+    found = OneShotRuntime(cni.endpoint, timeout=10.0, find_ips=frozenset({ip})).get_pods()
+    assert found.by_ip(ip) == full.by_ip(ip)
 
 
 def test_status_is_asked_once_per_sandbox_on_a_real_runtime(

@@ -4,7 +4,14 @@
 own errors become one ``podcache: error: ...`` line on stderr, never a traceback. Commands live
 in ``commands/``, option parsing in ``options``, the runtime in ``source``, printing in
 ``render``. Nothing here is a library API.
+
+Start-up and exit (docs/architecture.md §6 rule 1, ``startup``): importing this package
+imports neither click nor a command; the console script's ``main()`` pauses the cyclic GC
+before ``run`` imports them, and ends the process without the interpreter's teardown when
+that would only free memory.
 """
+
+# ruff: noqa: PLC0415 -- click and the commands are imported by run(): start-up stays fast
 
 from __future__ import annotations
 
@@ -12,28 +19,31 @@ import os
 import sys
 from collections.abc import Sequence
 
-import click
-
-from podcache.cli.app import cli
-from podcache.cli.exits import EXIT_INTERRUPTED, EXIT_RUNTIME, show_error
-from podcache.errors import PodcacheError
+from podcache.cli.startup import exit_without_teardown, pause_collection
 
 __all__ = ["main", "run"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Run ``podcache`` with ``argv`` (default: ``sys.argv[1:]``) and exit with its status."""
+    """Run ``podcache`` with ``argv`` (default: ``sys.argv[1:]``) and exit with its status (as
+    the console script, ``argv`` None: at once, when nothing is left to run at exit)."""
+    if argv is None:
+        pause_collection()  # start-up; the group's callback resumes it (``startup``)
     status = run(argv)
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         status = _closed_pipe()
+    if argv is None:
+        exit_without_teardown(status)
     sys.exit(status)
 
 
 def _closed_pipe() -> int:
     """The reader went away (``podcache pods | head -1``): stop quietly with status 1, as click
     does, and keep the interpreter from complaining when it flushes stdout at exit."""
+    from podcache.cli.exits import EXIT_RUNTIME
+
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -42,6 +52,12 @@ def _closed_pipe() -> int:
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Run ``podcache`` with ``argv`` and return the exit status instead of exiting."""
+    import click
+
+    from podcache.cli.app import cli
+    from podcache.cli.exits import EXIT_INTERRUPTED, EXIT_RUNTIME, show_error
+    from podcache.errors import PodcacheError
+
     try:
         result = cli.main(
             args=list(argv) if argv is not None else None,

@@ -1,42 +1,106 @@
-"""The ``podcache`` click group: global options, the commands it mounts, and lazy loading of
-``sim`` and ``serve`` (their modules import gRPC servers and ASGI servers, so they are imported
-only when run, and listed in ``--help`` from a table here). No command logic lives here.
+"""The ``podcache`` click group: global options, the table of its commands, and their lazy
+loading. Every command's module is imported only when that command runs (or is completed, or
+shows its own help): ``podcache pods`` imports ``commands/pods.py`` and no other command's
+module, and ``sim`` and ``serve`` (gRPC and ASGI servers) only when run. ``podcache --help``
+lists every command from the table here, imported by none (a test holds each row's help text
+to its command's). No command logic lives here.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
 from podcache import __version__
-from podcache.cli.commands.completion import completion_command
-from podcache.cli.commands.events import events_command
-from podcache.cli.commands.inspect import inspect_command
-from podcache.cli.commands.pods import pods_command
-from podcache.cli.commands.ps import ps_command
-from podcache.cli.commands.version import version_command
-from podcache.cli.commands.watch import watch_command
-from podcache.cli.commands.which import which_command
 from podcache.cli.exits import CLIError
 from podcache.cli.options import RuntimeSettings, group_runtime_options
+from podcache.cli.startup import resume_collection
 
-__all__ = ["LAZY_COMMANDS", "PodcacheGroup", "cli"]
+__all__ = ["COMMANDS", "LAZY_COMMANDS", "CommandEntry", "PodcacheGroup", "cli"]
 
-LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
-    "serve": (
+
+class CommandEntry(NamedTuple):
+    """Where a command lives and what ``--help`` says of it before it is imported."""
+
+    module: str
+    attribute: str
+    short_help: str
+    own_options: bool = False
+    """It takes no runtime options before its name and may be missing from an installation
+    (``sim``, ``serve``: their servers' packages)."""
+    reads_once: bool = False
+    """It ends once it has printed (``pods -w`` aside, which resumes the collector when it
+    opens its runtime): start-up's pause of the cyclic GC lasts to its end (``startup``)."""
+
+
+COMMANDS: dict[str, CommandEntry] = {
+    "completion": CommandEntry(
+        "podcache.cli.commands.completion",
+        "completion_command",
+        "Print the shell completion script (bash, zsh, fish).",
+        reads_once=True,
+    ),
+    "events": CommandEntry(
+        "podcache.cli.commands.events",
+        "events_command",
+        "Print the node's pod changes as they happen.",
+    ),
+    "inspect": CommandEntry(
+        "podcache.cli.commands.inspect",
+        "inspect_command",
+        "Show one pod by UID, name_namespace, or container ID.",
+        reads_once=True,
+    ),
+    "pods": CommandEntry(
+        "podcache.cli.commands.pods",
+        "pods_command",
+        "List the node's pods (ready sandboxes; -a: all).",
+        reads_once=True,
+    ),
+    "ps": CommandEntry(
+        "podcache.cli.commands.ps",
+        "ps_command",
+        "List the node's containers with their pods (running; -a: all).",
+        reads_once=True,
+    ),
+    "serve": CommandEntry(
         "podcache.serve.command",
         "serve_command",
         "Serve the node's pods over a node-local HTTP API.",
+        own_options=True,
     ),
-    "sim": (
+    "sim": CommandEntry(
         "podcache.sim.command",
         "sim_command",
         "Serve a simulated CRI runtime until interrupted.",
+        own_options=True,
+    ),
+    "version": CommandEntry(
+        "podcache.cli.commands.version",
+        "version_command",
+        "Show podcache's and the runtime's versions.",
+        reads_once=True,
+    ),
+    "watch": CommandEntry(
+        "podcache.cli.commands.watch",
+        "watch_command",
+        "Watch the node's pods live, served from the runtime cache.",
+    ),
+    "which": CommandEntry(
+        "podcache.cli.commands.which",
+        "which_command",
+        "Show the pod of processes (by PID) and of pod IPs.",
+        reads_once=True,
     ),
 }
-"""Commands imported on first use: name -> (module, attribute, short help for ``--help``)."""
+"""Every command: name -> where it lives and its one line in ``podcache --help``."""
+
+LAZY_COMMANDS: dict[str, CommandEntry] = {
+    name: entry for name, entry in COMMANDS.items() if entry.own_options
+}
+"""The commands with options of their own (``sim``, ``serve``)."""
 
 
 def _unavailable(name: str, module: str, error: ImportError) -> click.Command:
@@ -56,36 +120,55 @@ def _unavailable(name: str, module: str, error: ImportError) -> click.Command:
 
 
 class PodcacheGroup(click.Group):
-    """A group whose ``LAZY_COMMANDS`` are imported only when invoked or completed."""
+    """A group whose ``COMMANDS`` are imported only when invoked or completed."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+        return sorted({*super().list_commands(ctx), *COMMANDS})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        lazy = LAZY_COMMANDS.get(cmd_name)
-        if lazy is None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
             return super().get_command(ctx, cmd_name)
-        module_name, attribute, _ = lazy
         try:
-            module = importlib.import_module(module_name)
+            module = importlib.import_module(entry.module)
         except ImportError as e:
-            return _unavailable(cmd_name, module_name, e)
-        command = getattr(module, attribute)
+            if not entry.own_options:
+                raise
+            return _unavailable(cmd_name, entry.module, e)
+        command = getattr(module, entry.attribute)
         if not isinstance(command, click.Command):  # pragma: no cover - a packaging mistake
-            raise TypeError(f"{module_name}.{attribute} is not a click command")
+            raise TypeError(f"{entry.module}.{entry.attribute} is not a click command")
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's, with "did you mean" suggestions drawn from the table (click draws them
+        from the commands added to the group, of which there are none): the commands that
+        take the group's runtime options, as when they were added eagerly."""
+        try:
+            return super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as e:
+            if e.possibilities is not None:  # pragma: no cover - a command added by hand
+                raise
+            raise click.exceptions.NoSuchCommand(
+                e.command_name,
+                possibilities=[n for n, entry in COMMANDS.items() if not entry.own_options],
+                ctx=ctx,
+            ) from None
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The command list, with lazy commands described from the table (not imported)."""
+        """The command list, described from the table (no command is imported)."""
         rows: list[tuple[str, str]] = []
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(map(len, names), default=0)
         for name in names:
-            if name in LAZY_COMMANDS:
-                rows.append((name, LAZY_COMMANDS[name][2]))
+            entry = COMMANDS.get(name)
+            if entry is not None:
+                rows.append((name, entry.short_help))
                 continue
-            command = super().get_command(ctx, name)
-            if command is not None and not command.hidden:
+            command = super().get_command(ctx, name)  # pragma: no cover - added by hand
+            if command is not None and not command.hidden:  # pragma: no cover
                 rows.append((name, command.get_short_help_str(limit)))
         if rows:
             with formatter.section("Commands"):
@@ -114,21 +197,11 @@ def cli(**kwargs: Any) -> None:
     --sim-fallback uses it only when no runtime is configured or found.
     """
     ctx = click.get_current_context()
+    entry = COMMANDS.get(ctx.invoked_subcommand or "")
+    if entry is None or not entry.reads_once:
+        resume_collection()  # before a command that keeps running (cli.startup)
     if ctx.invoked_subcommand in LAZY_COMMANDS and ctx.obj != RuntimeSettings():
         # sim and serve take their own options; silently ignoring these would mislead.
         raise click.UsageError(
             f"runtime options go after the command for 'podcache {ctx.invoked_subcommand}'"
         )
-
-
-for _command in (
-    pods_command,
-    ps_command,
-    inspect_command,
-    watch_command,
-    events_command,
-    which_command,
-    version_command,
-    completion_command,
-):
-    cli.add_command(_command)

@@ -21,6 +21,7 @@ import msgspec
 
 from podcache.cli.exits import CLIError
 from podcache.cli.options import DEFAULT_SIM_PODS, DEFAULT_TIMEOUT, SIM_SEED, RuntimeSettings
+from podcache.cli.startup import resume_collection
 from podcache.cri.endpoint import CONFIG_ENV, DEFAULT_CONFIG_PATH, load_crictl_config
 from podcache.errors import EndpointNotFoundError
 
@@ -139,6 +140,8 @@ def open_source(
     CONTAINER_RUNTIME_ENDPOINT, the config file, the default sockets); else, with
     ``--sim-fallback``, the simulated runtime; else an error naming the places tried.
     """
+    if not one_shot:
+        resume_collection()  # a command that follows the runtime keeps running (cli.startup)
     if settings.sim and settings.endpoint is not None:
         raise click.UsageError("--sim and -r/--runtime-endpoint are mutually exclusive")
     config_timeout = _config_timeout(settings)

@@ -5,8 +5,10 @@ on one HTTP/2 connection of its own, without grpcio, protobuf or asyncio.
 importing grpcio (and asyncio with it) and protobuf costs them more than the calls. So
 ``OneShotRuntime`` makes the same calls as ``CRIRuntime.get_pods`` (Version, ListPodSandbox and
 ListContainers with the kubelet's filters, then PodSandboxStatus for each pod's newest READY
-sandbox) as plain gRPC over HTTP/2 on one connection, all the calls of a step sent together,
-and reads the answers with the same reader and conversion (``convert``, ``networks``): a
+sandbox) as plain gRPC over HTTP/2 on one connection (the three first calls sent together,
+the statuses ``networks.STATUS_CONCURRENCY`` at a time, as the getters ask them: a new one as
+soon as one ends, which a runtime serving calls on a pool of threads answers faster than all
+at once), and reads the answers with the same reader and conversion (``convert``, ``networks``): a
 listing equal to ``CRIRuntime``'s (a test compares them on the simulator).
 
 Rules:
@@ -20,39 +22,44 @@ Rules:
   waited for twice (this read, then the fallback's), each within ``timeout`` per call.
 - **What it speaks.** The client preface; SETTINGS (no push, a stream window and a connection
   window of ``WINDOW`` bytes: a one-shot read never gives window back), every PING and
-  SETTINGS acknowledged; request headers as HPACK literals, answers decoded with ``hpack``;
+  SETTINGS acknowledged; request headers as HPACK literals, answers decoded by
+  ``hpackdecoder`` (held to the ``hpack`` package by a differential test);
   WINDOW_UPDATEs are ignored (requests are small: at most ``BATCH`` of about 80 bytes in one
   write, within the default windows).
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
   at most ``MAX_HEADER_BLOCK``, one gRPC message per answer of at most
   ``MAX_MESSAGE_BYTES``, at most ``BATCH`` calls in flight (and, once the runtime's SETTINGS
-  came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write of a batch
-  under one call's deadline.
+  came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write within one
+  call's timeout of the last call sent (no call ending for that long fails the read).
+
+Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
+``_socket`` is enough), no ``hpack`` (and ``logging`` with it) and no model or conversion: a
+listing imports those after its requests are sent, while the runtime answers, and ``version``
+never.
 
 Deliberately not here: the long-lived getters and their connection discipline (``client``,
 ``http2``: event streams, pools, relists of one pod, reconnect backoff).
 """
 
+# ruff: noqa: PLC0415 -- imports inside functions are deliberate: start-up stays fast
+
 from __future__ import annotations
 
-import socket
+import _socket
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-import msgspec
-
-from podcache.cri.convert import pods_from_listings, read_containers, read_sandboxes
 from podcache.cri.endpoint import Endpoint, resolve_endpoint
-from podcache.cri.eventwire import status_fields
-from podcache.cri.networks import NetworkMemo, SandboxNetwork, newest_ready_sandbox, with_networks
+from podcache.cri.hpackdecoder import HPACKDecoder
 from podcache.cri.values import RuntimeVersion, _version_from
-from podcache.model import PodList
 
 if TYPE_CHECKING:
     from podcache.cri.client import CRIRuntime
+    from podcache.cri.networks import NetworkMemo, SandboxNetwork
+    from podcache.model import PodList
 
 __all__ = [
     "BATCH",
@@ -90,6 +97,7 @@ _END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
 _SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
 _SETTING_MAX_HEADER_LIST = 0x6
 _DEFAULT_WINDOW = 65_535
+_FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits: 8 + 16), type, flags, stream
 _CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
 
 
@@ -194,32 +202,47 @@ def _literal(name: str, value: str) -> bytes:
     )
 
 
-class _Call(msgspec.Struct):
+class _Call:
     """One call's answer as it arrives."""
 
-    method: str
-    headers_seen: bool = False
-    body: bytearray = msgspec.field(default_factory=bytearray)
-    status: int | None = None  # grpc-status, once the trailers came
-    message: str = ""
+    __slots__ = ("body", "headers_seen", "index", "message", "method", "status")
+
+    def __init__(self, method: str, index: int = 0) -> None:
+        self.method = method
+        self.index = index  # its place among the requests of one ``calls``
+        self.headers_seen = False
+        self.body = bytearray()
+        self.status: int | None = None  # grpc-status, once the trailers came
+        self.message = ""
+
+
+class _Batch:
+    """Calls sent together: each stream's answer, how many have not ended yet, and what to
+    call with each as it ends."""
+
+    __slots__ = ("ended", "open", "streams")
+
+    def __init__(self, ended: Callable[[_Call], None] | None = None) -> None:
+        self.streams: dict[int, _Call] = {}
+        self.open = 0
+        self.ended = ended
 
 
 class _Connection:
     """One HTTP/2 connection, used by one thread, for unary calls made in batches."""
 
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
-        import hpack  # noqa: PLC0415 -- imported with the connection, not with the module
-
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
         if endpoint.path is not None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             target: object = endpoint.path
             self._authority = "localhost"
         else:
             assert endpoint.address is not None
             host, port = endpoint.address
-            sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+            family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+            sock = _socket.socket(family, _socket.SOCK_STREAM)
             target = (host, port)
             self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         self._sock = sock
@@ -229,8 +252,10 @@ class _Connection:
         except BaseException:
             sock.close()
             raise
-        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._fixed_headers: dict[str, bytes] = {}  # method -> its request headers but one
         self._inbox = bytearray()
+        self._read = 0  # bytes of the inbox already taken
         self._next_id = 1
         self._max_streams = BATCH
         settings = struct.pack(
@@ -256,39 +281,66 @@ class _Connection:
     def close(self) -> None:
         self._sock.close()
 
-    def calls(self, requests: Sequence[tuple[str, bytes]]) -> list[_Call]:
-        """Each request's answer (status and body), in order, made ``BATCH`` at a time, each
-        batch within the timeout (its calls run at once, as one call)."""
-        answers: list[_Call] = []
-        first = 0
-        while first < len(requests):
-            self._deadline = time.monotonic() + self._timeout
-            size = max(1, min(BATCH, self._max_streams))  # the runtime's limit, once it said
-            streams: dict[int, _Call] = {}
-            for method, body in requests[first : first + size]:
-                streams[self._open(method, body)] = _Call(method)
-            first += size
-            self._flush()
-            while any(call.status is None for call in streams.values()):
-                self._take(streams)
-            answers.extend(streams.values())
-        return answers
+    def calls(
+        self,
+        requests: Sequence[tuple[str, bytes]],
+        window: int = BATCH,
+        ended: Callable[[_Call], None] | None = None,
+    ) -> list[_Call]:
+        """Each request's answer (status and body), in order, with at most ``window`` calls
+        in flight (never more than ``BATCH``, nor than the runtime's limit once it said): a
+        call is sent as soon as one ends, and each send starts the deadline again (a runtime
+        that ends no call within the timeout fails the read). ``ended`` is called with each
+        answer as it ends (its ``index`` is its request's), while the others are answered."""
+        batch = _Batch(ended)
+        sent = 0
+        while sent < len(requests) or batch.open > 0:
+            room = max(1, min(window, BATCH, self._max_streams)) - batch.open
+            if room > 0 and sent < len(requests):
+                self._deadline = time.monotonic() + self._timeout
+                for index in range(sent, min(sent + room, len(requests))):
+                    method, body = requests[index]
+                    batch.streams[self._open(method, body)] = _Call(method, index)
+                    batch.open += 1
+                sent = min(sent + room, len(requests))
+                self._flush()
+            self._take(batch)
+        return list(batch.streams.values())
+
+    def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
+        """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
+        answers are ``answers(batch)``'s, so the caller may work while the runtime answers."""
+        self._deadline = time.monotonic() + self._timeout
+        batch = _Batch()
+        for method, body in requests[:BATCH]:
+            batch.streams[self._open(method, body)] = _Call(method)
+        batch.open = len(batch.streams)
+        self._flush()
+        return batch
+
+    def answers(self, batch: _Batch) -> list[_Call]:
+        """The answers of the calls ``send`` sent, in order, once each has ended."""
+        while batch.open > 0:
+            self._take(batch)
+        return list(batch.streams.values())
 
     def _open(self, method: str, body: bytes) -> int:
         stream = self._next_id
         self._next_id += 2
         remaining = max(1, int((self._deadline - time.monotonic()) * 1000))
-        block = b"".join(
-            (
-                b"\x83",  # :method POST (static table)
-                b"\x86",  # :scheme http
-                _literal(":path", _SERVICE + method),
-                _literal(":authority", self._authority),
-                _literal("content-type", "application/grpc"),
-                _literal("te", "trailers"),
-                _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m"),
+        fixed = self._fixed_headers.get(method)
+        if fixed is None:
+            fixed = self._fixed_headers[method] = b"".join(
+                (
+                    b"\x83",  # :method POST (static table)
+                    b"\x86",  # :scheme http
+                    _literal(":path", _SERVICE + method),
+                    _literal(":authority", self._authority),
+                    _literal("content-type", "application/grpc"),
+                    _literal("te", "trailers"),
+                )
             )
-        )
+        block = fixed + _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m")
         message = b"\x00" + struct.pack(">I", len(body)) + body
         self._out += _frame(_HEADERS, _END_HEADERS, stream, block)
         self._out += _frame(_DATA, _END_STREAM, stream, message)
@@ -300,6 +352,12 @@ class _Connection:
         self._out.clear()
 
     def _recv(self, need: int) -> None:
+        """Until ``need`` bytes past those taken are in the inbox (the taken ones dropped
+        first: the inbox holds at most one read past a frame)."""
+        if len(self._inbox) - self._read >= need:
+            return
+        del self._inbox[: self._read]
+        self._read = 0
         while len(self._inbox) < need:
             self._timed()
             data = self._sock.recv(256 * 1024)
@@ -309,17 +367,17 @@ class _Connection:
 
     def _frame(self) -> tuple[int, int, int, bytes]:
         self._recv(9)
-        length = int.from_bytes(self._inbox[:3], "big")
+        high, low, kind, flags, stream = _FRAME_HEAD.unpack_from(self._inbox, self._read)
+        length = high << 16 | low
         if length > MAX_FRAME_BYTES:
             raise _UnexpectedAnswerError(f"a frame of {length} bytes")
-        kind, flags = self._inbox[3], self._inbox[4]
-        stream = int.from_bytes(self._inbox[5:9], "big") & 0x7FFFFFFF
         self._recv(9 + length)
-        payload = bytes(self._inbox[9 : 9 + length])
-        del self._inbox[: 9 + length]
-        return kind, flags, stream, payload
+        start = self._read + 9
+        payload = bytes(self._inbox[start : start + length])
+        self._read = start + length
+        return kind, flags, stream & 0x7FFFFFFF, payload
 
-    def _take(self, streams: dict[int, _Call]) -> None:
+    def _take(self, batch: _Batch) -> None:
         """Read one frame (a whole header block) and act on it."""
         kind, flags, stream, payload = self._frame()
         if kind == _SETTINGS:
@@ -331,8 +389,15 @@ class _Connection:
                 self._flush()
         elif kind in (_WINDOW_UPDATE, _PRIORITY):
             return
-        elif kind in (_HEADERS, _DATA) and stream in streams:
-            self._on_stream(kind, flags, payload, streams[stream])
+        elif kind in (_HEADERS, _DATA) and stream in batch.streams:
+            call = batch.streams[stream]
+            if call.status is not None:
+                raise _UnexpectedAnswerError(f"a frame on stream {stream} after its trailers")
+            self._on_stream(kind, flags, payload, call)
+            if call.status is not None:
+                batch.open -= 1
+                if batch.ended is not None:
+                    batch.ended(call)
         else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
             raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
 
@@ -365,7 +430,7 @@ class _Connection:
             block += more
             if len(block) > MAX_HEADER_BLOCK:
                 raise _UnexpectedAnswerError("a header block over its bound")
-        headers = {bytes(k): bytes(v) for k, v in self._decoder.decode(bytes(block), raw=True)}
+        headers = dict(self._decoder.decode(bytes(block)))
         _headers(call, headers, bool(flags & _END_STREAM))
 
 
@@ -489,13 +554,22 @@ class OneShotRuntime:
     def _get_pods(self, all: bool) -> PodList:
         sandbox_request, container_request = list_requests(all)
         with self._connect() as connection:
-            version, sandboxes, containers = connection.calls(
+            asked = connection.send(
                 [
                     ("Version", version_request()),
                     ("ListPodSandbox", sandbox_request),
                     ("ListContainers", container_request),
                 ]
             )
+            # While the runtime answers: the conversion (the model, msgspec) is imported.
+            from podcache.cri.convert import (
+                pods_from_listings,
+                read_containers,
+                read_sandboxes,
+            )
+            from podcache.cri.networks import NetworkMemo, with_networks
+
+            version, sandboxes, containers = connection.answers(asked)
             runtime = _version_from(self.endpoint, _version_answer(_message(version)))
             listed = (read_sandboxes(_message(sandboxes)), read_containers(_message(containers)))
             memo = NetworkMemo()
@@ -519,7 +593,7 @@ class OneShotRuntime:
     def _reference(self) -> CRIRuntime:
         """The full client, made on first need (it imports grpcio)."""
         if self._fallback is None:
-            from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- only on a failure
+            from podcache.cri.client import CRIRuntime
 
             self._fallback = CRIRuntime(
                 self._endpoint.url, timeout=self._timeout, config_path=self._config_path
@@ -549,17 +623,26 @@ def _statuses(
 ) -> dict[str, SandboxNetwork]:
     """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a failed
     one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
-    answers = connection.calls([("PodSandboxStatus", status_request(s)) for s in wanted])
+    from podcache.cri.eventwire import status_fields
+    from podcache.cri.networks import STATUS_CONCURRENCY
+
     fetched = {}
-    for sandbox_id, answer in zip(wanted, answers, strict=True):
+
+    def learn(answer: _Call) -> None:  # as each ends, while the runtime answers the others
         if answer.status == 0:
+            sandbox_id = wanted[answer.index]
             fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
+
+    requests = [("PodSandboxStatus", status_request(s)) for s in wanted]
+    connection.calls(requests, window=STATUS_CONCURRENCY, ended=learn)
     return fetched
 
 
 def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
     """``wanted`` in the order of the pods whose newest READY sandbox each is: the listing's
     order (pods newest first), the order ``PodList.by_ip`` prefers a holder in."""
+    from podcache.cri.networks import newest_ready_sandbox
+
     asked = set(wanted)
     ordered = [sid for pod in pods if (sid := newest_ready_sandbox(pod)) in asked]
     placed = set(ordered)

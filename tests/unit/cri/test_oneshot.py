@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import CRIRuntime
+from podcache.cri import CRIRuntime, oneshot
+from podcache.cri.networks import STATUS_CONCURRENCY
 from podcache.cri.oneshot import (
     BATCH,
     FIRST_STEP,
@@ -33,8 +34,21 @@ from podcache.model import Pod
 from podcache.sim import SimRuntime
 from tests.unit.cri.servers import CannedRuntime, SandboxesOnly, grpc_runtime, refused_socket
 
-HEAVY = ("grpc", "google.protobuf", "asyncio", "yaml", "rich", "concurrent.futures")
-"""What a one-shot listing must not import (each costs the CLI's start-up)."""
+HEAVY = (
+    "grpc",
+    "google.protobuf",
+    "asyncio",
+    "yaml",
+    "rich",
+    "concurrent.futures",
+    "hpack",
+    "logging",
+    "socket",
+    "podcache.procs",
+    "podcache.cache",
+)
+"""What a one-shot listing must not import (each costs the CLI's start-up): ``hpackdecoder``
+reads the header blocks, ``_socket`` connects, and ``which IP`` reads no ``/proc``."""
 
 
 @pytest.fixture(scope="module")
@@ -151,14 +165,25 @@ def sim_pods(sim: SimRuntime) -> list[Pod]:
         return list(runtime.get_pods(False))
 
 
+_ANSWER_HEADERS = (
+    b"\x00\x00\x14\x01\x04\x00\x00\x00\x01"  # HEADERS, END_HEADERS, stream 1
+    + b"\x88\x0f\x10\x10application/grpc"  # :status 200, content-type (static name)
+)
+_TRAILERS = (
+    b"\x00\x00\x0f\x01\x05\x00\x00\x00\x01"  # HEADERS, END_HEADERS | END_STREAM
+    + b"\x00\x0bgrpc-status\x010"  # grpc-status: 0, a new name
+)
+
+
 @pytest.mark.parametrize(
     "answer",
     [
         b"HTTP/1.1 400 Bad Request\r\n\r\n",  # not HTTP/2
         b"\x00\x00\x04\x01\x05\x00\x00\x00\x01\xff\xff\xff\xff",  # a HEADERS block hpack rejects
         b"\x00\x40\x00\x00\x00\x00\x00\x00\x01" + b"\x00" * 16_384,  # a frame over its bound
+        b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + _ANSWER_HEADERS + _TRAILERS * 2,
     ],
-    ids=["http1", "bad-hpack", "big-frame"],
+    ids=["http1", "bad-hpack", "big-frame", "trailers-twice"],
 )
 def test_an_answer_that_is_not_clean_is_read_again_by_the_reference(
     tmp_path: object, answer: bytes
@@ -289,6 +314,33 @@ def test_find_ips_gives_each_ip_the_full_listings_pod(
         assert servicer.status_calls() == min(needed, len(held))
     else:  # one held by nobody: every pod asked
         assert servicer.status_calls() == len(held)
+
+
+def test_statuses_are_asked_as_the_getters_ask_them(
+    addressed: tuple[_Addressed, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``which`` of the oldest pod's IP, 110 pods: every status asked, never more than
+    ``STATUS_CONCURRENCY`` in flight, a new one as soon as one ends (so exactly that many)."""
+    servicer, endpoint = addressed
+    servicer.hold([f"10.1.{i // 200}.{i % 200 + 1}" for i in range(110)])
+    counted = {"sent": 0, "ended": 0, "most": 0}
+    open_call, read_headers = oneshot._Connection._open, oneshot._headers
+
+    def counting_open(self: oneshot._Connection, method: str, body: bytes) -> int:
+        counted["sent"] += 1
+        counted["most"] = max(counted["most"], counted["sent"] - counted["ended"])
+        return open_call(self, method, body)
+
+    def counting_headers(call: oneshot._Call, headers: dict[bytes, bytes], ends: bool) -> None:
+        read_headers(call, headers, ends)
+        counted["ended"] += call.status is not None
+
+    monkeypatch.setattr(oneshot._Connection, "_open", counting_open)
+    monkeypatch.setattr(oneshot, "_headers", counting_headers)
+    found = OneShotRuntime(endpoint, timeout=5.0, find_ips=frozenset({"10.1.0.1"})).get_pods()
+    assert (pod := found.by_ip("10.1.0.1")) is not None and pod.id == "uid-0"
+    assert servicer.status_calls() == 110
+    assert counted["most"] == STATUS_CONCURRENCY
 
 
 WHICH_ARGS = ("which", "10.1.0.110", "-o", "json", "-r")

@@ -39,14 +39,18 @@ def version_command(*, out: OutputOptions, runtime: RuntimeSettings) -> None:
     holds podcache's fields only). With --sim, the built-in simulated runtime's.
     """
     from podcache import __version__
-    from podcache.cli.render import print_document
-    from podcache.cri import DECODER, EVENT_DECODER
+    from podcache.cri.eventwire import EVENT_READER
 
-    client = {"podcache_version": __version__, "decoder": DECODER, "event_decoder": EVENT_DECODER}
+    # podcache.cri.DECODER (convert's) and EVENT_DECODER are "c" exactly when the extension
+    # podcache.cri._wire imports; eventwire says which without importing the model.
+    decoder = "c" if EVENT_READER == "c" else "protobuf"
+    client = {"podcache_version": __version__, "decoder": decoder, "event_decoder": EVENT_READER}
     if out.format not in ("json", "yaml"):
         _print_lines(client)
         _print_lines(_runtime_fields(runtime))
         return
+    from podcache.cli.render import print_document
+
     try:
         fields = {**client, **_runtime_fields(runtime)}
     except Exception:  # the runtime's or the CLI's error, reported by podcache.cli.main

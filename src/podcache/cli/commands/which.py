@@ -104,9 +104,8 @@ def which_command(
     Exit status 3 when any PID is not in a container or pod the runtime lists, or no pod holds
     an IP (each one is named on stderr), 1 when the runtime or /proc cannot be read.
     """
-    from podcache.cli.exits import EXIT_NOT_FOUND, CLIError, show_error
+    from podcache.cli.exits import EXIT_NOT_FOUND, show_error
     from podcache.cli.source import open_source
-    from podcache.procs import ProcFormatError
 
     rows: list[_Row] = []
     # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument); with
@@ -119,11 +118,8 @@ def which_command(
         for pid in pids:
             if isinstance(pid, str):
                 rows.append(_find_ip(cache, pid))
-                continue
-            try:
+            else:
                 rows.append(_find(cache, pid, proc_root))
-            except (ProcFormatError, OSError) as e:
-                raise CLIError(f"cannot read process {pid} in {proc_root}: {e}") from None
     _print(rows, out)
     missing = [row for row in rows if row.problem is not None]
     for row in missing:
@@ -158,13 +154,18 @@ def _lookups(runtime: Any, pids: tuple[int | str, ...]) -> Any:
 
 
 def _find(cache: Any, pid: int, proc_root: str) -> _Row:
+    """A PID's row (``/proc`` is read, and the pid lookup imported, only for a PID)."""
     from podcache.cache.pids import lookup_pod
+    from podcache.cli.exits import CLIError
     from podcache.jsonview import PID_MISS_REASONS
+    from podcache.procs import ProcFormatError
 
     try:
         result = lookup_pod(cache, time.monotonic, pid, proc_root=proc_root)
     except ProcessLookupError:
         return _Row(pid, None, f"does not exist (in {proc_root})", PID_MISS_REASONS["no_process"])
+    except (ProcFormatError, OSError) as e:
+        raise CLIError(f"cannot read process {pid} in {proc_root}: {e}") from None
     if result.process is not None:
         return _Row(pid, result.process, None)
     reason = PID_MISS_REASONS[result.outcome]
