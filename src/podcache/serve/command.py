@@ -12,6 +12,7 @@ logic.
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import re
 import sys
@@ -548,6 +549,10 @@ def _lifecycle(
     stopped (the CRI socket, then the runtime client)."""
 
     def listening(app: Any) -> None:
+        # Start-up's objects (modules, classes, the in-process simulator's population) live as
+        # long as the process: out of the cyclic collector's sight, a full collection walks
+        # only what came later (docs/architecture.md §5, "Threads beside the loop", rule 5).
+        gc.freeze()
         if cri_setup is not None:
             cri_setup.start(app)
             _say(f"CRI socket (read-only) on {', '.join(cri_setup.paths)}")
