@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from podcache.cri import CRIRuntime, oneshot
-from podcache.cri.networks import STATUS_CONCURRENCY
 from podcache.cri.oneshot import (
     BATCH,
     FIRST_STEP,
+    STATUSES_IN_FLIGHT,
     OneShotRuntime,
     list_requests,
     status_request,
@@ -320,7 +320,7 @@ def test_statuses_are_asked_as_the_getters_ask_them(
     addressed: tuple[_Addressed, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``which`` of the oldest pod's IP, 110 pods: every status asked, never more than
-    ``STATUS_CONCURRENCY`` in flight, a new one as soon as one ends (so exactly that many)."""
+    ``STATUSES_IN_FLIGHT`` in flight, a new one as soon as one ends (so exactly that many)."""
     servicer, endpoint = addressed
     servicer.hold([f"10.1.{i // 200}.{i % 200 + 1}" for i in range(110)])
     counted = {"sent": 0, "ended": 0, "most": 0}
@@ -340,7 +340,7 @@ def test_statuses_are_asked_as_the_getters_ask_them(
     found = OneShotRuntime(endpoint, timeout=5.0, find_ips=frozenset({"10.1.0.1"})).get_pods()
     assert (pod := found.by_ip("10.1.0.1")) is not None and pod.id == "uid-0"
     assert servicer.status_calls() == 110
-    assert counted["most"] == STATUS_CONCURRENCY
+    assert counted["most"] == STATUSES_IN_FLIGHT
 
 
 WHICH_ARGS = ("which", "10.1.0.110", "-o", "json", "-r")
