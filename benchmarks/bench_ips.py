@@ -12,7 +12,7 @@ start). The simulator counts the calls it receives; ``SIGUSR1`` makes it write t
    held IP and per ``by_container_id(id)`` of a random full bare container ID (both hits,
    indexes built first), rounds interleaved, the best round of each. Target: by_ip <= 1.5x.
 2. Cold start at 5,000 pods: the first ``get_pods`` (lists, then one PodSandboxStatus per
-   READY sandbox, ``networks.STATUS_CONCURRENCY`` in flight) against the second (the steady
+   READY sandbox, in rounds of ``networks.STATUS_CONCURRENCY``) against the second (the steady
    refresh: no call), each twin; the statuses' share is the difference.
 3. Churn: 1,000 pods replaced at ``CHURN`` pods/s for 60 s (quick: 15 s), a refresh every
    ``REFRESH`` s. The READY sandboxes every refresh lists are collected; after the cold start,
@@ -271,7 +271,7 @@ def _print(found: Lookup, colds: list[ColdStart], churned: Churn) -> None:
     for cold in colds:
         print(
             f"cold start {cold.twin}: {cold.pods} pods, {cold.statuses} status calls "
-            f"({cold.concurrency} in flight): first get_pods {cold.first_s:.2f} s, steady "
+            f"(rounds of {cold.concurrency}): first get_pods {cold.first_s:.2f} s, steady "
             f"{cold.steady_s * 1000:.0f} ms, statuses {cold.statuses_s:.2f} s"
         )
     print(
