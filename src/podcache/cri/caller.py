@@ -182,6 +182,9 @@ class SyncCaller:
         code = error.code()
         if code is grpc.StatusCode.UNIMPLEMENTED and method in STREAM_METHODS:
             return _NotStreamedError(line)
+        if code is grpc.StatusCode.CANCELLED and self.closed:
+            why = f"{method} was cancelled after {took:.3g} s: {self._owner} closed"
+            return CRIError(self._url, why)
         return self._status_failure(method, code, error.details() or "", took)
 
     def listing(

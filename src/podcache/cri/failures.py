@@ -132,7 +132,7 @@ def _code_error(
     if code == grpc.StatusCode.INTERNAL and "deserializ" in details.lower():
         return RuntimeProtocolError(url, _not_cri_message(method))
     if code == grpc.StatusCode.CANCELLED:
-        return CRIError(url, f"{method} was cancelled ({details}; was the client closed?)")
+        return CRIError(url, f"{method} was cancelled by the runtime or the connection ({details})")
     name = code.name if code is not None else "UNKNOWN"
     return CRIError(url, f"{method} failed with {name}: {details}")
 

@@ -85,7 +85,7 @@ class _ListCaller:
         self._local = threading.local()  # the handle of the call the current thread makes
         self._pool: ThreadPoolExecutor | None = None
         self._caller = SyncCaller(
-            endpoint, timeout, type(self).__name__, methods=_ASYNC_METHODS, invoke=self._invoke
+            endpoint, timeout, "AsyncCRIRuntime", methods=_ASYNC_METHODS, invoke=self._invoke
         )
 
     def _invoke(self, line: _Line, method: str, request: Message, timeout: float) -> object:
