@@ -51,7 +51,6 @@ rules (``convert``), the event stream (``eventstream``).
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -81,7 +80,7 @@ from podcache.cri.converter import (
     _read_messages,
 )
 from podcache.cri.diagnosis import _probe_async, _probe_budget, _unreachable_async
-from podcache.cri.endpoint import resolve_endpoint
+from podcache.cri.endpoint import check_timeout, resolve_endpoint
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 from podcache.cri.eventwire import EventFields
 from podcache.cri.failures import (
@@ -149,14 +148,6 @@ def _read_answer(url: str, method: str, read: Callable[[bytes], Listing], data: 
         raise RuntimeProtocolError(url, _not_cri_message(method)) from None
 
 
-def _check_timeout(timeout: float) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
-    if not (timeout > 0 and math.isfinite(timeout)):
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-    return float(timeout)
-
-
 class _Base:
     """What the twins share: endpoint, timeout and the memo."""
 
@@ -165,7 +156,7 @@ class _Base:
         self._endpoint = resolved.endpoint
         # Where the endpoint came from: "argument", the variable, the config file, "default".
         self.endpoint_source = resolved.source
-        self._timeout = _check_timeout(timeout)
+        self._timeout = check_timeout(timeout)
         # The last listing's conversions: a refresh re-reads only what changed (see convert).
         self._memo = Memo()
         # Each sandbox's IPs, asked once per sandbox ID (see networks).

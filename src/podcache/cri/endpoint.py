@@ -15,6 +15,7 @@ parameter (environment, config path, default list, existence check) so it can be
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "CrictlConfig",
     "Endpoint",
     "ResolvedEndpoint",
+    "check_timeout",
     "load_crictl_config",
     "parse_endpoint",
     "resolve_endpoint",
@@ -261,3 +263,13 @@ def _from_config(path: str, *, explicit: bool, tried: list[str]) -> ResolvedEndp
         )
     except ValueError as e:
         raise ValueError(f"crictl config {path}: {e}") from None
+
+
+def check_timeout(timeout: float) -> float:
+    """A client's per-call ``timeout`` as float seconds: a positive finite number (TypeError for
+    anything that is not a number, a bool included; ValueError for the rest)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
+    if not (timeout > 0 and math.isfinite(timeout)):
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return float(timeout)

@@ -53,7 +53,7 @@ from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
-from podcache.cri.endpoint import Endpoint, resolve_endpoint
+from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
 from podcache.cri.hpackdecoder import HPACKDecoder
 from podcache.cri.values import RuntimeVersion, _version_from
 
@@ -521,9 +521,7 @@ class OneShotRuntime:
         resolved = resolve_endpoint(endpoint, config_path=config_path)
         self._endpoint = resolved.endpoint
         self.endpoint_source = resolved.source
-        if not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-        self._timeout = float(timeout)
+        self._timeout = check_timeout(timeout)
         self._config_path = config_path
         self._fallback: CRIRuntime | None = None
         self.fallbacks = 0

@@ -360,3 +360,14 @@ def test_which_ip_asks_the_newest_pods_only(
     )
     assert json.loads(done.stdout)["items"][0]["pod"]["id"] == "uid-109"
     assert servicer.status_calls() == FIRST_STEP
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("inf"), float("nan"), True, "2"])
+def test_a_timeout_is_refused_as_the_full_client_refuses_it(timeout: object) -> None:
+    """One check (``endpoint.check_timeout``) for both clients: the same error, word for word."""
+    errors = []
+    for make in (CRIRuntime, OneShotRuntime):
+        with pytest.raises((TypeError, ValueError)) as info:
+            make("unix:///nonexistent.sock", timeout=timeout)  # type: ignore[arg-type]
+        errors.append((type(info.value), str(info.value)))
+    assert errors[0] == errors[1]
