@@ -605,7 +605,7 @@ class App:
     async def _ready(self, view: SnapshotView) -> None:
         """Wait for ``view``'s build in a worker thread, when one runs."""
         building = self._building
-        if building is not None and building[0] is view and not building[1].done():
+        if building is not None and self._building_now(view):
             await asyncio.shield(building[1])
 
     def _building_now(self, view: SnapshotView) -> bool:
