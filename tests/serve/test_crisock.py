@@ -178,6 +178,10 @@ def _filters(sim: SimRuntime) -> st.SearchStrategy[tuple[str, Any]]:
         st.just(""),
         st.sampled_from(sandbox_ids + container_ids),
         st.sampled_from(sandbox_ids + container_ids).map(lambda i: i[: len(i) // 3]),
+        # Any prefix: the short ones name several items (of one kind or both), or one.
+        st.sampled_from(sandbox_ids + container_ids).flatmap(
+            lambda i: st.integers(1, len(i)).map(lambda n: i[:n])
+        ),
         st.just("no-such-id"),
     )
     selector = st.lists(st.sampled_from(labels), max_size=2).map(dict)

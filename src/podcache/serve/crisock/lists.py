@@ -14,8 +14,10 @@ containerd applies them:
 
 Cost: O(items returned) when a filter names an ID, a sandbox or a pod UID (label
 ``io.kubernetes.pod.uid``), through the snapshot's ID and UID tables (built once per
-snapshot by ``PodList``); O(items of the node) otherwise. A prefix builds the sorted IDs of
-the snapshot once (``_SortedIds``). Items are found in the pod the snapshot groups them in:
+snapshot by ``PodList``); O(items of the node) otherwise. A prefix is looked up in the
+snapshot's sorted IDs (``model.ids_with_prefix``: built once, then carried from snapshot to
+snapshot with one pod's keys changed, never rebuilt per relist), O(log n + the IDs it
+matches). Items are found in the pod the snapshot groups them in:
 sandboxes by their metadata UID, containers by their pod UID label (the kubelet's grouping),
 which is the pod their sandbox belongs to on every runtime the kubelet drives.
 
@@ -26,40 +28,16 @@ cache's) and gRPC (``server``).
 
 from __future__ import annotations
 
-import bisect
-import threading
 from collections.abc import Iterable, Mapping
 
 from podcache.cri.convert import POD_UID_LABEL
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItem, WireItems
-from podcache.model import Container, Pod, PodList
+from podcache.model import Container, Pod, PodList, ids_with_prefix
 
 __all__ = ["containers_answer", "sandboxes_answer"]
 
 SANDBOX, CONTAINER = 0, 1
-_MAX_CHAR = "\U0010ffff"
-
-
-class _SortedIds:
-    """The sandbox and container IDs of the newest snapshot a prefix was asked of, sorted."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: tuple[PodList, list[str], list[str]] | None = None
-
-    def of(self, pods: PodList, kind: int) -> list[str]:
-        held = self._held
-        if held is None or held[0] is not pods:
-            sandboxes = sorted(item.id.id for pod in pods for item in pod.sandboxes)
-            containers = sorted(item.id.id for pod in pods for item in pod.containers)
-            held = (pods, sandboxes, containers)
-            with self._lock:
-                self._held = held
-        return held[2] if kind == CONTAINER else held[1]
-
-
-_SORTED = _SortedIds()
 
 
 def _items_of(pod: Pod, kind: int) -> Iterable[Container]:
@@ -67,18 +45,25 @@ def _items_of(pod: Pod, kind: int) -> Iterable[Container]:
 
 
 def _resolve(pods: PodList, kind: int, wanted: str) -> tuple[Pod, Container] | None:
-    """The item of ``kind`` an ID filter names: exact, else a unique prefix."""
+    """The item of ``kind`` an ID filter names: exact, else a unique prefix among that kind's
+    IDs (the snapshot's sorted IDs of both kinds, ``ids_with_prefix``: the matches of the
+    other kind are passed over)."""
     pod = _pod_holding(pods, kind, wanted)
     if pod is not None:
-        return pod, next(i for i in _items_of(pod, kind) if i.id.id == wanted)
-    ids = _SORTED.of(pods, kind)
-    start = bisect.bisect_left(ids, wanted)
-    end = bisect.bisect_left(ids, wanted + _MAX_CHAR, lo=start)
-    if end - start != 1:
-        return None
-    found = _pod_holding(pods, kind, ids[start])
-    assert found is not None
-    return found, next(i for i in _items_of(found, kind) if i.id.id == ids[start])
+        return pod, _item_of(pod, kind, wanted)
+    found: tuple[Pod, str] | None = None
+    for ident in ids_with_prefix(pods, wanted):
+        holder = _pod_holding(pods, kind, ident)
+        if holder is None:
+            continue
+        if found is not None:
+            return None  # ambiguous
+        found = (holder, ident)
+    return None if found is None else (found[0], _item_of(found[0], kind, found[1]))
+
+
+def _item_of(pod: Pod, kind: int, ident: str) -> Container:
+    return next(i for i in _items_of(pod, kind) if i.id.id == ident)
 
 
 def _pod_holding(pods: PodList, kind: int, ident: str) -> Pod | None:
