@@ -60,3 +60,38 @@ def test_pod_uid_of_finds_containers_and_sandboxes_and_nothing_else(sim: SimRunt
 
     with sim.pause_churn():
         asyncio.run(twin())
+
+
+def _filtered_list_calls(sim: SimRuntime) -> int:
+    counts = sim.call_counts()
+    return sum(counts[m]["filtered"]["calls"] for m in ("ListPodSandbox", "ListContainers"))
+
+
+def test_relists_of_one_pod_asked_in_one_turn_share_one_pair_of_calls(sim: SimRuntime) -> None:
+    """Both views relist a pod on the same event (serve): one pair of calls listing every
+    state serves both, and each gets what it would get alone; a relist asked after the
+    shared calls began makes its own."""
+
+    async def check() -> None:
+        async with AsyncCRIRuntime(sim.endpoint) as runtime:
+            full = {False: await runtime.get_pods(False), True: await runtime.get_pods(True)}
+            mixed = [p for p in full[True] if p != full[False].by_uid(p.id)]
+            assert mixed, "the population has pods with NotReady sandboxes or exited containers"
+            for pod in mixed[:5]:
+                before = _filtered_list_calls(sim)
+                running, every = await asyncio.gather(
+                    runtime.get_pod(pod.id, False), runtime.get_pod(pod.id, True)
+                )
+                assert _filtered_list_calls(sim) == before + 2
+                assert running == full[False].by_uid(pod.id)
+                assert every == full[True].by_uid(pod.id) == pod
+            pod = mixed[0]
+            first = asyncio.ensure_future(runtime.get_pod(pod.id, True))
+            await asyncio.sleep(0.05)  # its calls began (and ended): the next makes its own
+            before = _filtered_list_calls(sim)
+            assert await runtime.get_pod(pod.id, False) == full[False].by_uid(pod.id)
+            assert _filtered_list_calls(sim) == before + 2
+            assert await first == pod
+
+    with sim.pause_churn():
+        asyncio.run(check())

@@ -52,9 +52,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 
 import grpc
 import grpc.aio
@@ -325,6 +326,38 @@ class CRIRuntime(_Base):
         self.close()
 
 
+@dataclass(frozen=True, slots=True)
+class _PodAnswers:
+    """One pod's two list answers, and whether they list every state (``all``)."""
+
+    bytes: tuple[bytes, bytes]
+    all: bool
+
+
+class _PodFetch:
+    """The list calls of one pod's relist, shared by the relists asked before they begin.
+
+    Made as a task of its own at the first ask; it begins on a later turn of the loop, so an
+    ask in the same turn (the other view's, on the same event) shares it. ``wants_all`` is
+    whether any sharer asked for every state; ``answers`` is awaited shielded by each."""
+
+    __slots__ = ("answers", "uid", "wants_all")
+
+    def __init__(
+        self, uid: str, fetch: Callable[[_PodFetch], Coroutine[Any, Any, _PodAnswers]]
+    ) -> None:
+        self.uid = uid
+        self.wants_all = False
+        self.answers: asyncio.Task[_PodAnswers] = asyncio.ensure_future(fetch(self))
+        self.answers.add_done_callback(_retrieved)
+
+
+def _retrieved(task: asyncio.Task[_PodAnswers]) -> None:
+    """A fetch every sharer left: its failure is nobody's (retrieved, not logged)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class AsyncCRIRuntime(_Base):
     """The asyncio twin of CRIRuntime: same arguments, same methods, awaited.
 
@@ -350,6 +383,7 @@ class AsyncCRIRuntime(_Base):
         # listing's conversion (tens of ms at 1,000 pods) that happens to run.
         self._pod_converter = _Converter(self.endpoint)
         self._statuses = StatusReader(self._networks, self._statuses_of)
+        self._pod_fetches: dict[str, _PodFetch] = {}  # relists of one pod not yet begun
 
     def _statuses_of(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
         """Sandboxes' PodSandboxStatus, made together by the list calls' caller (in a thread)."""
@@ -476,12 +510,37 @@ class AsyncCRIRuntime(_Base):
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
         """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made and read
-        off the event loop as ``get_pods``' are."""
+        off the event loop as ``get_pods``' are.
+
+        Relists of one pod asked before its calls begin share them (``_PodFetch``): serve's
+        two views relist a pod on the same event, and one pair of calls listing every item of
+        the pod serves both; ``all=False`` keeps the ready sandboxes and running containers
+        of it, as the runtime's state filters would (the CRI's filter is equality on the
+        item's state). The calls begin after every sharer asked."""
         _check_uid(uid)
-        sandbox_request, container_request = _pod_requests(uid, all)
+        runtime_name = (await self.version()).runtime_name
+        fetch = self._pod_fetches.get(uid)
+        if fetch is None:
+            fetch = self._pod_fetches[uid] = _PodFetch(uid, self._fetch_pod)
+        fetch.wants_all = fetch.wants_all or all
+        answers = await asyncio.shield(fetch.answers)
         listing = self._networks.begin(full=False, pod=uid)
-        pods = await self._filtered(sandbox_request, container_request, listing)
+        converter = self._pod_converter
+        pods = await converter.run(
+            _read_both, converter, runtime_name, *answers.bytes, listing, not all and answers.all
+        )
         return (await self._with_ips(pods, listing, full=False)).by_uid(uid)
+
+    async def _fetch_pod(self, fetch: _PodFetch) -> _PodAnswers:
+        """``fetch``'s calls (a task of its own: a sharer's cancellation is its own)."""
+        if self._pod_fetches.get(fetch.uid) is fetch:
+            del self._pod_fetches[fetch.uid]  # begun: a later relist makes calls of its own
+        listed_all = fetch.wants_all
+        sandbox_request, container_request = _pod_requests(fetch.uid, listed_all)
+        answers = await self._lister().pod_calls(
+            (("ListPodSandbox", sandbox_request), ("ListContainers", container_request))
+        )
+        return _PodAnswers((answers[0], answers[1]), listed_all)
 
     async def pod_uid_of(self, ident: str) -> str | None:
         """The twin of ``CRIRuntime.pod_uid_of``."""
@@ -496,21 +555,13 @@ class AsyncCRIRuntime(_Base):
     ) -> PodList:
         """The pods of two filtered list calls (small answers), without the listing memo.
 
-        The two calls are made at once, in two of the pool's threads (the thread getter sends
-        them in one write): a relist of one pod waits for one round trip, not two. Either
-        failing cancels the other."""
+        The two calls are made together, in one write on a connection of the own HTTP/2
+        client, from one pool thread (``_ListCaller.pod_calls``, as the thread getter makes
+        them): a relist of one pod waits for one round trip and one thread hand-off."""
         runtime_name = (await self.version()).runtime_name
-        lister = self._lister()
-        calls = [
-            asyncio.ensure_future(lister.list_bytes("ListPodSandbox", sandbox_request)),
-            asyncio.ensure_future(lister.list_bytes("ListContainers", container_request)),
-        ]
-        try:
-            sandbox_bytes, container_bytes = await asyncio.gather(*calls)
-        except BaseException:
-            for call in calls:
-                call.cancel()
-            raise
+        sandbox_bytes, container_bytes = await self._lister().pod_calls(
+            (("ListPodSandbox", sandbox_request), ("ListContainers", container_request))
+        )
         converter = self._pod_converter
         return await converter.run(
             _read_both, converter, runtime_name, sandbox_bytes, container_bytes, listing

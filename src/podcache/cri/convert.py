@@ -454,6 +454,10 @@ class Listing:
             while rows:
                 del rows[-RELEASE_SLICE:]
 
+    def in_state(self, state: int) -> Listing:
+        """The items whose CRI state is ``state`` (a runtime's state filter: equality)."""
+        return Listing([row for row in self._rows if row.state == state], self._reader)
+
     @classmethod
     def joined(cls, parts: Sequence[Listing]) -> Listing:
         """One listing of ``parts``, each read from consecutive whole items of one answer."""

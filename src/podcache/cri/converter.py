@@ -29,6 +29,7 @@ from podcache.cri.convert import (
 )
 from podcache.cri.failures import _not_cri_message
 from podcache.cri.networks import ListingPass
+from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import (
     RuntimeProtocolError,
 )
@@ -66,16 +67,22 @@ def _read_messages(read: Callable[[bytes], Listing], parts: Sequence[bytes]) -> 
     return Listing.joined([read(part) for part in parts])
 
 
-def _read_both(
+def _read_both(  # noqa: PLR0917 -- positional: passed through ``_Converter.run``
     converter: _Converter,
     runtime_name: str,
     sandbox_bytes: bytes,
     container_bytes: bytes,
     networks: ListingPass | None = None,
+    running_only: bool = False,
 ) -> PodList:
-    """In the converter's thread: both answers read and converted without a memo."""
+    """In the converter's thread: both answers read and converted without a memo.
+    ``running_only``: of answers listing every state, the ready sandboxes and running
+    containers alone (what the runtime's state filters of ``get_pods(False)`` list)."""
     sandboxes = converter.read("ListPodSandbox", sandbox_bytes)
     containers = converter.read("ListContainers", container_bytes)
+    if running_only:
+        sandboxes = sandboxes.in_state(pb.SANDBOX_READY)
+        containers = containers.in_state(pb.CONTAINER_RUNNING)
     return _converted(runtime_name, sandboxes, containers, None, networks)
 
 

@@ -156,6 +156,17 @@ class _ListCaller:
         """``SyncCaller.list_streaming`` of this caller's channel."""
         return self._caller.list_streaming
 
+    async def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
+        """``SyncCaller.pod_calls`` in a pool thread: the filtered list calls of one pod or
+        one ID, made together in one write on a connection of the caller's pool and read by
+        its reader (one thread hand-off for both, not a gRPC future and a hand-off each). A
+        cancelled caller leaves them to finish in their thread (small answers, within the
+        call timeout); nothing waits for them."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(LIST_CALL_THREADS, thread_name_prefix="podcache-list")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._caller.pod_calls, requests)
+
     def statuses(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
         """``SyncCaller.statuses``; blocking (made in ``networks.StatusReader``'s thread, never
         on the event loop)."""
