@@ -26,6 +26,7 @@ CITING = ("src", "tests", "benchmarks")
 _BELOW_SERVE = {
     "podcache",
     "model",
+    "ipaddr",
     "errors",
     "duration",
     "defaults",
@@ -39,7 +40,8 @@ _BELOW_SERVE = {
     "sim",
 }
 LAYERS: dict[str, set[str]] = {
-    "model": {"errors"},
+    "model": {"errors", "ipaddr"},
+    "ipaddr": set(),
     "errors": set(),
     "duration": set(),
     "defaults": set(),

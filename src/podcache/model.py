@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import bisect
 import enum
-import ipaddress
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast, overload
@@ -22,6 +21,7 @@ from typing import Any, cast, overload
 import msgspec
 
 from podcache.errors import AmbiguousContainerIDError
+from podcache.ipaddr import normalise_ip
 
 __all__ = [
     "MAX_ID_LENGTH",
@@ -148,24 +148,6 @@ Labels = Mapping[str, str] | Sequence[tuple[str, str]]
 def _as_pairs(labels: Labels) -> tuple[tuple[str, str], ...]:
     items = labels.items() if isinstance(labels, Mapping) else labels
     return tuple(sorted((str(k), str(v)) for k, v in items))
-
-
-def normalise_ip(text: str) -> str:
-    """``text`` as an IP address's canonical text (``ipaddress``'s compressed form: IPv6 in
-    lower case with the longest zero run folded). An IPv4-mapped IPv6 address
-    (``::ffff:10.0.0.7``, RFC 4291 2.5.5.2) is the IPv4 address it maps (``10.0.0.7``): a
-    dual-stack socket reports IPv4 peers that way, and they are the same host. A ValueError
-    naming ``text`` when it is not an IPv4 or IPv6 address (no scope IDs, no prefix lengths)."""
-    if not isinstance(text, str):
-        raise TypeError(f"IP address must be a str, not {type(text).__name__}")
-    try:
-        address = ipaddress.ip_address(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not an IP address") from None
-    if isinstance(address, ipaddress.IPv6Address) and address.scope_id is not None:
-        raise ValueError(f"{text!r} is not an IP address: a pod IP has no scope ID")
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (address if mapped is None else mapped).compressed
 
 
 def _as_ips(ips: Iterable[str]) -> tuple[str, ...]:

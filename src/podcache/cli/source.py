@@ -14,10 +14,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import click
-import msgspec
 
 from podcache.cli.exits import CLIError
 from podcache.cli.options import DEFAULT_SIM_PODS, DEFAULT_TIMEOUT, SIM_SEED, RuntimeSettings
@@ -48,8 +47,10 @@ class Runtime(Protocol):
     def close(self) -> None: ...
 
 
-class Source(msgspec.Struct, frozen=True):
-    """An open runtime: ``runtime`` to call, ``endpoint`` to name it, ``simulated`` if built in."""
+class Source(NamedTuple):
+    """An open runtime: ``runtime`` to call, ``endpoint`` to name it, ``simulated`` if built in.
+    A NamedTuple: importing msgspec here would put it before a one-shot read's first send
+    (docs/architecture.md §6 rule 1)."""
 
     runtime: Runtime
     endpoint: str

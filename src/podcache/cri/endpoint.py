@@ -19,8 +19,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-
-import msgspec
+from typing import NamedTuple
 
 from podcache.errors import EndpointNotFoundError
 
@@ -53,10 +52,12 @@ MAX_SOCKET_PATH_BYTES = 107
 _HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[^\]]*)\]|(?P<host>[^:/\[\]]+)):(?P<port>[0-9]+)$")
 
 
-class Endpoint(msgspec.Struct, frozen=True):
+class Endpoint(NamedTuple):
     """A parsed runtime endpoint: its canonical URL, the gRPC target, and how to reach it.
 
     Exactly one of ``path`` (a unix socket) and ``address`` (loopback host and port) is set.
+    This module's records are NamedTuples: msgspec imported here would come before a one-shot
+    read's first send (docs/architecture.md §6 rule 1).
     """
 
     url: str
@@ -68,7 +69,7 @@ class Endpoint(msgspec.Struct, frozen=True):
         return self.url
 
 
-class CrictlConfig(msgspec.Struct, frozen=True):
+class CrictlConfig(NamedTuple):
     """The keys podcache reads from a crictl config file (None when a key is absent)."""
 
     path: str
@@ -76,7 +77,7 @@ class CrictlConfig(msgspec.Struct, frozen=True):
     timeout: float | None = None
 
 
-class ResolvedEndpoint(msgspec.Struct, frozen=True):
+class ResolvedEndpoint(NamedTuple):
     """An endpoint and where it came from (``source``: for messages and ``--debug`` output)."""
 
     endpoint: Endpoint

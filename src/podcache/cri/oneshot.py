@@ -34,9 +34,10 @@ Rules:
   call's timeout of the last call sent (no call ending for that long fails the read).
 
 Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
-``_socket`` is enough), no ``hpack`` (and ``logging`` with it) and no model or conversion: a
-listing imports those after its requests are sent, while the runtime answers, and ``version``
-never.
+``_socket`` is enough), no ``hpack`` (and ``logging`` with it), no msgspec (``values``'
+records) and no model or conversion: a listing imports those after its requests are sent,
+while the runtime answers; ``version`` imports ``values`` once its answer came, and never the
+model. What the CLI imports before it (``cri.endpoint``, ``ipaddr``) imports no msgspec either.
 
 Deliberately not here: the long-lived getters and their connection discipline (``client``,
 ``http2``: event streams, pools, relists of one pod, reconnect backoff).
@@ -55,11 +56,11 @@ from typing import TYPE_CHECKING, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
 from podcache.cri.hpackdecoder import HPACKDecoder
-from podcache.cri.values import RuntimeVersion, _version_from
 
 if TYPE_CHECKING:
     from podcache.cri.client import CRIRuntime
     from podcache.cri.networks import NetworkMemo, SandboxNetwork
+    from podcache.cri.values import RuntimeVersion
     from podcache.model import PodList
 
 __all__ = [
@@ -171,6 +172,8 @@ def _version_answer(data: bytes) -> RuntimeVersion:
             raise _UnexpectedAnswerError(f"a Version answer with wire type {wire}")
     if pos != end:
         raise _UnexpectedAnswerError("a truncated Version answer")
+    from podcache.cri.values import RuntimeVersion  # msgspec: after the answer came
+
     return RuntimeVersion(*fields)
 
 
@@ -546,6 +549,8 @@ class OneShotRuntime:
                 )
         except Exception:  # anything but a clean answer: the reference reads and says why
             return self._reference().version()
+        from podcache.cri.values import _version_from
+
         return _version_from(self.endpoint, answer)
 
     def get_pods(self, all: bool = False) -> PodList:
@@ -572,6 +577,7 @@ class OneShotRuntime:
                 read_sandboxes,
             )
             from podcache.cri.networks import NetworkMemo, with_networks
+            from podcache.cri.values import _version_from
 
             version, sandboxes, containers = connection.answers(asked)
             runtime = _version_from(self.endpoint, _version_answer(_message(version)))

@@ -232,6 +232,11 @@ def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerE
     )
 
 
+_TIMESTAMP_TAG = bytes([4 << 3])  # PodSandboxStatusResponse.timestamp: field 4, a varint
+_STATUS_MEMO = 20_000
+"""PodSandboxStatus answers kept encoded (``SimServicer._status_body``)."""
+
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while value > 0x7F:
@@ -567,6 +572,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._view: _View | None = None
         self._view_lock = threading.Lock()
         self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
+        self._statuses: dict[tuple[object, ...], tuple[tuple[object, ...], bytes]] = {}
         self._subscribers: set[queue.SimpleQueue[object]] = set()
         self._subscribers_lock = threading.Lock()
         self._recent: collections.deque[SimEvent] = collections.deque(maxlen=MAX_EVENT_REPLAY)
@@ -827,8 +833,9 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
 
     def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
-    ) -> pb.PodSandboxStatusResponse:
-        """The sandbox named by an ID or unique prefix, with its containers; else NOT_FOUND.
+    ) -> bytes:
+        """The sandbox named by an ID or unique prefix, with its containers, as an encoded
+        PodSandboxStatusResponse; else NOT_FOUND.
 
         O(its pod) for an exact ID, or any ID of full length (``_sandbox_records``): a cold
         start asks thousands while the population churns, and a view of the node (built per
@@ -842,11 +849,25 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 f"an error occurred when try to find sandbox {wanted!r}: not found",
             )
         sandbox, containers = found
-        return pb.PodSandboxStatusResponse(
-            status=sandbox_status_message(sandbox, self._faults.bad_ips),
+        return self._status_body(sandbox, containers) + _TIMESTAMP_TAG + _varint(time.time_ns())
+
+    def _status_body(self, sandbox: SimSandbox, containers: Sequence[SimContainer]) -> bytes:
+        """A PodSandboxStatusResponse's status and container statuses, encoded once per
+        records and bad IPs (records are immutable: the same objects, the same bytes); the
+        caller appends the timestamp. At most ``_STATUS_MEMO`` kept (then it starts over)."""
+        bad_ips = self._faults.bad_ips
+        key = (id(sandbox), *map(id, containers), bad_ips)
+        held = self._statuses.get(key)
+        if held is not None:  # the records it holds are alive: their ids name them alone
+            return held[1]
+        body = pb.PodSandboxStatusResponse(
+            status=sandbox_status_message(sandbox, bad_ips),
             containers_statuses=[container_status_message(c) for c in containers],
-            timestamp=time.time_ns(),
-        )
+        ).SerializeToString()
+        if len(self._statuses) >= _STATUS_MEMO:
+            self._statuses.clear()
+        self._statuses[key] = ((sandbox, *containers), body)
+        return body
 
     def _sandbox_records(self, wanted: str) -> tuple[SimSandbox, Sequence[SimContainer]] | None:
         """The sandbox ``wanted`` names and its containers: from the population when no item

@@ -371,3 +371,37 @@ def test_a_timeout_is_refused_as_the_full_client_refuses_it(timeout: object) -> 
             make("unix:///nonexistent.sock", timeout=timeout)  # type: ignore[arg-type]
         errors.append((type(info.value), str(info.value)))
     assert errors[0] == errors[1]
+
+
+def test_a_listing_sends_its_first_calls_before_importing_msgspec_or_the_model(
+    sim: SimRuntime,
+) -> None:
+    """``podcache pods``, ``ps`` and ``which IP``: what they import before their first write to
+    the runtime leaves out msgspec and the model (docs/architecture.md §6 rule 1): those are
+    imported while the runtime answers."""
+    ip = next(ip for pod in sim_pods(sim) for ip in pod.ips)
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from podcache.cri import oneshot\n"
+        "seen = []\n"
+        "flush = oneshot._Connection._flush\n"
+        "def first(self):\n"
+        "    if not seen:\n"
+        "        seen.append([m for m in ('msgspec', 'podcache.model') if m in sys.modules])\n"
+        "    flush(self)\n"
+        "oneshot._Connection._flush = first\n"
+        "from podcache.cli import run\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    status = run(sys.argv[1:])\n"
+        "print(json.dumps([status, seen]))\n"
+    )
+    for args in (["pods"], ["ps", "-a"], ["which", ip]):
+        done = subprocess.run(
+            [sys.executable, "-c", script, *args, "-r", sim.endpoint],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        status, seen = json.loads(done.stdout.splitlines()[-1])
+        assert status == 0, (args, done.stderr)
+        assert seen == [[]], (args, seen)

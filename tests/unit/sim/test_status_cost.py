@@ -19,7 +19,7 @@ import pytest
 from podcache.cri.proto import api_pb2 as pb
 from podcache.sim.faults import Faults
 from podcache.sim.population import Population, Snapshot
-from podcache.sim.server import SimServicer
+from podcache.sim.server import SimServicer, container_status_message, sandbox_status_message
 
 
 class CountingPopulation(Population):
@@ -53,7 +53,8 @@ def servicer() -> Iterator[tuple[SimServicer, CountingPopulation]]:
 
 def status(servicer: SimServicer, sandbox_id: str) -> Any:
     request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox_id)
-    return servicer.PodSandboxStatus(request, FakeContext())  # type: ignore[arg-type]
+    answer = servicer.PodSandboxStatus(request, FakeContext())  # type: ignore[arg-type]
+    return pb.PodSandboxStatusResponse.FromString(answer)
 
 
 def test_a_status_call_after_each_change_never_walks_the_population(
@@ -98,3 +99,28 @@ def test_each_status_answers_as_the_view_of_the_node_does(
         assert answer.status == by_prefix.status
         assert [c.id for c in answer.containers_statuses] == expected
         assert [c.id for c in by_prefix.containers_statuses] == expected
+
+
+def test_a_status_answer_is_encoded_once_per_records_and_says_what_a_message_would(
+    servicer: tuple[SimServicer, CountingPopulation],
+) -> None:
+    """The encoded answer is kept per records (and bad IPs): asked again it is the same bytes
+    but the timestamp, and equal to the message built from the records; a change of the
+    records or of the bad IPs is a new answer."""
+    sim, population = servicer
+    sandbox = population.snapshot().sandboxes[0]
+    first, second = status(sim, sandbox.id), status(sim, sandbox.id)
+    assert first.timestamp <= second.timestamp
+    first.ClearField("timestamp")
+    second.ClearField("timestamp")
+    assert first == second
+    records = population.sandbox_records(sandbox.id)
+    assert records is not None
+    expected = pb.PodSandboxStatusResponse(
+        status=sandbox_status_message(records[0]),
+        containers_statuses=[container_status_message(c) for c in records[1]],
+    )
+    assert first == expected
+    sim._faults.bad_ips = ("999.1.1.1",)
+    bad = status(sim, sandbox.id)
+    assert bad.status.network.ip == "999.1.1.1"

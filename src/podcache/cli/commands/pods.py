@@ -84,10 +84,7 @@ def pods_command(
     {"items": [...]} with every pod's containers and sandboxes; -q prints one ID per line that
     `podcache inspect` accepts (the newest sandbox's ID; the UID for a pod without one).
     """
-    from podcache.cli.query import select
-    from podcache.cli.render import pod_id, pods_table, print_document, print_tables
     from podcache.cli.source import open_source
-    from podcache.jsonview import pods_document
 
     if watch:
         if out.quiet or out.format == "yaml":
@@ -98,7 +95,14 @@ def pods_command(
             print_changes(source, all_=all_, where=where, out=out, period=period, events=events)
         return
     with open_source(runtime, one_shot=True, ips=out.format != "table") as source:
-        pods = select(source.runtime.get_pods(all_), where)
+        listed = source.runtime.get_pods(all_)
+    # Imported once the listing came (the model with it, while the runtime answered): the
+    # calls go out first (docs/architecture.md §6 rule 1).
+    from podcache.cli.query import select
+    from podcache.cli.render import pod_id, pods_table, print_document, print_tables
+    from podcache.jsonview import pods_document
+
+    pods = select(listed, where)
     if out.quiet:
         click.echo("".join(f"{pod_id(pod)}\n" for pod in pods), nl=False)
     elif out.format in ("json", "yaml"):

@@ -56,6 +56,12 @@ def ps_command(
     the kubelet's pod model keeps no container creation time. -o json|yaml prints
     {"items": [...]} of containers, each with a "pod" object; -q prints container IDs.
     """
+    from podcache.cli.source import open_source
+
+    with open_source(runtime, one_shot=True, ips=False) as source:
+        listed = source.runtime.get_pods(all_)
+    # Imported once the listing came (the model with it, while the runtime answered): the
+    # calls go out first (docs/architecture.md §6 rule 1).
     from podcache.cli.query import find_pod, select
     from podcache.cli.render import (
         containers_document,
@@ -63,10 +69,7 @@ def ps_command(
         print_document,
         print_tables,
     )
-    from podcache.cli.source import open_source
 
-    with open_source(runtime, one_shot=True, ips=False) as source:
-        listed = source.runtime.get_pods(all_)
     pods = select(listed, PodFilter(where.namespace, None, where.labels))
     if pod_ref is not None:
         chosen = find_pod(listed, pod_ref, param_hint="'-p' / '--pod'")

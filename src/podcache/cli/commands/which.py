@@ -27,7 +27,7 @@ IP_MISS_REASON = "no_pod"
 
 class _PIDOrIP(click.ParamType[int | str, Any]):
     """A process ID as ps shows it (digits), or an IP address (anything ``ipaddress`` takes,
-    kept in ``model.normalise_ip``'s canonical text: ``::ffff:10.0.0.7`` is ``10.0.0.7``);
+    kept in ``ipaddr.normalise_ip``'s canonical text: ``::ffff:10.0.0.7`` is ``10.0.0.7``);
     anything else is a usage error that says what is taken."""
 
     name = "PID|IP"
@@ -43,7 +43,7 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
             if 1 <= int(text) <= PID_MAX:
                 return int(text)
         else:
-            from podcache.model import normalise_ip
+            from podcache.ipaddr import normalise_ip
 
             try:
                 return normalise_ip(text)
