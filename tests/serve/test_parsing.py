@@ -189,6 +189,8 @@ def test_bad_sizes(text: str) -> None:
         (["--listen", "0.0.0.0:10260"], "--token-file"),
         (["--listen", "[::]:10260"], "--token-file"),
         (["--sim", "-r", "unix:///x.sock"], "not both"),
+        (["-r", "x"], "malformed runtime endpoint 'x'"),
+        (["-r", "unix://relative/cri.sock"], "is relative"),
         (["--token-file", "/nonexistent/token"], "cannot read"),
     ],
 )

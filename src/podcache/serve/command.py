@@ -515,6 +515,8 @@ def _runtime(endpoint: str | None, timeout: float, events: str) -> Any:
         runtime = AsyncCRIRuntime(endpoint, timeout=timeout)
     except PodcacheError as exc:
         raise click.ClickException(str(exc)) from exc
+    except ValueError as exc:  # a malformed endpoint: the option's, as the other commands say
+        raise click.BadParameter(str(exc), param_hint="'-r' / '--runtime-endpoint'") from None
     if events == "on":
         from podcache.cri.support import events_unsupported
 
