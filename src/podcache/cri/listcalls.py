@@ -105,12 +105,6 @@ class _ListCaller:
         """Whether the channel is in reconnect backoff (read from any thread)."""
         return self._caller.backing_off()
 
-    async def list_bytes(self, method: str, request: Message) -> bytes:
-        """The answer of ``method`` as bytes, called in a pool thread (a podcache error naming
-        what failed). Cancelling the caller cancels the call. Never streamed: the filtered
-        calls of one pod or one ID, whose answers are small."""
-        return await self._in_thread(self._list_bytes, method, request)
-
     async def listing(self, method: str, request: Message) -> tuple[str, list[bytes]]:
         """A node's list call (``SyncCaller.listing``: its streaming twin when the runtime
         streams lists) in a pool thread: the method that answered, and its answer's messages
@@ -140,10 +134,6 @@ class _ListCaller:
             return work(method, request)
         finally:
             self._local.handle = None
-
-    def _list_bytes(self, method: str, request: Message) -> bytes:
-        answer, _ = self._caller.call(method, request, bytes)
-        return answer
 
     def _listing(self, method: str, request: Message) -> tuple[str, list[bytes]]:
         answer, _ = self._caller.listing(method, request, bytes)
