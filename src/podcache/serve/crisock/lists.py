@@ -47,13 +47,15 @@ def _items_of(pod: Pod, kind: int) -> Iterable[Container]:
 def _resolve(pods: PodList, kind: int, wanted: str) -> tuple[Pod, Container] | None:
     """The item of ``kind`` an ID filter names: exact, else a unique prefix among that kind's
     IDs (the snapshot's sorted IDs of both kinds, ``ids_with_prefix``: the matches of the
-    other kind are passed over)."""
+    other kind are passed over, each by one look-up in the ID table, so a short prefix costs
+    its matches, never a walk of the node per match; an ID that names items of both kinds,
+    never seen on a real runtime, counts as the kind the table holds it as)."""
     pod = _pod_holding(pods, kind, wanted)
     if pod is not None:
         return pod, _item_of(pod, kind, wanted)
     found: tuple[Pod, str] | None = None
     for ident in ids_with_prefix(pods, wanted):
-        holder = _pod_holding(pods, kind, ident)
+        holder = _held_as(pods, kind, ident)
         if holder is None:
             continue
         if found is not None:
@@ -66,12 +68,18 @@ def _item_of(pod: Pod, kind: int, ident: str) -> Container:
     return next(i for i in _items_of(pod, kind) if i.id.id == ident)
 
 
-def _pod_holding(pods: PodList, kind: int, ident: str) -> Pod | None:
+def _held_as(pods: PodList, kind: int, ident: str) -> Pod | None:
+    """The pod the ID table gives ``ident``, if it holds it as an item of ``kind``."""
     found = pods.by_exact_id(ident)
     if found is not None and any(i.id.id == ident for i in _items_of(found[0], kind)):
         return found[0]
-    if found is None:
-        return None
+    return None
+
+
+def _pod_holding(pods: PodList, kind: int, ident: str) -> Pod | None:
+    held = _held_as(pods, kind, ident)
+    if held is not None or pods.by_exact_id(ident) is None:
+        return held
     # The ID names an item of the other kind first (never on a real runtime): look deeper.
     for pod in pods:
         if any(i.id.id == ident for i in _items_of(pod, kind)):
