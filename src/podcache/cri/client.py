@@ -328,9 +328,10 @@ class CRIRuntime(_Base):
 
 @dataclass(frozen=True, slots=True)
 class _PodAnswers:
-    """One pod's two list answers, and whether they list every state (``all``)."""
+    """One pod's two list answers (sandboxes, containers), and whether they list every state
+    (``all``)."""
 
-    bytes: tuple[bytes, bytes]
+    data: tuple[bytes, bytes]
     all: bool
 
 
@@ -527,7 +528,7 @@ class AsyncCRIRuntime(_Base):
         listing = self._networks.begin(full=False, pod=uid)
         converter = self._pod_converter
         pods = await converter.run(
-            _read_both, converter, runtime_name, *answers.bytes, listing, not all and answers.all
+            _read_both, converter, runtime_name, *answers.data, listing, not all and answers.all
         )
         return (await self._with_ips(pods, listing, full=False)).by_uid(uid)
 
@@ -536,11 +537,19 @@ class AsyncCRIRuntime(_Base):
         if self._pod_fetches.get(fetch.uid) is fetch:
             del self._pod_fetches[fetch.uid]  # begun: a later relist makes calls of its own
         listed_all = fetch.wants_all
-        sandbox_request, container_request = _pod_requests(fetch.uid, listed_all)
+        answers = await self._pod_calls(*_pod_requests(fetch.uid, listed_all))
+        return _PodAnswers(answers, listed_all)
+
+    async def _pod_calls(
+        self,
+        sandbox_request: pb.ListPodSandboxRequest,
+        container_request: pb.ListContainersRequest,
+    ) -> tuple[bytes, bytes]:
+        """Both filtered list calls' answers, made together (``_ListCaller.pod_calls``)."""
         answers = await self._lister().pod_calls(
             (("ListPodSandbox", sandbox_request), ("ListContainers", container_request))
         )
-        return _PodAnswers((answers[0], answers[1]), listed_all)
+        return answers[0], answers[1]
 
     async def pod_uid_of(self, ident: str) -> str | None:
         """The twin of ``CRIRuntime.pod_uid_of``."""
@@ -559,9 +568,7 @@ class AsyncCRIRuntime(_Base):
         client, from one pool thread (``_ListCaller.pod_calls``, as the thread getter makes
         them): a relist of one pod waits for one round trip and one thread hand-off."""
         runtime_name = (await self.version()).runtime_name
-        sandbox_bytes, container_bytes = await self._lister().pod_calls(
-            (("ListPodSandbox", sandbox_request), ("ListContainers", container_request))
-        )
+        sandbox_bytes, container_bytes = await self._pod_calls(sandbox_request, container_request)
         converter = self._pod_converter
         return await converter.run(
             _read_both, converter, runtime_name, sandbox_bytes, container_bytes, listing

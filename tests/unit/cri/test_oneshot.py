@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -149,15 +150,22 @@ def test_the_cli_lists_without_grpc_protobuf_or_asyncio(sim: SimRuntime) -> None
         ["inspect", ip.replace(".", "-")],  # nothing matches: exit 3, still a listing
         ["version"],
     ):
-        done = subprocess.run(
-            [sys.executable, "-c", script, *args, "-r", sim.endpoint],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        status, heavy = json.loads(done.stdout.splitlines()[-1])
-        assert status in (0, 3), (args, done.stderr)
+        (status, heavy), stderr = _cli_in_a_fresh_interpreter(script, args, sim)
+        assert status in (0, 3), (args, stderr)
         assert heavy == [], (args, heavy)
+
+
+def _cli_in_a_fresh_interpreter(script: str, args: list[str], sim: SimRuntime) -> tuple[Any, str]:
+    """``script`` run with ``args -r <sim>`` in a new interpreter: the JSON it printed last,
+    and its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args, "-r", sim.endpoint],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout, done.stderr
+    return json.loads(done.stdout.splitlines()[-1]), done.stderr
 
 
 def sim_pods(sim: SimRuntime) -> list[Pod]:
@@ -396,12 +404,6 @@ def test_a_listing_sends_its_first_calls_before_importing_msgspec_or_the_model(
         "print(json.dumps([status, seen]))\n"
     )
     for args in (["pods"], ["ps", "-a"], ["which", ip]):
-        done = subprocess.run(
-            [sys.executable, "-c", script, *args, "-r", sim.endpoint],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        status, seen = json.loads(done.stdout.splitlines()[-1])
-        assert status == 0, (args, done.stderr)
+        (status, seen), stderr = _cli_in_a_fresh_interpreter(script, args, sim)
+        assert status == 0, (args, stderr)
         assert seen == [[]], (args, seen)
