@@ -39,6 +39,8 @@ NOT_ERRORS = {
     "caller raises it as a CRIError naming the method and the endpoint",
     "podcache.cri.oneshot._UnexpectedAnswerError": "the one-shot reader's own; never leaves "
     "oneshot: CRIRuntime reads again and raises its own error",
+    "podcache.cri.oneshot._NotYet": "wait_answers' wait ran out; never leaves the connection's "
+    "wait_answers, which answers False",
     "podcache.cri.hpackdecoder.HPACKError": "a header block the one-shot reader's decoder "
     "cannot read; never leaves oneshot: CRIRuntime reads again and raises its own error",
     "podcache.serve.crisock.forward.UpstreamError": "a forwarded call's gRPC status; the CRI "

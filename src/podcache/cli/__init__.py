@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from podcache.cli.early import begin
 from podcache.cli.startup import exit_without_teardown, pause_collection
 
 __all__ = ["main", "run"]
@@ -29,6 +30,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     the console script, ``argv`` None: at once, when nothing is left to run at exit)."""
     if argv is None:
         pause_collection()  # start-up; the group's callback resumes it (``startup``)
+        begin(sys.argv[1:])  # a read that can start before click is imported (``early``)
     status = run(argv)
     try:
         sys.stdout.flush()

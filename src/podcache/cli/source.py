@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import click
 
+from podcache.cli.early import claim
 from podcache.cli.exits import CLIError
 from podcache.cli.options import DEFAULT_SIM_PODS, DEFAULT_TIMEOUT, SIM_SEED, RuntimeSettings
 from podcache.cli.startup import resume_collection
@@ -69,12 +70,14 @@ def _runtime(
     if one_shot:
         from podcache.cri.oneshot import OneShotRuntime  # noqa: PLC0415 -- when it runs
 
+        asks_ips, find_ips = ips is not False, ips if isinstance(ips, frozenset) else None
+        begun = claim(
+            endpoint, timeout=timeout, config_path=config_path, ips=asks_ips, find_ips=find_ips
+        )
+        if begun is not None:  # the same runtime, its read begun at start-up (``early``)
+            return begun
         return OneShotRuntime(
-            endpoint,
-            timeout=timeout,
-            config_path=config_path,
-            ips=ips is not False,
-            find_ips=ips if isinstance(ips, frozenset) else None,
+            endpoint, timeout=timeout, config_path=config_path, ips=asks_ips, find_ips=find_ips
         )
     from podcache.cri.client import CRIRuntime  # noqa: PLC0415 -- imports grpcio: when it runs
 

@@ -52,7 +52,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
 from podcache.cri.hpackdecoder import HPACKDecoder
@@ -94,6 +94,9 @@ BATCH = 100
 FIRST_STEP = 8
 """PodSandboxStatus calls of the first step when only some IPs are looked up (``find_ips``);
 each further step doubles, up to ``BATCH``."""
+EARLY_WAIT = 0.03
+"""Seconds ``OneShotRuntime.begin`` waits for the listing before it asks statuses ahead; a
+runtime slower than that is left answering (its calls are read by ``get_pods``), unasked."""
 
 _SERVICE = "/runtime.v1.RuntimeService/"
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -110,6 +113,10 @@ _CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
 
 class _UnexpectedAnswerError(Exception):
     """Anything but a clean answer: the read is made again by ``CRIRuntime``."""
+
+
+class _NotYet(Exception):  # noqa: N818 -- not an error: the wait ran out between frames
+    """``wait_answers``' wait ran out before the next frame came whole: nothing was taken."""
 
 
 # -- requests (protobuf written by hand: a test holds them to the generated module's) ---------
@@ -265,6 +272,7 @@ class _Connection:
         self._fixed_headers: dict[str, bytes] = {}  # method -> its request headers but one
         self._inbox = bytearray()
         self._read = 0  # bytes of the inbox already taken
+        self._wait_until: float | None = None  # wait_answers' end, while it waits
         self._next_id = 1
         self._max_streams = BATCH
         settings = struct.pack(
@@ -290,6 +298,31 @@ class _Connection:
     def close(self) -> None:
         self._sock.close()
 
+    @property
+    def max_streams(self) -> int:
+        """Calls this connection may have in flight: ``BATCH``, or the runtime's lower limit."""
+        return max(1, min(BATCH, self._max_streams))
+
+    def retime(self, timeout: float) -> None:
+        """Make ``timeout`` the seconds per call, the current deadline moved to match (it
+        counts from the last call sent)."""
+        self._deadline += timeout - self._timeout
+        self._timeout = timeout
+
+    def wait_answers(self, batch: _Batch, seconds: float) -> bool:
+        """``answers(batch)`` within ``seconds``: True once every call of the batch ended;
+        False when the wait ran out first, the connection as usable as before (a frame is
+        taken whole or not at all; a header block cut short by the wait is an error)."""
+        self._wait_until = time.monotonic() + seconds
+        try:
+            while batch.open > 0:
+                self.take(batch)
+        except _NotYet:
+            return False
+        finally:
+            self._wait_until = None
+        return True
+
     def calls(
         self,
         requests: Sequence[tuple[str, bytes]],
@@ -313,7 +346,7 @@ class _Connection:
                     batch.open += 1
                 sent = min(sent + room, len(requests))
                 self._flush()
-            self._take(batch)
+            self.take(batch)
         return list(batch.streams.values())
 
     def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
@@ -330,7 +363,7 @@ class _Connection:
     def answers(self, batch: _Batch) -> list[_Call]:
         """The answers of the calls ``send`` sent, in order, once each has ended."""
         while batch.open > 0:
-            self._take(batch)
+            self.take(batch)
         return list(batch.streams.values())
 
     def _open(self, method: str, body: bytes) -> int:
@@ -369,10 +402,27 @@ class _Connection:
         self._read = 0
         while len(self._inbox) < need:
             self._timed()
+            if self._wait_until is not None:
+                self._wait_for_data()
             data = self._sock.recv(256 * 1024)
             if not data:
                 raise _UnexpectedAnswerError("the runtime closed the connection")
             self._inbox += data
+
+    def _wait_for_data(self) -> None:
+        """Within ``wait_answers``: block no longer than its wait; ``_NotYet`` when it ended
+        with nothing to read (the bytes already read stay in the inbox)."""
+        left = self._wait_until - time.monotonic() if self._wait_until is not None else 0.0
+        if left <= 0:
+            raise _NotYet
+        self._sock.settimeout(min(left, self._sock.gettimeout() or left))
+        try:
+            data = self._sock.recv(1, _socket.MSG_PEEK)
+        except TimeoutError:
+            raise _NotYet from None
+        if not data:
+            raise _UnexpectedAnswerError("the runtime closed the connection")
+        self._timed()
 
     def _frame(self) -> tuple[int, int, int, bytes]:
         self._recv(9)
@@ -386,8 +436,9 @@ class _Connection:
         self._read = start + length
         return kind, flags, stream & 0x7FFFFFFF, payload
 
-    def _take(self, batch: _Batch) -> None:
-        """Read one frame (a whole header block) and act on it."""
+    def take(self, batch: _Batch) -> None:
+        """Read one frame (a whole header block) and act on it (``batch``: the calls whose
+        answers may come; a frame of any other stream is an error)."""
         kind, flags, stream, payload = self._frame()
         if kind == _SETTINGS:
             if not flags & _ACK:
@@ -433,7 +484,10 @@ class _Connection:
             return
         block = bytearray(payload)
         while not flags & _END_HEADERS:
-            kind, flags, _, more = self._frame()
+            try:
+                kind, flags, _, more = self._frame()
+            except _NotYet:  # the block's start is taken: the connection cannot go on
+                raise _UnexpectedAnswerError("a header block cut short by a wait") from None
             if kind != _CONTINUATION:
                 raise _UnexpectedAnswerError("a header block cut short")
             block += more
@@ -521,11 +575,14 @@ class OneShotRuntime:
     ) -> None:
         self._ips = ips
         self._find_ips = find_ips
+        self.arguments = (endpoint, config_path, ips, find_ips)
+        """What it was made with but the timeout: endpoint, config path, ips, find_ips."""
         resolved = resolve_endpoint(endpoint, config_path=config_path)
         self._endpoint = resolved.endpoint
         self.endpoint_source = resolved.source
         self._timeout = check_timeout(timeout)
         self._config_path = config_path
+        self._begun: _Begun | None = None
         self._fallback: CRIRuntime | None = None
         self.fallbacks = 0
         """Reads made again by ``CRIRuntime`` (after anything but a clean answer)."""
@@ -553,6 +610,36 @@ class OneShotRuntime:
 
         return _version_from(self.endpoint, answer)
 
+    def begin(self) -> bool:
+        """Begin ``get_pods(False)``'s read now, for a caller with other work before it asks
+        (the CLI, which then imports click): the listing's calls are sent; when IPs are asked
+        and the runtime lists within ``EARLY_WAIT``, so are the statuses of its newest READY
+        sandboxes (at most ``BATCH``: the pods' newest ready sandboxes, most likely), read by
+        ``get_pods(False)`` as it needs them. True when begun. Never raises: anything but a
+        clean start leaves nothing begun, and ``get_pods`` reads as if it had not been called.
+        The statuses are asked after the listing answered, as ``get_pods`` asks them."""
+        if self._begun is not None:
+            return True
+        connection = None
+        try:
+            connection = _Connection(self._endpoint, self._timeout)
+            lists = connection.send(_list_calls(all=False))
+            ahead = None
+            if self._ips and connection.wait_answers(lists, EARLY_WAIT):
+                ahead = _ask_ahead(connection, lists)
+        except Exception:  # the read is made later, as if nothing had begun
+            if connection is not None:
+                connection.close()
+            return False
+        self._begun = _Begun(connection, lists, ahead)
+        return True
+
+    def retime(self, timeout: float) -> None:
+        """Make ``timeout`` the seconds per call, for a begun read too."""
+        self._timeout = check_timeout(timeout)
+        if self._begun is not None:
+            self._begun.connection.retime(self._timeout)
+
     def get_pods(self, all: bool = False) -> PodList:
         """The node's pods, as ``CRIRuntime.get_pods(all)`` lists them, IPs included."""
         try:
@@ -560,16 +647,23 @@ class OneShotRuntime:
         except Exception:  # anything but a clean answer: the reference reads and says why
             return self._reference().get_pods(all)
 
+    def _start(self, all: bool) -> _Begun:
+        """The read ``begin`` began, when it is this one's (``all`` False); else a new one."""
+        begun, self._begun = self._begun, None
+        if begun is not None and not all:
+            return begun
+        if begun is not None:
+            begun.connection.close()
+        connection = _Connection(self._endpoint, self._timeout)
+        try:
+            return _Begun(connection, connection.send(_list_calls(all)), None)
+        except BaseException:
+            connection.close()
+            raise
+
     def _get_pods(self, all: bool) -> PodList:
-        sandbox_request, container_request = list_requests(all)
-        with self._connect() as connection:
-            asked = connection.send(
-                [
-                    ("Version", version_request()),
-                    ("ListPodSandbox", sandbox_request),
-                    ("ListContainers", container_request),
-                ]
-            )
+        connection, asked, ahead = self._start(all)
+        with _Closing(connection):
             # While the runtime answers: the conversion (the model, msgspec) is imported.
             from podcache.cri.convert import (
                 pods_from_listings,
@@ -590,10 +684,11 @@ class OneShotRuntime:
                 listed[0].release()
                 listed[1].release()
             wanted = memo.to_ask(listing) if self._ips else []
+            asking = _Asking(connection, memo, ahead)
             if self._find_ips is None:
-                fetched = _statuses(connection, memo, wanted)
+                fetched = asking.statuses(wanted)
             else:
-                fetched = _statuses_until(connection, memo, _in_order(pods, wanted), self._find_ips)
+                fetched = asking.statuses_until(_in_order(pods, wanted), self._find_ips)
         return with_networks(pods, fetched)
 
     def _connect(self) -> _Closing:
@@ -612,7 +707,10 @@ class OneShotRuntime:
         return self._fallback
 
     def close(self) -> None:
-        """Close the fallback client, if one was made. Idempotent."""
+        """Close a begun read not read, and the fallback client, if one was made. Idempotent."""
+        begun, self._begun = self._begun, None
+        if begun is not None:
+            begun.connection.close()
         if self._fallback is not None:
             self._fallback.close()
 
@@ -628,25 +726,6 @@ class OneShotRuntime:
         self.close()
 
 
-def _statuses(
-    connection: _Connection, memo: NetworkMemo, wanted: Sequence[str]
-) -> dict[str, SandboxNetwork]:
-    """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a failed
-    one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
-    from podcache.cri.eventwire import status_fields
-
-    fetched = {}
-
-    def learn(answer: _Call) -> None:  # as each ends, while the runtime answers the others
-        if answer.status == 0:
-            sandbox_id = wanted[answer.index]
-            fetched[sandbox_id] = memo.learn(sandbox_id, status_fields(_message(answer)))
-
-    requests = [("PodSandboxStatus", status_request(s)) for s in wanted]
-    connection.calls(requests, window=STATUSES_IN_FLIGHT, ended=learn)
-    return fetched
-
-
 def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
     """``wanted`` in the order of the pods whose newest READY sandbox each is: the listing's
     order (pods newest first), the order ``PodList.by_ip`` prefers a holder in."""
@@ -658,25 +737,119 @@ def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
     return ordered + [sid for sid in wanted if sid not in placed]
 
 
-def _statuses_until(
-    connection: _Connection, memo: NetworkMemo, ordered: Sequence[str], ips: frozenset[str]
-) -> dict[str, SandboxNetwork]:
-    """``_statuses`` of ``ordered`` in steps (``FIRST_STEP`` calls, doubling up to ``BATCH``),
-    stopping after the step in which every IP of ``ips`` was found held (not by a
-    host-network sandbox). Every sandbox before the one found holding an IP was asked, so
-    ``by_ip`` gives that IP the same pod as after asking them all (module rules)."""
-    fetched: dict[str, SandboxNetwork] = {}
-    missing = set(ips)
-    first, step = 0, FIRST_STEP
-    while first < len(ordered) and missing:
-        found = _statuses(connection, memo, ordered[first : first + step])
-        fetched |= found
-        for network in found.values():
-            if not network.host_network:
-                missing.difference_update(network.ips)
-        first += step
-        step = min(2 * step, BATCH)
-    return fetched
+def _list_calls(all: bool) -> list[tuple[str, bytes]]:
+    """A listing's first calls: Version, and the two list calls with the kubelet's filters."""
+    sandbox_request, container_request = list_requests(all)
+    return [
+        ("Version", version_request()),
+        ("ListPodSandbox", sandbox_request),
+        ("ListContainers", container_request),
+    ]
+
+
+class _Begun(NamedTuple):
+    """A read under way: its connection, its listing's calls, the statuses asked ahead."""
+
+    connection: _Connection
+    lists: _Batch
+    ahead: _Ahead | None
+
+
+class _Ahead(NamedTuple):
+    """PodSandboxStatus calls sent before they were wanted: each sandbox ID's call."""
+
+    batch: _Batch
+    calls: dict[str, _Call]
+
+
+def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
+    """Send the statuses ``get_pods`` most likely asks, once the listing answered: the
+    newest READY sandbox of each pod (by its UID label), newest first, at most as many as
+    may be in flight. None without the C reader (reading the listing twice in Python would
+    cost more than it saves) or when ListPodSandbox failed (``get_pods`` says why)."""
+    try:
+        from podcache.cri import _wire
+    except ImportError:
+        return None
+    sandboxes = list(lists.streams.values())[1]
+    if sandboxes.status != 0:
+        return None
+    newest: dict[str, tuple[int, str]] = {}
+    for row in _wire.sandboxes(_message(sandboxes)):
+        if row.state == 0 and (row.created_at, row.id) > newest.get(row.uid, (-1, "")):
+            newest[row.uid] = (row.created_at, row.id)
+    chosen = [sid for _, sid in sorted(newest.values(), reverse=True)]
+    chosen = chosen[: connection.max_streams]
+    if not chosen:
+        return None
+    batch = connection.send([("PodSandboxStatus", status_request(sid)) for sid in chosen])
+    return _Ahead(batch, dict(zip(chosen, batch.streams.values(), strict=True)))
+
+
+class _Asking:
+    """The PodSandboxStatus calls of one read, on its connection: those asked ahead
+    (``begin``) are read as needed; the rest are called once all those ended (a connection's
+    calls are read batch by batch)."""
+
+    def __init__(self, connection: _Connection, memo: NetworkMemo, ahead: _Ahead | None) -> None:
+        self._connection = connection
+        self._memo = memo
+        self._ahead = ahead
+
+    def statuses(self, wanted: Sequence[str]) -> dict[str, SandboxNetwork]:
+        """The network of each sandbox of ``wanted`` whose PodSandboxStatus answered OK (a
+        failed one: that pod's IPs stay unknown, as ``CRIRuntime``'s)."""
+        from podcache.cri.eventwire import status_fields
+
+        fetched = {}
+        called = []
+        for sandbox_id in wanted:
+            asked = self._asked_ahead(sandbox_id)
+            if asked is None:
+                called.append(sandbox_id)
+            elif asked.status == 0:
+                fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(asked)))
+
+        def learn(answer: _Call) -> None:  # as each ends, while the runtime answers the others
+            if answer.status == 0:
+                sandbox_id = called[answer.index]
+                fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(answer)))
+
+        if called:
+            if self._ahead is not None:
+                self._connection.answers(self._ahead.batch)
+            requests = [("PodSandboxStatus", status_request(s)) for s in called]
+            self._connection.calls(requests, window=STATUSES_IN_FLIGHT, ended=learn)
+        return fetched
+
+    def _asked_ahead(self, sandbox_id: str) -> _Call | None:
+        """The call asked ahead for ``sandbox_id``, once it ended; None if none was."""
+        if self._ahead is None or (call := self._ahead.calls.get(sandbox_id)) is None:
+            return None
+        while call.status is None:
+            self._connection.take(self._ahead.batch)
+        return call
+
+    def statuses_until(
+        self, ordered: Sequence[str], ips: frozenset[str]
+    ) -> dict[str, SandboxNetwork]:
+        """``statuses`` of ``ordered`` in steps (``FIRST_STEP`` sandboxes, doubling up to
+        ``BATCH``), stopping after the step in which every IP of ``ips`` was found held (not
+        by a host-network sandbox). Every sandbox before the one found holding an IP was
+        asked, so ``by_ip`` gives that IP the same pod as after asking them all (module
+        rules)."""
+        fetched: dict[str, SandboxNetwork] = {}
+        missing = set(ips)
+        first, step = 0, FIRST_STEP
+        while first < len(ordered) and missing:
+            found = self.statuses(ordered[first : first + step])
+            fetched |= found
+            for network in found.values():
+                if not network.host_network:
+                    missing.difference_update(network.ips)
+            first += step
+            step = min(2 * step, BATCH)
+        return fetched
 
 
 class _Closing:

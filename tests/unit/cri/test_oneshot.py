@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from podcache.cri import CRIRuntime, oneshot
+from podcache.cri.endpoint import resolve_endpoint
 from podcache.cri.oneshot import (
     BATCH,
     FIRST_STEP,
@@ -407,3 +408,97 @@ def test_a_listing_sends_its_first_calls_before_importing_msgspec_or_the_model(
         (status, seen), stderr = _cli_in_a_fresh_interpreter(script, args, sim)
         assert status == 0, (args, stderr)
         assert seen == [[]], (args, seen)
+
+
+# -- begin(): the listing sent, statuses asked ahead, read later (cli.early) --------------------
+
+
+def test_a_begun_read_lists_once_and_asks_each_status_once(sim: SimRuntime) -> None:
+    """``begin()`` then ``get_pods(False)``: the reference's listing, IPs included, from one
+    listing and one status per pod (those asked ahead are not asked again)."""
+    with CRIRuntime(sim.endpoint, timeout=5.0) as reference:
+        expected = reference.get_pods(False)
+    sim.reset_call_counts()
+    begun = OneShotRuntime(sim.endpoint, timeout=5.0)
+    assert begun.begin()
+    assert begun.get_pods(False) == expected
+    counts = sim.call_counts()
+    asked = {m: sum(k["calls"] for k in counts[m].values()) for m in counts}
+    assert asked["ListPodSandbox"] == 1
+    assert asked["PodSandboxStatus"] == len({pod.id for pod in expected if pod.sandboxes})
+    assert begun.fallbacks == 0
+
+
+def test_a_begun_read_is_not_used_for_another_listing(sim: SimRuntime) -> None:
+    """``begin()`` lists READY sandboxes; ``get_pods(True)`` closes it and lists everything."""
+    with CRIRuntime(sim.endpoint, timeout=5.0) as reference:
+        expected = reference.get_pods(True)
+    sim.reset_call_counts()
+    begun = OneShotRuntime(sim.endpoint, timeout=5.0)
+    assert begun.begin()
+    assert begun.get_pods(True) == expected
+    counts = sim.call_counts()["ListPodSandbox"]
+    assert sum(kind["calls"] for kind in counts.values()) == 2  # the begun one, its own
+
+
+def test_a_runtime_slower_than_the_early_wait_is_asked_nothing_ahead() -> None:
+    """The listing outlasts ``EARLY_WAIT``: nothing is asked ahead, and ``get_pods`` reads
+    the listing begun, as it reads its own."""
+    with SimRuntime(20, seed=2, churn=0.0, latency=2 * oneshot.EARLY_WAIT) as slow:
+        begun = OneShotRuntime(slow.endpoint, timeout=5.0)
+        assert begun.begin()
+        assert begun._begun is not None and begun._begun.ahead is None
+        listed = begun.get_pods(False)
+        assert sum(k["calls"] for k in slow.call_counts()["ListPodSandbox"].values()) == 1
+        assert begun.fallbacks == 0
+        slow.faults.latency = 0.0
+        with CRIRuntime(slow.endpoint, timeout=5.0) as reference:
+            assert listed == reference.get_pods(False)
+
+
+def test_nothing_is_begun_where_nothing_listens(tmp_path: object) -> None:
+    runtime = OneShotRuntime(refused_socket(f"{tmp_path}/gone.sock"), timeout=1.0)
+    assert runtime.begin() is False
+    with pytest.raises(RuntimeUnavailableError):
+        runtime.get_pods(False)  # the reference's error, as without begin
+    runtime.close()
+
+
+def test_a_wait_that_ends_inside_a_frame_leaves_the_connection_whole(tmp_path: object) -> None:
+    """``wait_answers`` runs out while a DATA frame is half sent: False, nothing taken; the
+    rest, once sent, is read whole by ``answers`` (causal: the peer sends it after the wait
+    returned)."""
+    body = pb.VersionResponse(
+        version="0.1.0", runtime_name="half", runtime_version="1"
+    ).SerializeToString()
+    message = b"\x00" + len(body).to_bytes(4, "big") + body
+    data = len(message).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01" + message
+    path = f"{tmp_path}/half.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    waited = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + _ANSWER_HEADERS + data[:12])
+            waited.wait(10)
+            conn.sendall(data[12:] + _TRAILERS)
+            with contextlib.suppress(OSError):
+                conn.recv(65536)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        connection = oneshot._Connection(resolve_endpoint(f"unix://{path}").endpoint, timeout=5.0)
+        batch = connection.send([("Version", version_request())])
+        assert connection.wait_answers(batch, 0.05) is False
+        waited.set()
+        (answer,) = connection.answers(batch)
+        assert oneshot._message(answer) == body
+        connection.close()
+    finally:
+        waited.set()
+        thread.join(5)
+        listener.close()
