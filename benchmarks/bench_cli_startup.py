@@ -5,8 +5,9 @@
 A simulated runtime of ``--pods`` pods runs in a process of its own (``podcache sim``, on a
 unix socket, no churn). Each round runs, in a rotating order, ``python -c pass`` (the
 yardstick: the interpreter's own start-up on this machine, now) and every command measured:
-``podcache pods``, ``ps``, ``which IP`` (the newest pod's IP: one step of status calls) and
-``which IP (oldest)`` (the oldest pod's: every pod's status asked), ``version`` (these ask the
+``podcache pods``, ``ps``, ``which IP`` (the newest pod's IP: found in the first step of
+status calls) and ``which IP (oldest)`` (the oldest pod's: every pod's status asked; both ask
+up to 100 ahead, before click is imported: ``cli.early``), ``version`` (these ask the
 runtime) and ``--help``, their standard output a pipe that is read and thrown away (as
 a script or ``| grep`` reads it; in a terminal ``pods`` and ``ps`` also fit the table to its width).
 Each figure is a whole process's wall time, reported as min / median / max over the rounds,
