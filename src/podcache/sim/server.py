@@ -799,6 +799,9 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         if one is not None:
             sandboxes = self._population.pod_records(one)[0]
             return _Answer(_listed(sandboxes, self._entries(sandboxes), "", **_rest(f)))
+        exact = self._by_exact_id(f.id, self._population.sandbox)
+        if exact is not None:
+            return _Answer(_listed(exact, self._entries(exact), "", **_rest(f)))
         view = self.view()
         return _memoized(view, "ListPodSandbox", f, view.list_sandboxes)
 
@@ -820,8 +823,23 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         if one is not None:
             containers = self._population.pod_records(one)[1]
             return _Answer(_listed(containers, self._entries(containers), "", **_rest(f)))
+        exact = self._by_exact_id(f.id, self._population.container)
+        if exact is not None and not f.pod_sandbox_id:
+            return _Answer(_listed(exact, self._entries(exact), "", **_rest(f)))
         view = self.view()
         return _memoized(view, "ListContainers", f, view.list_containers)
+
+    def _by_exact_id(
+        self, wanted: str, lookup: Callable[[str], _Item | None]
+    ) -> tuple[_Item, ...] | None:
+        """The records an ``id`` filter of an ID's full length names (none or one), looked up
+        in the population as containerd looks an ID up: O(1), never a view of the node (an
+        agent asking for a new pod by ID would have one built per creation). None (the view
+        answers) for a prefix, or while items are made malformed."""
+        if self._faults.malformed or len(wanted) < _ID_LENGTH:
+            return None
+        record = lookup(wanted)
+        return () if record is None else (record,)
 
     def _one_pod(self, f: pb.PodSandboxFilter | pb.ContainerFilter, ids: str) -> str | None:
         """The pod UID a filter names by its label alone (a relist of one pod, the kubelet's

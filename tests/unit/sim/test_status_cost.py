@@ -124,3 +124,45 @@ def test_a_status_answer_is_encoded_once_per_records_and_says_what_a_message_wou
     sim._faults.bad_ips = ("999.1.1.1",)
     bad = status(sim, sandbox.id)
     assert bad.status.network.ip == "999.1.1.1"
+
+
+def _listed_by_id(sim: SimServicer, method: str, f: Any) -> list[bytes]:
+    """The entries ``method`` answers for filter ``f``, through the servicer's own path."""
+    return sim._sandboxes(f).entries if method == "sandboxes" else sim._containers(f).entries
+
+
+def test_a_list_filtered_by_a_full_id_answers_as_the_view_does_without_a_walk(
+    servicer: tuple[SimServicer, CountingPopulation],
+) -> None:
+    """An ``id`` filter of full length (an agent asking for a new pod by ID) is looked up in
+    the population, O(1), as containerd looks an ID up; with a state or label filter, or for
+    an unknown ID, its answer is the view's (the reference)."""
+    sim, population = servicer
+    for _ in range(20):
+        population.step()
+    population.crash_container(population.pod_uids()[3])
+    snapshot = population.snapshot()
+    view = sim.view()
+    walks = population.snapshots
+    cases: list[tuple[str, Any]] = []
+    for sandbox in snapshot.sandboxes[:40]:
+        for state in (None, 0, 1):
+            wrapped = None if state is None else pb.PodSandboxStateValue(state=state)
+            cases.append(("sandboxes", pb.PodSandboxFilter(id=sandbox.id, state=wrapped)))
+        cases.append(("sandboxes", pb.PodSandboxFilter(id=sandbox.id, label_selector={"x": "y"})))
+    for container in snapshot.containers[:40]:
+        for state in (None, 1, 2):
+            wrapped = None if state is None else pb.ContainerStateValue(state=state)
+            cases.append(("containers", pb.ContainerFilter(id=container.id, state=wrapped)))
+    cases += [("sandboxes", pb.PodSandboxFilter(id="f" * 64))]
+    cases += [("containers", pb.ContainerFilter(id="f" * 64))]
+    for method, f in cases:
+        expected = view.list_sandboxes(f) if method == "sandboxes" else view.list_containers(f)
+        assert _listed_by_id(sim, method, f) == expected, f
+    assert population.snapshots == walks
+    population.step()  # a new generation: the view would be rebuilt for a filter it answers
+    sandbox_id = population.snapshot().sandboxes[-1].id
+    walks = population.snapshots
+    (entry,) = _listed_by_id(sim, "sandboxes", pb.PodSandboxFilter(id=sandbox_id))
+    assert pb.ListPodSandboxResponse.FromString(entry).items[0].id == sandbox_id
+    assert population.snapshots == walks
