@@ -15,12 +15,9 @@ Four measurements, issue 31's targets (docs/architecture.md §10):
   socket and straight at the runtime; medians side by side. Target: proxied <= direct.
 - **Freshness.** A simulator (1,000 pods) in a process of its own, under ``serve
   --cri-listen`` with events: a pod is created (a command over a pipe), and the socket's
-  ``ListPodSandbox`` is polled until it lists it; the time from the command to that answer.
-  Two ways of asking, creations alternating: by its sandbox ID (``by_id``: an ID the
-  snapshot lacks is asked of the runtime, docs/architecture.md §10 rule 3), and by its pod
-  UID label (``by_uid``: the snapshot alone, so the event, the relist of the pod and the
-  publish). An agent reads the socket 5 times a second meanwhile (as on a node: the cache is
-  read within its period). Target: median within 10 ms.
+  ``ListPodSandbox`` filtered by its sandbox ID is polled until it lists it; the time from
+  the command to that answer. An agent reads the socket 5 times a second meanwhile (as on a
+  node: the cache is read within its period). Target: median within 10 ms.
 - **Fan-out.** An in-process simulator (1,000 pods): 4 subscribers read
   ``GetContainerEvents`` through the socket while a fifth never reads; 1,000 events are made.
   Target: each of the 4 gets all, in order; the runtime has exactly one subscriber throughout.
@@ -58,7 +55,6 @@ RATE = 10.0
 _SIM = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 _RUNTIME = "/runtime.v1.RuntimeService/"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
-_UID = "io.kubernetes.pod.uid"
 
 
 def _raw(channel: grpc.Channel, method: str) -> Any:
@@ -234,15 +230,15 @@ def upstream_load(seconds: float, samples: int) -> dict[str, Any]:
     return {"phases": phases, "latency_ms": latency}
 
 
-def _poll_until_listed(channel: grpc.Channel, wanted: pb.PodSandboxFilter, began: float) -> float:
-    """Seconds from ``began`` until the socket's ListPodSandbox filtered by ``wanted`` lists
-    something (polled every 0.5 ms: the poll must not take the CPU the relist needs)."""
-    request = pb.ListPodSandboxRequest(filter=wanted)
+def _poll_until_listed(channel: grpc.Channel, sandbox_id: str, began: float) -> float:
+    """Seconds from ``began`` until the socket's ListPodSandbox filtered by ``sandbox_id``
+    lists it (polled every 0.5 ms: the poll must not take the CPU the relist needs)."""
+    request = pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=sandbox_id))
     data = request.SerializeToString()
     lister = _raw(channel, "ListPodSandbox")
     while not lister(data, timeout=10):
         if time.perf_counter() - began > 30:
-            raise RuntimeError(f"no sandbox of {wanted} was ever listed through the socket")
+            raise RuntimeError(f"sandbox {sandbox_id} never listed through the socket")
         time.sleep(0.0005)
     return time.perf_counter() - began
 
@@ -287,10 +283,9 @@ def _sim_child(pods: int, conn: Any) -> None:
                 conn.send(None)
 
 
-def freshness(creations: int) -> dict[str, list[float]]:
+def freshness(creations: int) -> list[float]:
     """Milliseconds from a pod's creation on the runtime (in its own process) to its
-    sandbox in the socket's ListPodSandbox, asked by sandbox ID and by pod UID label
-    (alternately: ``creations`` of each)."""
+    sandbox in the socket's ListPodSandbox."""
     parent, child = multiprocessing.Pipe()
     process = multiprocessing.get_context("fork").Process(target=_sim_child, args=(PODS, child))
     process.start()
@@ -303,19 +298,15 @@ def freshness(creations: int) -> dict[str, list[float]]:
         ):
             time.sleep(2.0)  # the event subscription is open
             reading = _Agent(channel)  # an agent on the node: the socket is read all along
-            delays: dict[str, list[float]] = {"by_id": [], "by_uid": []}
-            for index in range(2 * creations):
+            delays = []
+            for _ in range(creations):
                 # Apart: each creation alone, after the relist budget of the last removal
                 # (docs/architecture.md §7 rule 7: relists take at most a tenth of the time).
                 time.sleep(1.0)
                 began = time.perf_counter()
                 parent.send(("create",))
                 uid, sandbox_id = parent.recv()
-                if index % 2 == 0:
-                    way, wanted = "by_id", pb.PodSandboxFilter(id=sandbox_id)
-                else:
-                    way, wanted = "by_uid", pb.PodSandboxFilter(label_selector={_UID: uid})
-                delays[way].append(_poll_until_listed(channel, wanted, began) * 1000)
+                delays.append(_poll_until_listed(channel, sandbox_id, began) * 1000)
                 parent.send(("remove", uid))
                 parent.recv()
             reading.stop()
@@ -419,8 +410,7 @@ def main() -> None:
     print(f"runtime CPU direct/proxied: {cpu_ratio:.1f}x (target >= 10)")
     for name, values in load["latency_ms"].items():
         print(f"ListContainers {name:8} ms min/median/max: {_spread(values)}")
-    for way, values in delays.items():
-        print(f"freshness {way:6} ms min/median/max: {_spread(values)} (target median <= 10)")
+    print(f"freshness ms min/median/max: {_spread(delays)} (target median <= 10)")
     print(f"fan-out: {spread}")
     print(f"load average at the end: {os.getloadavg()}")
 

@@ -245,43 +245,6 @@ def test_a_change_on_the_runtime_shows_through_the_socket_after_its_event(
         assert proxy.listed(method, request_type()) == direct.listed(method, request_type())
 
 
-def _filtered_lists(sim: SimRuntime) -> int:
-    counts = sim.call_counts()
-    return sum(counts[m]["filtered"]["calls"] for m in ("ListPodSandbox", "ListContainers"))
-
-
-def test_an_id_the_snapshot_lacks_is_asked_of_the_runtime(
-    proxy: Socket, direct: Socket, sim: SimRuntime
-) -> None:
-    """A miss (rule 3): an ``id`` or ``pod_sandbox_id`` that no item of the snapshot has, in
-    full or as a prefix, is the runtime's answer, one filtered call each; an ID the snapshot
-    holds costs the runtime nothing. A pod made on the runtime is listed by its sandbox ID as
-    soon as the runtime has it (its event's relist may not have landed: then it is a miss)."""
-    known = pb.PodSandboxFilter(id=sim.population.snapshot().sandboxes[0].id)
-    before = _filtered_lists(sim)
-    proxy.listed("ListPodSandbox", pb.ListPodSandboxRequest(filter=known))
-    assert _filtered_lists(sim) == before
-    for method, request in (
-        ("ListPodSandbox", pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id="f00d"))),
-        ("ListContainers", pb.ListContainersRequest(filter=pb.ContainerFilter(id="f00d"))),
-        (
-            "ListContainers",
-            pb.ListContainersRequest(filter=pb.ContainerFilter(pod_sandbox_id="f00d")),
-        ),
-    ):
-        before = _filtered_lists(sim)
-        assert proxy.listed(method, request) == direct.listed(method, request)
-        assert _filtered_lists(sim) == before + 2  # the proxy's call and the direct one
-    for _ in range(3):
-        _, made = sim.population.create_pod()
-        sandbox_id = next(
-            e.container_id for e in made if e.sandbox and e.container_id == e.sandbox.id
-        )
-        request = pb.ListPodSandboxRequest(filter=pb.PodSandboxFilter(id=sandbox_id))
-        (item,) = proxy.listed("ListPodSandbox", request)
-        assert pb.PodSandbox.FromString(item).id == sandbox_id
-
-
 # -- docs/architecture.md §10 rule 4: forwarded --------------------------------------------------
 def test_status_calls_are_the_runtimes_own_answers(
     proxy: Socket, direct: Socket, sim: SimRuntime

@@ -21,14 +21,8 @@ matches). Items are found in the pod the snapshot groups them in:
 sandboxes by their metadata UID, containers by their pod UID label (the kubelet's grouping),
 which is the pod their sandbox belongs to on every runtime the kubelet drives.
 
-``None`` instead of bytes: the caller forwards the request to the runtime, whose answer is
-the answer. Either a selected item's bytes are not in the store (``wireitems`` rule 4), or a
-filter's ``id`` (or a container filter's ``pod_sandbox_id``) names an ID no item of the
-snapshot has, in full or as a prefix: a miss. The item may be newer than the snapshot (an
-agent that saw an event asks for it by ID before the cache's relist lands), and the runtime
-answers an ID filter at the cost of that ID. Found by one look-up in the sorted IDs, O(log n).
-An ID the snapshot holds as the other kind of item, or a prefix of several, is no miss: the
-snapshot answers (empty, as containerd's would). Deliberately not here: freshness (the
+``None`` instead of bytes: a selected item's bytes are not in the store (``wireitems`` rule
+4); the caller forwards the request to the runtime. Deliberately not here: freshness (the
 cache's) and gRPC (``server``).
 """
 
@@ -131,16 +125,8 @@ def _selected(  # noqa: PLR0917 -- one filter's parts, each named at every call
     return b"".join(parts)
 
 
-def _missed(pods: PodList, *wanted: str) -> bool:
-    """Whether a filter names an ID that no item of the snapshot has, in full or as a prefix
-    (a miss: see above)."""
-    return any(ident and not ids_with_prefix(pods, ident) for ident in wanted)
-
-
 def sandboxes_answer(pods: PodList, items: WireItems, f: pb.PodSandboxFilter) -> bytes | None:
     """The ListPodSandboxResponse bytes for filter ``f`` (None: forward it, see above)."""
-    if _missed(pods, f.id):
-        return None
     selector = dict(f.label_selector)
     state = int(f.state.state) if f.HasField("state") else None
     return _selected(items, SANDBOX, _candidates(pods, SANDBOX, f.id, selector), state, selector)
@@ -148,8 +134,6 @@ def sandboxes_answer(pods: PodList, items: WireItems, f: pb.PodSandboxFilter) ->
 
 def containers_answer(pods: PodList, items: WireItems, f: pb.ContainerFilter) -> bytes | None:
     """The ListContainersResponse bytes for filter ``f`` (None: forward it, see above)."""
-    if _missed(pods, f.id, f.pod_sandbox_id):
-        return None
     selector = dict(f.label_selector)
     state = int(f.state.state) if f.HasField("state") else None
     sandbox_id = ""
