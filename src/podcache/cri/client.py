@@ -73,6 +73,7 @@ from podcache.cri.channels import (
 from podcache.cri.convert import Listing, Memo, read_containers, read_sandboxes
 from podcache.cri.converter import (
     _READERS,
+    INLINE_POD_BYTES,
     READ_PIECE_BYTES,
     _converted,
     _Converter,
@@ -510,8 +511,10 @@ class AsyncCRIRuntime(_Base):
         return await self._with_ips(pods, listing, full=True)
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
-        """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made and read
-        off the event loop as ``get_pods``' are.
+        """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made off the
+        event loop as ``get_pods``' are, and read on it when their answers are small
+        (``INLINE_POD_BYTES``: the thread hops would cost more than the reading), else in the
+        pod converter's thread.
 
         Relists of one pod asked before its calls begin share them (``_PodFetch``): serve's
         two views relist a pod on the same event, and one pair of calls listing every item of
@@ -527,9 +530,13 @@ class AsyncCRIRuntime(_Base):
         answers = await asyncio.shield(fetch.answers)
         listing = self._networks.begin(full=False, pod=uid)
         converter = self._pod_converter
-        pods = await converter.run(
-            _read_both, converter, runtime_name, *answers.data, listing, not all and answers.all
-        )
+        data, running_only = answers.data, not all and answers.all
+        if len(data[0]) + len(data[1]) <= INLINE_POD_BYTES:  # a pod's few items: on the loop
+            pods = _read_both(converter, runtime_name, *data, listing, running_only)
+        else:
+            pods = await converter.run(
+                _read_both, converter, runtime_name, *data, listing, running_only
+            )
         return (await self._with_ips(pods, listing, full=False)).by_uid(uid)
 
     async def _fetch_pod(self, fetch: _PodFetch) -> _PodAnswers:

@@ -35,7 +35,7 @@ from podcache.errors import (
 )
 from podcache.model import PodList
 
-__all__ = ["READ_PIECE_BYTES"]
+__all__ = ["INLINE_POD_BYTES", "READ_PIECE_BYTES"]
 
 
 _R = TypeVar("_R")
@@ -46,6 +46,12 @@ Keeper = Callable[[str, bytes, Sequence[Any]], None]
 
 READ_PIECE_BYTES = 128 * 1024
 """Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
+
+INLINE_POD_BYTES = 16 * 1024
+"""The most bytes of one pod's two answers that ``AsyncCRIRuntime.get_pod`` converts on the
+event loop (about 0.05 ms, a pod of a dozen items); larger ones go to the pod converter's
+thread. Below it, the two thread hops a relist would cost (each a wait for the GIL and the
+loop's wake-up: 0.3-1 ms on a busy 2-core node) are the larger part of a relist's time."""
 
 
 _READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
