@@ -93,3 +93,34 @@ def test_relists_of_one_pod_asked_in_one_turn_share_one_pair_of_calls(sim: SimRu
 
     with sim.pause_churn():
         asyncio.run(check())
+
+
+@pytest.mark.parametrize("inline_bytes", [16 * 1024, 0], ids=["on-the-loop", "in-the-thread"])
+def test_a_pod_is_read_on_the_loop_or_in_its_thread_by_its_size_alike(
+    sim: SimRuntime, inline_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One pod's answers of at most ``INLINE_POD_BYTES`` are read on the event loop, larger
+    ones in the pod converter's thread; either way the pod is its full listing's."""
+    from podcache.cri import client
+
+    monkeypatch.setattr(client, "INLINE_POD_BYTES", inline_bytes)
+
+    async def check() -> tuple[int, int]:
+        async with AsyncCRIRuntime(sim.endpoint) as runtime:
+            ran = 0
+            run = runtime._pod_converter.run
+
+            def counted(*args: object) -> object:
+                nonlocal ran
+                ran += 1
+                return run(*args)  # type: ignore[arg-type]
+
+            runtime._pod_converter.run = counted  # type: ignore[method-assign,assignment]
+            full = await runtime.get_pods(True)
+            for pod in full:
+                assert await runtime.get_pod(pod.id, True) == pod
+            return ran, len(full)
+
+    with sim.pause_churn():
+        ran, pods = asyncio.run(check())
+    assert ran == (0 if inline_bytes else pods)
