@@ -145,15 +145,18 @@ def test_a_list_filtered_by_a_full_id_answers_as_the_view_does_without_a_walk(
     view = sim.view()
     walks = population.snapshots
     cases: list[tuple[str, Any]] = []
+    sandbox_states = [None, pb.PodSandboxStateValue(state=pb.SANDBOX_READY)]
+    sandbox_states.append(pb.PodSandboxStateValue(state=pb.SANDBOX_NOTREADY))
     for sandbox in snapshot.sandboxes[:40]:
-        for state in (None, 0, 1):
-            wrapped = None if state is None else pb.PodSandboxStateValue(state=state)
-            cases.append(("sandboxes", pb.PodSandboxFilter(id=sandbox.id, state=wrapped)))
+        for sandbox_state in sandbox_states:
+            cases.append(("sandboxes", pb.PodSandboxFilter(id=sandbox.id, state=sandbox_state)))
         cases.append(("sandboxes", pb.PodSandboxFilter(id=sandbox.id, label_selector={"x": "y"})))
+    container_states = [None, pb.ContainerStateValue(state=pb.CONTAINER_RUNNING)]
+    container_states.append(pb.ContainerStateValue(state=pb.CONTAINER_EXITED))
     for container in snapshot.containers[:40]:
-        for state in (None, 1, 2):
-            wrapped = None if state is None else pb.ContainerStateValue(state=state)
-            cases.append(("containers", pb.ContainerFilter(id=container.id, state=wrapped)))
+        for container_state in container_states:
+            f = pb.ContainerFilter(id=container.id, state=container_state)
+            cases.append(("containers", f))
     cases += [("sandboxes", pb.PodSandboxFilter(id="f" * 64))]
     cases += [("containers", pb.ContainerFilter(id="f" * 64))]
     for method, f in cases:
