@@ -39,6 +39,12 @@ records) and no model or conversion: a listing imports those after its requests 
 while the runtime answers; ``version`` imports ``values`` once its answer came, and never the
 model. What the CLI imports before it (``cri.endpoint``, ``ipaddr``) imports no msgspec either.
 
+Begun early (``OneShotRuntime.begin``, for the CLI's ``cli.early``): the listing is sent
+before the caller's other start-up work, and once it answered (within ``EARLY_WAIT``) the
+statuses ``get_pods`` will most likely want are asked ahead, at most ``BATCH``, all at once;
+``get_pods(False)`` then reads them as it needs them (a frame is taken whole or not at all by
+the bounded wait, ``_Connection.wait_answers``) and calls the rest once all those ended.
+
 Deliberately not here: the long-lived getters and their connection discipline (``client``,
 ``http2``: event streams, pools, relists of one pod, reconnect backoff).
 """
@@ -771,7 +777,7 @@ def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
         from podcache.cri import _wire
     except ImportError:
         return None
-    sandboxes = list(lists.streams.values())[1]
+    sandboxes = next(call for call in lists.streams.values() if call.method == "ListPodSandbox")
     if sandboxes.status != 0:
         return None
     newest: dict[str, tuple[int, str]] = {}
