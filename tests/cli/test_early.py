@@ -167,6 +167,7 @@ _WATCHED = (
     "    print(json.dumps([methods, 'click' in sys.modules]), file=sys.stderr, flush=True)\n"
     "    return send(self, requests)\n"
     "oneshot._Connection.send = watched\n"
+    "oneshot.EARLY_WAIT = 60.0  # the listing is waited for however busy the machine is\n"
     "from podcache.cli import main\n"
     "main()\n"
 )
