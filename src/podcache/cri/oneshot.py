@@ -115,6 +115,7 @@ _SETTING_MAX_HEADER_LIST = 0x6
 _DEFAULT_WINDOW = 65_535
 _FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits: 8 + 16), type, flags, stream
 _CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
+_SANDBOX_READY = 0  # PodSandboxState.SANDBOX_READY
 
 
 class _UnexpectedAnswerError(Exception):
@@ -782,7 +783,7 @@ def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
         return None
     newest: dict[str, tuple[int, str]] = {}
     for row in _wire.sandboxes(_message(sandboxes)):
-        if row.state == 0 and (row.created_at, row.id) > newest.get(row.uid, (-1, "")):
+        if row.state == _SANDBOX_READY and (row.created_at, row.id) > newest.get(row.uid, (-1, "")):
             newest[row.uid] = (row.created_at, row.id)
     chosen = [sid for _, sid in sorted(newest.values(), reverse=True)]
     chosen = chosen[: connection.max_streams]
