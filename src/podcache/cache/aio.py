@@ -287,12 +287,15 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     async def close(self) -> None:
         """End the event subscription and wait for it, then for refreshes still running or
-        waiting for their time (rate limit). Idempotent; the cache still serves readers
-        afterwards, by its period. Also stops the watch refresher."""
+        waiting for their time (rate limit) that a reader asked for; one only events asked
+        for is dropped (``FreshnessCore.events_closed``). Idempotent; the cache still serves
+        readers afterwards, by its period. Also stops the watch refresher."""
         self._closed = True
         if self._subscription is not None:
             self._subscription.on(Signal.CLOSE)
-            self._core.events_closed()
+            dropped = self._core.events_closed()
+            if dropped is not None:
+                dropped.signal.set_result(None)  # nobody waits for it (core)
         if self._wake is not None:
             self._wake.set()
         await self._close_stream(self._stream)

@@ -527,10 +527,19 @@ class FreshnessCore(Generic[S]):
         budget with a slot free and no timer is armed for that time; else None."""
         return self.pod_relists.arm(now)
 
-    def events_closed(self) -> None:
+    def events_closed(self) -> Refresh[S] | None:
         """The event subscription was closed: the relists not begun are forgotten (hints, left
-        to the period as every change after the close is)."""
+        to the period as every change after the close is), and so is a queued refresh that
+        only hints asked for (no reader waits for it; it would wait for the event budget, ten
+        times the last listing: half a minute after a cold start at 5,000 pods). That refresh
+        is returned: the driver releases its signal."""
         self.pod_relists.forget_pending()
+        queued = self.queued
+        if queued is None or queued.forced or queued.routine:
+            return None
+        self.queued = None
+        self.timer_at = NEVER
+        return queued
 
     def pod_fire(self, now: float) -> tuple[list[PodRelist], float | None]:
         """The driver's relist timer ended at ``now``: ``(relists to start, seconds to arm

@@ -395,7 +395,9 @@ class RuntimeCache(CoreReadings[threading.Event]):
             stream = self._stream
             if self._subscription is not None:
                 self._subscription.on(Signal.CLOSE)
-                self._core.events_closed()
+                dropped = self._core.events_closed()
+                if dropped is not None:
+                    dropped.signal.set()  # nobody waits for it (core)
             self._refresher.stop()  # open watches go on, refreshed by readers only
         if stream is not None:
             stream.close()

@@ -200,3 +200,61 @@ async def test_a_flood_of_events_waits_for_the_budget_in_asyncio() -> None:
         clock.advance(EVENT_BUDGET * 0.01)
         while cache.stats().refreshes < 2:
             await asyncio.sleep(0.002)
+
+
+# -- close: a refresh only events asked for is dropped, not waited for ---------------------------
+
+
+def test_closing_the_events_drops_a_queued_refresh_only_hints_asked_for() -> None:
+    core = _filled(1.0)
+    core.hint(2.0)
+    queued = core.queued
+    assert queued is not None
+    assert core.events_closed() is queued  # returned, for the driver to release its signal
+    assert core.queued is None and core.arm(3.0) is None
+    assert core.fire(1.0 + EVENT_BUDGET) == (None, None)  # a timer left armed finds nothing
+
+
+def test_closing_the_events_keeps_a_queued_refresh_a_reader_waits_for() -> None:
+    core = _filled(1.0)
+    _, first, _ = core.plan(61.5)  # a reader's refresh in flight...
+    assert first is not None
+    core.hint(62.0)  # ...a hint queues one behind it...
+    assert core.queued is not None
+    core.plan(200.0)  # ...which a reader then needs as well
+    assert core.queued is not None and (core.queued.routine or core.queued.forced)
+    assert core.events_closed() is None
+    assert core.queued is not None
+
+
+def test_close_drops_the_budgeted_refresh_in_threads() -> None:
+    clock = FakeClock()
+    fake = _timed_runtime(clock, 0.01)
+    cache = subscribed_cache(fake, clock=clock)
+    cache.get_pods()
+    _settle(lambda: cache.stats().refreshes == 1)
+    fake.emit(EVENT)
+    eventually(lambda: cache.stats().events_received == 1)
+    _settle(lambda: True)
+    cache.close()
+    clock.advance(EVENT_BUDGET * 0.01)  # its time would have come: nothing runs
+    _settle(lambda: True)
+    assert cache.stats().refreshes == 1
+
+
+async def test_close_drops_the_budgeted_refresh_in_asyncio() -> None:
+    """``close()`` returns while the budget still holds the hinted refresh back (the fake
+    clock never reaches its time: waiting for it would never end); it never runs."""
+    clock = FakeClock()
+    fake = _timed_runtime(clock, 0.01)
+    cache = AsyncRuntimeCache(fake, 60.0, clock=clock, events=True)
+    assert await asyncio.to_thread(fake.wait_for_subscriptions, 1)
+    await cache.get_pods()
+    await asyncio.sleep(0.05)
+    fake.emit(EVENT)
+    while cache.stats().events_received < 1:
+        await asyncio.sleep(0.002)
+    await asyncio.sleep(0.05)
+    assert cache.stats().refreshes == 1
+    await asyncio.wait_for(cache.close(), 60)  # a safety net: without the drop, it never ends
+    assert cache.stats().refreshes == 1
