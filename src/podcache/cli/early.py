@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from podcache.cri.oneshot import OneShotRuntime
 
-__all__ = ["EarlyRead", "begin", "claim", "read_form"]
+__all__ = ["PID_MAX", "EarlyRead", "begin", "claim", "read_form", "which_argument"]
 
+PID_MAX = 4_194_304  # podcache.procs.PID_MAX, repeated so that start-up imports nothing more
 _ENDPOINT_FLAGS = ("-r", "--runtime-endpoint")
 _INITIAL_TIMEOUT = 2.0
 """Seconds per call until ``claim`` sets the command's own (``options.DEFAULT_TIMEOUT``'s
@@ -76,17 +77,25 @@ def read_form(argv: Sequence[str]) -> EarlyRead | None:
     return EarlyRead(given[0] if given else None, frozenset(ip for ip in ips if ip))
 
 
-def _ip(token: str) -> str | None:
-    """The canonical text of an IP argument; None for a PID or anything else."""
+def which_argument(text: str) -> int | str | None:
+    """A ``which`` argument, as its click type (``which._PIDOrIP``) reads it: a PID (ASCII
+    digits, 1 to ``PID_MAX``), an IP address in ``ipaddr.normalise_ip``'s canonical text, or
+    None for anything else. ``text`` is stripped first."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        return int(text) if 1 <= int(text) <= PID_MAX else None
     from podcache.ipaddr import normalise_ip
 
-    text = token.strip()
-    if not text or (text.isascii() and text.isdigit()):
-        return None
     try:
         return normalise_ip(text)
     except ValueError:
         return None
+
+
+def _ip(token: str) -> str | None:
+    """The canonical text of an IP argument; None for a PID or anything else."""
+    value = which_argument(token)
+    return value if isinstance(value, str) else None
 
 
 def begin(argv: Sequence[str]) -> None:

@@ -12,11 +12,11 @@ from typing import Any, NamedTuple
 
 import click
 
+from podcache.cli.early import PID_MAX, which_argument
 from podcache.cli.options import OutputOptions, RuntimeSettings, output_options, runtime_options
 
 __all__ = ["ONE_SHOT_PERIOD", "which_command"]
 
-PID_MAX = 4_194_304  # podcache.procs.PID_MAX, repeated so that --help imports nothing more
 ONE_SHOT_PERIOD = 3600.0
 """The command's cache period: one listing serves every PID (a PID newer than it refreshes)."""
 
@@ -35,20 +35,10 @@ class _PIDOrIP(click.ParamType[int | str, Any]):
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int | str:
-        if isinstance(value, int) and not isinstance(value, bool):
-            text = str(value)
-        else:
-            text = str(value).strip()
-        if text.isascii() and text.isdigit():
-            if 1 <= int(text) <= PID_MAX:
-                return int(text)
-        else:
-            from podcache.ipaddr import normalise_ip
-
-            try:
-                return normalise_ip(text)
-            except ValueError:
-                pass
+        text = str(value).strip()
+        argument = which_argument(text)
+        if argument is not None:
+            return argument
         self.fail(
             f"{text[:40]!r} is not a PID or an IP address: which takes process IDs, whole "
             f"numbers from 1 to {PID_MAX:,} (as ps shows them; e.g. podcache which "
