@@ -810,23 +810,26 @@ class _Asking:
 
         fetched = {}
         called = []
+
+        def learn(sandbox_id: str, answer: _Call) -> None:
+            if answer.status == 0:
+                fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(answer)))
+
         for sandbox_id in wanted:
             asked = self._asked_ahead(sandbox_id)
             if asked is None:
                 called.append(sandbox_id)
-            elif asked.status == 0:
-                fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(asked)))
-
-        def learn(answer: _Call) -> None:  # as each ends, while the runtime answers the others
-            if answer.status == 0:
-                sandbox_id = called[answer.index]
-                fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(answer)))
-
+            else:
+                learn(sandbox_id, asked)
         if called:
             if self._ahead is not None:
                 self._connection.answers(self._ahead.batch)
             requests = [("PodSandboxStatus", status_request(s)) for s in called]
-            self._connection.calls(requests, window=STATUSES_IN_FLIGHT, ended=learn)
+            self._connection.calls(
+                requests,
+                window=STATUSES_IN_FLIGHT,
+                ended=lambda answer: learn(called[answer.index], answer),  # as each ends
+            )
         return fetched
 
     def _asked_ahead(self, sandbox_id: str) -> _Call | None:
