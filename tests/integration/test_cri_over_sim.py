@@ -7,10 +7,8 @@ project's total order. It deliberately shares no code with ``podcache.cri.conver
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -44,6 +42,7 @@ from podcache.sim import (
     SimSandboxState,
     malformed_uid,
 )
+from tests.unit.cri.servers import raw_peer
 
 RUNTIME = "podcache-sim"
 TIMEOUT = 2.0
@@ -327,37 +326,17 @@ def test_an_endpoint_with_no_socket_is_unreachable(tmp_path: Path) -> None:
 
 
 def test_a_socket_that_does_not_speak_grpc_is_a_protocol_error(tmp_path: Path) -> None:
-    path = str(tmp_path / "http.sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen()
-    done = threading.Event()
+    def answer_http(conn: socket.socket) -> None:
+        # Like an HTTP/1 server: read the request (gRPC's preface), answer, hang up.
+        conn.settimeout(1.0)
+        conn.recv(4096)
+        conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        conn.shutdown(socket.SHUT_WR)
+        while conn.recv(4096):
+            pass
 
-    def answer_http() -> None:
-        listener.settimeout(0.1)
-        while not done.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                # Like an HTTP/1 server: read the request (gRPC's preface), answer, hang up.
-                conn.settimeout(1.0)
-                with contextlib.suppress(OSError):
-                    conn.recv(4096)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-                    conn.shutdown(socket.SHUT_WR)
-                    while conn.recv(4096):
-                        pass
-
-    server = threading.Thread(target=answer_http, daemon=True)
-    server.start()
-    try:
-        error = fails_in_time(f"unix://{path}")
-    finally:
-        done.set()
-        server.join()
-        listener.close()
+    with raw_peer(str(tmp_path / "http.sock"), answer_http) as endpoint:
+        error = fails_in_time(endpoint)
     assert isinstance(error, RuntimeProtocolError)
 
 

@@ -17,9 +17,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -180,6 +180,36 @@ def http1_server(path: str) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@contextmanager
+def raw_peer(path: str, talk: Callable[[socket.socket], None]) -> Iterator[str]:
+    """A peer of raw bytes on the unix socket ``path``: each connection accepted (in a thread,
+    until the block ends) is given to ``talk`` (an OSError ends it quietly); yields the
+    endpoint."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, suppress(OSError):
+                talk(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"unix://{path}"
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
 
 
 def refused_socket(path: str) -> str:

@@ -5,7 +5,6 @@ reference's), and no grpcio, protobuf or asyncio imported on the way to a listin
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import subprocess
@@ -34,7 +33,13 @@ from podcache.cri.queries import CRI_VERSION, _list_requests
 from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 from podcache.model import Pod
 from podcache.sim import SimRuntime
-from tests.unit.cri.servers import CannedRuntime, SandboxesOnly, grpc_runtime, refused_socket
+from tests.unit.cri.servers import (
+    CannedRuntime,
+    SandboxesOnly,
+    grpc_runtime,
+    raw_peer,
+    refused_socket,
+)
 
 HEAVY = (
     "grpc",
@@ -201,33 +206,16 @@ def test_an_answer_that_is_not_clean_is_read_again_by_the_reference(
     reference client's error (a podcache error naming the endpoint), never a traceback of
     the one-shot reader."""
     path = f"{tmp_path}/hostile.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(8)
-    stop = threading.Event()
 
-    def serve() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn, contextlib.suppress(OSError):
-                conn.sendall(answer)
-                conn.recv(65536)
+    def talk(conn: socket.socket) -> None:
+        conn.sendall(answer)
+        conn.recv(65536)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        oneshot = OneShotRuntime(f"unix://{path}", timeout=1.0)
+    with raw_peer(path, talk) as endpoint:
+        oneshot = OneShotRuntime(endpoint, timeout=1.0)
         with pytest.raises(CRIError) as caught:
             oneshot.get_pods(False)
         oneshot.close()
-    finally:
-        stop.set()
-        thread.join(5)
-        listener.close()
     assert f"unix://{path}" in str(caught.value)
     assert oneshot.fallbacks == 1
 
@@ -473,32 +461,22 @@ def test_a_wait_that_ends_inside_a_frame_leaves_the_connection_whole(tmp_path: o
     ).SerializeToString()
     message = b"\x00" + len(body).to_bytes(4, "big") + body
     data = len(message).to_bytes(3, "big") + b"\x00\x00\x00\x00\x00\x01" + message
-    path = f"{tmp_path}/half.sock"
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
     waited = threading.Event()
 
-    def serve() -> None:
-        conn, _ = listener.accept()
-        with conn:
-            conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + _ANSWER_HEADERS + data[:12])
-            waited.wait(10)
-            conn.sendall(data[12:] + _TRAILERS)
-            with contextlib.suppress(OSError):
-                conn.recv(65536)
+    def talk(conn: socket.socket) -> None:
+        conn.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" + _ANSWER_HEADERS + data[:12])
+        waited.wait(10)
+        conn.sendall(data[12:] + _TRAILERS)
+        conn.recv(65536)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        connection = oneshot._Connection(resolve_endpoint(f"unix://{path}").endpoint, timeout=5.0)
-        batch = connection.send([("Version", version_request())])
-        assert connection.wait_answers(batch, 0.05) is False
-        waited.set()
-        (answer,) = connection.answers(batch)
-        assert oneshot._message(answer) == body
-        connection.close()
-    finally:
-        waited.set()
-        thread.join(5)
-        listener.close()
+    with raw_peer(f"{tmp_path}/half.sock", talk) as endpoint:
+        try:
+            connection = oneshot._Connection(resolve_endpoint(endpoint).endpoint, timeout=5.0)
+            batch = connection.send([("Version", version_request())])
+            assert connection.wait_answers(batch, 0.05) is False
+            waited.set()
+            (answer,) = connection.answers(batch)
+            assert oneshot._message(answer) == body
+            connection.close()
+        finally:
+            waited.set()
