@@ -582,8 +582,7 @@ class OneShotRuntime:
     ) -> None:
         self._ips = ips
         self._find_ips = find_ips
-        self.arguments = (endpoint, config_path, ips, find_ips)
-        """What it was made with but the timeout: endpoint, config path, ips, find_ips."""
+        self._given_endpoint = endpoint
         resolved = resolve_endpoint(endpoint, config_path=config_path)
         self._endpoint = resolved.endpoint
         self.endpoint_source = resolved.source
@@ -593,6 +592,12 @@ class OneShotRuntime:
         self._fallback: CRIRuntime | None = None
         self.fallbacks = 0
         """Reads made again by ``CRIRuntime`` (after anything but a clean answer)."""
+
+    @property
+    def arguments(self) -> tuple[str | None, str | None, bool, frozenset[str] | None]:
+        """What it was made with but the timeout: endpoint (as given), config path, ips,
+        find_ips."""
+        return (self._given_endpoint, self._config_path, self._ips, self._find_ips)
 
     @property
     def endpoint(self) -> str:
