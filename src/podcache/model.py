@@ -33,6 +33,7 @@ __all__ = [
     "ContainerState",
     "Pod",
     "PodList",
+    "carry_tables",
     "derive",
     "ids_with_prefix",
     "normalise_ip",
@@ -535,13 +536,17 @@ def _held_ips(pod: Pod) -> list[str]:
 
 
 def _swap(
-    table: dict[str, Pod] | None, old: dict[str, Pod], new: dict[str, Pod], keys: int
+    table: dict[str, Pod] | None,
+    old: dict[str, Pod] | None,
+    new: dict[str, Pod] | None,
+    keys: int,
 ) -> dict[str, Pod] | None:
     """``table`` with the keys of ``old`` (which must map to their pod) replaced by ``new``'s
-    (which must be free, or held by the pod replaced); None when either does not hold, or
-    when ``table`` has fewer entries than the ``keys`` it was built from (a key held twice:
-    removing one holder could not reveal the other). None: built again on first use."""
-    if table is None or len(table) != keys:
+    (which must be free, or held by a pod replaced); None when either does not hold, when
+    ``old`` or ``new`` is None (a key claimed by two of the changed pods), or when ``table``
+    has fewer entries than the ``keys`` it was built from (a key held twice: removing one
+    holder could not reveal the other). None: built again on first use."""
+    if table is None or old is None or new is None or len(table) != keys:
         return None
     for key, pod in old.items():
         if table.get(key) is not pod:
@@ -556,8 +561,64 @@ def _swap(
     return table
 
 
-def _keys(pod: Pod | None, key: Callable[[Pod], list[str]]) -> dict[str, Pod]:
-    return {} if pod is None else dict.fromkeys(key(pod), pod)
+def _keys(pods: Sequence[Pod], key: Callable[[Pod], list[str]]) -> dict[str, Pod] | None:
+    """Each key of ``pods`` -> its pod; None when two of them claim one key (which one the
+    table keeps is then the order's: left to a rebuild)."""
+    table: dict[str, Pod] = {}
+    for pod in pods:
+        for each in key(pod):
+            if table.setdefault(each, pod) is not pod:
+                return None
+    return table
+
+
+def _uid(pod: Pod) -> list[str]:
+    return [pod.id]
+
+
+def _full_name(pod: Pod) -> list[str]:
+    return [f"{pod.name}_{pod.namespace}"]
+
+
+SORTED_CARRY = 64
+"""Most IDs a carry moves in the sorted IDs (each an insertion into a list: O(n) pointer moves);
+past it the list is sorted again on first use (O(n log n), in C)."""
+
+
+def _carried(
+    before: PodList, index: _Index, items: tuple[Pod, ...], gone: Sequence[Pod], came: Sequence[Pod]
+) -> _Index:
+    """The tables of ``items``: ``index``'s (``before``'s), with the keys of the pods that
+    left (``gone``) and arrived (``came``) changed. Each table is a copy (C speed, no pod
+    read) or None (built on first use) when it was not built or a change cannot be made
+    exactly (rule of ``_swap``)."""
+    new = _Index(items)
+    pods_before = len(before.pods)
+    new._by_uid = _swap(index._by_uid, _keys(gone, _uid), _keys(came, _uid), pods_before)
+    new._by_full_name = _swap(
+        index._by_full_name, _keys(gone, _full_name), _keys(came, _full_name), pods_before
+    )
+    new._by_id = _swap(index._by_id, _keys(gone, _ids), _keys(came, _ids), index._id_count)
+    new._id_count = index._id_count - _counted(gone, _ids) + _counted(came, _ids)
+    new._by_ip = _swap(
+        index._by_ip, _keys(gone, _held_ips), _keys(came, _held_ips), index._ip_count
+    )
+    new._ip_count = index._ip_count - _counted(gone, _held_ips) + _counted(came, _held_ips)
+    moved_ids = _counted(gone, _ids) + _counted(came, _ids)
+    if new._by_id is not None and index._sorted_ids is not None and moved_ids <= SORTED_CARRY:
+        ids = index._sorted_ids.copy()
+        for pod in gone:
+            for key in _ids(pod):
+                del ids[bisect.bisect_left(ids, key)]
+        for pod in came:
+            for key in _ids(pod):
+                bisect.insort(ids, key)
+        new._sorted_ids = ids
+    return new
+
+
+def _counted(pods: Sequence[Pod], key: Callable[[Pod], list[str]]) -> int:
+    return sum(len(key(pod)) for pod in pods)
 
 
 def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | None) -> PodList:
@@ -566,36 +627,22 @@ def derive(pods: PodList, items: tuple[Pod, ...], was: Pod | None, pod: Pod | No
     each table (C speed, no pod read) instead of a rebuild that reads every pod."""
     derived = PodList(items)
     index = pods._index
-    if index is None:
-        return derived
-    new = _Index(items)
-
-    def uid(each: Pod) -> list[str]:
-        return [each.id]
-
-    def full_name(each: Pod) -> list[str]:
-        return [f"{each.name}_{each.namespace}"]
-
-    count = len(pods.pods)
-    new._by_uid = _swap(index._by_uid, _keys(was, uid), _keys(pod, uid), count)
-    new._by_full_name = _swap(
-        index._by_full_name, _keys(was, full_name), _keys(pod, full_name), count
-    )
-    old_ids, new_ids = _keys(was, _ids), _keys(pod, _ids)
-    new._by_id = _swap(index._by_id, old_ids, new_ids, index._id_count)
-    new._id_count = index._id_count - len(_ids(was) if was else ()) + len(_ids(pod) if pod else ())
-    old_ips, new_ips = _keys(was, _held_ips), _keys(pod, _held_ips)
-    new._by_ip = _swap(index._by_ip, old_ips, new_ips, index._ip_count)
-    new._ip_count = index._ip_count - len(old_ips) + len(new_ips)
-    if new._by_id is not None and index._sorted_ids is not None:
-        ids = index._sorted_ids.copy()
-        for key in _keys(was, _ids):
-            del ids[bisect.bisect_left(ids, key)]
-        for key in _keys(pod, _ids):
-            bisect.insort(ids, key)
-        new._sorted_ids = ids
-    _set(derived, "_index", new)
+    if index is not None:
+        gone, came = [] if was is None else [was], [] if pod is None else [pod]
+        _set(derived, "_index", _carried(pods, index, items, gone, came))
     return derived
+
+
+def carry_tables(before: PodList, after: PodList, gone: Sequence[Pod], came: Sequence[Pod]) -> None:
+    """Give ``after`` (a new snapshot no one has read yet) the tables ``before`` built,
+    changed by the pods that left and arrived between them (``gone``, ``came``: by identity,
+    as ``cache.changes.moved`` finds them), so its first lookup by ID, UID, name or IP reads
+    no pod. A table ``before`` did not build, or one the changes cannot be applied to
+    exactly, is built on first use as before."""
+    index = before._index
+    if index is None or after._index is not None:
+        return
+    _set(after, "_index", _carried(before, index, after.pods, gone, came))
 
 
 def _rebuild(pods: tuple[Pod, ...], revision: int | None) -> PodList:

@@ -47,7 +47,7 @@ from operator import is_not
 import msgspec
 
 from podcache.errors import ResyncRequiredError
-from podcache.model import Pod, PodList, pods_by_uid, with_revision
+from podcache.model import Pod, PodList, carry_tables, pods_by_uid, with_revision
 
 __all__ = [
     "HISTORY",
@@ -298,6 +298,8 @@ class Tracker:
         """The changes, and the state updated, by identity; None (nothing updated) when the
         new snapshot may hold a UID twice."""
         arrivals, departures = moved(() if old is None else old.pods, new.pods)
+        if old is not None:
+            carry_tables(old, new, departures, arrivals)  # its first lookup reads no pod
         state = self.state
         leaving = {pod.id: pod for pod in departures}
         if len(leaving) != len(departures):
