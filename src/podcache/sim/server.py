@@ -44,6 +44,17 @@ from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
 from podcache.sim.counters import CallCounters, is_filtered
+from podcache.sim.encoding import (
+    TIMESTAMP_TAG,
+    StatusEncodings,
+    container_message,
+    container_status_message,
+    entry,
+    event_message,
+    sandbox_message,
+    sandbox_status_message,
+    varint,
+)
 from podcache.sim.faults import (
     LIST_METHODS,
     MAX_EVENT_REPLAY,
@@ -55,11 +66,8 @@ from podcache.sim.population import (
     POD_UID_LABEL,
     Population,
     SimContainer,
-    SimContainerState,
     SimEvent,
-    SimEventType,
     SimSandbox,
-    SimSandboxState,
 )
 
 __all__ = [
@@ -96,171 +104,6 @@ _CUT = object()
 _SERVER_CLOSE = object()
 _SERVER_CLOSED_DETAILS = "container events subscription closed by server"
 """containerd 2.x's UNAVAILABLE details when it closes a subscription itself (1.7 ends it OK)."""
-_SANDBOX_STATES = {
-    SimSandboxState.READY: pb.SANDBOX_READY,
-    SimSandboxState.NOTREADY: pb.SANDBOX_NOTREADY,
-}
-_CONTAINER_STATES = {
-    SimContainerState.CREATED: pb.CONTAINER_CREATED,
-    SimContainerState.RUNNING: pb.CONTAINER_RUNNING,
-    SimContainerState.EXITED: pb.CONTAINER_EXITED,
-    SimContainerState.UNKNOWN: pb.CONTAINER_UNKNOWN,
-}
-_EVENT_TYPES = {
-    SimEventType.CREATED: pb.CONTAINER_CREATED_EVENT,
-    SimEventType.STARTED: pb.CONTAINER_STARTED_EVENT,
-    SimEventType.STOPPED: pb.CONTAINER_STOPPED_EVENT,
-    SimEventType.DELETED: pb.CONTAINER_DELETED_EVENT,
-}
-
-
-# -- records -> protobuf ------------------------------------------------------------------------
-def _sandbox_metadata(sandbox: SimSandbox) -> pb.PodSandboxMetadata | None:
-    if not sandbox.has_metadata:
-        return None
-    return pb.PodSandboxMetadata(
-        name=sandbox.name, uid=sandbox.uid, namespace=sandbox.namespace, attempt=sandbox.attempt
-    )
-
-
-def sandbox_message(sandbox: SimSandbox) -> pb.PodSandbox:
-    """The ``PodSandbox`` a list returns for this record."""
-    return pb.PodSandbox(
-        id=sandbox.id,
-        metadata=_sandbox_metadata(sandbox),
-        state=_SANDBOX_STATES[sandbox.state],
-        created_at=sandbox.created_at,
-        labels=sandbox.labels,
-        annotations=sandbox.annotations,
-        runtime_handler=sandbox.runtime_handler,
-    )
-
-
-def _network_status(sandbox: SimSandbox, bad_ips: Sequence[str]) -> pb.PodSandboxNetworkStatus:
-    """The sandbox's address as containerd reports it ("" on the host network), with the
-    ``bad_ips`` fault's strings: the first as ``ip``, the own address after it."""
-    if not bad_ips:
-        return pb.PodSandboxNetworkStatus(ip=sandbox.ip)
-    rest = [sandbox.ip, *bad_ips[1:]] if sandbox.ip else list(bad_ips[1:])
-    return pb.PodSandboxNetworkStatus(
-        ip=bad_ips[0], additional_ips=[pb.PodIP(ip=text) for text in rest]
-    )
-
-
-def sandbox_status_message(sandbox: SimSandbox, bad_ips: Sequence[str] = ()) -> pb.PodSandboxStatus:
-    """The ``PodSandboxStatus`` of this record (``bad_ips``: see ``Faults.bad_ips``)."""
-    mode = pb.NODE if sandbox.host_network else pb.POD
-    return pb.PodSandboxStatus(
-        id=sandbox.id,
-        metadata=_sandbox_metadata(sandbox),
-        state=_SANDBOX_STATES[sandbox.state],
-        created_at=sandbox.created_at,
-        network=_network_status(sandbox, bad_ips),
-        linux=pb.LinuxPodSandboxStatus(
-            namespaces=pb.Namespace(options=pb.NamespaceOption(network=mode))
-        ),
-        labels=sandbox.labels,
-        annotations=sandbox.annotations,
-        runtime_handler=sandbox.runtime_handler,
-    )
-
-
-def _container_parts(
-    container: SimContainer,
-) -> tuple[pb.ContainerMetadata | None, pb.ImageSpec | None]:
-    metadata = (
-        pb.ContainerMetadata(name=container.name, attempt=container.attempt)
-        if container.has_metadata
-        else None
-    )
-    image = (
-        pb.ImageSpec(image=container.image, runtime_handler=container.image_runtime_handler)
-        if container.has_image
-        else None
-    )
-    return metadata, image
-
-
-def container_message(container: SimContainer) -> pb.Container:
-    """The ``Container`` a list returns for this record."""
-    metadata, image = _container_parts(container)
-    return pb.Container(
-        id=container.id,
-        pod_sandbox_id=container.pod_sandbox_id,
-        metadata=metadata,
-        image=image,
-        image_ref=container.image_ref,
-        state=_CONTAINER_STATES[container.state],
-        created_at=container.created_at,
-        labels=container.labels,
-        annotations=container.annotations,
-        image_id=container.image_id,
-    )
-
-
-def container_status_message(container: SimContainer) -> pb.ContainerStatus:
-    """The ``ContainerStatus`` of this record."""
-    metadata, image = _container_parts(container)
-    return pb.ContainerStatus(
-        id=container.id,
-        metadata=metadata,
-        state=_CONTAINER_STATES[container.state],
-        created_at=container.created_at,
-        started_at=container.started_at,
-        finished_at=container.finished_at,
-        exit_code=container.exit_code,
-        image=image,
-        image_ref=container.image_ref,
-        reason=container.reason,
-        labels=container.labels,
-        annotations=container.annotations,
-        log_path=container.log_path,
-        image_id=container.image_id,
-    )
-
-
-def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerEventResponse:
-    """The ``ContainerEventResponse`` for one population change."""
-    return pb.ContainerEventResponse(
-        container_id=event.container_id,
-        container_event_type=_EVENT_TYPES[event.type],
-        created_at=event.created_at,
-        pod_sandbox_status=(
-            sandbox_status_message(event.sandbox, bad_ips) if event.sandbox is not None else None
-        ),
-        containers_statuses=[container_status_message(c) for c in event.containers],
-    )
-
-
-_TIMESTAMP_TAG = bytes([4 << 3])  # PodSandboxStatusResponse.timestamp: field 4, a varint
-_STATUS_MEMO = 20_000
-"""Records' statuses kept encoded (``SimServicer._record_status``), for PodSandboxStatus
-answers and events."""
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_EVENT_TYPE_TAG = bytes([2 << 3])  # ContainerEventResponse.container_event_type: a varint
-_CREATED_AT_TAG = bytes([3 << 3])  # ContainerEventResponse.created_at: a varint (int64)
-_INT64_MASK = (1 << 64) - 1
-"""A negative int64 is encoded as its 64-bit two's complement (ten bytes)."""
-
-
-def _field(number: int, body: bytes) -> bytes:
-    """``body`` as length-delimited field ``number`` (at most 15: a one-byte tag)."""
-    return bytes([number << 3 | 2]) + _varint(len(body)) + body
-
-
-def _entry(message: Message) -> bytes:
-    """``message`` encoded as field 1 (length-delimited) of its enclosing response."""
-    return _field(1, message.SerializeToString())
 
 
 def _answer_size(response: Message | bytes) -> int:
@@ -296,7 +139,7 @@ def _listed(
     """The encoded entries of the items a CRI list filter selects (id, state, labels, and
     ``keep`` for what only one kind of item has), in order: joined, a list answer's bytes."""
     parts = []
-    for item, entry in zip(items, entries, strict=True):
+    for item, encoded in zip(items, entries, strict=True):
         if wanted_id and item.id != wanted_id:
             continue
         if state is not None and item.state != state:
@@ -305,7 +148,7 @@ def _listed(
             continue
         if keep is not None and not keep(item):
             continue
-        parts.append(entry)
+        parts.append(encoded)
     return parts
 
 
@@ -588,7 +431,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self._view: _View | None = None
         self._view_lock = threading.Lock()
         self._encoded: dict[int, tuple[SimSandbox | SimContainer, bytes]] = {}
-        self._record_statuses: dict[tuple[int, tuple[str, ...]], tuple[object, bytes]] = {}
+        self._statuses = StatusEncodings()
         self._subscribers: set[queue.SimpleQueue[object]] = set()
         self._subscribers_lock = threading.Lock()
         self._recent: collections.deque[SimEvent] = collections.deque(maxlen=MAX_EVENT_REPLAY)
@@ -634,7 +477,7 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                     if isinstance(record, SimSandbox)
                     else container_message(record)
                 )
-                cached = encoded[id(record)] = (record, _entry(message))
+                cached = encoded[id(record)] = (record, entry(message))
             append(cached[1])
         return out
 
@@ -883,50 +726,16 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 f"an error occurred when try to find sandbox {wanted!r}: not found",
             )
         sandbox, containers = found
-        return self._status_body(sandbox, containers) + _TIMESTAMP_TAG + _varint(time.time_ns())
+        return self._status_body(sandbox, containers) + TIMESTAMP_TAG + varint(time.time_ns())
 
     def _status_body(self, sandbox: SimSandbox, containers: Sequence[SimContainer]) -> bytes:
-        """A PodSandboxStatusResponse's status and container statuses, joined from each
-        record's encoding (``_record_status``); the caller appends the timestamp."""
-        bad_ips = self._faults.bad_ips
-        parts = [_field(1, self._record_status(sandbox, bad_ips))]
-        parts += [_field(3, self._record_status(c, bad_ips)) for c in containers]
-        return b"".join(parts)
+        """A PodSandboxStatusResponse's status and container statuses (``StatusEncodings``);
+        the caller appends the timestamp."""
+        return self._statuses.answer_body(sandbox, containers, self._faults.bad_ips)
 
     def _event_bytes(self, event: SimEvent) -> bytes:
-        """``event_message(event, bad_ips)`` encoded (an equal message, as long; map entries
-        in any order), joined from each record's status encoded once (``_record_status``): a
-        creation's dozen events repeat its sandbox's and containers' statuses, and building
-        them as messages took about 30 us an event, a third of what the simulator spends on
-        one."""
-        bad_ips = self._faults.bad_ips
-        parts = [_field(1, event.container_id.encode())] if event.container_id else []
-        if event.type:
-            parts.append(_EVENT_TYPE_TAG + _varint(int(event.type)))
-        if event.created_at:
-            parts.append(_CREATED_AT_TAG + _varint(event.created_at & _INT64_MASK))
-        if event.sandbox is not None:
-            parts.append(_field(4, self._record_status(event.sandbox, bad_ips)))
-        parts += [_field(5, self._record_status(c, bad_ips)) for c in event.containers]
-        return b"".join(parts)
-
-    def _record_status(self, record: SimSandbox | SimContainer, bad_ips: tuple[str, ...]) -> bytes:
-        """A record's PodSandboxStatus or ContainerStatus, encoded once per record and bad IPs
-        (records are immutable); at most ``_STATUS_MEMO`` kept (then it starts over)."""
-        key = (id(record), bad_ips)
-        held = self._record_statuses.get(key)
-        if held is not None and held[0] is record:
-            return held[1]
-        message = (
-            sandbox_status_message(record, bad_ips)
-            if isinstance(record, SimSandbox)
-            else container_status_message(record)
-        )
-        body = message.SerializeToString()
-        if len(self._record_statuses) >= _STATUS_MEMO:
-            self._record_statuses.clear()
-        self._record_statuses[key] = (record, body)
-        return body
+        """``event``'s ContainerEventResponse with this stream's bad IPs (``StatusEncodings``)."""
+        return self._statuses.event(event, self._faults.bad_ips)
 
     def _sandbox_records(self, wanted: str) -> tuple[SimSandbox, Sequence[SimContainer]] | None:
         """The sandbox ``wanted`` names and its containers: from the population when no item
