@@ -12,7 +12,10 @@ Four measurements, issue 31's targets (docs/architecture.md §10):
   the runtime receives at most 1/50 of the direct phases' list calls, and uses at least 10x
   less CPU.
 - **Latency.** One client, ``ListContainers`` (unfiltered, 1,000 pods), alternately through the
-  socket and straight at the runtime; medians side by side. Target: proxied <= direct.
+  socket and straight at the runtime; medians side by side. Target: proxied <= direct. The
+  simulator keeps its answers encoded per generation, so here both sides send kept bytes
+  through the same grpcio machinery; ``bench_crisock_containerd.py`` measures the same loop
+  against containerd, which builds every answer.
 - **Freshness.** A simulator (1,000 pods) in a process of its own, under ``serve
   --cri-listen`` with events: a pod is created (a command over a pipe), and the socket's
   ``ListPodSandbox`` filtered by its sandbox ID tells when it lists it, three ways, one
@@ -66,7 +69,7 @@ _RUNTIME = "/runtime.v1.RuntimeService/"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-def _raw(channel: grpc.Channel, method: str) -> Any:
+def raw(channel: grpc.Channel, method: str) -> Any:
     return channel.unary_unary(
         _RUNTIME + method, request_serializer=lambda b: b, response_deserializer=lambda b: b
     )
@@ -134,7 +137,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 
 def _wait_answering(socket_path: str) -> None:
     with grpc.insecure_channel(f"unix://{socket_path}") as channel:
-        lister = _raw(channel, "ListPodSandbox")
+        lister = raw(channel, "ListPodSandbox")
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -169,7 +172,7 @@ def _list_calls(proc: subprocess.Popen[str], stats_file: str) -> int:
 def _client(target: str, seconds: float, done: list[int]) -> None:
     """One client: a ListPodSandbox and a ListContainers ``RATE`` times a second."""
     with grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", -1)]) as ch:
-        sandboxes, containers = _raw(ch, "ListPodSandbox"), _raw(ch, "ListContainers")
+        sandboxes, containers = raw(ch, "ListPodSandbox"), raw(ch, "ListContainers")
         start = time.monotonic()
         for tick in range(int(seconds * RATE)):
             wait = start + tick / RATE - time.monotonic()
@@ -203,14 +206,14 @@ def _phase(
     }
 
 
-def _latency(proxy: str, direct: str, samples: int) -> dict[str, list[float]]:
+def latency_pairs(proxy: str, direct: str, samples: int) -> dict[str, list[float]]:
     """ListContainers round trips (ms), alternately through the socket and direct."""
     times: dict[str, list[float]] = {"proxied": [], "direct": []}
     with (
         grpc.insecure_channel(proxy, options=[("grpc.max_receive_message_length", -1)]) as p,
         grpc.insecure_channel(direct, options=[("grpc.max_receive_message_length", -1)]) as d,
     ):
-        calls = {"proxied": _raw(p, "ListContainers"), "direct": _raw(d, "ListContainers")}
+        calls = {"proxied": raw(p, "ListContainers"), "direct": raw(d, "ListContainers")}
         for _ in range(5):  # warm both
             for call in calls.values():
                 call(b"", timeout=30)
@@ -235,14 +238,14 @@ def upstream_load(seconds: float, samples: int) -> dict[str, Any]:
             phases: dict[str, list[dict[str, float]]] = {"direct": [], "proxied": []}
             for name, target in (("direct", direct), ("proxied", proxied)) * 2:
                 phases[name].append(_phase(target, sim, stats_file, seconds))
-            latency = _latency(proxied, direct, samples)
+            latency = latency_pairs(proxied, direct, samples)
     return {"phases": phases, "latency_ms": latency}
 
 
 def _poll_until_listed(channel: grpc.Channel, sandbox_id: str, began: float) -> float:
     """Seconds from ``began`` until the socket's ListPodSandbox filtered by ``sandbox_id``
     lists it (polled every 0.5 ms: the poll must not take the CPU the relist needs)."""
-    lister = _raw(channel, "ListPodSandbox")
+    lister = raw(channel, "ListPodSandbox")
     data = _by_sandbox_id(sandbox_id)
     while not lister(data, timeout=10):
         if time.perf_counter() - began > 30:
@@ -261,7 +264,7 @@ def _listed_by(channel: grpc.Channel, sandbox_id: str, began: float, delay: floa
     most 0.3 ms, so never early), that lists it and returns by then. The answer's snapshot was
     read before it returned, so each one counted is a pod listed within ``delay``; an answer
     that lists it late counts as not listed."""
-    lister = _raw(channel, "ListPodSandbox")
+    lister = raw(channel, "ListPodSandbox")
     data = _by_sandbox_id(sandbox_id)
     due = began + delay - _LEAD
     if due - time.perf_counter() > _SPIN:
@@ -305,7 +308,7 @@ class _Agent:
 
     def __init__(self, channel: grpc.Channel) -> None:
         self._stop = threading.Event()
-        self._lister = _raw(channel, "ListPodSandbox")
+        self._lister = raw(channel, "ListPodSandbox")
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
 
