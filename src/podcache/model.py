@@ -598,14 +598,18 @@ def _carried(
     new._by_full_name = _swap(
         index._by_full_name, _keys(gone, _full_name), _keys(came, _full_name), pods_before
     )
+    ids_gone, ids_came = _counted(gone, _ids), _counted(came, _ids)
     new._by_id = _swap(index._by_id, _keys(gone, _ids), _keys(came, _ids), index._id_count)
-    new._id_count = index._id_count - _counted(gone, _ids) + _counted(came, _ids)
+    new._id_count = index._id_count - ids_gone + ids_came
     new._by_ip = _swap(
         index._by_ip, _keys(gone, _held_ips), _keys(came, _held_ips), index._ip_count
     )
     new._ip_count = index._ip_count - _counted(gone, _held_ips) + _counted(came, _held_ips)
-    moved_ids = _counted(gone, _ids) + _counted(came, _ids)
-    if new._by_id is not None and index._sorted_ids is not None and moved_ids <= SORTED_CARRY:
+    if (
+        new._by_id is not None
+        and index._sorted_ids is not None
+        and ids_gone + ids_came <= SORTED_CARRY
+    ):
         ids = index._sorted_ids.copy()
         for pod in gone:
             for key in _ids(pod):

@@ -726,12 +726,8 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 f"an error occurred when try to find sandbox {wanted!r}: not found",
             )
         sandbox, containers = found
-        return self._status_body(sandbox, containers) + TIMESTAMP_TAG + varint(time.time_ns())
-
-    def _status_body(self, sandbox: SimSandbox, containers: Sequence[SimContainer]) -> bytes:
-        """A PodSandboxStatusResponse's status and container statuses (``StatusEncodings``);
-        the caller appends the timestamp."""
-        return self._statuses.answer_body(sandbox, containers, self._faults.bad_ips)
+        body = self._statuses.answer_body(sandbox, containers, self._faults.bad_ips)
+        return body + TIMESTAMP_TAG + varint(time.time_ns())
 
     def _event_bytes(self, event: SimEvent) -> bytes:
         """``event``'s ContainerEventResponse with this stream's bad IPs (``StatusEncodings``)."""
