@@ -472,6 +472,11 @@ class HubGetter:
         self._getter = getter
         self._hub = hub
 
+    @property
+    def endpoint(self) -> str:
+        """The runtime's endpoint: the caches' log lines name it, never this class."""
+        return self._hub.endpoint
+
     async def get_pods(self, all: bool) -> PodList:
         pods: PodList = await self._getter.get_pods(all)
         return pods
