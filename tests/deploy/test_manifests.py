@@ -245,6 +245,85 @@ def test_renders_namespace_service_account_quota_daemonset_and_policy_in_one_nam
             assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
 
 
+def kustomizations_under_deploy() -> set[Path]:
+    """Every directory of deploy/ that kustomize renders by itself (components are not)."""
+    found = set()
+    for path in DEPLOY.rglob("kustomization.yaml"):
+        kind = yaml.safe_load(path.read_text()).get("kind", "Kustomization")
+        if kind == "Kustomization":
+            found.add(path.parent)
+    return found
+
+
+def test_every_kustomization_of_deploy_is_rendered_here() -> None:
+    """A variant added to deploy/ is checked with the others (issue 41 §1); deploy/base/ is
+    checked as deploy/, which is the base unchanged."""
+    assert kustomizations_under_deploy() == {*RENDERINGS.values(), DEPLOY / "base"}
+    base_alone = subprocess.run(
+        [kubectl(), "kustomize", str(DEPLOY / "base")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert tuple(doc for doc in yaml.safe_load_all(base_alone.stdout) if doc) == render("base")
+
+
+CRI_PROXY_SOCKET = "/run/podcache-cri/cri.sock"
+CRI_PROXY_DIR = "/run/podcache-cri"
+
+
+def flag_pairs(c: Manifest) -> list[tuple[str, str]]:
+    """The container's arguments as (flag, value) in order, repeated flags kept."""
+    args: list[str] = c["args"]
+    return list(zip(args[::2], args[1::2], strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_every_variant_keeps_every_argument_of_the_base_the_cri_socket_included(
+    name: str,
+) -> None:
+    """Issue 41 §1: the hostport overlay's patch replaced the whole list, dropping --cri-listen.
+    A variant only adds arguments; those it adds are its own (the TCP listener, the token)."""
+    pairs, base_pairs = flag_pairs(container(name)), flag_pairs(container("base"))
+    assert pairs[: len(base_pairs)] == base_pairs, name
+    added = {flag for flag, _ in pairs[len(base_pairs) :]}
+    assert added <= ({"--listen", "--token-file"} if name in TCP_RENDERINGS else set()), added
+    context = serve_command.make_context("serve", list(container(name)["args"]))
+    assert [str(path) for path in context.params["cri_listen"]] == [CRI_PROXY_SOCKET], name
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_every_variant_mounts_the_cri_sockets_directory_and_hands_it_to_the_service_user(
+    name: str,
+) -> None:
+    assert volume(name, "cri-proxy-dir")["hostPath"] == {
+        "path": CRI_PROXY_DIR,
+        "type": "DirectoryOrCreate",
+    }
+    mount = mount_of(container(name), "cri-proxy-dir")
+    assert mount["mountPath"] == CRI_PROXY_DIR and not mount.get("readOnly")
+    assert str(Path(CRI_PROXY_SOCKET).parent) == mount["mountPath"]
+    (init,) = pod_spec(name)["initContainers"]
+    assert mount_of(init, "cri-proxy-dir")["mountPath"] == CRI_PROXY_DIR
+    assert f'os.chown("{CRI_PROXY_DIR}", {SERVICE_UID}, {SERVICE_UID})' in init["command"][-1]
+
+
+@pytest.mark.parametrize("name", sorted(RENDERINGS))
+def test_every_variant_keeps_every_mount_and_volume_of_the_base(name: str) -> None:
+    """Mounts as the base has them; volumes too, but the runtime socket's host directory
+    (k3s's own) and those a variant adds (the hostport overlay's token)."""
+    mounts = container(name)["volumeMounts"]
+    for base_mount in container("base")["volumeMounts"]:
+        assert base_mount in mounts, (name, base_mount)
+    added = {m["name"] for m in mounts if m not in container("base")["volumeMounts"]}
+    assert added <= ({"token"} if name in TCP_RENDERINGS else set()), added
+    own = {"cri-socket-dir"} if name == "k3s" else set()
+    for base_volume in pod_spec("base")["volumes"]:
+        if base_volume["name"] not in own:
+            assert volume(name, base_volume["name"]) == base_volume, name
+
+
 def test_namespace_admits_host_path_volumes() -> None:
     labels = the("base", "Namespace")["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
