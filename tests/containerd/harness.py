@@ -313,6 +313,7 @@ class CRIHarness:
         extras: criwire.ContainerExtras | None = None,
         readonly_rootfs: bool = False,
         no_new_privs: bool = False,
+        envs: Mapping[str, str] | None = None,
     ) -> ContainerRecord:
         """CreateContainer (and StartContainer unless ``start=False``) as the kubelet does.
 
@@ -324,6 +325,7 @@ class CRIHarness:
             image=api_pb2.ImageSpec(image=image),
             command=list(command),
             args=list(args),
+            envs=[api_pb2.KeyValue(key=k, value=v.encode()) for k, v in (envs or {}).items()],
             labels={
                 LABEL_POD_NAME: sandbox.name,
                 LABEL_POD_NAMESPACE: sandbox.namespace,

@@ -9,6 +9,7 @@ Every pod made here is removed here.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import threading
@@ -291,3 +292,57 @@ def test_on_17_each_event_goes_to_one_upstream_subscriber_and_the_sockets_share_
         for socket in [*proxied, *direct]:
             socket.close()
         cri_harness.remove_all([s.id for s in made])
+
+
+# -- serve --cri-redact-env (issue 41 §7) -------------------------------------------------------
+
+SECRETS = {"DB_PASSWORD": "hunter2-not-for-agents", "EMPTY": "", "WITH_EQUALS": "a=b=c"}
+# A file to save containerd's own answer in: how tests/serve/data's recording was made.
+RECORDED_ANSWER = os.environ.get("PODCACHE_RECORD_CONTAINER_STATUS")
+
+
+def expected_redaction(info: dict[str, Any]) -> dict[str, Any]:
+    """containerd's verbose ``info`` JSON with the values taken out at the two places it keeps
+    the environment, found by their paths (not by the module's walk): the OCI spec's
+    ``process.env`` and the CRI config's ``envs``."""
+    redacted: dict[str, Any] = json.loads(json.dumps(info))
+    process = redacted["runtimeSpec"]["process"]
+    process["env"] = [f"{item.partition('=')[0]}=<redacted>" for item in process["env"]]
+    for pair in redacted["config"]["envs"]:
+        pair["value"] = "<redacted>"
+    return redacted
+
+
+@pytest.mark.parametrize("containerd", ["2.1"], indirect=True)
+def test_redact_env_takes_every_value_out_of_containerds_verbose_status_and_nothing_else(
+    containerd: Containerd, cri_harness: CRIHarness
+) -> None:
+    pod = cri_harness.run_pod("cri-env", "crisock")
+    try:
+        app = cri_harness.create_container(pod, "app", envs=SECRETS)
+        request = pb.ContainerStatusRequest(container_id=app.id, verbose=True).SerializeToString()
+        with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+            path = os.path.join(tmp, "cri.sock")
+            args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+            with ServeProcess([*args, "--cri-listen", path, "--cri-redact-env"]):
+                proxy, direct = Socket(path), Socket(containerd.socket_path)
+                redacted, original = (s.call("ContainerStatus", request) for s in (proxy, direct))
+                proxy.close()
+                direct.close()
+    finally:
+        cri_harness.remove_all([pod.id])
+    if RECORDED_ANSWER:
+        with open(RECORDED_ANSWER, "wb") as record:
+            record.write(original)
+    assert SECRETS["DB_PASSWORD"].encode() in original  # what the option is for
+    assert SECRETS["DB_PASSWORD"].encode() not in redacted and b"a=b=c" not in redacted
+    direct_answer = pb.ContainerStatusResponse.FromString(original)
+    answer = pb.ContainerStatusResponse.FromString(redacted)
+    assert answer.status.SerializeToString(deterministic=True) == (
+        direct_answer.status.SerializeToString(deterministic=True)
+    )  # containerd orders its maps at random: each call, another order
+    assert sorted(answer.info) == sorted(direct_answer.info) == ["info"]
+    info = json.loads(answer.info["info"])
+    assert info == expected_redaction(json.loads(direct_answer.info["info"]))
+    env = info["runtimeSpec"]["process"]["env"]
+    assert {f"{name}=<redacted>" for name in SECRETS} <= set(env)

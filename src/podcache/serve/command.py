@@ -313,6 +313,13 @@ def _say(message: str) -> None:
     help="Events and bytes a CRI socket's GetContainerEvents subscriber may fall behind by; "
     "past either it is ended with RESOURCE_EXHAUSTED.",
 )
+@click.option(
+    "--cri-redact-env",
+    is_flag=True,
+    help="In the CRI socket's verbose ContainerStatus answers (crictl inspect), replace the "
+    "value of each environment variable with <redacted> (NAME=<redacted>), for agents that "
+    "do not need them: without it the socket shows every container's environment.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -382,6 +389,7 @@ class _CRIOptions(NamedTuple):
     group: int | None
     buffer_events: int
     buffer_bytes: int
+    redact_env: bool = False
 
 
 def _cri_options(
@@ -390,12 +398,15 @@ def _cri_options(
     cri_socket_mode: str,
     cri_socket_group: str | None,
     cri_event_buffer: str,
+    cri_redact_env: bool = False,
 ) -> _CRIOptions | None:
     """The ``--cri-*`` options as ``CRISocketSetup`` takes them; usage errors name the option."""
     import os
 
     paths, mode, group, buffer = cri_listen, cri_socket_mode, cri_socket_group, cri_event_buffer
     if not paths:
+        if cri_redact_env:
+            raise click.BadParameter("it needs --cri-listen", param_hint="--cri-redact-env")
         return None
     absolute = [os.path.abspath(path) for path in paths]
     if len(set(absolute)) != len(absolute):
@@ -427,7 +438,7 @@ def _cri_options(
         raise click.BadParameter(
             f"{buffer!r}: both must be above 0", param_hint="--cri-event-buffer"
         )
-    return _CRIOptions(absolute, mode_bits, gid, events, size)
+    return _CRIOptions(absolute, mode_bits, gid, events, size, cri_redact_env)
 
 
 def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:
@@ -441,6 +452,7 @@ def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> A
         wait=wait,
         access=SocketAccess(cri.mode, cri.group),
         buffer=EventBuffer(cri.buffer_events, cri.buffer_bytes),
+        redact_env=cri.redact_env,
     )
 
 

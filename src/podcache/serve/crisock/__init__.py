@@ -54,6 +54,7 @@ class CRISocketSetup:
         access: SocketAccess = DEFAULT_ACCESS,
         buffer: EventBuffer = DEFAULT_EVENT_BUFFER,
         limits: CRILimits = DEFAULT_LIMITS,
+        redact_env: bool = False,
     ) -> None:
         self.items = WireItems()
         runtime.keep_wire_items(self.items)
@@ -61,6 +62,7 @@ class CRISocketSetup:
         self.getter = HubGetter(runtime, self.hub)
         self.paths = paths
         self._wait, self._access, self._limits = wait, access, limits
+        self._redact_env = redact_env
         self._forwarder = Forwarder(parse_endpoint(runtime.endpoint), timeout=timeout)
         self.socket: CRISocket | None = None
 
@@ -76,6 +78,7 @@ class CRISocketSetup:
             wait=self._wait,
             access=self._access,
             limits=self._limits,
+            redact_env=self._redact_env,
         )
         socket.start()
         self.hub.watch(view.cache)  # serve's caches read time.monotonic

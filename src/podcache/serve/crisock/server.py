@@ -10,7 +10,8 @@ a method of another service is UNIMPLEMENTED (gRPC's own answer).
   and only past the period awaited on the event loop, within the client's deadline; then
   ``lists``; an answer is kept per snapshot and request bytes (at most ``ANSWER_MEMO`` per
   snapshot). ``clock`` is the cache's.
-- Forwarded calls: ``forward.Forwarder``.
+- Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
+  environment values are redacted on the way (``redact``).
 - GetContainerEvents: ``fanout.EventHub``.
 
 Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. A unix socket is created
@@ -45,6 +46,7 @@ from podcache.model import PodList
 from podcache.serve.crisock.fanout import EventClient, EventHub
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.lists import containers_answer, sandboxes_answer
+from podcache.serve.crisock.redact import answer_rewrites
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.unixsocket import claim_socket_path
 
@@ -156,8 +158,10 @@ class CRISocket:
         access: SocketAccess = DEFAULT_ACCESS,
         limits: CRILimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
+        redact_env: bool = False,
     ) -> None:
         self._paths = paths
+        self._rewrites = answer_rewrites(redact_env=redact_env)
         self._cache = cache
         self._items = items
         self._forwarder = forwarder
@@ -337,10 +341,14 @@ class CRISocket:
     def forwarded(
         self, path: str, request: bytes, context: grpc.ServicerContext, *, keep: bool
     ) -> bytes:
+        rewrite = self._rewrites.get(path)
         try:
-            return self._forwarder.call(path, request, _remaining(context), keep=keep)
+            answer = self._forwarder.call(path, request, _remaining(context), keep=keep)
+            return answer if rewrite is None else rewrite(answer)
         except UpstreamError as error:
             raise _FailureError(error.code, error.details) from None
+        except ValueError as error:  # the rewrite could not read the answer: never pass it on
+            raise _FailureError(grpc.StatusCode.INTERNAL, f"podcache: {error}") from None
 
     # -- events --------------------------------------------------------------------------------
     def events(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
