@@ -135,8 +135,12 @@ def _complete(data: bytes) -> bool:
 class ServeProcess:
     """``python -m podcache.serve ARGS`` in a subprocess: started, then SIGTERM-stopped."""
 
-    def __init__(self, args: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, args: Sequence[str], env: dict[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> None:
+        """``prefix``: a command that runs serve (e.g. under other ids)."""
         self.args = list(args)
+        self.prefix = list(prefix)
         self.env = {**os.environ, **(env or {})}
         self.env.pop("CONTAINER_RUNTIME_ENDPOINT", None)
         self.process: subprocess.Popen[bytes] | None = None
@@ -151,7 +155,7 @@ class ServeProcess:
 
     def start(self) -> ServeProcess:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "podcache.serve", *self.args],
+            [*self.prefix, sys.executable, "-m", "podcache.serve", *self.args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -419,14 +419,12 @@ def _cri_options(
         ) from None
     if not 0 <= mode_bits <= 0o777:
         raise click.BadParameter(f"{mode!r} is not a file mode", param_hint="--cri-socket-mode")
-    gid = None
-    if group is not None:
-        from podcache.serve.crisock import group_id
+    gid = None if group is None else _cri_group(group)
+    from podcache.serve.crisock.server import mode_warning
 
-        try:
-            gid = group_id(group)
-        except KeyError as exc:
-            raise click.BadParameter(str(exc.args[0]), param_hint="--cri-socket-group") from None
+    warning = mode_warning(mode_bits)
+    if warning is not None:
+        _say(f"warning: {warning}")
     events_text, _, size_text = buffer.partition(",")
     try:
         events, size = int(events_text), parse_size(size_text or "16MiB")
@@ -439,6 +437,20 @@ def _cri_options(
             f"{buffer!r}: both must be above 0", param_hint="--cri-event-buffer"
         )
     return _CRIOptions(absolute, mode_bits, gid, events, size, cri_redact_env)
+
+
+def _cri_group(group: str) -> int:
+    """``--cri-socket-group`` as a gid this process can give its socket (usage errors)."""
+    from podcache.serve.crisock.server import group_id, group_refusal
+
+    try:
+        gid = group_id(group)
+    except KeyError as exc:
+        raise click.BadParameter(str(exc.args[0]), param_hint="--cri-socket-group") from None
+    refusal = group_refusal(gid)
+    if refusal is not None:
+        raise click.BadParameter(f"{group}: {refusal}", param_hint="--cri-socket-group")
+    return gid
 
 
 def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:

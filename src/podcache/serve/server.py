@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from podcache.errors import ServeError
 from podcache.serve.app import App
-from podcache.unixsocket import claim_socket_path
+from podcache.unixsocket import BoundSocket, claim_socket_path
 
 if TYPE_CHECKING:
     from podcache.serve.http1 import HTTPServer
@@ -160,8 +160,9 @@ def parse_listen(text: str) -> ListenAddress:
     return ListenAddress(host=str(address), port=int(port_text))
 
 
-def _bind_unix(path: str) -> socket.socket:
-    """A listening unix socket at ``path``, born 0600; a stale socket file is replaced."""
+def _bind_unix(path: str) -> tuple[socket.socket, BoundSocket]:
+    """A listening unix socket at ``path``, born 0600, and the file it bound; a stale socket
+    file is replaced (``unixsocket`` rule 1)."""
     try:
         claim_socket_path(path)
     except OSError as exc:
@@ -170,14 +171,15 @@ def _bind_unix(path: str) -> socket.socket:
     old_umask = os.umask(0o177)  # the socket is born 0600: no window for other users
     try:
         sock.bind(path)
+        bound = BoundSocket.record(path)
+        if stat.S_IMODE(os.lstat(path).st_mode) & 0o077:
+            bound.set_access(_SOCKET_MODE, None)
+        return sock, bound
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {path}: {exc.strerror}") from None
+        raise ServeError(f"cannot listen on {path}: {exc.strerror or exc}") from None
     finally:
         os.umask(old_umask)
-    if stat.S_IMODE(os.lstat(path).st_mode) & 0o077:
-        os.chmod(path, _SOCKET_MODE)
-    return sock
 
 
 def _bind_tcp(address: ListenAddress) -> socket.socket:
@@ -195,18 +197,22 @@ def _bind_tcp(address: ListenAddress) -> socket.socket:
     return sock
 
 
-def _bind(address: ListenAddress) -> socket.socket:
-    """The listening socket for ``address``, or a ServeError that says why not."""
-    sock = _bind_unix(address.path) if address.path is not None else _bind_tcp(address)
+def _bind(address: ListenAddress) -> tuple[socket.socket, BoundSocket | None]:
+    """The listening socket for ``address`` (and the socket file it bound, for a path), or a
+    ServeError that says why not."""
+    if address.path is not None:
+        sock, bound = _bind_unix(address.path)
+    else:
+        sock, bound = _bind_tcp(address), None
     try:
         sock.listen(_BACKLOG)
         sock.setblocking(False)
     except OSError as exc:
         sock.close()
-        if address.path is not None:
-            os.unlink(address.path)
+        if bound is not None:
+            bound.remove()
         raise ServeError(f"cannot listen on {address}: {exc.strerror}") from None
-    return sock
+    return sock, bound
 
 
 async def serve(
@@ -236,10 +242,13 @@ async def serve(
     for signum in signals:
         loop.add_signal_handler(signum, stop.set)
     bound: list[tuple[Listener, socket.socket]] = []
+    files: list[BoundSocket] = []
     servers: list[asyncio.Server] = []
     try:
         for listener in listeners:
-            bound.append((listener, _bind(listener.address)))
+            sock, file = _bind(listener.address)
+            bound.append((listener, sock))
+            files.extend([file] if file is not None else [])
         http.start()
         for listener, sock in bound:
             factory = http.listener(listener.hosts)
@@ -254,8 +263,8 @@ async def serve(
         for signum in signals:
             loop.remove_signal_handler(signum)
         await _close(http, servers, [sock for _, sock in bound[len(servers) :]])
-        for listener, _ in bound:
-            _remove_socket_file(listener.address)
+        for file in files:
+            file.remove()
 
 
 async def _close(
@@ -270,13 +279,6 @@ async def _close(
     for server in servers:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(server.wait_closed(), 1.0)
-
-
-def _remove_socket_file(address: ListenAddress) -> None:
-    if address.path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISSOCK(os.lstat(address.path).st_mode):
-                os.unlink(address.path)
 
 
 def _given(value: T | None, default: T) -> T:

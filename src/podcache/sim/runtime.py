@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import tempfile
 import threading
 import time
@@ -22,7 +21,7 @@ from podcache.sim.counters import CallCounters
 from podcache.sim.faults import STREAM_LIST_METHODS, Faults, Malformed
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import DEFAULT_STREAM_ITEMS, SimServer, StreamChunking
-from podcache.unixsocket import claim_socket_path
+from podcache.unixsocket import BoundSocket, claim_socket_path
 
 __all__ = ["SimRuntime"]
 
@@ -129,6 +128,7 @@ class SimRuntime:
         self._lock = threading.Lock()
         self._state = "new"
         self._host, self._port, self._path = _address(socket, tcp)
+        self._bound: BoundSocket | None = None
 
     # -- addresses ----------------------------------------------------------------------------
     @property
@@ -187,6 +187,8 @@ class SimRuntime:
                 )
                 if self._path is None:
                     self._port = self._server.port
+                else:
+                    self._bound = BoundSocket.record(self._path)
                 self._server.start()
                 self._churn.start()
             except BaseException:
@@ -211,12 +213,8 @@ class SimRuntime:
         self._churn.stop()
         if self._server is not None:
             self._server.stop(grace)
-        if self._path is not None and self._server is not None:
-            try:
-                if stat.S_ISSOCK(os.lstat(self._path).st_mode):
-                    os.unlink(self._path)
-            except FileNotFoundError:
-                pass
+        if self._bound is not None:
+            self._bound.remove()  # only the socket it bound (unixsocket rule 3)
         if self._tempdir is not None:
             shutil.rmtree(self._tempdir, ignore_errors=True)
 

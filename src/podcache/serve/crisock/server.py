@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import grp
 import os
 import threading
@@ -41,14 +40,14 @@ from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.convert import split_items
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItems
-from podcache.errors import EventsUnsupportedError, PodcacheError
+from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
 from podcache.model import PodList
 from podcache.serve.crisock.fanout import EventClient, EventHub
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.lists import containers_answer, sandboxes_answer
 from podcache.serve.crisock.redact import answer_rewrites
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
-from podcache.unixsocket import claim_socket_path
+from podcache.unixsocket import BoundSocket, claim_socket_path
 
 __all__ = [
     "ANSWER_MEMO",
@@ -56,8 +55,11 @@ __all__ = [
     "DEFAULT_LIMITS",
     "CRILimits",
     "CRISocket",
+    "CRISocketError",
     "SocketAccess",
     "group_id",
+    "group_refusal",
+    "mode_warning",
 ]
 
 ANSWER_MEMO = 256
@@ -98,6 +100,10 @@ class SocketAccess:
 
 DEFAULT_LIMITS = CRILimits()
 DEFAULT_ACCESS = SocketAccess()
+
+
+class CRISocketError(ServeError):
+    """The CRI socket cannot serve a ``--cri-listen`` path: the message names it and why."""
 
 
 class _FailureError(Exception):
@@ -178,6 +184,8 @@ class CRISocket:
         self.list_forwards = 0
         """List calls forwarded because an item's bytes were missing (``lists``)."""
         self._server: grpc.Server | None = None
+        self._bound: list[BoundSocket] = []
+        """The socket files this server bound, each removed only while it is still ours."""
         self._pool: futures.ThreadPoolExecutor | None = None
         self._latest: tuple[PodList, float] | None = None
         self._asked = False
@@ -186,7 +194,8 @@ class CRISocket:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Bind every path and serve (call on the cache's event loop)."""
+        """Bind every path and serve (call on the cache's event loop). A path that cannot be
+        claimed or bound is a ``CRISocketError`` naming it; what was bound is released again."""
         self._loop = asyncio.get_running_loop()
         self._hub.bind(self._loop)
         limits = self._limits
@@ -205,32 +214,40 @@ class CRISocket:
                 ("grpc.so_reuseport", 0),
             ],
         )
+        self._server = server
         for path in self._paths:
             self._bind(server, path)
         server.start()
-        self._server = server
 
     def _bind(self, server: grpc.Server, path: str) -> None:
-        claim_socket_path(path)
+        try:
+            claim_socket_path(path)
+        except OSError as error:
+            raise CRISocketError(f"--cri-listen {path}: {error}") from None
         old_umask = os.umask(0o177)  # born 0600: no window in which others may connect
         try:
             server.add_insecure_port(f"unix:{path}")
+        except RuntimeError:
+            raise CRISocketError(f"--cri-listen {path}: cannot listen there") from None
         finally:
             os.umask(old_umask)
-        if self._access.group is not None:
-            os.chown(path, -1, self._access.group)
-        os.chmod(path, self._access.mode)
+        bound = BoundSocket.record(path)
+        self._bound.append(bound)
+        try:
+            bound.set_access(self._access.mode, self._access.group)
+        except OSError as error:
+            raise CRISocketError(f"--cri-listen {path}: {error}") from None
 
     def stop(self, grace: float = 1.0) -> None:
-        """Stop serving (calls in flight get ``grace`` s), remove the sockets."""
+        """Stop serving (calls in flight get ``grace`` s), remove the sockets it bound."""
         if self._server is not None:
             self._server.stop(grace).wait()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
         self._forwarder.close()
-        for path in self._paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+        for bound in self._bound:
+            bound.remove()
+        self._bound.clear()
 
     # -- counting ------------------------------------------------------------------------------
     def count(self, path: str, code: grpc.StatusCode) -> None:
@@ -477,6 +494,44 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
                 socket.count(path, code)
 
         return handle
+
+
+_CAP_CHOWN = 0
+"""The capability bit that lets a process give a file to a group it is not in."""
+
+
+def _has_capability(bit: int, status_path: str = "/proc/self/status") -> bool:
+    try:
+        with open(status_path, encoding="ascii") as status:
+            for line in status:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> bit & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.geteuid() == 0  # no /proc: root is taken to hold it, as it usually does
+
+
+def group_refusal(gid: int, status_path: str = "/proc/self/status") -> str | None:
+    """Why this process cannot give its socket to group ``gid`` (None: it can). Only a process
+    in the group, or one with CAP_CHOWN, may (chown(2))."""
+    if gid == os.getegid() or gid in os.getgroups() or _has_capability(_CAP_CHOWN, status_path):
+        return None
+    groups = ", ".join(str(each) for each in sorted({os.getegid(), *os.getgroups()}))
+    return (
+        f"podcache runs as uid {os.geteuid()} in groups {groups} without CAP_CHOWN, so it "
+        f"cannot give its socket to group {gid}: run it in that group (e.g. the pod's "
+        "supplementalGroups) or name one of its groups"
+    )
+
+
+def mode_warning(mode: int) -> str | None:
+    """What is wrong with socket mode ``mode``, if anything worth a warning."""
+    if mode & 0o007:
+        return (
+            f"--cri-socket-mode {mode:04o} lets every user of the node connect, and read every "
+            "container's environment through the socket; give 0660 and --cri-socket-group"
+        )
+    return None
 
 
 def group_id(name: str) -> int:
