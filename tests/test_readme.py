@@ -24,15 +24,21 @@ from podcache.sim import SimRuntime
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 BLOCK_TIMEOUT = 120.0  # a block that hangs (a watch that never ends) fails, never blocks CI
-FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+FENCE = re.compile(
+    r"^(?P<indent>[ ]*)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def blocks(text: str, language: str) -> list[tuple[int, str]]:
-    """The fenced blocks of ``language``: (line number of the fence, the code)."""
+    """The fenced blocks of ``language``: (line number of the fence, the code). A fence
+    indented inside a list item gives its code without that indentation."""
     found = []
     for match in FENCE.finditer(text):
         if match["info"].strip().split(" ")[0] == language:
-            found.append((text.count("\n", 0, match.start()) + 1, match["body"]))
+            indent = len(match["indent"])
+            code = "".join(line[indent:] for line in match["body"].splitlines(keepends=True))
+            found.append((text.count("\n", 0, match.start()) + 1, code))
     return found
 
 
@@ -42,6 +48,8 @@ PYTHON_BLOCKS = blocks(README.read_text(encoding="utf-8"), "python")
 def test_the_readme_has_python_blocks_and_the_fence_parser_finds_them() -> None:
     sample = "x\n```python\nprint(1)\n```\n```sh\nls\n```\n```python title\nprint(2)\n```\n"
     assert blocks(sample, "python") == [(2, "print(1)\n"), (8, "print(2)\n")]
+    listed = "- item:\n\n  ```yaml\n  a:\n    b: 1\n  ```\n"
+    assert blocks(listed, "yaml") == [(3, "a:\n  b: 1\n")]
     assert len(PYTHON_BLOCKS) >= 2  # the thread and the asyncio examples
 
 
