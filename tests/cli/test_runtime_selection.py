@@ -4,6 +4,7 @@ environment, the crictl config file (endpoint and timeout), --sim and --sim-fall
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -11,6 +12,7 @@ from podcache.cri import CRIRuntime
 from podcache.sim import SimRuntime
 from tests.cli.conftest import (
     DEFAULT_SIM_PODS,
+    RUN_TIMEOUT,
     Runner,
     hanging_socket,
     newest_sandbox_id,
@@ -136,3 +138,55 @@ def test_loopback_tcp_endpoint(run: Runner) -> None:
         result = run("pods", "-q", "-r", sim.endpoint)
     assert result.returncode == 0, result
     assert result.lines() == expected
+
+
+# -- --sim-churn (issue 41 §6) ---------------------------------------------------------------
+
+
+def follow_until(run: Runner, args: list[str], wanted: re.Pattern[str]) -> tuple[str, str]:
+    """Run a command that follows the runtime until a stdout line matches ``wanted``, then
+    stop it (SIGTERM): (that line, the first stderr line)."""
+    process = subprocess.Popen(
+        [run.exe, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=run.env(),
+    )
+    assert process.stdout is not None and process.stderr is not None
+    try:
+        notice = process.stderr.readline()
+        for line in process.stdout:
+            if wanted.search(line):
+                return line, notice
+        raise AssertionError(f"{args}: ended without a line matching {wanted.pattern}")
+    finally:
+        process.terminate()
+        process.wait(timeout=RUN_TIMEOUT)
+
+
+def test_pods_watch_takes_sim_churn_and_shows_the_simulated_changes(run: Runner) -> None:
+    """The README's `podcache pods -w --sim --sim-churn 1` (it had no --sim-churn)."""
+    deleted, notice = follow_until(
+        run, ["pods", "-w", "--sim", "--sim-churn", "1"], re.compile(r"^DELETED ")
+    )
+    assert "(12 pods, seed 0, churn 1/s)" in notice, notice
+    assert deleted.startswith("DELETED")
+
+
+@pytest.mark.parametrize("command", [["events"], ["pods", "-w"], ["watch"]])
+def test_a_followed_simulation_changes_nothing_unless_asked_and_says_so(
+    run: Runner, command: list[str]
+) -> None:
+    """`--sim` changes nothing unless --sim-churn asks (events and watch churned 0.2/s), and
+    the notice says so (the simulator is started with the rate the notice names)."""
+    _, notice = follow_until(run, [*command, "--sim"], re.compile(r"ADDED"))
+    assert "churn 0/s) at unix:///" in notice, notice
+    assert notice.rstrip().endswith("nothing changes; --sim-churn R replaces R pods a second")
+
+
+def test_sim_churn_without_watch_is_a_usage_error(run: Runner) -> None:
+    result = run("pods", "--sim", "--sim-churn", "1")
+    assert result.returncode == 2
+    assert "--sim-churn makes changes to follow: give it with -w" in result.stderr

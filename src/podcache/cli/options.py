@@ -309,14 +309,16 @@ def events_option(f: F) -> F:
 
 
 def sim_churn_option(f: F) -> F:
-    """Add ``--sim-churn RATE`` (default 0.2) for the commands that follow a live runtime; the
-    command receives ``sim_churn=``."""
+    """Add ``--sim-churn RATE`` (default 0, as ``serve --sim``: the simulated node changes only
+    when asked) for the commands that follow a live runtime; the command receives
+    ``sim_churn=``."""
     option = click.option(
         "--sim-churn",
         type=click.FloatRange(min=0),
-        default=0.2,
+        default=0.0,
         show_default=True,
         metavar="RATE",
-        help="With --sim: pods the simulated runtime replaces per second.",
+        help="With --sim: pods the simulated runtime replaces per second (none by default: "
+        "nothing changes).",
     )
     return option(f)

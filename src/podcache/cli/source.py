@@ -108,18 +108,24 @@ def _config_timeout(settings: RuntimeSettings) -> float | None:
     return config.timeout
 
 
-def _start_sim(pods: int, churn: float, stack: ExitStack, why: str = "") -> str:
+def _start_sim(pods: int, churn: float | None, stack: ExitStack, why: str = "") -> str:
+    """Start the simulated runtime and say so on stderr; ``churn``: None for a command that
+    reads once (its line names no rate), else pods replaced a second (said, as serve says it:
+    a command that follows a node where nothing changes would show nothing more)."""
     from podcache.sim import SimRuntime  # noqa: PLC0415 (a gRPC server: imported only when used)
 
-    sim = SimRuntime(pods, seed=SIM_SEED, churn=churn)
+    sim = SimRuntime(pods, seed=SIM_SEED, churn=churn or 0.0)
     try:
         sim.start()
     except OSError as e:
         raise CLIError(f"cannot start the simulated runtime: {e}") from None
     stack.callback(sim.stop, 0.0)
+    details = f"{pods} pods, seed {SIM_SEED}"
+    if churn is not None:
+        details += f", churn {churn:g}/s"
+    idle = ": nothing changes; --sim-churn R replaces R pods a second" if churn == 0 else ""
     click.echo(
-        f"podcache: {why}using the built-in simulated runtime "
-        f"({pods} pods, seed {SIM_SEED}) at {sim.endpoint}",
+        f"podcache: {why}using the built-in simulated runtime ({details}) at {sim.endpoint}{idle}",
         err=True,
     )
     return sim.endpoint
@@ -129,14 +135,16 @@ def _start_sim(pods: int, churn: float, stack: ExitStack, why: str = "") -> str:
 def open_source(
     settings: RuntimeSettings,
     *,
-    sim_churn: float = 0.0,
+    sim_churn: float | None = None,
     one_shot: bool = False,
     ips: bool | frozenset[str] = True,
 ) -> Iterator[Source]:
     """Open the runtime the settings name; closes it (and stops a simulated one) on exit.
 
-    A simulated runtime replaces ``sim_churn`` pods a second (none by default: a listing is
-    reproducible). ``one_shot``: for a command that reads once (module docstring);
+    A simulated runtime replaces ``sim_churn`` pods a second: a command that follows the
+    runtime passes its ``--sim-churn`` (0 by default); None, a command that reads once (a
+    listing is reproducible; the notice names no rate). ``one_shot``: for a command that reads
+    once (module docstring);
     ``ips=False`` for one that shows no pod IPs (its pods' ``ips`` are then empty); a set of
     canonical IPs for one that only looks those up (``OneShotRuntime``'s ``find_ips``).
 

@@ -21,6 +21,7 @@ from podcache.cli.options import (
     filter_options,
     output_options,
     runtime_options,
+    sim_churn_option,
 )
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ EVENT_WIDTH = len("MODIFIED")
     show_default=True,
     help="With -w: how often the runtime is listed to find changes.",
 )
+@sim_churn_option
 @events_option
 @log_level_option
 @runtime_options
@@ -73,6 +75,7 @@ def pods_command(
     out: OutputOptions,
     watch: bool,
     period: float,
+    sim_churn: float,
     events: str,
     runtime: RuntimeSettings,
 ) -> None:
@@ -91,9 +94,11 @@ def pods_command(
             raise click.UsageError(
                 "-w/--watch prints a table (or -o wide, -o json), not -q or yaml"
             )
-        with open_source(runtime) as source:
+        with open_source(runtime, sim_churn=sim_churn) as source:
             print_changes(source, all_=all_, where=where, out=out, period=period, events=events)
         return
+    if sim_churn:
+        raise click.UsageError("--sim-churn makes changes to follow: give it with -w")
     with open_source(runtime, one_shot=True, ips=out.format != "table") as source:
         listed = source.runtime.get_pods(all_)
     # Imported once the listing came (the model with it, while the runtime answered): the
