@@ -11,10 +11,15 @@ Rules (docs/architecture.md §10):
 3. **The client's deadline is passed on**: the upstream call's timeout is the time the client
    has left (``timeout`` when it set none); a client that gave up leaves the call to whoever
    shares it.
-4. **Version is kept** (``Route.CACHED_FORWARD``): its answer is held per request until the
-   runtime's connection leaves READY (a restart: the runtime may have been upgraded).
+4. **Version is kept** (``Route.CACHED_FORWARD``): one answer per method, keyed by nothing in
+   the request (a runtime's Version depends on the runtime alone), so no request can grow the
+   table. It is asked again after the runtime's connection left READY (a restart: the
+   runtime may have been upgraded); while the runtime cannot be reached, the answer it last
+   gave is the answer (crictl and Falco's CRI client ask Version before anything else).
 5. **The runtime's answer is the answer**: bytes, status code and details as the runtime sent
-   them (a method the runtime lacks is its UNIMPLEMENTED).
+   them (a method the runtime lacks is its UNIMPLEMENTED). A failure of podcache's own (the
+   runtime unreachable, its deadline passed, no slot) is said in podcache's words, naming
+   podcache, the runtime's endpoint and the method.
 
 Deliberately not here: which methods are forwarded (``routes``), gRPC serving (``server``).
 """
@@ -38,12 +43,29 @@ MAX_IN_FLIGHT = 16
 
 
 class UpstreamError(Exception):
-    """The runtime's (or the wait's) failure of one forwarded call: its status and details."""
+    """The runtime's (or the wait's) failure of one forwarded call: its status and details;
+    ``unreachable``: the runtime was not reached at all (rule 4 answers a kept Version)."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, *, unreachable: bool = False) -> None:
         super().__init__(f"{code.name}: {details}")
         self.code = code
         self.details = details
+        self.unreachable = unreachable
+
+
+def _method(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
+
+
+_REASON_BYTES = 200
+"""At most this much of gRPC's own text is kept as the reason a runtime cannot be reached."""
+
+
+def _reason(details: str | None) -> str:
+    """The end of gRPC's connection error (``...: Connection refused``), bounded."""
+    if not details:
+        return "no connection"
+    return details.rsplit(": ", 1)[-1].strip()[:_REASON_BYTES] or "no connection"
 
 
 class _Flight:
@@ -88,15 +110,28 @@ class Forwarder:
         self._slots = threading.BoundedSemaphore(max_in_flight)
         self._lock = threading.Lock()
         self._flights: dict[tuple[str, bytes], _Flight] = {}
-        self._kept: dict[tuple[str, bytes], bytes] = {}
+        self._kept: dict[str, bytes] = {}
+        """Rule 4: the last answer by method path (Version only: one entry)."""
+        self._kept_current: set[str] = set()
+        """The kept answers given since the connection was last READY."""
         self.upstream: dict[str, int] = {}
         """Calls made to the runtime, by method path."""
         self.saved: dict[str, int] = {}
-        """Calls answered without one of their own (shared in flight, or a kept Version)."""
+        """Calls answered without a runtime call of their own, by method path: shared in
+        flight, a kept Version, and (``count_saved``) what the socket answered from the cache."""
 
     def _connectivity(self, state: grpc.ChannelConnectivity) -> None:
         if state is not grpc.ChannelConnectivity.READY:
-            self._kept.clear()  # rule 4: a runtime that went away may come back another
+            self._kept_current.clear()  # rule 4: a runtime that went away may come back another
+
+    @property
+    def endpoint(self) -> str:
+        """The runtime's endpoint, as messages name it."""
+        return self._endpoint.url
+
+    def count_saved(self, path: str) -> None:
+        """Count a call on ``path`` answered without the runtime (``saved``)."""
+        self._count(self.saved, path)
 
     def _count(self, table: dict[str, int], path: str) -> None:
         with self._lock:
@@ -105,10 +140,25 @@ class Forwarder:
     def call(self, path: str, request: bytes, remaining: float | None, *, keep: bool) -> bytes:
         """The runtime's answer to ``request`` on ``path``; ``remaining``: the client's time
         left (None: ``timeout``). ``keep``: rule 4. Raises ``UpstreamError``."""
-        key = (path, request)
-        if keep and (kept := self._kept.get(key)) is not None:
+        if keep and path in self._kept_current:
             self._count(self.saved, path)
-            return kept
+            return self._kept[path]
+        try:
+            answer = self._shared(path, request, remaining)
+        except UpstreamError as error:
+            kept = self._kept.get(path) if keep and error.unreachable else None
+            if kept is None:
+                raise
+            self._count(self.saved, path)
+            return kept  # rule 4: what the runtime last said, while it cannot be reached
+        if keep:
+            self._kept[path] = answer
+            self._kept_current.add(path)
+        return answer
+
+    def _shared(self, path: str, request: bytes, remaining: float | None) -> bytes:
+        """Rule 1: the answer of the identical call in flight, or of a call of its own."""
+        key = (path, request)
         budget = self._timeout if remaining is None else max(0.0, remaining)
         deadline = self._clock() + budget
         with self._lock:
@@ -122,8 +172,6 @@ class Forwarder:
             return self._wait(path, flight, budget)
         try:
             flight.answer = self._upstream(path, request, deadline)
-            if keep:
-                self._kept[key] = flight.answer
         except UpstreamError as error:
             flight.error = error
         finally:
@@ -137,7 +185,8 @@ class Forwarder:
         if not flight.done.wait(budget):
             raise UpstreamError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"{path.lstrip('/')}: the runtime did not answer within the deadline",
+                f"podcache: the runtime at {self.endpoint} did not answer "
+                f"{_method(path)} within the deadline ({budget:g}s)",
             )
         return self._outcome(flight)
 
@@ -153,8 +202,8 @@ class Forwarder:
         if not self._slots.acquire(timeout=max(0.0, deadline - self._clock())):
             raise UpstreamError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"{path.lstrip('/')}: no upstream slot within the deadline "
-                f"({MAX_IN_FLIGHT} calls at the runtime)",
+                f"podcache: no slot to ask the runtime at {self.endpoint} {_method(path)} "
+                f"within the deadline ({MAX_IN_FLIGHT} calls at the runtime already)",
             )
         try:
             self._count(self.upstream, path)
@@ -166,13 +215,29 @@ class Forwarder:
             answer: bytes = method(request, timeout=max(0.0, deadline - self._clock()))
             return answer
         except grpc.RpcError as error:
-            code = error.code() if callable(getattr(error, "code", None)) else None
-            details = error.details() if callable(getattr(error, "details", None)) else None
-            raise UpstreamError(
-                code or grpc.StatusCode.UNKNOWN, details or f"{path.lstrip('/')} failed"
-            ) from None
+            raise self._failure(path, error, deadline) from None
         finally:
             self._slots.release()
+
+    def _failure(self, path: str, error: grpc.RpcError, deadline: float) -> UpstreamError:
+        """The client's error for a failed call: the runtime's own answer as it gave it; not
+        reaching it, or not hearing from it in time, in podcache's words (rule 5)."""
+        code = error.code() if callable(getattr(error, "code", None)) else None
+        details = error.details() if callable(getattr(error, "details", None)) else None
+        if code is grpc.StatusCode.UNAVAILABLE:
+            return UpstreamError(
+                code,
+                f"podcache: the runtime at {self.endpoint} cannot be reached "
+                f"({_reason(details)}); {_method(path)} was not answered",
+                unreachable=True,
+            )
+        if code is grpc.StatusCode.DEADLINE_EXCEEDED and self._clock() >= deadline:
+            return UpstreamError(
+                code,
+                f"podcache: the runtime at {self.endpoint} did not answer {_method(path)} "
+                "within the client's deadline",
+            )
+        return UpstreamError(code or grpc.StatusCode.UNKNOWN, details or f"{_method(path)} failed")
 
     def close(self) -> None:
         """Close the runtime's channel (calls in flight end CANCELLED)."""

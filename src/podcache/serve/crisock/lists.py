@@ -35,7 +35,14 @@ from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItem, WireItems
 from podcache.model import Container, Pod, PodList, ids_with_prefix
 
-__all__ = ["containers_answer", "sandboxes_answer"]
+__all__ = [
+    "ANSWER_MEMO",
+    "ANSWER_MEMO_BYTES",
+    "AnswerMemo",
+    "containers_answer",
+    "normal_form",
+    "sandboxes_answer",
+]
 
 SANDBOX, CONTAINER = 0, 1
 
@@ -147,3 +154,52 @@ def containers_answer(pods: PodList, items: WireItems, f: pb.ContainerFilter) ->
             return _selected(items, CONTAINER, candidates, state, selector, sandbox_id)
     candidates = _candidates(pods, CONTAINER, f.id, selector)
     return _selected(items, CONTAINER, candidates, state, selector, sandbox_id)
+
+
+ANSWER_MEMO = 256
+"""Distinct list answers kept per snapshot, and request spellings that lead to them."""
+ANSWER_MEMO_BYTES = 64 * 1024 * 1024
+"""The bytes of the distinct answers kept per snapshot, at most."""
+
+
+class AnswerMemo:
+    """The answers given for one snapshot (``pods``), keyed two ways:
+
+    - by the request's bytes as sent (a hit costs no decoding), at most ``ANSWER_MEMO``;
+    - by the request's known fields, deterministically encoded (``normal_form``): requests that
+      differ only in unknown fields or encoding share one answer, so a client cannot make the
+      socket build the node's list again by varying them. At most ``ANSWER_MEMO`` answers and
+      ``ANSWER_MEMO_BYTES``.
+
+    Past a bound nothing new is kept (the answer is built for that call only).
+    """
+
+    __slots__ = ("_by_form", "_by_sent", "_held_bytes", "pods")
+
+    def __init__(self, pods: PodList | None) -> None:
+        self.pods = pods
+        self._by_sent: dict[tuple[str, bytes], bytes] = {}
+        self._by_form: dict[tuple[str, bytes], bytes] = {}
+        self._held_bytes = 0
+
+    def sent(self, path: str, request: bytes) -> bytes | None:
+        return self._by_sent.get((path, request))
+
+    def formed(self, path: str, form: bytes) -> bytes | None:
+        return self._by_form.get((path, form))
+
+    def keep(self, path: str, request: bytes, form: bytes, answer: bytes) -> None:
+        """Keep ``answer`` under both keys, within the bounds."""
+        if (path, form) not in self._by_form and (
+            len(self._by_form) < ANSWER_MEMO and self._held_bytes + len(answer) <= ANSWER_MEMO_BYTES
+        ):
+            self._by_form[(path, form)] = answer
+            self._held_bytes += len(answer)
+        if len(self._by_sent) < ANSWER_MEMO:
+            self._by_sent[(path, request)] = answer  # the same bytes object: no copy
+
+
+def normal_form(request: pb.ListPodSandboxRequest | pb.ListContainersRequest) -> bytes:
+    """The request's known fields, deterministically encoded (unknown ones dropped)."""
+    request.DiscardUnknownFields()
+    return request.SerializeToString(deterministic=True)

@@ -1,8 +1,8 @@
 """The CRI socket's Prometheus metrics, read at scrape time; no registry of its own.
 
-``podcache_cri_requests_total{method,code}``, the forwarded calls made and saved by method,
-the list calls forwarded for want of an item's bytes, event subscribers now, events fanned
-out and subscribers cut off by reason (docs/architecture.md §10).
+``cri_metrics`` reads every series of docs/architecture.md §10 rule 7 from the socket's
+counters (``calls``, the forwarder's, the hub's). Every ``method`` label is a CRI method name
+or ``other`` (``routes.method_label``): a client's path never becomes a label of its own.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from podcache.serve.crisock.calls import connections
+from podcache.serve.crisock.routes import method_label
+
 if TYPE_CHECKING:
     from podcache.serve.crisock.server import CRISocket
 
@@ -22,7 +25,7 @@ __all__ = ["cri_metrics"]
 def _by_method(name: str, help_text: str, table: dict[str, int]) -> Metric:
     family = CounterMetricFamily(name, help_text, labels=["method"])
     for path, value in sorted(table.items()):
-        family.add_metric([path.rsplit("/", 1)[-1]], value)
+        family.add_metric([method_label(path)], value)
     return family
 
 
@@ -33,9 +36,15 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
         "Calls answered by the CRI socket, by method and gRPC status code.",
         labels=["method", "code"],
     )
-    for (method, code), value in sorted(socket.requests.items()):
+    for (method, code), value in sorted(socket.calls.requests.items()):
         requests.add_metric([method, code], value)
     yield requests
+    yield socket.calls.durations()
+    yield GaugeMetricFamily(
+        "podcache_cri_connections",
+        "Connections open on the CRI socket's unix sockets.",
+        value=connections(socket.paths),
+    )
     forwarder = socket.forwarder
     yield _by_method(
         "podcache_cri_upstream_calls",
@@ -44,8 +53,8 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
     )
     yield _by_method(
         "podcache_cri_upstream_calls_saved",
-        "Forwarded calls answered without a runtime call of their own (shared in flight, a "
-        "kept Version). List calls answered from the cache are podcache_cri_requests_total.",
+        "Calls the CRI socket answered without a runtime call of their own, by method: lists "
+        "answered from the cache, forwarded calls shared in flight, a kept Version.",
         dict(forwarder.saved),
     )
     yield CounterMetricFamily(

@@ -17,7 +17,21 @@ import enum
 from collections.abc import Mapping
 from types import MappingProxyType
 
-__all__ = ["CRI_SERVICES", "READ_ONLY", "Route", "denial", "is_cri", "route_of"]
+from podcache.cri.proto import api_pb2 as pb
+
+__all__ = [
+    "CRI_SERVICES",
+    "METHODS",
+    "OTHER",
+    "QUOTE_BYTES",
+    "READ_ONLY",
+    "Route",
+    "denial",
+    "is_cri",
+    "method_label",
+    "quoted",
+    "route_of",
+]
 
 
 class Route(enum.Enum):
@@ -62,6 +76,47 @@ READ_ONLY: Mapping[str, Route] = MappingProxyType(
 """Every method the socket answers, and how. Nothing else of ``CRI_SERVICES`` is allowed."""
 
 
+_API_METHODS = {
+    "runtime.v1.RuntimeService": """Version RunPodSandbox StopPodSandbox RemovePodSandbox
+        PodSandboxStatus ListPodSandbox CreateContainer StartContainer StopContainer
+        RemoveContainer ListContainers ContainerStatus UpdateContainerResources
+        ReopenContainerLog ExecSync Exec Attach PortForward ContainerStats ListContainerStats
+        PodSandboxStats ListPodSandboxStats UpdateRuntimeConfig Status CheckpointContainer
+        GetContainerEvents ListMetricDescriptors ListPodSandboxMetrics RuntimeConfig
+        UpdatePodSandboxResources StreamPodSandboxes StreamContainers""",
+    "runtime.v1.ImageService": "ListImages ImageStatus PullImage RemoveImage ImageFsInfo",
+}
+METHODS: frozenset[str] = frozenset(
+    {f"/{service}/{name}" for service, names in _API_METHODS.items() for name in names.split()}
+    | {
+        f"/{service.full_name}/{method.name}"
+        for service in pb.DESCRIPTOR.services_by_name.values()
+        for method in service.methods
+    }
+)
+"""Every method path of the two CRI services: the CRI v1 API's, and any more in the proto
+this podcache was built with."""
+OTHER = "other"
+"""The metric label of every path that is not one of ``METHODS`` (the path is the client's:
+labels come from a closed set, or each new name would be a series for ever)."""
+QUOTE_BYTES = 128
+"""At most this many characters of a client's method path are quoted in a message."""
+
+
+def method_label(path: str) -> str:
+    """The method's name for metrics: one of ``METHODS``' names, else ``OTHER``."""
+    return path.rsplit("/", 1)[-1] if path in METHODS else OTHER
+
+
+def quoted(path: str) -> str:
+    """``path`` for a message: whole when short, else its first ``QUOTE_BYTES`` characters and
+    how long it was (so a long name cannot make the answer too large to send)."""
+    text = path.lstrip("/")
+    if len(text) <= QUOTE_BYTES:
+        return text
+    return f"{text[:QUOTE_BYTES]}... ({len(text)} characters)"
+
+
 def route_of(path: str) -> Route | None:
     """How ``path`` is answered; None: denied (a CRI method not in ``READ_ONLY``)."""
     return READ_ONLY.get(path)
@@ -76,6 +131,6 @@ def is_cri(path: str) -> bool:
 def denial(path: str) -> str:
     """The PERMISSION_DENIED details for ``path``: the method, and why."""
     return (
-        f"{path.lstrip('/')} is denied: this CRI socket (podcache) is read-only; it answers "
+        f"{quoted(path)} is denied: this CRI socket (podcache) is read-only; it answers "
         "list, status, stats, image-status and event calls only"
     )

@@ -8,8 +8,7 @@ a method of another service is UNIMPLEMENTED (gRPC's own answer).
 - Lists: the all view's snapshot by the cache's freshness rules (§3), taken in the socket's
   thread (``get_pods_nowait``, or the newest published snapshot while it is within the period)
   and only past the period awaited on the event loop, within the client's deadline; then
-  ``lists``; an answer is kept per snapshot and request bytes (at most ``ANSWER_MEMO`` per
-  snapshot). ``clock`` is the cache's.
+  ``lists``; answers are kept per snapshot (``lists.AnswerMemo``). ``clock`` is the cache's.
 - Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
   environment values are redacted on the way (``redact``).
 - GetContainerEvents: ``fanout.EventHub``.
@@ -42,9 +41,16 @@ from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
 from podcache.model import PodList
+from podcache.serve.crisock.calls import CallStats
 from podcache.serve.crisock.fanout import EventClient, EventHub
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
-from podcache.serve.crisock.lists import containers_answer, sandboxes_answer
+from podcache.serve.crisock.lists import (
+    ANSWER_MEMO,
+    AnswerMemo,
+    containers_answer,
+    normal_form,
+    sandboxes_answer,
+)
 from podcache.serve.crisock.redact import answer_rewrites
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.unixsocket import BoundSocket, claim_socket_path
@@ -62,8 +68,6 @@ __all__ = [
     "mode_warning",
 ]
 
-ANSWER_MEMO = 256
-"""List answers kept per snapshot (by request bytes); the memo starts over at each snapshot."""
 _POLL = 0.25
 """Seconds an event stream's thread waits before it checks that its client is still there."""
 
@@ -134,6 +138,7 @@ def _containers(pods: PodList, items: WireItems, request: Any) -> bytes | None:
 
 
 _LIST = "/runtime.v1.RuntimeService/"
+_EVENTS = _LIST + "GetContainerEvents"
 _LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | None], str]] = {
     _LIST + "ListPodSandbox": (pb.ListPodSandboxRequest, _sandboxes, _LIST + "ListPodSandbox"),
     _LIST + "ListContainers": (pb.ListContainersRequest, _containers, _LIST + "ListContainers"),
@@ -177,10 +182,10 @@ class CRISocket:
         self._limits = limits
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
-        self._memo: tuple[PodList | None, dict[tuple[str, bytes], bytes]] = (None, {})
+        self._memo = AnswerMemo(None)
         self._streams = threading.BoundedSemaphore(limits.max_event_streams)
-        self.requests: dict[tuple[str, str], int] = {}
-        """Calls answered, by (method, gRPC status code name)."""
+        self.calls = CallStats()
+        """Calls answered, by method and gRPC status code, and how long each took."""
         self.list_forwards = 0
         """List calls forwarded because an item's bytes were missing (``lists``)."""
         self._server: grpc.Server | None = None
@@ -250,10 +255,15 @@ class CRISocket:
         self._bound.clear()
 
     # -- counting ------------------------------------------------------------------------------
-    def count(self, path: str, code: grpc.StatusCode) -> None:
-        key = (path.rsplit("/", 1)[-1], code.name)
-        with self._lock:
-            self.requests[key] = self.requests.get(key, 0) + 1
+    def count(self, path: str, code: grpc.StatusCode, started: float | None = None) -> None:
+        """One call answered; ``started``: its ``perf_counter`` start, to time it."""
+        seconds = None if started is None else time.perf_counter() - started
+        self.calls.record(path, code.name, seconds)
+
+    @property
+    def paths(self) -> list[str]:
+        """The ``--cri-listen`` paths."""
+        return list(self._paths)
 
     @property
     def forwarder(self) -> Forwarder:
@@ -320,12 +330,10 @@ class CRISocket:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
         message_type, answer, _ = _LISTS[path]
         pods = self._snapshot(context)
-        held, answers = self._memo
-        if held is not pods:
-            answers = {}
-            self._memo = (pods, answers)
-        key = (path, request)
-        data = answers.get(key)  # a hit: the bytes sent before, no request decoded (a valid one)
+        memo = self._memo
+        if memo.pods is not pods:
+            memo = self._memo = AnswerMemo(pods)
+        data = memo.sent(path, request)  # a hit: the bytes sent before, no request decoded
         if data is None:
             try:
                 parsed = message_type.FromString(request)
@@ -334,13 +342,16 @@ class CRISocket:
                     grpc.StatusCode.INVALID_ARGUMENT,
                     f"{path.lstrip('/')}: the request is not a {message_type.__name__}",
                 ) from None
-            data = answer(pods, self._items, parsed)
+            form = normal_form(parsed)
+            data = memo.formed(path, form)
+            if data is None:
+                data = answer(pods, self._items, parsed)
             if data is None:
                 self.list_forwards += 1
                 unary = _LISTS[path][2]  # a streamed list is asked as the unary call
                 return self.forwarded(unary, request, context, keep=False)
-            if len(answers) < ANSWER_MEMO:
-                answers[key] = data
+            memo.keep(path, request, form, data)
+        self._forwarder.count_saved(path)
         return data
 
     def streamed(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
@@ -468,12 +479,13 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
         socket = self._socket
 
         def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+            started = time.perf_counter()
             try:
                 answer = behaviour(path, request, context)
             except _FailureError as failure:
-                socket.count(path, failure.code)
+                socket.count(path, failure.code, started)
                 _abort(context, failure)
-            socket.count(path, grpc.StatusCode.OK)
+            socket.count(path, grpc.StatusCode.OK, started)
             return answer
 
         return handle
@@ -483,15 +495,19 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
     ) -> Callable[[bytes, grpc.ServicerContext], Iterator[bytes]]:
         socket = self._socket
 
+        timed = path != _EVENTS  # an event stream lasts as long as its client wants
+
         def handle(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
             code = grpc.StatusCode.CANCELLED  # the client left (the generator is closed)
+            started = time.perf_counter() if timed else None
             try:
                 yield from behaviour(path, request, context)
+                code = grpc.StatusCode.OK
             except _FailureError as failure:
                 code = failure.code
                 _abort(context, failure)
             finally:
-                socket.count(path, code)
+                socket.count(path, code, started)
 
         return handle
 
