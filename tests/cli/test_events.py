@@ -39,10 +39,14 @@ def own_sim() -> Iterator[SimRuntime]:
 class Running:
     """A ``podcache`` subprocess whose stdout lines are collected as they come."""
 
-    def __init__(self, run: Runner, *args: str, merged: bool = False) -> None:
-        """``merged``: stderr goes to the same pipe as stdout (its lines are collected too)."""
+    def __init__(
+        self, run: Runner, *args: str, merged: bool = False, sigint_ignored: bool = False
+    ) -> None:
+        """``merged``: stderr goes to the same pipe as stdout (its lines are collected too).
+        ``sigint_ignored``: started as a non-interactive shell starts a background job."""
+        ignoring = ["sh", "-c", 'trap "" INT; exec "$@"', "sh"] if sigint_ignored else []
         self.process = subprocess.Popen(
-            [run.exe, *args],
+            [*ignoring, run.exe, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT if merged else subprocess.PIPE,
             stdin=subprocess.DEVNULL,
@@ -443,3 +447,23 @@ def test_events_on_over_a_runtime_without_events_is_status_1(
         )
     assert result.returncode == 1, result
     assert "--events on" in result.stderr and sim.endpoint.removeprefix("unix://") in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "status"),
+    [
+        (("events", "-o", "json"), 130),
+        (("pods", "-w"), 130),
+        (("watch",), 0),  # into a pipe: pods -w's rows; Ctrl-C ends it cleanly
+    ],
+    ids=["events", "pods -w", "watch-into-a-pipe"],
+)
+def test_sigint_stops_a_follower_started_with_sigint_ignored(
+    run: Runner, own_sim: SimRuntime, args: tuple[str, ...], status: int
+) -> None:
+    proc = Running(run, *args, "-r", own_sim.endpoint, sigint_ignored=True)
+    try:
+        proc.wait_until(lambda lines: len(lines) >= 2)  # following: the first rows are out
+        assert proc.interrupt() == status
+    finally:
+        proc.stop()

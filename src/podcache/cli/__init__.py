@@ -16,19 +16,21 @@ that would only free memory.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from podcache.cli.early import begin
 from podcache.cli.startup import exit_without_teardown, pause_collection
 
-__all__ = ["main", "run"]
+__all__ = ["main", "run", "take_back_sigint"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``podcache`` with ``argv`` (default: ``sys.argv[1:]``) and exit with its status (as
     the console script, ``argv`` None: at once, when nothing is left to run at exit)."""
     if argv is None:
+        take_back_sigint()
         pause_collection()  # start-up; the group's callback resumes it (``startup``)
         begin(sys.argv[1:])  # a read that can start before click is imported (``early``)
     status = run(argv)
@@ -39,6 +41,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv is None:
         exit_without_teardown(status)
     sys.exit(status)
+
+
+def take_back_sigint() -> None:
+    """SIGINT stops podcache however it was started. A non-interactive shell starts its
+    background jobs with SIGINT ignored, and an ignored signal is inherited: Python would keep
+    ignoring it, and ``events``, ``pods -w`` or ``watch`` would never stop on Ctrl-C or a
+    supervisor's SIGINT. Go's ``signal.Notify`` (crictl's) takes an ignored SIGINT back the
+    same way: a command that asks for SIGINT gets it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _closed_pipe() -> int:
