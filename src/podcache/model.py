@@ -524,6 +524,10 @@ class ContainerEvent(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     pod_sandbox_id: str = ""
     created_at: int = 0
     pod_uid: str = ""
+    pod: Pod | None = None
+    """The pod as the event's sandbox status and container statuses describe it
+    (``cri.eventpod``; None without a UID): what the cache remembers of it even when no
+    listing sees it (docs/architecture.md §7, "Events are facts")."""
 
 
 def _ids(pod: Pod) -> list[str]:

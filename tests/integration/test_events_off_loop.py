@@ -86,7 +86,9 @@ def test_big_events_are_read_in_the_streams_thread_not_on_the_loop(
         pod_sandbox_id="b" * 64,
         created_at=event.created_at,
         pod_uid="u-big",
+        pod=event.pod,
     )
+    assert event.pod is not None and event.pod.id == "u-big"
     assert readers == ["podcache-events"]
     assert ticks >= 1  # the loop ran while the event was on its way
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol, Self, cast
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
 from podcache.cache.departed import (
+    DEPARTED_BYTES,
     DEPARTED_FOR,
     DEPARTED_MAX,
     Departed,
@@ -97,6 +98,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
+        departed_bytes: int = DEPARTED_BYTES,
         wall_clock: Callable[[], float] = time.time,
         all: bool = False,
     ) -> None:
@@ -118,8 +120,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
         self._refresher, self._watch_host = self._watch_parts()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._fast_hits = 0
-        self._count_hits = stats
+        self._fast_hits, self._count_hits = 0, stats
         self._subscription: Subscription | None = None
         self._subscriber: asyncio.Task[None] | None = None
         self._stream: Any = None
@@ -129,7 +130,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._hooks = Hooks()
         # Keys pods stop holding (§3 rule 12): the first hook, so later ones find them.
-        self._departed = Departed(departed_for, departed_max)
+        self._departed = Departed(departed_for, departed_max, departed_bytes)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
         self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
@@ -388,7 +389,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
-        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
+        refresh.started_wall = self._wall()  # §7 rule 4: events before it need no relist
         try:
             if self._is_async:
                 getter = cast(AsyncPodGetter, self._getter)
@@ -401,6 +402,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         now = self._clock()
         queued = self._core.complete(refresh, pods, error, now)
         self._published()
+        if pods is not None:
+            self._settled(refresh.started_wall)
         self._arm(self._core.arm(now))
         subscription = self._subscription
         if subscription is not None and subscription.refresh_done(error is None) and self._wake:
@@ -410,6 +413,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         refresh.signal.set_result(None)
         if queued is not None:
             self._spawn(queued)
+
+    def _settled(self, began: float) -> None:
+        """After a full listing begun at wall time ``began`` was stored: what events reported
+        held and the snapshot does not list left (docs/architecture.md §7)."""
+        listed = self._core.snapshot[0]
+        if listed is not None:
+            self._departed.settle(None, listed, began, self._wall())
 
     def _record_departures(self, publication: Publication) -> None:
         """The cache's own publish hook: the keys the publish took from pods are released now."""
@@ -448,7 +458,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         pod = None
         error: BaseException | None = None
         getter: Any = self._getter
-        relist.started_wall = time.time()
+        relist.started_wall = self._wall()
         try:
             if self._pod_is_async:
                 pod = await getter.get_pod(relist.uid, self._all)
@@ -459,6 +469,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         now = self._clock()
         following, full = self._core.pod_complete(relist, pod, error, now)
         self._published()
+        if error is None:  # what events reported of the pod and it no longer holds left
+            self._departed.settle(relist.uid, pod, relist.started_wall, self._wall())
         self._arm(self._core.arm(now))
         self._arm_pods(self._core.pod_arm(now))
         self._spawn_pods(following)
@@ -469,6 +481,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     def _event(self, event: object) -> Step:
         """One event: relist its pod when the getter can and the event names one, else ask
         for a full listing (``_signal``)."""
+        self._departed.observe(event, self._core.snapshot[0], self._wall())
         if not self._relists_pods:
             return self._signal(Signal.EVENT)
         assert self._subscription is not None
@@ -476,7 +489,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         if step is Step.REFRESH:
             now = self._clock()
             uid = event_pod(event, self._core.snapshot[0])
-            happened = event_time(event, time.time())
+            happened = event_time(event, self._wall())
             relists, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
             if scheduled is not None:
                 self._subscription.counted_refresh(scheduled)

@@ -47,6 +47,8 @@ from podcache.errors import AmbiguousContainerIDError
 from podcache.model import (
     MIN_PREFIX,
     Container,
+    ContainerEvent,
+    ContainerEventType,
     ContainerID,
     Pod,
     PodList,
@@ -56,6 +58,7 @@ from podcache.model import (
 )
 
 __all__ = [
+    "DEPARTED_BYTES",
     "DEPARTED_FOR",
     "DEPARTED_MAX",
     "IP_MEMO",
@@ -73,6 +76,9 @@ DEPARTED_FOR = 300.0
 DEPARTED_MAX = 50_000
 """Most released keys remembered (the ``departed_max=`` default; about 10,000 pods of a
 sandbox, three containers and an IP); the oldest releases go first."""
+DEPARTED_BYTES = 64 * 1024 * 1024
+"""Most bytes the remembered keys' pods may cost, as ``pod_cost`` counts them (the
+``departed_bytes=`` default): at 50,000 keys of 10,000 pods about 40 MiB; the oldest go first."""
 PREFIX_MATCHES = 64
 """Most remembered IDs one prefix lookup reads (an ambiguous prefix lists at most these)."""
 
@@ -114,6 +120,40 @@ class Holding(msgspec.Struct, frozen=True, gc=False):
     pod: Pod
     held_from: float
     held_until: float
+    cost: int = 0
+    """What remembering it costs (``pod_cost`` of its pod), counted against ``departed_bytes``."""
+
+
+class Reported(msgspec.Struct, gc=False):
+    """A key events report held and no snapshot has listed since: the pod as the events last
+    described it (the key's container among its containers or sandboxes), from its sandbox's
+    creation (``held_from``; the first report's time when the runtime gave none) to now;
+    ``reported``: the time of the last event that reported it held (wall seconds)."""
+
+    key: Key
+    pod: Pod
+    held_from: float
+    reported: float
+    cost: int
+
+
+POD_OVERHEAD = 600
+"""Bytes counted for a pod's objects beside its text (a ``Pod`` and its tuples)."""
+ITEM_OVERHEAD = 350
+"""Bytes counted for each container, sandbox, label and IP of a pod beside its text."""
+
+
+def pod_cost(pod: Pod) -> int:
+    """What remembering ``pod`` costs in bytes, by its text and a fixed overhead per object
+    (``POD_OVERHEAD``, ``ITEM_OVERHEAD``): above what tracemalloc measures for pods as the
+    listings and events make them (tests/unit/cache/test_departed_bounds.py). O(the pod)."""
+    cost = POD_OVERHEAD + len(pod.id) + len(pod.name) + len(pod.namespace)
+    for item in (*pod.containers, *pod.sandboxes):
+        cost += ITEM_OVERHEAD + len(item.id.id) + len(item.name) + len(item.image)
+        cost += len(item.image_id) + len(item.image_ref) + len(item.image_runtime_handler)
+    for key, value in cast(tuple[tuple[str, str], ...], pod.labels):
+        cost += ITEM_OVERHEAD + len(key) + len(value)
+    return cost + ITEM_OVERHEAD * len(pod.ips) + sum(map(len, pod.ips))
 
 
 def lookup_key(container_id: str | None, uid: str | None, ip: str | None) -> Key:
@@ -202,7 +242,53 @@ def _item(pod: Pod, key: Key) -> Container | None:
     return None
 
 
-def _check_bounds(departed_for: float, departed_max: int) -> None:
+def _with_item(pod: Pod, key: Key) -> Pod:
+    """``pod`` holding container key ``key``: itself when one of its containers or sandboxes
+    has that ID, else with a container of that ID alone added (an event about a container
+    that carried no status of it). O(the pod's containers)."""
+    if key[0] != "container_id" or _item(pod, key) is not None:
+        return pod
+    runtime = pod.sandboxes[0].id.type if pod.sandboxes else ""
+    added = Container(id=ContainerID(runtime, key[1]))
+    return msgspec.structs.replace(pod, containers=(*pod.containers, added))
+
+
+def _merged(before: Pod, told: Pod) -> Pod:
+    """What two events say of one pod together: the later (``told``), with the containers
+    only the earlier told of (a container's DELETED carries no status of it), its IPs when
+    the later has none (a stopped sandbox's status has no network), and its creation when
+    the later has none (containerd 2.x's sandbox DELETED). O(the pods' containers)."""
+    known = {item.id.id for item in told.containers}
+    missing = tuple(item for item in before.containers if item.id.id not in known)
+    if not missing and (told.ips or not before.ips) and told.created_at > 0:
+        return told
+    return msgspec.structs.replace(
+        told,
+        containers=(*told.containers, *missing),
+        ips=told.ips or before.ips,
+        created_at=told.created_at or before.created_at,
+    )
+
+
+def _event_keys(event: ContainerEvent, pod: Pod) -> list[Key]:
+    """The keys an event reports held: its pod's containers' and sandbox's IDs, the event's
+    own container ID, its IPs (none on the host network), its UID last."""
+    keys: list[Key] = [("container_id", item.id.id) for item in pod.containers]
+    keys += [("container_id", item.id.id) for item in pod.sandboxes]
+    own: Key = ("container_id", event.container_id)
+    if own not in keys:
+        keys.append(own)
+    if not pod.host_network:
+        keys += [("ip", ip) for ip in pod.ips]
+    keys.append(("uid", pod.id))
+    return keys
+
+
+def _check_bounds(departed_for: float, departed_max: int, departed_bytes: int) -> None:
+    if isinstance(departed_bytes, bool) or not isinstance(departed_bytes, int):
+        raise TypeError(f"departed_bytes must be an int, not {departed_bytes!r}")
+    if departed_bytes < 0:
+        raise ValueError(f"departed_bytes must be >= 0, got {departed_bytes!r}")
     if isinstance(departed_for, bool) or not isinstance(departed_for, int | float):
         raise TypeError(f"departed_for must be seconds, not {departed_for!r}")
     if not departed_for >= 0 or math.isinf(departed_for):
@@ -217,24 +303,39 @@ class Departed:
     """The keys the pods of one cache stopped holding, indexed by key (module docstring)."""
 
     def __init__(
-        self, departed_for: float = DEPARTED_FOR, departed_max: int = DEPARTED_MAX
+        self,
+        departed_for: float = DEPARTED_FOR,
+        departed_max: int = DEPARTED_MAX,
+        departed_bytes: int = DEPARTED_BYTES,
     ) -> None:
-        _check_bounds(departed_for, departed_max)
+        _check_bounds(departed_for, departed_max, departed_bytes)
         self.departed_for = float(departed_for)
         self.departed_max = departed_max
+        self.departed_bytes = departed_bytes
         self._released: deque[Holding] = deque()  # every holding, oldest release first
         self._holdings: dict[Key, list[Holding]] = {}  # by key, oldest release first
+        self._reported: dict[Key, Reported] = {}  # held by events' word, oldest first
+        self._reported_by_uid: dict[str, dict[Key, None]] = {}  # the same, by pod
+        self._gone: dict[Key, tuple[str, float]] = {}  # removals told of listed keys, oldest first
+        self._created: dict[str, float] = {}  # pods' creation as events told it, oldest first
         self._ids = SortedIDs()  # the container and sandbox IDs among the keys (prefixes)
+        self.bytes = 0  # pod_cost of every holding and report kept
         self.recorded = 0
         self.forgotten = 0
 
     @property
     def enabled(self) -> bool:
-        return self.departed_for > 0 and self.departed_max > 0
+        return self.departed_for > 0 and self.departed_max > 0 and self.departed_bytes > 0
 
     def __len__(self) -> int:
-        """Keys remembered (each release of a key counts: a key held twice, twice)."""
-        return len(self._released)
+        """Keys remembered (each release of a key counts: a key held twice, twice), and the
+        keys events report held that no snapshot lists."""
+        return len(self._released) + len(self._reported)
+
+    @property
+    def reported(self) -> int:
+        """Keys events report held that no snapshot has listed since."""
+        return len(self._reported)
 
     # -- recording ------------------------------------------------------------------------------
     def record(self, changes: Iterable[PodChange], now: float) -> None:
@@ -244,26 +345,192 @@ class Departed:
             return
         for change in changes:
             if change.type is ChangeType.DELETED:
+                cost = pod_cost(change.pod)
                 for key in _keys_of(change.pod):
-                    self._release(key, change.pod, now)
-            elif change.type is ChangeType.MODIFIED and change.previous is not None:
+                    self._release(key, change.pod, now, cost)
+                continue
+            kept = _keys_of(change.pod)
+            if self._reported_by_uid.get(change.pod.id):
+                self._listed(change.pod.id, kept)
+            if change.type is ChangeType.MODIFIED and change.previous is not None:
                 before = change.previous
-                kept = set(_keys_of(change.pod))
-                for key in _keys_of(before):
-                    if key not in kept:
-                        self._release(key, before, now)
+                held = set(kept)
+                gone = [key for key in _keys_of(before) if key not in held]
+                cost = pod_cost(before) if gone else 0
+                for key in gone:
+                    self._release(key, before, now, cost)
         self.prune(now)
 
-    def prune(self, now: float) -> None:
-        """Forget releases older than ``departed_for``, and the oldest past ``departed_max``."""
-        released = self._released
-        limit = self.departed_max
-        horizon = now - self.departed_for
-        while released and (len(released) > limit or released[0].held_until < horizon):
-            self._forget(released.popleft())
+    def _listed(self, uid: str, keys: list[Key]) -> None:
+        """The snapshot lists pod ``uid`` holding ``keys``: their reports end (the snapshot
+        holds them now, and releases them by rule 12), without a release."""
+        for key in keys:
+            entry = self._reported.get(key)
+            if entry is not None and entry.pod.id == uid:
+                self._unreport(entry)
+                self._unindex(key)
 
-    def _release(self, key: Key, pod: Pod, now: float) -> None:
-        holding = Holding(key, pod, created_seconds(pod), now)
+    # -- events are facts (docs/architecture.md §7) ----------------------------------------------
+    def observe(self, event: object, pods: PodList | None, now: float) -> None:
+        """One event received at wall time ``now``, as it happened (its ``created_at``, at
+        most ``now``; ``now`` when it has none): ``told``."""
+        if isinstance(event, ContainerEvent) and self.enabled:
+            happened = min(event.created_at / 1e9, now) if event.created_at > 0 else now
+            self.told(event, pods, happened)
+
+    def told(self, event: ContainerEvent, pods: PodList | None, happened: float) -> None:
+        """One event at wall time ``happened`` (its own time): every key its pod holds is
+        reported held, unless ``pods`` (the snapshot) lists it there or its release from that
+        pod is remembered already; a DELETED one then ends the report of its container or
+        sandbox (a sandbox's ends every report of its pod) at ``happened``. O(the event's
+        keys), plus the pod's reports for a sandbox's DELETED."""
+        if not self.enabled:
+            return
+        pod = event.pod
+        if pod is not None:
+            if pod.created_at > 0 and pod.id not in self._created:
+                self._created[pod.id] = pod.created_at / 1e9
+                if len(self._created) > self.departed_max:
+                    del self._created[next(iter(self._created))]
+            for key in _event_keys(event, pod):
+                self._report(key, pod, pods, happened)
+        if event.type is ContainerEventType.DELETED:
+            self._removed(("container_id", event.container_id), pod, happened)
+        self.prune(happened)
+
+    def _told_gone(self, key: Key, pod: Pod, happened: float) -> None:
+        """A DELETED event for ``key`` that the snapshot lists (no report of it): its release,
+        when a publish makes it, is at ``happened``, not the publish's time (a sandbox's: its
+        pod's UID and IPs too). At most ``departed_max`` are kept, the oldest dropped."""
+        told = [key]
+        if any(item.id.id == key[1] for item in pod.sandboxes):
+            told += [("ip", ip) for ip in pod.ips] + [("uid", pod.id)]
+        for each in told:
+            self._gone.setdefault(each, (pod.id, happened))
+        while len(self._gone) > self.departed_max:
+            del self._gone[next(iter(self._gone))]
+
+    def _report(self, key: Key, pod: Pod, pods: PodList | None, happened: float) -> None:
+        entry = self._reported.get(key)
+        if entry is not None and entry.pod.id == pod.id:
+            entry.reported = max(entry.reported, happened)
+            if entry.pod is not pod:
+                told = _with_item(_merged(entry.pod, pod), key)
+                cost = pod_cost(told)
+                self.bytes += cost - entry.cost
+                entry.pod, entry.cost = told, cost
+            return
+        listed = _in_snapshot(pods, key) if pods is not None else None
+        if listed is not None and listed.id == pod.id:
+            return  # the snapshot holds it: rule 12 remembers it
+        releases = self._holdings.get(key)
+        if releases and releases[-1].pod.id == pod.id:
+            return  # a late or repeated event of a holding remembered already
+        if entry is not None:  # another pod held it (an IP): that holding ended by now
+            self._end(entry, happened)
+        told = _with_item(pod, key)
+        start = pod.created_at / 1e9 if pod.created_at > 0 else happened
+        cost = pod_cost(told)
+        self._reported[key] = Reported(key, told, start, happened, cost)
+        self._reported_by_uid.setdefault(pod.id, {})[key] = None
+        self.bytes += cost
+        if key[0] == "container_id" and key not in self._holdings:
+            self._ids.add(key[1])
+
+    def _removed(self, key: Key, pod: Pod | None, happened: float) -> None:
+        """A DELETED event for container or sandbox ``key`` (``pod``: the pod it described):
+        its report ends at ``happened``, or, when the snapshot lists it, its release will
+        (``_told_gone``); a sandbox's ends its pod's every report (its UID and IPs, and
+        containers whose own DELETED never came)."""
+        entry = self._reported.get(key)
+        if entry is not None:
+            pod = entry.pod
+        elif pod is not None:
+            self._told_gone(key, pod, happened)
+        if pod is None or not any(item.id.id == key[1] for item in pod.sandboxes):
+            if entry is not None:
+                self._end(entry, happened)
+            return
+        for other in list(self._reported_by_uid.get(pod.id, ())):
+            self._end(self._reported[other], happened)
+
+    def settle(
+        self, uid: str | None, listed: PodList | Pod | None, began: float, now: float
+    ) -> None:
+        """A call begun at wall time ``began`` answered ``listed``: a relist of pod ``uid``
+        (its pod, or None: gone), or a full listing (``uid`` None). Every report of a key it
+        does not list there, whose last event came before the call began, ends at ``now``:
+        the call saw it gone. O(that pod's reports) for a relist, O(all reports) for a full
+        listing (which reads every pod anyway)."""
+        if not self._reported:
+            return
+        if uid is None:
+            candidates = list(self._reported.values())
+        else:
+            candidates = [self._reported[key] for key in self._reported_by_uid.get(uid, ())]
+        for entry in candidates:
+            if entry.reported >= began:
+                continue
+            if isinstance(listed, PodList):
+                holder = _in_snapshot(listed, entry.key)
+            else:
+                holder = listed if listed is not None and entry.key in _keys_of(listed) else None
+            if holder is None or holder.id != entry.pod.id:
+                self._end(entry, now)
+        self.prune(now)
+
+    def _end(self, entry: Reported, until: float) -> None:
+        """The report ``entry`` ends at ``until`` (never before it began): remembered as a
+        release."""
+        self._unreport(entry)
+        until = max(until, entry.held_from)
+        self._append(Holding(entry.key, entry.pod, entry.held_from, until, entry.cost))
+        self.bytes += entry.cost
+
+    def _unreport(self, entry: Reported) -> None:
+        del self._reported[entry.key]
+        self.bytes -= entry.cost
+        keys = self._reported_by_uid[entry.pod.id]
+        del keys[entry.key]
+        if not keys:
+            del self._reported_by_uid[entry.pod.id]
+
+    def _unindex(self, key: Key) -> None:
+        """Drop a container key from the prefix index when nothing remembers it any more."""
+        if key[0] == "container_id" and key not in self._holdings and key not in self._reported:
+            self._ids.discard(key[1])
+
+    def prune(self, now: float) -> None:
+        """Forget releases older than ``departed_for``; then, past ``departed_max`` keys or
+        ``departed_bytes``, the oldest releases, and past them the oldest reports."""
+        released = self._released
+        horizon = now - self.departed_for
+        while released and released[0].held_until < horizon:
+            self._forget(released.popleft())
+        while len(self) > self.departed_max or self.bytes > self.departed_bytes:
+            if released:
+                self._forget(released.popleft())
+            else:
+                oldest = next(iter(self._reported.values()))
+                self._unreport(oldest)
+                self._unindex(oldest.key)
+                self.forgotten += 1
+
+    def _release(self, key: Key, pod: Pod, now: float, cost: int) -> None:
+        """``pod`` stopped holding ``key`` at ``now``, or earlier when an event said so."""
+        start = created_seconds(pod) or self._created.get(pod.id, 0.0)  # a listing without
+        # the pod's sandbox (the ready view's, while it is not ready) has no creation time
+        told = self._gone.pop(key, None) if self._gone else None
+        if told is not None and told[0] == pod.id and start <= told[1] <= now:
+            now = told[1]
+        releases = self._holdings.get(key)
+        if releases and releases[-1].pod.id == pod.id and releases[-1].held_until >= start:
+            return  # its events ended this holding already (a report, then a listing)
+        self._append(Holding(key, pod, start, now, cost))
+        self.bytes += cost
+
+    def _append(self, holding: Holding) -> None:
+        key = holding.key
         self._released.append(holding)
         holdings = self._holdings.get(key)
         if holdings is None:
@@ -280,19 +547,19 @@ class Departed:
         holdings = self._holdings[key]
         assert holdings[0] is holding, "releases of one key out of order"
         del holdings[0]
+        self.bytes -= holding.cost
         if not holdings:
             del self._holdings[key]
-            if key[0] == "container_id":
-                self._ids.discard(key[1])
+            self._unindex(key)
         self.forgotten += 1
 
     # -- finding --------------------------------------------------------------------------------
     def find(self, pods: PodList | None, key: Key, at: float | None, now: float) -> Found | None:
         """The pod holding ``key``: in ``pods`` (the current snapshot) first, then the keys
-        released (none older than ``departed_for`` at wall time ``now``); with ``at``, the
-        holding that contains ``at`` (module docstring). A container key may be a unique
-        prefix: AmbiguousContainerIDError when it names several IDs, ValueError when it is
-        shorter than ``MIN_PREFIX`` and names none whole."""
+        events report held, then the keys released (none older than ``departed_for`` at wall
+        time ``now``); with ``at``, the holding that contains ``at`` (module docstring). A
+        container key may be a unique prefix: AmbiguousContainerIDError when it names several
+        IDs, ValueError when it is shorter than ``MIN_PREFIX`` and names none whole."""
         self.prune(now)
         if key[0] == "container_id":
             whole = self._whole_id(pods, key[1])
@@ -300,19 +567,38 @@ class Departed:
                 return None
             key = ("container_id", whole)
         current = _in_snapshot(pods, key) if pods is not None else None
+        told = self._reported.get(key)
         if at is None:
             if current is not None:
                 return Found(current, _item(current, key), None)
+            if told is not None:
+                return Found(told.pod, _item(told.pod, key), None)
             holdings = self._holdings.get(key)
             return None if not holdings else self._found(pods, holdings[-1])
-        best: Holding | None = None
+        return self._found_at(pods, key, at, current, told)
+
+    def _found_at(
+        self,
+        pods: PodList | None,
+        key: Key,
+        at: float,
+        current: Pod | None,
+        told: Reported | None,
+    ) -> Found | None:
+        """The holding of ``key`` that contains ``at``, the newest begun of several: the
+        snapshot's, the one events report, or a release."""
+        best: Holding | Reported | None = None
         since = created_seconds(current) if current is not None else math.inf
         if since > at:
             since = -math.inf  # the snapshot's holder did not hold it yet
+        if told is not None and told.held_from <= at and told.held_from > since:
+            best, since = told, told.held_from
         for held in self._holdings.get(key, ()):
             start = held.held_from
             if start <= at < held.held_until and start > since:
                 best, since = held, start
+        if isinstance(best, Reported):
+            return Found(best.pod, _item(best.pod, key), None)
         if best is not None:
             return self._found(pods, best)
         if current is not None and since != -math.inf:
@@ -320,11 +606,13 @@ class Departed:
         return None
 
     def _found(self, pods: PodList | None, held: Holding) -> Found:
-        """``held`` as an answer: its pod departed unless ``pods`` lists the pod's UID, when
-        its UID's last release (at or after the key's) says."""
+        """``held`` as an answer: its pod departed unless ``pods`` lists the pod's UID or
+        events report it held, else when its UID's last release (at or after the key's)
+        says."""
         pod = held.pod
         departed_at: float | None = None
-        if pods is None or pods.by_uid(pod.id) is None:
+        listed = pods is not None and pods.by_uid(pod.id) is not None
+        if not listed and ("uid", pod.id) not in self._reported:
             departed_at = held.held_until
             if held.key[0] != "uid":
                 releases = self._holdings.get(("uid", pod.id))
@@ -336,7 +624,7 @@ class Departed:
         """The whole container or sandbox ID ``ident`` names: itself when the snapshot or the
         remembered keys hold it, else the one ID of both that starts with it (module
         docstring); None when none does."""
-        if ("container_id", ident) in self._holdings:
+        if ("container_id", ident) in self._holdings or ("container_id", ident) in self._reported:
             return ident
         if pods is not None and pods.by_exact_id(ident) is not None:
             return ident

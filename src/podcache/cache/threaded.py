@@ -19,6 +19,7 @@ from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 from podcache.cache.changes import HISTORY, MAX_LAG
 from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
 from podcache.cache.departed import (
+    DEPARTED_BYTES,
     DEPARTED_FOR,
     DEPARTED_MAX,
     Departed,
@@ -197,6 +198,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         events: Events = False,
         departed_for: float = DEPARTED_FOR,
         departed_max: int = DEPARTED_MAX,
+        departed_bytes: int = DEPARTED_BYTES,
         wall_clock: Callable[[], float] = time.time,
         all: bool = False,
     ) -> None:
@@ -227,7 +229,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._hooks = Hooks()
         # Keys pods stop holding are remembered (§3 rule 12): the first hook, so later ones
         # find them.
-        self._departed = Departed(departed_for, departed_max)
+        self._departed = Departed(departed_for, departed_max, departed_bytes)
         self._wall = wall_clock
         self._hooks.add(self._record_departures)
         self._init_pod_relists(getter)
@@ -505,7 +507,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
         pods: PodList | None = None
         error: BaseException | None = None
-        refresh.started_wall = time.time()  # §7 rule 4: events before it need no relist
+        refresh.started_wall = self._wall()  # §7 rule 4: events before it need no relist
         try:
             pods = self._getter.get_pods(self._all)
             if not isinstance(pods, PodList):
@@ -517,6 +519,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
             queued = self._core.complete(refresh, pods, error, now)
             delay = self._core.arm(now)
             self._published()
+            if pods is not None:
+                self._settled(refresh.started_wall)
             if self._subscription is not None and self._subscription.refresh_done(error is None):
                 self._wake.set()  # the runtime is back: ask it for events again now
         refresh.signal.set()
@@ -525,6 +529,13 @@ class RuntimeCache(CoreReadings[threading.Event]):
             self._spawn(queued)
         if error is not None and not isinstance(error, Exception):
             raise error
+
+    def _settled(self, began: float) -> None:
+        """After a full listing begun at wall time ``began`` was stored: what events reported
+        held and the snapshot does not list left (docs/architecture.md §7)."""
+        listed = self._core.snapshot[0]
+        if listed is not None:
+            self._departed.settle(None, listed, began, self._wall())
 
     def _record_departures(self, publication: Publication) -> None:
         """The cache's own publish hook: the keys the publish took from pods are released now."""
@@ -603,7 +614,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         listing in a thread of its own); returns the relist to run next in this slot."""
         pod = None
         error: BaseException | None = None
-        relist.started_wall = time.time()
+        relist.started_wall = self._wall()
         try:
             pod = self._getter.get_pod(relist.uid, self._all)  # type: ignore[attr-defined]
         except BaseException as exc:  # a failure asks for a full listing, even ^C
@@ -614,6 +625,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
             delay = self._core.arm(now)
             pod_delay = self._core.pod_arm(now)
             self._published()
+            if error is None:  # what events reported of the pod and it no longer holds left
+                self._departed.settle(relist.uid, pod, relist.started_wall, self._wall())
         self._arm(delay)
         self._arm_pods(pod_delay)
         if full is not None:
@@ -630,17 +643,20 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """One event: relist its pod when the getter can and the event names one, else ask
         for a full listing (``_signal``)."""
         if not self._relists_pods:
+            with self._lock:
+                self._departed.observe(event, self._core.snapshot[0], self._wall())
             return self._signal(Signal.EVENT)
         assert self._subscription is not None
         relists: list[PodRelist] = []
         full = None
         delay = pod_delay = None
         with self._lock:
+            self._departed.observe(event, self._core.snapshot[0], self._wall())
             step = self._subscription.on(Signal.EVENT)
             if step is Step.REFRESH:
                 now = self._clock()
                 uid = event_pod(event, self._core.snapshot[0])
-                happened = event_time(event, time.time())
+                happened = event_time(event, self._wall())
                 relists, full, scheduled = self._core.on_event(
                     uid, now, happened, gone_unseen(event)
                 )

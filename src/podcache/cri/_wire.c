@@ -1097,6 +1097,7 @@ done:
  * into groups, at most MAX_DEPTH deep. */
 
 #define EV_MAX_ADDITIONAL_IPS 8     /* eventwire.MAX_ADDITIONAL_IPS */
+#define EV_MAX_CONTAINERS 16        /* eventwire.MAX_EVENT_CONTAINERS */
 #define EV_RELEASE_BYTES (64 * 1024) /* scans of at most ~200 us keep the GIL */
 
 enum { EV_VARINT = 0, EV_FIXED64 = 1, EV_LENGTH = 2, EV_START_GROUP = 3, EV_END_GROUP = 4 };
@@ -1130,13 +1131,23 @@ static const char *const EV_MESSAGES[] = {
     [EV_GROUP_NOT_ENDED] = "group %llu is not ended",
 };
 
-/* The fields read so far (the last of each wins; messages merge), or the first problem. */
+/* One ContainerStatus of containers_statuses (eventwire.ContainerFields). */
 typedef struct {
     int64_t created_at;
+    int32_t state;
+    uint32_t attempt;
+    span id, name, image, image_ref;
+} ev_container;
+
+/* The fields read so far (the last of each wins; messages merge), or the first problem. */
+typedef struct {
+    int64_t created_at, sandbox_created_at;
     int32_t event_type, state, network_mode;
-    span container_id, sandbox_id, uid, ip;
+    span container_id, sandbox_id, uid, ip, name, namespace;
     span additional_ips[EV_MAX_ADDITIONAL_IPS];
     size_t additional_count, additional_dropped;
+    ev_container containers[EV_MAX_CONTAINERS];
+    size_t container_count, containers_dropped;
     ev_problem problem;
     uint64_t first, second; /* the numbers the problem's message names */
     const char *field_name; /* EV_NOT_UTF8: which field */
@@ -1340,11 +1351,91 @@ static int ev_namespaces(ev_reading *r, span m) {
 
 static int ev_linux(ev_reading *r, span m) { return ev_each(r, m, 1, ev_namespaces); }
 
-static int ev_uid(ev_reading *r, span value) {
-    return ev_text(r, value, "pod_sandbox_status.metadata.uid", &r->uid);
+/* PodSandboxMetadata: name (1), uid (2), namespace (3). */
+static int ev_metadata(ev_reading *r, span m) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire, failed;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if (field < 1 || field > 3 || wire != EV_LENGTH) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+            continue;
+        }
+        if (ev_length(r, &p, end, &value) < 0) return -1;
+        if (field == 1) failed = ev_text(r, value, "pod_sandbox_status.metadata.name", &r->name);
+        else if (field == 2) failed = ev_text(r, value, "pod_sandbox_status.metadata.uid", &r->uid);
+        else failed = ev_text(r, value, "pod_sandbox_status.metadata.namespace", &r->namespace);
+        if (failed < 0) return -1;
+    }
+    return 0;
 }
 
-static int ev_metadata(ev_reading *r, span m) { return ev_each(r, m, 2, ev_uid); }
+/* ContainerMetadata (`message` 2): name (1), attempt (2, uint32); or ImageSpec (8): image (1). */
+static int ev_named(ev_reading *r, span m, uint32_t message, ev_container *c) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        uint64_t number;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if (field == 1 && wire == EV_LENGTH) {
+            if (ev_length(r, &p, end, &value) < 0) return -1;
+            if (message == 2 ? ev_text(r, value, "containers_statuses.metadata.name", &c->name)
+                             : ev_text(r, value, "containers_statuses.image.image", &c->image))
+                return -1;
+        } else if (field == 2 && wire == EV_VARINT && message == 2) {
+            if (ev_varint(r, &p, end, &number) < 0) return -1;
+            c->attempt = (uint32_t)number;
+        } else if (ev_skip(r, field, wire, &p, end, 0) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ContainerStatus: id (1), metadata (2), state (3), created_at (4), image (8), image_ref (9). */
+static int ev_container_status(ev_reading *r, span m, ev_container *c) {
+    const uint8_t *p = m.p, *end = m.p + m.n;
+    while (p < end) {
+        uint32_t field;
+        int wire, failed;
+        uint64_t number;
+        span value;
+        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
+        if ((field == 3 || field == 4) && wire == EV_VARINT) {
+            if (ev_varint(r, &p, end, &number) < 0) return -1;
+            if (field == 3) c->state = (int32_t)(uint32_t)number;
+            else c->created_at = (int64_t)number;
+            continue;
+        }
+        if (wire != EV_LENGTH || (field != 1 && field != 2 && field != 8 && field != 9)) {
+            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
+            continue;
+        }
+        if (ev_length(r, &p, end, &value) < 0) return -1;
+        if (field == 1) failed = ev_text(r, value, "containers_statuses.id", &c->id);
+        else if (field == 9) failed = ev_text(r, value, "containers_statuses.image_ref", &c->image_ref);
+        else failed = ev_named(r, value, field, c);
+        if (failed < 0) return -1;
+    }
+    return 0;
+}
+
+/* One of containers_statuses: kept while fewer than EV_MAX_CONTAINERS are, else read (and so
+ * checked) and counted. */
+static int ev_container_item(ev_reading *r, span m) {
+    ev_container scratch;
+    int kept = r->container_count < EV_MAX_CONTAINERS;
+    ev_container *c = kept ? &r->containers[r->container_count] : &scratch;
+    memset(c, 0, sizeof(*c));
+    if (ev_container_status(r, m, c) < 0) return -1;
+    if (kept) r->container_count++;
+    else r->containers_dropped++;
+    return 0;
+}
 
 /* PodSandboxStatus: id (1), metadata (2), state (3), network (5), linux (6); its labels and
  * annotations (7, 8: most of its bytes) skipped by their lengths. */
@@ -1356,9 +1447,10 @@ static int ev_sandbox(ev_reading *r, span m) {
         uint64_t state;
         span value;
         if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
-        if (field == 3 && wire == EV_VARINT) {
+        if ((field == 3 || field == 4) && wire == EV_VARINT) {
             if (ev_varint(r, &p, end, &state) < 0) return -1;
-            r->state = (int32_t)(uint32_t)state;
+            if (field == 3) r->state = (int32_t)(uint32_t)state;
+            else r->sandbox_created_at = (int64_t)state;
             continue;
         }
         if (wire != EV_LENGTH || (field != 1 && field != 2 && field != 5 && field != 6)) {
@@ -1376,7 +1468,7 @@ static int ev_sandbox(ev_reading *r, span m) {
 }
 
 /* ContainerEventResponse: container_id (1), container_event_type (2), created_at (3),
- * pod_sandbox_status (4); its containers_statuses (5) skipped whole. */
+ * pod_sandbox_status (4), containers_statuses (5). */
 static int ev_event(ev_reading *r, span m) {
     const uint8_t *p = m.p, *end = m.p + m.n;
     while (p < end) {
@@ -1389,10 +1481,11 @@ static int ev_event(ev_reading *r, span m) {
             if (ev_varint(r, &p, end, &number) < 0) return -1;
             if (field == 2) r->event_type = (int32_t)(uint32_t)number;
             else r->created_at = (int64_t)number;
-        } else if ((field == 1 || field == 4) && wire == EV_LENGTH) {
+        } else if ((field == 1 || field == 4 || field == 5) && wire == EV_LENGTH) {
             if (ev_length(r, &p, end, &value) < 0) return -1;
             if (field == 1 ? ev_text(r, value, "container_id", &r->container_id)
-                           : ev_sandbox(r, value))
+                : field == 4 ? ev_sandbox(r, value)
+                             : ev_container_item(r, value))
                 return -1;
         } else if (ev_skip(r, field, wire, &p, end, 0) < 0) {
             return -1;
@@ -1410,7 +1503,35 @@ static PyObject *ev_str(span s, const char *errors) {
     return PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)s.n, errors);
 }
 
-#define EV_FIELD_COUNT 10 /* eventwire.EventFields' */
+#define EV_FIELD_COUNT 15 /* eventwire.EventFields' */
+#define EV_CONTAINER_FIELDS 7 /* eventwire.ContainerFields' */
+
+/* One kept container status as the plain tuple eventwire.ContainerFields names. */
+static PyObject *ev_container_tuple(const ev_container *c) {
+    PyObject *values[EV_CONTAINER_FIELDS] = {
+        ev_str(c->id, NULL),
+        ev_str(c->name, NULL),
+        PyLong_FromUnsignedLong(c->attempt),
+        PyLong_FromLong(c->state),
+        PyLong_FromLongLong(c->created_at),
+        ev_str(c->image, NULL),
+        ev_str(c->image_ref, NULL),
+    };
+    return flat_tuple(EV_CONTAINER_FIELDS, values); /* it drops them all if one is NULL */
+}
+
+/* The kept container statuses, a tuple of ev_container_tuple's. */
+static PyObject *ev_containers(const ev_reading *r) {
+    PyObject *items[EV_MAX_CONTAINERS];
+    for (size_t i = 0; i < r->container_count; i++) {
+        items[i] = ev_container_tuple(&r->containers[i]);
+        if (items[i] == NULL) {
+            for (size_t j = 0; j < i; j++) Py_DECREF(items[j]);
+            return NULL;
+        }
+    }
+    return flat_tuple((Py_ssize_t)r->container_count, items);
+}
 
 /* An instance of `type` (eventwire.EventFields, a tuple subclass) holding the fields read,
  * made as tuple.__new__ makes one: allocated, then filled. */
@@ -1429,6 +1550,11 @@ static PyObject *ev_fields(const ev_reading *r, PyTypeObject *type) {
         flat_tuple((Py_ssize_t)r->additional_count, ips),
         PyLong_FromSize_t(r->additional_dropped),
         PyLong_FromLong(r->network_mode),
+        ev_str(r->name, NULL),
+        ev_str(r->namespace, NULL),
+        PyLong_FromLongLong(r->sandbox_created_at),
+        ev_containers(r),
+        PyLong_FromSize_t(r->containers_dropped),
     };
     PyObject *fields = NULL;
     for (int i = 0; i < EV_FIELD_COUNT; i++) {

@@ -309,7 +309,14 @@ class CRIRuntime(_Base):
         """
         stream = self._caller.container_events()
         stream.sandbox_sink = self._networks.learn_event
+        stream.runtime_type = self._runtime_type
         return stream
+
+    def _runtime_type(self) -> str:
+        """The runtime's name from its Version answer if one was had, else "" (never a call:
+        the event stream's thread asks it for each event's pod)."""
+        version = self._caller.line.version
+        return "" if version is None else version.runtime_name
 
     def close(self) -> None:
         """Close the channel; calls in flight are cancelled. Idempotent."""
@@ -630,7 +637,14 @@ class AsyncCRIRuntime(_Base):
         self._check_open()
         stream = self._lister().container_events()
         stream.sandbox_sink = self._networks.learn_event
+        stream.runtime_type = self._runtime_type
         return AsyncContainerEventStream(stream)
+
+    def _runtime_type(self) -> str:
+        """The runtime's name from its Version answer if one is still good, else "" (never a
+        call: the event stream's thread asks it for each event's pod)."""
+        version = self._known_version()
+        return "" if version is None else version.runtime_name
 
     async def close(self) -> None:
         """Close the channels; calls in flight are cancelled (a list call then fails with

@@ -52,7 +52,15 @@ from typing import Self
 
 import grpc
 
-from podcache.cri.eventwire import EventFields, EventWireError, event_fields
+from podcache.cri.eventpod import pod_of_event
+from podcache.cri.eventwire import (
+    MAX_ADDITIONAL_IPS,
+    MAX_EVENT_CONTAINERS,
+    ContainerFields,
+    EventFields,
+    EventWireError,
+    event_fields,
+)
 from podcache.cri.http2 import CallFailedError, StreamCall, WireViolationError
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, RuntimeProtocolError
@@ -105,7 +113,12 @@ def _checked_id(url: str, field: str, value: str, *, required: bool) -> str:
     return value
 
 
-def _checked(url: str, fields: EventFields) -> ContainerEvent:
+def _valid_id(value: str) -> bool:
+    """Whether a container status's ID passes the event's ID check (else it is left out)."""
+    return 0 < len(value) <= MAX_ID_LENGTH and _ID.fullmatch(value) is not None
+
+
+def _checked(url: str, fields: EventFields, runtime: str = "") -> ContainerEvent:
     kind = _EVENT_TYPES.get(fields.container_event_type)
     if kind is None:
         raise _bad(url, f"an unknown event type {fields.container_event_type}")
@@ -117,36 +130,65 @@ def _checked(url: str, fields: EventFields) -> ContainerEvent:
         pod_sandbox_id=_checked_id(url, "pod_sandbox_status.id", fields.sandbox_id, required=False),
         created_at=fields.created_at,
         pod_uid=_checked_id(url, "pod_sandbox_status.metadata.uid", fields.pod_uid, required=False),
+        pod=pod_of_event(fields, runtime, _valid_id),
     )
 
 
-def event_from(url: str, response: pb.ContainerEventResponse) -> ContainerEvent:
+def _container_fields(status: pb.ContainerStatus) -> ContainerFields:
+    """One container status as ``eventwire`` reads it (``ContainerFields``)."""
+    metadata, image = status.metadata, status.image.image
+    return (
+        status.id,
+        metadata.name,
+        metadata.attempt,
+        status.state,
+        status.created_at,
+        image,
+        status.image_ref,
+    )
+
+
+def event_from(url: str, response: pb.ContainerEventResponse, runtime: str = "") -> ContainerEvent:
     """The checked event of one decoded response (the reference ``event_from_bytes`` is held
     to); ``RuntimeProtocolError`` naming ``url`` if malformed."""
     status = response.pod_sandbox_status
+    network = status.network
     fields = EventFields(
         response.container_event_type,
         response.container_id,
         response.created_at,
         status.id,
         status.metadata.uid,
+        status.state,
+        network.ip,
+        tuple(p.ip for p in network.additional_ips[:MAX_ADDITIONAL_IPS]),
+        max(0, len(network.additional_ips) - MAX_ADDITIONAL_IPS),
+        status.linux.namespaces.options.network,
+        status.metadata.name,
+        status.metadata.namespace,
+        status.created_at,
+        tuple(map(_container_fields, response.containers_statuses[:MAX_EVENT_CONTAINERS])),
+        max(0, len(response.containers_statuses) - MAX_EVENT_CONTAINERS),
     )
-    return _checked(url, fields)
+    return _checked(url, fields, runtime)
 
 
 SandboxSink = Callable[[EventFields], None]
 """Takes the fields of each checked event (its sandbox status: a getter's network memo)."""
 
 
-def event_from_bytes(url: str, data: bytes, sink: SandboxSink | None = None) -> ContainerEvent:
+def event_from_bytes(
+    url: str, data: bytes, sink: SandboxSink | None = None, runtime: str = ""
+) -> ContainerEvent:
     """The checked event of one response's wire bytes (``eventwire``); ``RuntimeProtocolError``
     naming ``url`` when they are not a valid message or break a rule. ``sink`` gets the fields
-    of an event that passed the checks."""
+    of an event that passed the checks; ``runtime`` qualifies the IDs of the pod it describes
+    (``ContainerEvent.pod``)."""
     try:
         fields = event_fields(data)
     except EventWireError as error:
         raise RuntimeProtocolError(url, f"its {_METHOD} sent a malformed event: {error}") from None
-    event = _checked(url, fields)
+    event = _checked(url, fields, runtime)
     if sink is not None:
         sink(fields)
     return event
@@ -181,6 +223,9 @@ class ContainerEventStream:
         """Whether the call's connection was made (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
         """Given each checked event's fields (a getter learns sandbox networks from them)."""
+        self.runtime_type: Callable[[], str] = str
+        """The runtime's name as far as it is known ("" before its Version answer): the type
+        of the IDs of each event's pod."""
         self.raw_sink: Callable[[bytes], None] | None = None
         """Given each checked event's bytes as the runtime sent them, in the reading thread,
         before the event is returned (the CRI socket's fan-out, docs/architecture.md §10)."""
@@ -238,7 +283,7 @@ class ContainerEventStream:
         if self._done_reading(call) or response is None:
             call.close()
             raise StopIteration
-        event = event_from_bytes(self._url, response, self.sandbox_sink)
+        event = event_from_bytes(self._url, response, self.sandbox_sink, self.runtime_type())
         if self.raw_sink is not None:
             self.raw_sink(response)
         return event

@@ -1,4 +1,4 @@
-"""A ``ContainerEventResponse`` read from its wire bytes: the five fields podcache uses, the rest
+"""A ``ContainerEventResponse`` read from its wire bytes: the fields podcache uses, the rest
 skipped by its length without being decoded; no protobuf, no I/O.
 
 Why not protobuf's decoder: an event's sandbox status carries the pod's labels and annotations
@@ -7,9 +7,9 @@ container statuses as much again; decoding all of it is one C call that holds th
 of milliseconds, and on the event loop it stopped every request (12 events/s of 15 MB: /healthz
 p50 45 ms, p99 140 ms). This reader runs in the event stream's own thread (``eventstream``) or
 the status call's (``status_fields``), never on the loop, and never holds the GIL for long. Its
-cost is one step per field at the top level and in the sandbox status (each label is a field
-there), none for the container statuses, which are skipped whole. Two implementations, one
-result:
+cost is one step per field at the top level, in the sandbox status (each label is a field
+there) and in each container status (whose labels and annotations are skipped whole). Two
+implementations, one result:
 
 - the C extension's (``podcache.cri._wire``, when it is built: ``EVENT_READER == "c"``): a scan
   that touches no Python object records the values and the offsets of the strings read, then
@@ -27,9 +27,14 @@ result:
 ``event_fields(data)`` returns ``EventFields`` as protobuf would decode them from ``data``:
 
 - ``container_id`` (1), ``container_event_type`` (2, int32), ``created_at`` (3, int64),
-  ``pod_sandbox_status`` (4): its ``id`` (1), ``metadata`` (2) ``uid`` (2), ``state`` (3),
-  ``network`` (5: ``ip`` (1), ``additional_ips`` (2, repeated ``PodIP``: ``ip`` (1))) and
-  ``linux`` (6) ``namespaces`` (1) ``options`` (2) ``network`` (1, the ``NamespaceMode``);
+  ``pod_sandbox_status`` (4): its ``id`` (1), ``metadata`` (2: ``name`` (1), ``uid`` (2),
+  ``namespace`` (3)), ``state`` (3), ``created_at`` (4), ``network`` (5: ``ip`` (1),
+  ``additional_ips`` (2, repeated ``PodIP``: ``ip`` (1))) and ``linux`` (6) ``namespaces`` (1)
+  ``options`` (2) ``network`` (1, the ``NamespaceMode``); ``containers_statuses`` (5): of each,
+  the fields ``ContainerFields`` names (what an event says of a container: docs/architecture.md
+  §7, "Events are facts");
+- of ``containers_statuses`` the first ``MAX_EVENT_CONTAINERS`` are kept, the others read
+  (checked) and counted (``containers_dropped``);
 - ``status_fields(data)`` reads a ``PodSandboxStatusResponse`` the same way: its ``status``
   (1) is read as an event's sandbox status is; the event's own fields stay unset;
 - of ``additional_ips`` the first ``MAX_ADDITIONAL_IPS`` are kept, the others only counted
@@ -60,6 +65,8 @@ __all__ = [
     "EVENT_READER",
     "MAX_ADDITIONAL_IPS",
     "MAX_DEPTH",
+    "MAX_EVENT_CONTAINERS",
+    "ContainerFields",
     "EventFields",
     "EventWireError",
     "event_fields",
@@ -75,6 +82,10 @@ MAX_ADDITIONAL_IPS = 8
 """Additional IP strings of one sandbox status kept (Kubernetes gives a pod at most one per IP
 family); the rest are counted, not read."""
 
+MAX_EVENT_CONTAINERS = 16
+"""Container statuses of one event kept (a pod's containers, init and ephemeral ones too, each
+once); the rest are read and counted (``containers_dropped``), not kept."""
+
 _VARINT, _FIXED64, _LENGTH, _START_GROUP, _END_GROUP, _FIXED32 = 0, 1, 2, 3, 4, 5
 _INT32_MASK = 0xFFFFFFFF
 _UINT64 = 1 << 64
@@ -84,11 +95,20 @@ class EventWireError(ValueError):
     """The bytes are not a valid ``ContainerEventResponse``."""
 
 
+ContainerFields = tuple[str, str, int, int, int, str, str]
+"""One ``ContainerStatus`` of an event as read: its ``id`` (1), ``metadata`` (2) ``name`` (1)
+and ``attempt`` (2, uint32), ``state`` (3, int32), ``created_at`` (4, int64), ``image`` (8)
+``image`` (1) and ``image_ref`` (9), in that order (a plain tuple: the C reader builds it)."""
+
+
 class EventFields(NamedTuple):
     """What podcache uses of one event, as protobuf would decode it (unset: 0 or "").
 
     ``sandbox_state``: ``PodSandboxState`` (0 READY, 1 NOTREADY); ``network_mode``: the
-    sandbox's network ``NamespaceMode`` (2 is NODE: the host network)."""
+    sandbox's network ``NamespaceMode`` (2 is NODE: the host network); ``pod_name``,
+    ``pod_namespace``: the sandbox metadata's ``name`` (1) and ``namespace`` (3);
+    ``sandbox_created_at``: the sandbox status's ``created_at`` (4); ``containers``: the
+    event's ``containers_statuses`` (5), the first ``MAX_EVENT_CONTAINERS`` of them."""
 
     container_event_type: int
     container_id: str
@@ -100,6 +120,11 @@ class EventFields(NamedTuple):
     additional_ips: tuple[str, ...] = ()
     additional_ips_dropped: int = 0
     network_mode: int = 0
+    pod_name: str = ""
+    pod_namespace: str = ""
+    sandbox_created_at: int = 0
+    containers: tuple[ContainerFields, ...] = ()
+    containers_dropped: int = 0
 
 
 def _varint(data: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
@@ -240,11 +265,16 @@ class _Reading:
     __slots__ = (
         "additional_ips",
         "container_id",
+        "containers",
+        "containers_dropped",
         "created_at",
         "dropped",
         "event_type",
         "ip",
+        "name",
+        "namespace",
         "network_mode",
+        "sandbox_created_at",
         "sandbox_id",
         "state",
         "uid",
@@ -261,6 +291,11 @@ class _Reading:
         self.additional_ips: list[str] = []
         self.dropped = 0
         self.network_mode = 0
+        self.name = ""
+        self.namespace = ""
+        self.sandbox_created_at = 0
+        self.containers: list[ContainerFields] = []
+        self.containers_dropped = 0
 
     def fields(self) -> EventFields:
         return EventFields(
@@ -274,6 +309,11 @@ class _Reading:
             tuple(self.additional_ips),
             self.dropped,
             self.network_mode,
+            self.name,
+            self.namespace,
+            self.sandbox_created_at,
+            tuple(self.containers),
+            self.containers_dropped,
         )
 
     def network(self, data: bytes | memoryview, pos: int, end: int) -> None:
@@ -315,13 +355,30 @@ class _Reading:
                 pos = _skip(data, field, wire, pos, end, depth=0)
 
     def metadata(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        """``PodSandboxMetadata``: name (1), uid (2), namespace (3)."""
         while pos < end:
             field, wire, pos = _tag(data, pos, end)
-            if field == 2 and wire == _LENGTH:
+            if field in (1, 2, 3) and wire == _LENGTH:
                 start, pos = _length(data, pos, end)
-                self.uid = _text(data, start, pos, "pod_sandbox_status.metadata.uid")
+                if field == 1:
+                    self.name = _text(data, start, pos, "pod_sandbox_status.metadata.name")
+                elif field == 2:
+                    self.uid = _text(data, start, pos, "pod_sandbox_status.metadata.uid")
+                else:
+                    text = _text(data, start, pos, "pod_sandbox_status.metadata.namespace")
+                    self.namespace = text
             else:
                 pos = _skip(data, field, wire, pos, end, depth=0)
+
+    def container(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        """One ``ContainerStatus`` of ``containers_statuses``: kept while fewer than
+        ``MAX_EVENT_CONTAINERS`` are, else read (and so checked) and counted."""
+        status = _ContainerReading()
+        status.read(data, pos, end)
+        if len(self.containers) < MAX_EVENT_CONTAINERS:
+            self.containers.append(status.fields())
+        else:
+            self.containers_dropped += 1
 
     def sandbox(self, data: bytes | memoryview, pos: int, end: int) -> None:
         while pos < end:
@@ -339,9 +396,12 @@ class _Reading:
                     self.network(data, start, pos)
                 else:
                     self.linux(data, start, pos)
-            elif wire == _VARINT and field == 3:
+            elif wire == _VARINT and field in (3, 4):
                 value, pos = _varint(data, pos, end)
-                self.state = _signed(value, 32)
+                if field == 3:
+                    self.state = _signed(value, 32)
+                else:
+                    self.sandbox_created_at = _signed(value, 64)
             else:
                 pos = _skip(data, field, wire, pos, end, depth=0)
 
@@ -354,12 +414,77 @@ class _Reading:
                     self.event_type = _signed(value, 32)
                 else:
                     self.created_at = _signed(value, 64)
-            elif field in (1, 4) and wire == _LENGTH:
+            elif field in (1, 4, 5) and wire == _LENGTH:
                 start, pos = _length(data, pos, end)
                 if field == 1:
                     self.container_id = _text(data, start, pos, "container_id")
-                else:
+                elif field == 4:
                     self.sandbox(data, start, pos)
+                else:
+                    self.container(data, start, pos)
+            else:
+                pos = _skip(data, field, wire, pos, end, depth=0)
+
+
+class _ContainerReading:
+    """The fields of one ``ContainerStatus`` read so far (the last of each wins; its
+    ``metadata`` and ``image`` merge)."""
+
+    __slots__ = ("attempt", "created_at", "id", "image", "image_ref", "name", "state")
+
+    def __init__(self) -> None:
+        self.id = self.name = self.image = self.image_ref = ""
+        self.attempt = self.state = self.created_at = 0
+
+    def fields(self) -> ContainerFields:
+        return (
+            self.id,
+            self.name,
+            self.attempt,
+            self.state,
+            self.created_at,
+            self.image,
+            self.image_ref,
+        )
+
+    def read(self, data: bytes | memoryview, pos: int, end: int) -> None:
+        """id (1), metadata (2), state (3), created_at (4), image (8), image_ref (9)."""
+        while pos < end:
+            field, wire, pos = _tag(data, pos, end)
+            if field in (3, 4) and wire == _VARINT:
+                value, pos = _varint(data, pos, end)
+                if field == 3:
+                    self.state = _signed(value, 32)
+                else:
+                    self.created_at = _signed(value, 64)
+            elif field in (1, 2, 8, 9) and wire == _LENGTH:
+                start, pos = _length(data, pos, end)
+                self.message(field, data, start, pos)
+            else:
+                pos = _skip(data, field, wire, pos, end, depth=0)
+
+    def message(self, field: int, data: bytes | memoryview, start: int, end: int) -> None:
+        if field == 1:
+            self.id = _text(data, start, end, "containers_statuses.id")
+        elif field == 9:
+            self.image_ref = _text(data, start, end, "containers_statuses.image_ref")
+        else:
+            self.named(field, data, start, end)
+
+    def named(self, message: int, data: bytes | memoryview, pos: int, end: int) -> None:
+        """``ContainerMetadata`` (``message`` 2): name (1), attempt (2, uint32); or
+        ``ImageSpec`` (8): image (1)."""
+        while pos < end:
+            field, wire, pos = _tag(data, pos, end)
+            if field == 1 and wire == _LENGTH:
+                start, pos = _length(data, pos, end)
+                if message == 2:
+                    self.name = _text(data, start, pos, "containers_statuses.metadata.name")
+                else:
+                    self.image = _text(data, start, pos, "containers_statuses.image.image")
+            elif field == 2 and wire == _VARINT and message == 2:
+                value, pos = _varint(data, pos, end)
+                self.attempt = value & _INT32_MASK
             else:
                 pos = _skip(data, field, wire, pos, end, depth=0)
 

@@ -10,7 +10,7 @@ test_eventwire_c.py holds the C reader to the Python one, error messages include
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import pytest
@@ -24,6 +24,8 @@ from podcache.cri.eventwire import (
     EVENT_READER,
     MAX_ADDITIONAL_IPS,
     MAX_DEPTH,
+    MAX_EVENT_CONTAINERS,
+    ContainerFields,
     EventFields,
     EventWireError,
     event_fields,
@@ -48,8 +50,24 @@ if EVENT_READER == "c":  # eventwire's own functions are the C reader's then
     STATUS_READERS["c"] = status_fields
 
 
+def _container_reference(status: pb.ContainerStatus) -> ContainerFields:
+    return (
+        status.id,
+        status.metadata.name,
+        status.metadata.attempt,
+        status.state,
+        status.created_at,
+        status.image.image,
+        status.image_ref,
+    )
+
+
 def _status_reference(
-    status: pb.PodSandboxStatus, event_type: int = 0, container_id: str = "", created_at: int = 0
+    status: pb.PodSandboxStatus,
+    event_type: int = 0,
+    container_id: str = "",
+    created_at: int = 0,
+    containers: Sequence[pb.ContainerStatus] = (),
 ) -> EventFields:
     additional = [p.ip for p in status.network.additional_ips]
     return EventFields(
@@ -63,6 +81,11 @@ def _status_reference(
         tuple(additional[:MAX_ADDITIONAL_IPS]),
         max(0, len(additional) - MAX_ADDITIONAL_IPS),
         status.linux.namespaces.options.network,
+        status.metadata.name,
+        status.metadata.namespace,
+        status.created_at,
+        tuple(_container_reference(c) for c in containers[:MAX_EVENT_CONTAINERS]),
+        max(0, len(containers) - MAX_EVENT_CONTAINERS),
     )
 
 
@@ -73,6 +96,7 @@ def _reference(data: bytes) -> EventFields:
         message.container_event_type,
         message.container_id,
         message.created_at,
+        message.containers_statuses,
     )
 
 
@@ -115,8 +139,31 @@ def event_message(draw: st.DrawFn) -> bytes:
     if draw(st.booleans()):
         message.pod_sandbox_status.CopyFrom(draw(sandbox_status()))
     for _ in range(draw(st.integers(0, 3))):
-        message.containers_statuses.add(id=draw(TEXT), labels=draw(LABELS))
+        message.containers_statuses.add().CopyFrom(draw(container_status()))
+    if draw(st.integers(0, 9)) == 0:  # past the bound: the rest are read and counted
+        for _ in range(MAX_EVENT_CONTAINERS):
+            message.containers_statuses.add(id=draw(TEXT))
     return message.SerializeToString()
+
+
+@st.composite
+def container_status(draw: st.DrawFn) -> pb.ContainerStatus:
+    status = pb.ContainerStatus(
+        id=draw(TEXT),
+        state=cast(Any, draw(st.integers(0, 3))),
+        created_at=draw(INT64),
+        image_ref=draw(TEXT),
+        labels=draw(LABELS),
+        annotations=draw(LABELS),
+        log_path=draw(TEXT),
+    )
+    if draw(st.booleans()):
+        status.metadata.CopyFrom(
+            pb.ContainerMetadata(name=draw(TEXT), attempt=draw(st.integers(0, 2**32 - 1)))
+        )
+    if draw(st.booleans()):
+        status.image.CopyFrom(pb.ImageSpec(image=draw(TEXT), annotations=draw(LABELS)))
+    return status
 
 
 def _varint(value: int) -> bytes:
@@ -253,7 +300,9 @@ def test_a_big_sandbox_status_is_read_without_its_labels_being_built() -> None:
     data = message.SerializeToString()
     assert len(data) > 3_000_000
     for read in EVENT_READERS.values():
-        assert read(data) == EventFields(1, "c" * 64, 5, "s" * 64, "u-1")
+        read_fields = read(data)
+        assert read_fields[:5] == (1, "c" * 64, 5, "s" * 64, "u-1")
+        assert read_fields.containers == (("c" * 64, "", 0, 0, 0, "", ""),)
     assert event_from_bytes("fake://", data) == event_from("fake://", message)
 
 

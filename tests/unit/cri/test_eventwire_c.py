@@ -26,6 +26,7 @@ from podcache.cri.eventwire import (
     EVENT_READER,
     MAX_ADDITIONAL_IPS,
     MAX_DEPTH,
+    MAX_EVENT_CONTAINERS,
     EventFields,
     EventWireError,
     event_fields,
@@ -132,7 +133,7 @@ BAD_UTF8 = [
 ]
 GOOD_UTF8 = [b"", b"10.0.0.1", "é".encode(), "€".encode(), "😀".encode(), "\uffff".encode()]
 
-KNOWN_NUMBERS = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8])  # read at some level, or labels
+KNOWN_NUMBERS = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 9])  # read at some level, or labels
 _NUMBER_KINDS = {
     "known": KNOWN_NUMBERS,
     "other": st.integers(9, 2**29 - 1),
@@ -439,6 +440,18 @@ def test_bad_utf8_in_each_field_read(bad: bytes) -> None:
         "container_id": event(container_id=bad),
         "pod_sandbox_status.id": event(sandbox=status(sandbox_id=bad)),
         "pod_sandbox_status.metadata.uid": event(sandbox=status(uid=bad)),
+        "pod_sandbox_status.metadata.name": event(
+            sandbox=status() + length_field(2, length_field(1, bad))
+        ),
+        "pod_sandbox_status.metadata.namespace": event(
+            sandbox=status() + length_field(2, length_field(3, bad))
+        ),
+        "containers_statuses.id": event() + length_field(5, length_field(1, bad)),
+        "containers_statuses.metadata.name": event()
+        + length_field(5, length_field(2, length_field(1, bad))),
+        "containers_statuses.image.image": event()
+        + length_field(5, length_field(8, length_field(1, bad))),
+        "containers_statuses.image_ref": event() + length_field(5, length_field(9, bad)),
     }
     for name, data in named.items():
         assert _assert_alike(data) == ("error", f"{name} is not UTF-8")
@@ -468,6 +481,27 @@ def test_many_additional_ips_keep_the_first_and_count_the_rest(count: int) -> No
     dropped = max(0, count - MAX_ADDITIONAL_IPS)
     assert outcome == ("fields", EventFields(1, "c", 7, "s", "u", 0, "1.1.1.1", kept, dropped))
     assert outcome == ("fields", _reference(data))
+
+
+@pytest.mark.parametrize("count", [0, 1, MAX_EVENT_CONTAINERS, MAX_EVENT_CONTAINERS + 1, 1_000])
+def test_many_container_statuses_keep_the_first_and_count_the_rest(count: int) -> None:
+    statuses = b"".join(
+        length_field(5, length_field(1, f"c{n}".encode()) + length_field(9, b"r"))
+        for n in range(count)
+    )
+    outcome = _assert_alike(event() + statuses)
+    assert outcome == ("fields", _reference(event() + statuses))
+    fields = outcome[1]
+    assert isinstance(fields, EventFields)
+    assert len(fields.containers) == min(count, MAX_EVENT_CONTAINERS)
+    assert fields.containers_dropped == max(0, count - MAX_EVENT_CONTAINERS)
+
+
+def test_a_dropped_container_status_is_still_read() -> None:
+    """Past the kept ones, a malformed status is still an error (protobuf checks it too)."""
+    kept = length_field(5, length_field(1, b"c")) * MAX_EVENT_CONTAINERS
+    bad = length_field(5, length_field(1, b"\xff"))
+    assert _assert_alike(event() + kept + bad) == ("error", "containers_statuses.id is not UTF-8")
 
 
 def test_a_dropped_additional_ip_is_still_read() -> None:
