@@ -23,6 +23,12 @@ that comes back with its UID, after a listing that missed it, is no longer depar
 container key may be a unique prefix of at least ``MIN_PREFIX`` characters, over the
 snapshot's IDs and the remembered ones together (``AmbiguousContainerIDError`` for several).
 
+Events are facts (docs/architecture.md §7). A key an event reports held that no snapshot lists
+for that pod is a ``Reported`` key, answered as held now, until a DELETED event, a call begun
+after its last event that does not list it, or the same IP told of another pod ends it (then it
+is a release like the others); a publish that lists it takes it over without a release. The
+count and ``departed_bytes`` (``pod_cost``) bound releases and reports together.
+
 Costs: recording a publish is O(its changes' keys) (a MODIFIED change compares the pod's keys
 before and after); ``find`` is O(1) by a whole key, O(log n + limit) more by a prefix (a
 bisection of the snapshot's sorted IDs and of ``SortedIDs``), and O(holdings of that key) with
