@@ -4,6 +4,7 @@ environment, the crictl config file (endpoint and timeout), --sim and --sim-fall
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 
 import pytest
@@ -152,7 +153,7 @@ def follow_until(run: Runner, args: list[str], wanted: re.Pattern[str]) -> tuple
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=run.env(),
+        env=run.env({"PYTHONFAULTHANDLER": "1"}),
     )
     assert process.stdout is not None and process.stderr is not None
     try:
@@ -163,7 +164,12 @@ def follow_until(run: Runner, args: list[str], wanted: re.Pattern[str]) -> tuple
         raise AssertionError(f"{args}: ended without a line matching {wanted.pattern}")
     finally:
         process.terminate()
-        process.wait(timeout=RUN_TIMEOUT)
+        try:
+            process.wait(timeout=2 * RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)  # the faulthandler prints every thread's stack
+            _, stacks = process.communicate(timeout=RUN_TIMEOUT)
+            raise AssertionError(f"{args}: still running after SIGTERM:\n{stacks}") from None
 
 
 def test_pods_watch_takes_sim_churn_and_shows_the_simulated_changes(run: Runner) -> None:
