@@ -401,16 +401,18 @@ class Departed:
             for key in _event_keys(event, pod):
                 self._report(key, pod, pods, happened)
         if event.type is ContainerEventType.DELETED:
-            self._removed(("container_id", event.container_id), pod, happened)
+            listed = pods.by_uid(pod.id) if pods is not None and pod is not None else None
+            self._removed(("container_id", event.container_id), listed or pod, happened)
         self.prune(happened)
 
     def _told_gone(self, key: Key, pod: Pod, happened: float) -> None:
-        """A DELETED event for ``key`` that the snapshot lists (no report of it): its release,
-        when a publish makes it, is at ``happened``, not the publish's time (a sandbox's: its
-        pod's UID and IPs too). At most ``departed_max`` are kept, the oldest dropped."""
+        """A DELETED event for ``key`` that the snapshot lists (no report of it; ``pod``: as
+        the snapshot lists it): its release, when a publish makes it, is at ``happened``,
+        not the publish's time (a sandbox's: every key of its pod too). At most
+        ``departed_max`` are kept, the oldest dropped."""
         told = [key]
         if any(item.id.id == key[1] for item in pod.sandboxes):
-            told += [("ip", ip) for ip in pod.ips] + [("uid", pod.id)]
+            told += _keys_of(pod)
         for each in told:
             self._gone.setdefault(each, (pod.id, happened))
         while len(self._gone) > self.departed_max:
@@ -457,7 +459,9 @@ class Departed:
             if entry is not None:
                 self._end(entry, happened)
             return
-        for other in list(self._reported_by_uid.get(pod.id, ())):
+        uid: Key = ("uid", pod.id)
+        ending = [key for key in self._reported_by_uid.get(pod.id, ()) if key != uid]
+        for other in [*ending, uid] if uid in self._reported else ending:  # the UID last
             self._end(self._reported[other], happened)
 
     def settle(
