@@ -4,6 +4,7 @@ publish hook, docs/architecture.md §3 rule 10)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import threading
 from typing import Any
@@ -96,7 +97,7 @@ async def test_the_app_builds_big_publishes_views_in_a_worker_thread_small_ones_
         original(self, body=body)
 
     monkeypatch.setattr(SnapshotView, "build", recording)
-    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 2)
+    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 3)
     runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])
     app = App(runtime, 60.0)
     for path in ("/pods", "/pods/uid-1", "/containers/00000001", "/readyz"):
@@ -108,9 +109,10 @@ async def test_the_app_builds_big_publishes_views_in_a_worker_thread_small_ones_
     await app.aclose()
     assert runtime.calls == 2
     loop_thread = threading.current_thread()
-    # 3 changes (> 2): built in a worker thread before any request used it; 1 change: on
-    # first use, on the loop.
-    assert [(size, thread is loop_thread) for size, thread in built_in] == [(3, False), (4, True)]
+    # A listing of 3 pods (not past 3): on first use, on the loop; a listing of 4 (past it,
+    # though it changed one): in a worker thread before any request used it, since a listing
+    # may hand over new objects with the same content.
+    assert [(size, thread is loop_thread) for size, thread in built_in] == [(3, True), (4, False)]
 
 
 def test_the_same_pods_again_keep_the_etag_without_encoding_or_hashing_them(
@@ -197,3 +199,45 @@ async def test_a_filtered_answer_hashes_the_pods_but_never_joins_the_body(
     assert response.status == 200 and response.body.count(b'"uid-') == 4
     assert joined == [4]
     await app.aclose()
+
+
+async def test_a_small_publish_during_a_big_ones_build_is_built_after_it_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cold start publishes the node (built in a worker thread); a relist of one pod may
+    publish again before that build ends. The small publish's view lacked every pod's JSON then
+    (its predecessor not built yet), and it was built on the loop: the node encoded there, a
+    stall of tens of ms at 5,000 pods. Now it waits for the big build and encodes its one pod
+    in a worker thread too; the first request's view is never built twice."""
+    gate = threading.Event()
+    built_in: list[tuple[int, bool]] = []
+    original = SnapshotView.build
+
+    def recording(self: SnapshotView, *, body: bool = False) -> None:
+        if not self.ready:
+            if len(self.pods) == 4:
+                assert gate.wait(30)  # the big build: held until the small publish came
+            built_in.append((len(self.pods), threading.current_thread() is loop_thread))
+        original(self, body=body)
+
+    loop_thread = threading.current_thread()
+    monkeypatch.setattr(SnapshotView, "build", recording)
+    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 3)  # 4 pods: off the loop; 3: not
+    encoded = counting_pod_to_json(monkeypatch)
+    pods = [make_pod(n) for n in range(4)]
+    runtime = AsyncFakeRuntime(pods)
+    app = App(runtime, 60.0)
+    first = asyncio.ensure_future(app.respond("GET", "/pods", "", []))
+    while app.memo is None:  # the big publish happened; its build waits at the gate
+        await asyncio.sleep(0)
+    runtime.set_pods([*pods[:2], make_pod(9)])  # two of the same objects and a new one
+    second = asyncio.ensure_future(app.respond("GET", "/pods", "fresh=1", []))
+    while len(app._recent) < 2:  # the small publish happened
+        await asyncio.sleep(0)
+    gate.set()
+    one, two = await first, await second
+    await app.aclose()
+    assert one.status == two.status == 200
+    assert one.body.count(b'"uid-') == 4 and two.body.count(b'"uid-') == 3
+    assert built_in == [(4, False), (3, False)]  # each built once, both in a worker thread
+    assert [pod.id for pod in encoded] == ["uid-0", "uid-1", "uid-2", "uid-3", "uid-9"]

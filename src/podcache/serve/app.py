@@ -218,7 +218,7 @@ class App:
         self.memo: SnapshotView | None = None
         """The response memo: the newest snapshot's view and the answers given from it (the
         only thing kept between requests; replaced at each publish)."""
-        self._building: tuple[SnapshotView, asyncio.Future[None]] | None = None
+        self._builds: dict[SnapshotView, asyncio.Future[None]] = {}  # in a worker, until done
         """The view being built in a worker thread, and that build."""
         self._recent: collections.deque[SnapshotView] = collections.deque(maxlen=RECENT_VIEWS)
         """The views of the last publications, newest last (``_view``)."""
@@ -586,32 +586,37 @@ class App:
 
     def _published(self, publication: Publication) -> None:
         """The cache's publish hook (on the loop, before anyone is handed the snapshot): the
-        view of the new snapshot becomes the memo. Making it reads no pod; a publish that
-        changed more than ``BUILD_OFF_LOOP`` pods has it built in a worker thread, and
-        requests that need it meanwhile wait for that build (``_ready``)."""
+        view of the new snapshot becomes the memo. Making it reads no pod. Its build runs in a
+        worker thread when its pods may be many new objects (``_many_new_pods``), or when the
+        previous view's build still runs there (the new view's pods are then mostly not
+        encoded yet: it waits for that build and reuses its pods' JSON); requests that need
+        it meanwhile wait for that build (``_ready``). So no build of a node's pods runs on
+        the loop, however quickly small publishes follow a big one."""
         now = self._clock()
         timestamp = publication.timestamp
+        previous = self.memo
         view = SnapshotView(
-            publication.pods, timestamp, timestamp + (self._wall() - now), previous=self.memo
+            publication.pods, timestamp, timestamp + (self._wall() - now), previous=previous
         )
-        if self.memo is not None:
-            self.memo.retire()  # its body and answers go; its pods' JSON lives on in ``view``
+        if previous is not None:
+            previous.retire()  # its body and answers go; its pods' JSON lives on in ``view``
         self.memo = view
         self._recent.append(view)
-        self._building = None
-        if len(publication.changes) > BUILD_OFF_LOOP:
-            self._building = (view, asyncio.ensure_future(asyncio.to_thread(_build, view)))
+        pending = None if previous is None else self._builds.get(previous)
+        if pending is not None or _many_new_pods(publication):
+            building = asyncio.ensure_future(_build_after(pending, previous, view))
+            self._builds[view] = building
+            building.add_done_callback(lambda _: self._builds.pop(view, None))
 
     async def _ready(self, view: SnapshotView) -> None:
         """Wait for ``view``'s build in a worker thread, when one runs."""
-        building = self._building
-        if building is not None and self._building_now(view):
-            await asyncio.shield(building[1])
+        building = self._builds.get(view)
+        if building is not None:
+            await asyncio.shield(building)
 
     def _building_now(self, view: SnapshotView) -> bool:
         """Whether ``view`` is being built in a worker thread (answers from it then wait)."""
-        building = self._building
-        return building is not None and building[0] is view and not building[1].done()
+        return view in self._builds
 
     def _view(self, pods: PodList) -> SnapshotView:
         """The view of ``pods``, or of a newer snapshot: the memo when it holds them, else the
@@ -980,8 +985,31 @@ def _not_found(view: SnapshotView, message: str) -> Answer:
     return Answer("", 404, view.not_found_head(404, message), etag=False)
 
 
+def _many_new_pods(publication: Publication) -> bool:
+    """Whether a publication's pods may hold more than ``BUILD_OFF_LOOP`` objects no view
+    encoded: a publish that changed that many, or a full listing of more pods than that (a
+    listing may hand over new objects with the same content, which no change reports: the
+    cold start's second listing, the pods' addresses filled in, made 4,608 new objects at
+    5,000 pods, 50 ms of encoding on the loop). A relist of one pod carries every other pod's
+    object over."""
+    if len(publication.changes) > BUILD_OFF_LOOP:
+        return True
+    return publication.relisted is None and len(publication.pods) > BUILD_OFF_LOOP
+
+
 def _build(view: SnapshotView) -> None:
     view.build(body=True)
+
+
+async def _build_after(
+    pending: asyncio.Future[None] | None, previous: SnapshotView | None, view: SnapshotView
+) -> None:
+    """Build ``view`` in a worker thread, after ``pending`` (the previous view's build) ended:
+    then it takes the pods' JSON that build made."""
+    if pending is not None and previous is not None:
+        await asyncio.wait([pending])  # its failure is its own requests' to see
+        view.inherit(previous)
+    await asyncio.to_thread(_build, view)
 
 
 def _pairs(pod: Pod) -> tuple[tuple[str, str], ...]:

@@ -115,6 +115,12 @@ class SnapshotView:
         self.answers: dict[str, Answer] = {}
         """Answers by request target (path, and ``?query`` when there is one)."""
 
+    def inherit(self, previous: SnapshotView) -> None:
+        """Take ``previous``'s pods' JSON again (it was built since this view was made); call
+        before this view is built, in the thread that will build it or before."""
+        if not self._built:
+            self._known = previous.known()
+
     def known(self) -> dict[int, _Encoded]:
         """The pods' encodings a later view may reuse (this view's, once built)."""
         return self._pod_json if self._built else self._known
