@@ -8,6 +8,7 @@ from podcache.sim.addresses import DEFAULT_POD_CIDR, AddressPool
 from podcache.sim.churn import ChurnPause
 from podcache.sim.command import cli_main, sim_command
 from podcache.sim.faults import Faults, Malformed, malformed_items, malformed_uid
+from podcache.sim.flavor import CONTAINERD, CRIO, FLAVORS, Flavor
 from podcache.sim.population import (
     DEFAULT_HOST_NETWORK,
     DEFAULT_NAMESPACES,
@@ -26,13 +27,17 @@ from podcache.sim.runtime import SimRuntime
 from podcache.sim.server import RUNTIME_NAME
 
 __all__ = [
+    "CONTAINERD",
+    "CRIO",
     "DEFAULT_HOST_NETWORK",
     "DEFAULT_NAMESPACES",
     "DEFAULT_POD_CIDR",
+    "FLAVORS",
     "RUNTIME_NAME",
     "AddressPool",
     "ChurnPause",
     "Faults",
+    "Flavor",
     "LogicalClock",
     "Malformed",
     "PodShape",

@@ -12,12 +12,14 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from types import FrameType
 
 import click
 
 from podcache.sim.addresses import DEFAULT_POD_CIDR
+from podcache.sim.flavor import CONTAINERD, FLAVORS
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES
 from podcache.sim.runtime import SimRuntime
 from podcache.sim.server import DEFAULT_STREAM_ITEMS
@@ -133,6 +135,25 @@ __all__ = ["cli_main", "sim_command"]
         "(1,000 pods at 16384 pass gRPC's 16 MiB list limit)."
     ),
 )
+@click.option(
+    "--flavor",
+    type=click.Choice(list(FLAVORS)),
+    default=CONTAINERD.name,
+    show_default=True,
+    help=(
+        "The runtime to behave like: crio chunks streamed lists by 3,000 items, sends no "
+        "event on removal, labels sandboxes io.kubernetes.container.name=POD and says cri-o "
+        "1.36.3 (--stream-items does not apply: 3,000 a message)."
+    ),
+)
+@click.option(
+    "--no-events",
+    is_flag=True,
+    help=(
+        "GetContainerEvents ends at once with OK and no event, as CRI-O with "
+        "enable_pod_events = false (its default)."
+    ),
+)
 def sim_command(
     *,
     socket_path: str | None,
@@ -150,6 +171,8 @@ def sim_command(
     no_streaming: bool,
     stream_items: int,
     annotation_bytes: int,
+    flavor: str,
+    no_events: bool,
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
     socket and directory)."""
@@ -158,19 +181,11 @@ def sim_command(
     stop = threading.Event()
     sim: SimRuntime | None = None
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    def on_stats_signal(signum: int, frame: FrameType | None) -> None:
+    def on_stats_signal() -> None:
         if sim is not None and stats_file is not None:
             write_stats(sim, stats_file)
 
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[signum] = signal.signal(signum, on_signal)
-        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_stats_signal)
-    try:
+    with _signals_handled(stop, on_stats_signal):
         sim = SimRuntime(
             pods,
             seed=seed,
@@ -186,13 +201,43 @@ def sim_command(
             streaming=not no_streaming,
             stream_items=stream_items,
             annotation_bytes=annotation_bytes,
+            flavor=flavor,
+            pod_events=not no_events,
         )
-        streams = "no list streaming" if no_streaming else "list streaming"
-        banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}, {streams}"
-        _serve_until(stop, sim, banner, stats_file)
+        _serve_until(stop, sim, _banner(sim, pods, churn, seed, no_streaming), stats_file)
+
+
+@contextmanager
+def _signals_handled(stop: threading.Event, on_stats: Callable[[], None]) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP set ``stop``, SIGUSR1 calls ``on_stats``, until the block
+    ends (then the previous handlers are back); only the main thread may set handlers."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    def on_stats_signal(signum: int, frame: FrameType | None) -> None:
+        on_stats()
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            previous[signum] = signal.signal(signum, on_signal)
+        previous[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, on_stats_signal)
+    try:
+        yield
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _banner(sim: SimRuntime, pods: int, churn: float, seed: int, no_streaming: bool) -> str:
+    """The line said on start: what is simulated."""
+    streams = "no list streaming" if no_streaming else "list streaming"
+    events = "events" if sim.pod_events else "no events"
+    return (
+        f"podcache sim ({sim.flavor.name}): {pods} pods, churn {churn}/s, seed {seed}, "
+        f"{streams}, {events}"
+    )
 
 
 def _network(text: str) -> str:

@@ -492,12 +492,14 @@ class Population:
         pod_cidr: str = DEFAULT_POD_CIDR,
         host_network: float = DEFAULT_HOST_NETWORK,
         annotation_bytes: int = 0,
+        sandbox_labels: Mapping[str, str] | None = None,
     ) -> None:
         if pods < 0:
             raise ValueError(f"pods must be >= 0, not {pods}")
         if isinstance(annotation_bytes, bool) or annotation_bytes < 0:
             raise ValueError(f"annotation_bytes must be >= 0, not {annotation_bytes!r}")
         self._annotation_bytes = int(annotation_bytes)
+        self._sandbox_labels = dict(sandbox_labels or {})  # the runtime's own, on every sandbox
         if not 0 <= host_network <= 1:
             raise ValueError(f"host_network must be a fraction in [0, 1], not {host_network}")
         self._addresses = AddressPool(pod_cidr)
@@ -931,7 +933,7 @@ class Population:
             attempt=attempt,
             state=state,
             created_at=created,
-            labels=_frozen(labels | pod.kubelet_labels()),
+            labels=_frozen(labels | pod.kubelet_labels() | self._sandbox_labels),
             annotations=_frozen(
                 {
                     "kubernetes.io/config.seen": seen.isoformat(timespec="microseconds"),

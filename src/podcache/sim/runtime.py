@@ -19,6 +19,7 @@ from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
 from podcache.sim.counters import CallCounters
 from podcache.sim.faults import STREAM_LIST_METHODS, Faults, Malformed
+from podcache.sim.flavor import CONTAINERD, Flavor, flavor_named
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import DEFAULT_STREAM_ITEMS, SimServer, StreamChunking
 from podcache.unixsocket import BoundSocket, claim_socket_path
@@ -49,6 +50,14 @@ def _address(
     return "", None, None
 
 
+def _chunking(flavor: Flavor, seed: int, stream_items: int) -> StreamChunking:
+    """How ``flavor`` cuts a streamed list: CRI-O by a fixed count, containerd by draws."""
+    fixed = flavor.fixed_stream_items
+    if fixed is not None:
+        return StreamChunking(seed, fixed, by_count=True)
+    return StreamChunking(seed, stream_items)
+
+
 class SimRuntime:
     """A simulated CRI runtime: a real gRPC server over a churning population of pods.
 
@@ -73,6 +82,10 @@ class SimRuntime:
       message's count is drawn by seed (``chunking``, settable while running).
     - ``annotation_bytes``: a ``last-applied-configuration`` annotation that long on every
       sandbox and container (``Population``): 1,000 pods at 16 KiB pass gRPC's 16 MiB.
+    - ``flavor``: the runtime it behaves like, ``"containerd"`` (the default) or ``"crio"``
+      (``podcache.sim.flavor``: CRI-O's chunking by 3,000 items, events without removals, the
+      sandbox label, its name and version); ``pod_events=False``: GetContainerEvents ends at
+      once with OK and no event (CRI-O's default ``enable_pod_events = false``).
 
     A SimRuntime starts once; ``stop()`` is idempotent and leaves no socket file or thread.
     """
@@ -98,7 +111,12 @@ class SimRuntime:
         streaming: bool = True,
         stream_items: int = DEFAULT_STREAM_ITEMS,
         annotation_bytes: int = 0,
+        flavor: Flavor | str = CONTAINERD,
+        pod_events: bool = True,
     ) -> None:
+        self.flavor = flavor if isinstance(flavor, Flavor) else flavor_named(flavor)
+        """The runtime it behaves like (``podcache.sim.flavor``)."""
+        self.pod_events = pod_events
         self.population = Population(
             pods,
             seed=seed,
@@ -107,6 +125,7 @@ class SimRuntime:
             pod_cidr=pod_cidr,
             host_network=host_network,
             annotation_bytes=annotation_bytes,
+            sandbox_labels=self.flavor.sandbox_labels(),
         )
         """The simulated pods; read ``population.snapshot()`` for the truth."""
         refused = frozenset(unimplemented) | (frozenset() if streaming else STREAM_LIST_METHODS)
@@ -118,7 +137,7 @@ class SimRuntime:
             unimplemented=refused,
         )
         """Faults injected into calls; change them at any time."""
-        self.chunking = StreamChunking(seed, stream_items)
+        self.chunking = _chunking(self.flavor, seed, stream_items)
         """How streamed list answers are cut into messages (``max_items`` settable)."""
         self.faults.bad_ips = bad_ips
         self._churn = ChurnDriver(self.population, churn)
@@ -184,6 +203,8 @@ class SimRuntime:
                     address,
                     max_workers=self._max_workers,
                     chunking=self.chunking,
+                    flavor=self.flavor,
+                    pod_events=self.pod_events,
                 )
                 if self._path is None:
                     self._port = self._server.port
@@ -311,6 +332,11 @@ class SimRuntime:
     def event_subscribers(self) -> int:
         """How many GetContainerEvents streams are open."""
         return self._server.servicer.subscriber_count if self._server is not None else 0
+
+    @property
+    def event_calls(self) -> int:
+        """How many GetContainerEvents calls were made (each subscription attempt is one)."""
+        return self._server.servicer.event_calls if self._server is not None else 0
 
     def cut_event_streams(self) -> int:
         """End every open GetContainerEvents stream now with UNAVAILABLE (a fault: the stream

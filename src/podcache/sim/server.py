@@ -62,6 +62,7 @@ from podcache.sim.faults import (
     Faults,
     Malformed,
 )
+from podcache.sim.flavor import CONTAINERD, Flavor
 from podcache.sim.population import (
     POD_UID_LABEL,
     Population,
@@ -85,7 +86,7 @@ __all__ = [
     "sandbox_status_message",
 ]
 
-RUNTIME_NAME = "podcache-sim"
+RUNTIME_NAME = CONTAINERD.runtime_name
 RUNTIME_API_VERSION = "v1"
 CRI_VERSION = "0.1.0"
 _SERVICE = pb.DESCRIPTOR.services_by_name["RuntimeService"]
@@ -173,14 +174,20 @@ class _Answer:
 class StreamChunking:
     """How a streamed list answer is cut into messages: each message takes a number of items
     drawn from ``random.Random(seed)`` in ``1..max_items`` (fewer when the next item would take
-    it past ``STREAM_MESSAGE_BYTES``; always at least one). ``max_items`` may be set at any
+    it past ``STREAM_MESSAGE_BYTES``; always at least one), or exactly ``max_items`` with
+    ``by_count``. ``max_items`` may be set at any
     time; draws are made under a lock, so the cuts depend on the seed and the calls' order."""
 
-    def __init__(self, seed: int = 0, max_items: int = DEFAULT_STREAM_ITEMS) -> None:
+    def __init__(
+        self, seed: int = 0, max_items: int = DEFAULT_STREAM_ITEMS, *, by_count: bool = False
+    ) -> None:
         self._lock = threading.Lock()
         self._rng = random.Random(f"{seed}/stream")
         self._max_items = 1
         self.max_items = max_items
+        self.by_count = by_count
+        """Every message takes ``max_items`` items (the last the rest), however many bytes
+        they make: CRI-O's ``streamChunkSize`` (``podcache.sim.flavor``)."""
 
     @property
     def max_items(self) -> int:
@@ -195,6 +202,9 @@ class StreamChunking:
 
     def messages(self, entries: Sequence[bytes]) -> list[bytes]:
         """``entries`` (encoded items, in order) as the messages of a streamed answer."""
+        if self.by_count:
+            step = self._max_items
+            return [b"".join(entries[i : i + step]) for i in range(0, len(entries), step)]
         out: list[bytes] = []
         start, total = 0, len(entries)
         with self._lock:
@@ -420,8 +430,18 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         faults: Faults,
         stopping: threading.Event,
         chunking: StreamChunking | None = None,
+        *,
+        flavor: Flavor = CONTAINERD,
+        pod_events: bool = True,
     ) -> None:
         self._population = population
+        self.flavor = flavor
+        """The runtime it behaves like (Version, which events it sends)."""
+        self.event_calls = 0
+        """GetContainerEvents calls made (under the subscribers lock)."""
+        self.pod_events = pod_events
+        """Whether GetContainerEvents sends events; False: it ends at once with OK, as CRI-O
+        with ``enable_pod_events = false`` (its default)."""
         self._faults = faults
         self._stopping = stopping
         self.chunking = chunking if chunking is not None else StreamChunking()
@@ -452,7 +472,10 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         return len(self._subscribers)
 
     def _fan_out(self, events: Sequence[SimEvent]) -> None:
-        self.send_events(events)
+        sandbox_ids = frozenset(e.sandbox.id for e in events if e.sandbox is not None)
+        sent = self.flavor.sent(events, sandbox_ids)
+        if sent:
+            self.send_events(sent)
 
     def send_events(self, events: Sequence[SimEvent]) -> int:
         """Queue ``events`` for every open stream; how many streams there are."""
@@ -620,10 +643,11 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
         self, request: pb.VersionRequest, context: grpc.ServicerContext
     ) -> pb.VersionResponse:
         """The runtime's name and versions (runtime_name is what ContainerIDs carry)."""
+        flavor = self.flavor
         return pb.VersionResponse(
             version=CRI_VERSION,
-            runtime_name=RUNTIME_NAME,
-            runtime_version=__version__,
+            runtime_name=flavor.runtime_name,
+            runtime_version=flavor.runtime_version or __version__,
             runtime_api_version=RUNTIME_API_VERSION,
         )
 
@@ -771,7 +795,12 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
 
         The event faults apply on the way out (``_FaultyStream``); ``cut()`` ends the stream
         with UNAVAILABLE. With ``event_replay``, the stream opens with that many past events.
+        Without ``pod_events`` it ends at once with OK and nothing sent (CRI-O's default).
         """
+        with self._subscribers_lock:
+            self.event_calls += 1
+        if not self.pod_events:
+            return
         inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         context.add_callback(lambda: inbox.put(_END))
         with self._subscribers_lock:
@@ -865,9 +894,13 @@ class SimServer:
         *,
         max_workers: int = 32,
         chunking: StreamChunking | None = None,
+        flavor: Flavor = CONTAINERD,
+        pod_events: bool = True,
     ) -> None:
         self._stopping = threading.Event()
-        self.servicer = SimServicer(population, faults, self._stopping, chunking)
+        self.servicer = SimServicer(
+            population, faults, self._stopping, chunking, flavor=flavor, pod_events=pod_events
+        )
         self._executor = futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="podcache-sim-rpc"
         )
