@@ -546,3 +546,25 @@ def test_a_list_request_that_is_not_one_is_refused_every_time(proxy: Socket) -> 
             proxy.call("/runtime.v1.RuntimeService/ListPodSandbox", b"\xff")
         assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert "ListPodSandbox" in str(raised.value.details())
+
+
+def test_over_crio_without_events_a_subscriber_gets_the_runtimes_empty_stream(
+    tmp_path: Path,
+) -> None:
+    """CRI-O with ``enable_pod_events = false`` ends GetContainerEvents at once with OK and
+    no event; through the socket a subscriber sees the same, and podcache's logs name the
+    runtime's endpoint, not an internal class (issue 39 items 2 and 6)."""
+    path = str(tmp_path / "cri.sock")
+    port = free_port()
+    with SimRuntime(5, seed=2, flavor="crio", pod_events=False) as sim:
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cri-listen", path]
+        with ServeProcess(args) as server:
+            Client(port=port).get("/pods")
+            socket = Socket(path)
+            try:
+                assert list(socket.events()) == []  # ended with OK: grpcio raises otherwise
+            finally:
+                socket.close()
+        said = [line for line in server.stderr.splitlines() if "sends no container events" in line]
+        assert said and all(sim.endpoint in line for line in said), server.stderr
+        assert "HubGetter" not in server.stderr

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 import time
+from typing import Any
+
+import pytest
 
 from podcache.sim import PodShape, SimRuntime
 from tests.serve.conftest import Client, ServeProcess, free_port, run_serve, settle_subscription
@@ -54,23 +57,54 @@ def test_off_never_subscribes() -> None:
             assert sim.event_subscribers == 0
 
 
-def test_auto_over_a_runtime_without_events_polls_and_says_unsupported() -> None:
-    with SimRuntime(5, seed=5, unimplemented={"GetContainerEvents"}) as sim:
+def sandbox_listings(sim: SimRuntime) -> int:
+    calls = sim.calls()
+    return calls["ListPodSandbox"] + calls["StreamPodSandboxes"]
+
+
+NO_EVENTS = [
+    pytest.param({"unimplemented": {"GetContainerEvents"}}, "UNIMPLEMENTED", id="unimplemented"),
+    pytest.param(
+        {"flavor": "crio", "pod_events": False}, "enable_pod_events = false", id="crio-no-events"
+    ),
+]
+"""Runtimes that send no events: containerd before 1.7 (UNIMPLEMENTED), and CRI-O by default
+(a stream that ends at once with OK and no event)."""
+
+
+@pytest.mark.parametrize(("runtime", "said"), NO_EVENTS)
+def test_auto_over_a_runtime_without_events_polls_and_says_unsupported_once(
+    runtime: dict[str, Any], said: str
+) -> None:
+    with SimRuntime(5, seed=5, **runtime) as sim:
         port = free_port()
-        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"]
-        with ServeProcess(args):
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "50ms"]
+        with ServeProcess(args) as server:
             client = Client(port=port)
             deadline = time.monotonic() + 5
             while metric(client, 'podcache_events_state{state="unsupported"}') != 1.0:
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
-            assert client.get("/pods").status == 200
+            calls = sim.event_calls
+            failures = metric(client, "podcache_event_stream_failures_total")
+            listed = sandbox_listings(sim)
+            while sandbox_listings(sim) < listed + 10:  # ten periods polled
+                assert client.get("/pods").status == 200
+                time.sleep(0.02)
+            assert sim.event_calls == calls  # no resubscription loop
+            assert metric(client, 'podcache_events_state{state="unsupported"}') == 1.0
+            assert metric(client, "podcache_event_stream_failures_total") == failures
+        warnings = [
+            line for line in server.stderr.splitlines() if "sends no container events" in line
+        ]
+        assert len(warnings) == 1 and said in warnings[0], server.stderr
 
 
-def test_on_refuses_a_runtime_without_events() -> None:
-    with SimRuntime(5, seed=5, unimplemented={"GetContainerEvents"}) as sim:
+@pytest.mark.parametrize(("runtime", "said"), NO_EVENTS)
+def test_on_refuses_a_runtime_without_events(runtime: dict[str, Any], said: str) -> None:
+    with SimRuntime(5, seed=5, **runtime) as sim:
         listen = f"127.0.0.1:{free_port()}"
         done = run_serve(["-r", sim.endpoint, "--listen", listen, "--events", "on"])
     assert done.returncode == 1
-    assert "--events on" in done.stderr and "UNIMPLEMENTED" in done.stderr
+    assert "--events on" in done.stderr and said in done.stderr
     assert sim.endpoint in done.stderr

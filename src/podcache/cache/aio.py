@@ -555,7 +555,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                         return step
             return Step.STOP if self._closed else self._signal(Signal.FAILED, ENDED)
         except EventsUnsupportedError as exc:
-            return self._signal(Signal.UNSUPPORTED, str(exc))
+            return self._signal(Signal.UNSUPPORTED, exc.reason)
         except Exception as exc:
             if self._closed:
                 return Step.STOP

@@ -188,7 +188,7 @@ class CacheStats:
     age: float | None
     in_flight: bool
     events_state: str = "off"
-    """The event subscription: off, subscribed, reconnecting or unsupported."""
+    """The event subscription: off, subscribing, subscribed, reconnecting or unsupported."""
     events_received: int = 0
     """Container events received from the runtime."""
     event_refreshes: int = 0

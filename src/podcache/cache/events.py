@@ -11,18 +11,20 @@ Rules
 1. Every event asks for a refresh; so does every successful (re)subscription (changes made
    while no stream was open are then never missed). The refresh itself is coalesced by the
    freshness core: at most one in flight and one queued (``FreshnessCore.hint``).
-2. A stream that fails or ends is reopened after a capped, jittered exponential backoff:
-   ``BACKOFF_FIRST`` doubling up to ``BACKOFF_CAP``, each wait drawn uniformly from its upper
-   half. The backoff starts over only after a stream stayed open ``BACKOFF_CAP`` seconds, so a
-   runtime that accepts and drops streams at once costs one refresh per backoff step, not a
-   storm. A runtime that is not there at all (nothing listening: the stream reports it was
-   never ``connected``) is knocked on every ``BACKOFF_FIRST`` (jittered) without growing the
-   backoff: a refused connect costs it nothing, and a restarted runtime is found again within
-   about 50 ms of its return. The subscription never gives up.
-3. A runtime without the RPC (UNIMPLEMENTED) leaves the cache polling by its period, as without
-   events; that is logged once per cache, and the runtime is asked again after
-   ``UNSUPPORTED_RETRY`` seconds, or sooner when a refresh succeeds after one failed (the
-   runtime was restarted, perhaps upgraded).
+2. A stream that fails or ends, and a runtime that is not there at all (nothing listening),
+   is tried again after a capped, jittered exponential backoff: ``BACKOFF_FIRST`` doubling up
+   to ``BACKOFF_CAP``, each wait drawn uniformly from its upper half, so an outage costs at
+   most about one attempt per ``BACKOFF_CAP / 2`` seconds once grown (7 attempts in its first
+   2 s, then 1 every 1-2 s), and a runtime back from one is found within ``BACKOFF_CAP``.
+   The backoff starts over after a successful subscription: one whose stream stayed open
+   ``BACKOFF_CAP`` seconds, so a runtime that accepts and drops streams at once costs one
+   refresh per backoff step, not a storm. The subscription never gives up.
+3. A runtime that sends no events leaves the cache polling by its period, as without events:
+   one without the RPC (UNIMPLEMENTED), and one whose stream ends at once with OK before any
+   event (CRI-O's default, ``enable_pod_events = false``: ``cri/eventstream.py``). That is
+   logged once per cache, and the runtime is asked again after ``UNSUPPORTED_RETRY``
+   seconds, or sooner when a refresh succeeds after one failed (the runtime was restarted,
+   perhaps reconfigured).
 4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
    is one resubscription, however many attempts the outage took; ``failures`` counts every
    failed attempt (a stream that could not be opened, failed, ended, or met an unreachable or
@@ -38,6 +40,8 @@ Rules
    runtime turns out to have no events (once per cache, rule 3) and when it streams again;
    at INFO the first subscription and the close. A failure that changes no reported state (the
    next attempt of an outage) is DEBUG: a restart is two WARNING lines, however long it lasts.
+   The state is ``subscribing`` until the first attempt's outcome, so ``reconnecting`` always
+   means a stream was lost or refused.
 """
 
 from __future__ import annotations
@@ -83,12 +87,15 @@ class EventState(enum.StrEnum):
 
     OFF = "off"
     """No subscription: events not asked for, the getter has none, or the cache is closed."""
+    SUBSCRIBING = "subscribing"
+    """Not subscribed yet: the first attempt is under way (polling meanwhile)."""
     SUBSCRIBED = "subscribed"
     """A stream is open; changes are seen when they happen."""
     RECONNECTING = "reconnecting"
-    """No stream open (not yet, or it failed): trying again with backoff; polling meanwhile."""
+    """The stream failed, ended or could not be opened: trying again with backoff; polling
+    meanwhile."""
     UNSUPPORTED = "unsupported"
-    """The runtime has no container events: polling by the period, asking again later."""
+    """The runtime sends no container events: polling by the period, asking again later."""
 
 
 class Signal(enum.Enum):
@@ -111,8 +118,6 @@ class Step(enum.Enum):
     """Ask for a background refresh, then go on reading the stream."""
     RETRY = "retry"
     """Wait ``Subscription.retry_delay()`` seconds (the backoff), then open a new stream."""
-    KNOCK = "knock"
-    """Wait about ``BACKOFF_FIRST`` seconds (the backoff unchanged), then try again."""
     WAIT_SUPPORT = "wait-support"
     """Wait ``UNSUPPORTED_RETRY`` seconds (or until woken), then open a new stream."""
     STOP = "stop"
@@ -120,16 +125,20 @@ class Step(enum.Enum):
 
 
 TRANSITIONS: dict[tuple[EventState, Signal], tuple[EventState, Step]] = {
+    (EventState.SUBSCRIBING, Signal.OPENED): (EventState.SUBSCRIBED, Step.REFRESH),
+    (EventState.SUBSCRIBING, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
+    (EventState.SUBSCRIBING, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.RETRY),
+    (EventState.SUBSCRIBING, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
     (EventState.RECONNECTING, Signal.OPENED): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.RECONNECTING, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
-    (EventState.RECONNECTING, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.KNOCK),
+    (EventState.RECONNECTING, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.RETRY),
     (EventState.RECONNECTING, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
     (EventState.SUBSCRIBED, Signal.EVENT): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.SUBSCRIBED, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
     (EventState.SUBSCRIBED, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
     (EventState.UNSUPPORTED, Signal.OPENED): (EventState.SUBSCRIBED, Step.REFRESH),
     (EventState.UNSUPPORTED, Signal.FAILED): (EventState.RECONNECTING, Step.RETRY),
-    (EventState.UNSUPPORTED, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.KNOCK),
+    (EventState.UNSUPPORTED, Signal.UNREACHABLE): (EventState.RECONNECTING, Step.RETRY),
     (EventState.UNSUPPORTED, Signal.UNSUPPORTED): (EventState.UNSUPPORTED, Step.WAIT_SUPPORT),
 }
 """(state, signal) -> (next state, step). Any state with CLOSE, and OFF with anything, stops."""
@@ -186,7 +195,7 @@ class Subscription:
         rng: random.Random | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.state = EventState.RECONNECTING if enabled else EventState.OFF
+        self.state = EventState.SUBSCRIBING if enabled else EventState.OFF
         self.received = 0
         self.last_event_at: float | None = None  # the clock when the last event arrived
         self.refreshes = 0
@@ -231,7 +240,7 @@ class Subscription:
             self._unreached = self._unreached or signal is Signal.UNREACHABLE
             self._failed(before)
         elif signal is Signal.UNSUPPORTED:
-            self._unsupported()
+            self._unsupported(cause)
         return step
 
     def _opened(self) -> None:
@@ -255,16 +264,17 @@ class Subscription:
             self._backoff = BACKOFF_FIRST  # it was a healthy stream: start over
         self._same_outage = self._recovered and not healthy
 
-    def _unsupported(self) -> None:
+    def _unsupported(self, cause: str | None) -> None:
         self._opened_at = None
         self._refresh_failed = False
         if not self._logged_unsupported:
             self._logged_unsupported = True
             log.warning(
-                "runtime at %s does not stream container events (%s is UNIMPLEMENTED): the "
-                "cache refreshes by its period; asking again after %g s or a runtime restart",
-                self.endpoint,
+                "%s at %s: the runtime sends no container events (%s); the cache refreshes by "
+                "its period, asking again after %g s or a runtime restart",
                 METHOD,
+                self.endpoint,
+                _said(cause),
                 UNSUPPORTED_RETRY,
             )
 
@@ -318,11 +328,9 @@ class Subscription:
         return self._rng.uniform(ceiling / 2, ceiling)
 
     def delay(self, step: Step) -> float:
-        """Seconds to wait before the next attempt, for a RETRY, KNOCK or WAIT_SUPPORT step."""
+        """Seconds to wait before the next attempt, for a RETRY or WAIT_SUPPORT step."""
         if step is Step.RETRY:
             return self.retry_delay()
-        if step is Step.KNOCK:
-            return self._rng.uniform(BACKOFF_FIRST / 2, BACKOFF_FIRST)
         return UNSUPPORTED_RETRY
 
     def counted_refresh(self, scheduled: bool) -> None:

@@ -718,7 +718,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
                     return step
             return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED, ENDED)
         except EventsUnsupportedError as exc:
-            return self._signal(Signal.UNSUPPORTED, str(exc))
+            return self._signal(Signal.UNSUPPORTED, exc.reason)
         except Exception as exc:
             if self._closing.is_set():
                 return Step.STOP

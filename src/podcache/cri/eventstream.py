@@ -13,6 +13,12 @@ Rules:
   within that time fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at
   once). ``connected`` tells a failure to reach the runtime at all (False: nothing listening,
   no connection) from a failure of a runtime that was reached (True).
+- A stream that ends with OK before any event, within ``NO_EVENTS_SECONDS`` of its call, is a
+  runtime that sends no events: ``EventsUnsupportedError``, in ``open()`` as in the iteration
+  (the cache then polls by its period). CRI-O's default (``enable_pod_events = false``) does
+  exactly this: its ``GetContainerEvents`` returns at once, OK, having sent nothing
+  (``server/container_events.go``). A stream that lived longer before a clean end (a runtime
+  shutting down) is an ordinary end.
 - Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
   iteration; one that fails raises the runtime's error class naming the endpoint; one that
   was ``close()``d stops the iteration. containerd 2.x ends a subscription it closes itself
@@ -46,6 +52,7 @@ import collections
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 from typing import Self
@@ -63,12 +70,14 @@ from podcache.cri.eventwire import (
 )
 from podcache.cri.http2 import CallFailedError, StreamCall, WireViolationError
 from podcache.cri.proto import api_pb2 as pb
-from podcache.errors import CRIError, RuntimeProtocolError
+from podcache.errors import CRIError, EventsUnsupportedError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType
 
 __all__ = [
     "CONFIRM_SECONDS",
     "MAX_PENDING_EVENTS",
+    "NO_EVENTS",
+    "NO_EVENTS_SECONDS",
     "AsyncContainerEventStream",
     "ContainerEventStream",
     "event_from",
@@ -77,6 +86,14 @@ __all__ = [
 
 CONFIRM_SECONDS = 0.05
 """How long a new event stream must stay open before it counts as subscribed."""
+NO_EVENTS_SECONDS = 1.0
+"""A stream that ends with OK before any event within this many seconds of its call is a
+runtime that sends no events (CRI-O with ``enable_pod_events = false`` ends it at once)."""
+NO_EVENTS = (
+    "GetContainerEvents ended at once with OK and no event: the runtime sends none "
+    "(CRI-O with enable_pod_events = false)"
+)
+"""The ``reason`` of the ``EventsUnsupportedError`` such a stream raises."""
 MAX_PENDING_EVENTS = 10_000
 """Most events an ``AsyncContainerEventStream``'s thread holds for the loop (then it drops the
 oldest)."""
@@ -219,6 +236,8 @@ class ContainerEventStream:
         self._lock = threading.Lock()
         self._closed = False
         self._reading = False
+        self._started = 0.0  # time.monotonic() when the call was made
+        self._received = 0  # messages read
         self.connected = False
         """Whether the call's connection was made (the runtime was reached)."""
         self.sandbox_sink: SandboxSink | None = None
@@ -239,6 +258,7 @@ class ContainerEventStream:
         """Subscribe (once): returns when the stream is open, raises the runtime's error if not."""
         if self._call is not None:
             return
+        self._started = time.monotonic()
         call = self._start()
         self.connected = True
         with self._lock:
@@ -256,6 +276,8 @@ class ContainerEventStream:
             raise self._broke(violation) from None
         if ended is not None and not self._closed:
             code, details = ended
+            if code is grpc.StatusCode.OK and not call.has_message():
+                raise EventsUnsupportedError(self._url, NO_EVENTS)
             if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
                 raise self._error(code, details) from None
 
@@ -282,11 +304,18 @@ class ContainerEventStream:
             raise self._error(e.code, e.details) from e
         if self._done_reading(call) or response is None:
             call.close()
+            if response is None and not self._closed and self._sends_none():
+                raise EventsUnsupportedError(self._url, NO_EVENTS)
             raise StopIteration
+        self._received += 1
         event = event_from_bytes(self._url, response, self.sandbox_sink, self.runtime_type())
         if self.raw_sink is not None:
             self.raw_sink(response)
         return event
+
+    def _sends_none(self) -> bool:
+        """Whether the clean end just read is a runtime that sends no events (rule above)."""
+        return self._received == 0 and time.monotonic() - self._started < NO_EVENTS_SECONDS
 
     def _broke(self, violation: WireViolationError) -> RuntimeProtocolError:
         """The error of a stream whose runtime broke HTTP/2 or gRPC (a flood included)."""

@@ -815,6 +815,10 @@ class StreamCall:
             return failure.code, failure.details
         return state.status
 
+    def has_message(self) -> bool:
+        """Whether a message was received and not yet taken."""
+        return bool(self._connection.stream_state(self._id).messages)
+
     def next_message(self) -> bytes | None:
         """The next message, waiting as long as it takes; None when the call ended with OK.
         ``CallFailedError`` when it ended otherwise, or the connection did."""

@@ -309,7 +309,7 @@ def _cache_metrics(stats: CacheStats) -> Iterator[Metric]:
     state = GaugeMetricFamily(
         "podcache_events_state",
         "The event subscription's state: 1 for the current one "
-        "(off, subscribed, reconnecting, unsupported).",
+        "(off, subscribing, subscribed, reconnecting, unsupported).",
         labels=["state"],
     )
     for name in (s.value for s in EventState):

@@ -69,6 +69,7 @@ def test_table_covers_every_live_state_and_signal() -> None:
     signals = [s for s in Signal if s is not Signal.CLOSE]
     impossible = {  # events come only on an open stream; a stream opens only when none is;
         # an open stream had reached the runtime
+        (EventState.SUBSCRIBING, Signal.EVENT),
         (EventState.RECONNECTING, Signal.EVENT),
         (EventState.UNSUPPORTED, Signal.EVENT),
         (EventState.SUBSCRIBED, Signal.OPENED),
@@ -116,17 +117,43 @@ def test_backoff_starts_over_only_after_a_healthy_stream() -> None:
     assert sub.retry_delay() <= BACKOFF_FIRST
 
 
-def test_an_unreachable_runtime_is_knocked_on_at_the_floor_without_growing_the_backoff() -> None:
+def test_an_unreachable_runtime_is_retried_with_the_growing_backoff() -> None:
+    """Nothing listening is no cheaper than any failure: 50 ms doubling to 2 s (issue 39 item
+    8: 262 attempts in 10 s were made at a fixed ~40 ms)."""
     sub = Subscription("x", FakeClock(), rng=random.Random(3))
-    sub.on(Signal.OPENED)
-    sub.on(Signal.FAILED)
-    assert sub.delay(Step.RETRY) <= BACKOFF_FIRST  # 25..50 ms, and the backoff grows
-    for _ in range(50):  # a long outage: nothing listening
+    waits = []
+    for _ in range(12):  # a long outage: nothing listening
         step = sub.on(Signal.UNREACHABLE)
-        assert step is Step.KNOCK and sub.state is EventState.RECONNECTING
-        assert BACKOFF_FIRST / 2 <= sub.delay(step) <= BACKOFF_FIRST
-    assert BACKOFF_FIRST <= sub.delay(Step.RETRY) <= 2 * BACKOFF_FIRST  # not grown by knocks
+        assert step is Step.RETRY and sub.state is EventState.RECONNECTING
+        waits.append(sub.delay(step))
+    ceilings = [min(BACKOFF_FIRST * 2**i, BACKOFF_CAP) for i in range(12)]
+    for wait, ceiling in zip(waits, ceilings, strict=True):
+        assert ceiling / 2 <= wait <= ceiling
     assert sub.delay(Step.WAIT_SUPPORT) == 300.0
+
+
+def test_attempts_against_a_missing_runtime_follow_the_backoff_on_the_clock() -> None:
+    """Counted on a fake clock: 10 s of outage are at most 7 attempts in the first 2 s (50,
+    100, ... ms) and then one per 1-2 s, not one per 40 ms."""
+    clock = FakeClock()
+    sub = Subscription("x", clock, rng=random.Random(4))
+    attempts = 0
+    start = clock()
+    while clock() - start < 10.0:
+        attempts += 1
+        clock.advance(sub.delay(sub.on(Signal.UNREACHABLE)))
+    assert sub.failures == attempts
+    assert 8 <= attempts <= 6 + 10  # the doubling, then at most one per BACKOFF_CAP / 2
+
+
+def test_the_state_reads_subscribing_until_the_first_attempt_ends() -> None:
+    sub = Subscription("x", FakeClock())
+    assert sub.counters().state is EventState.SUBSCRIBING
+    sub.on(Signal.UNREACHABLE)
+    assert sub.counters().state is EventState.RECONNECTING  # now it is: the first one failed
+    first = Subscription("x", FakeClock())
+    first.on(Signal.OPENED)
+    assert first.state is EventState.SUBSCRIBED  # never "reconnecting" on the way
 
 
 def test_failure_says_unreachable_only_for_a_stream_that_never_connected() -> None:
@@ -179,7 +206,7 @@ def test_unsupported_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     sub = Subscription("unix:///x.sock", FakeClock())
     with caplog.at_level(logging.INFO, "podcache.cache"):
         for _ in range(3):
-            assert sub.on(Signal.UNSUPPORTED) is Step.WAIT_SUPPORT
+            assert sub.on(Signal.UNSUPPORTED, "it is UNIMPLEMENTED") is Step.WAIT_SUPPORT
             sub.on(Signal.FAILED)
     unsupported = [r for r in caplog.records if "UNIMPLEMENTED" in r.getMessage()]
     assert len(unsupported) == 1

@@ -35,9 +35,9 @@ CASES = [
         ["stream lost: c1", "again after 1 failed attempt in", "lost: c3", "again"],
         2,
     ),
-    ([N, N, N], ["UNIMPLEMENTED"], 3),  # once per cache (rule 3)
-    ([N, OPEN], ["UNIMPLEMENTED", "now streams container events"], 1),
-    ([OPEN, N, F, N], ["UNIMPLEMENTED", "cannot subscribe: c2"], 3),
+    ([N, N, N], ["sends no container events (c0)"], 3),  # once per cache (rule 3)
+    ([N, OPEN], ["sends no container events (c0)", "now streams container events"], 1),
+    ([OPEN, N, F, N], ["sends no container events (c1)", "cannot subscribe: c2"], 3),
 ]
 
 

@@ -37,6 +37,7 @@ from google.protobuf.message import DecodeError
 from podcache.cache import AsyncRuntimeCache
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.convert import split_items
+from podcache.cri.eventstream import NO_EVENTS
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
@@ -389,6 +390,8 @@ class CRISocket:
             )
         try:
             client = self._attach()
+            if client is None:
+                return
             try:
                 yield from self._stream(client, context)
             finally:
@@ -396,7 +399,9 @@ class CRISocket:
         finally:
             self._streams.release()
 
-    def _attach(self) -> EventClient:
+    def _attach(self) -> EventClient | None:
+        """The hub's client for one subscriber; None for a runtime whose stream ends at once
+        with OK and no event (CRI-O's default): the subscriber's ends so too."""
         try:
             return self._hub.attach(self._wait)
         except (TimeoutError, concurrent.futures.TimeoutError):
@@ -406,6 +411,8 @@ class CRISocket:
                 f"stream within {self._wait:g}s",
             ) from None
         except PodcacheError as error:
+            if isinstance(error, EventsUnsupportedError) and error.reason == NO_EVENTS:
+                return None
             code = (
                 grpc.StatusCode.UNIMPLEMENTED
                 if isinstance(error, EventsUnsupportedError)
