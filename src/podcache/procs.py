@@ -21,10 +21,12 @@ segments and read root first:
   ``/kubepods/burstable/pod<uid>``) or a systemd slice whose last dash-separated word is
   ``pod<uid with _ for ->`` (``kubepods-burstable-pod<uid>.slice``). ``<uid>`` is a UUID, or 32
   hex digits (the kubelet's static pods); it is returned with dashes.
-* a container segment: 64 hex digits (cgroupfs driver), or a systemd scope
-  ``cri-containerd-<64 hex>.scope``, ``crio-<64 hex>.scope``, ``docker-<64 hex>.scope`` or
-  ``libpod-<64 hex>.scope``. A sandbox's (pause) processes are found the same way: its ID is
-  what the runtime lists as the sandbox's. CRI-O's ``crio-conmon-<id>.scope`` is no container.
+* a container segment: 64 hex digits (containerd's cgroupfs driver), ``crio-<64 hex>`` (CRI-O's
+  cgroupfs manager: no ``.scope``), or a systemd scope ``cri-containerd-<64 hex>.scope``,
+  ``crio-<64 hex>.scope``, ``docker-<64 hex>.scope`` or ``libpod-<64 hex>.scope``. A sandbox's
+  (pause) processes are found the same way: its ID is what the runtime lists as the
+  sandbox's. CRI-O's conmon, ``crio-conmon-<id>`` (cgroupfs) or ``crio-conmon-<id>.scope``
+  (systemd), is no container (CRI-O's ``internal/config/cgmgr``).
 
 The rule (one answer, never a list to pick from): the pod is the shallowest pod segment; the
 container is the shallowest container segment below it (with no pod segment, the shallowest
@@ -105,7 +107,7 @@ _HEX64 = rb"[0-9a-f]{64}"
 _UUID = rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}"
 _UUID_SYSTEMD = rb"[0-9a-f]{8}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{4}_[0-9a-f]{12}|[0-9a-f]{32}"
 _CONTAINER_SEGMENT = re.compile(
-    rb"(" + _HEX64 + rb")|(?:cri-containerd|crio|docker|libpod)-(" + _HEX64 + rb")\.scope"
+    rb"(?:crio-)?(" + _HEX64 + rb")|(?:cri-containerd|crio|docker|libpod)-(" + _HEX64 + rb")\.scope"
 )
 _POD_SEGMENT = re.compile(rb"pod(" + _UUID + rb")")
 _POD_SLICE = re.compile(rb"(?:[^/]*-)?pod(" + _UUID_SYSTEMD + rb")\.slice")

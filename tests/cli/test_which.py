@@ -10,7 +10,8 @@ import pytest
 
 from podcache.cri import CRIRuntime
 from podcache.model import Pod
-from podcache.sim import SimRuntime
+from podcache.sim import CONTAINERD, CRIO, Flavor, SimRuntime
+from podcache.sim.flavor import CgroupDriver
 from tests.cli.conftest import Runner, container_json, parse, paused, pod_json, table
 from tests.unit.procs.tree import ProcTree, cid, hybrid
 
@@ -182,3 +183,32 @@ def test_an_ipv4_mapped_ip_answers_as_its_ipv4_address(
     assert parse("json", result.stdout) == {
         "items": [{"ip": ip, "pod": pod_json(p), "container": None, "reason": None}]
     }
+
+
+@pytest.mark.parametrize("driver", ["cgroupfs", "systemd"])
+@pytest.mark.parametrize("flavor", [CONTAINERD, CRIO], ids=lambda f: f.name)
+def test_each_runtimes_cgroup_names_find_the_container_and_conmon_only_the_pod(
+    run: Runner, tmp_path: Path, flavor: Flavor, driver: CgroupDriver
+) -> None:
+    """The cgroups each runtime makes under each driver (``podcache.sim.flavor``, from CRI-O's
+    ``internal/config/cgmgr``): CRI-O's cgroupfs ``crio-<id>`` has no ``.scope``; its conmon
+    (``crio-conmon-<id>``) is in the pod but in no container."""
+    with SimRuntime(6, seed=3, flavor=flavor) as sim, CRIRuntime(sim.endpoint) as runtime:
+        p = pick(list(runtime.get_pods()))
+        tree = ProcTree(tmp_path, uptime=UPTIME)
+        container, sandbox = p.containers[0], p.sandboxes[0]
+        tree.add(100, [f"0::{flavor.cgroup_path(p.id, container.id.id, driver)}"], start_ticks=1)
+        tree.add(101, hybrid(flavor.cgroup_path(p.id, sandbox.id.id, driver)), start_ticks=1)
+        pids = ["100", "101"]
+        conmon = flavor.monitor_cgroup_path(p.id, container.id.id, driver)
+        if conmon is not None:
+            tree.add(102, [f"0::{conmon}"], start_ticks=1)
+            pids.append("102")
+        result = run("which", *pids, "-o", "json", "-r", sim.endpoint, "--proc-root", tree.path)
+    items = parse("json", result.stdout)["items"]
+    assert [(i["pod"]["id"], i["container"]["id"]) for i in items[:2]] == [
+        (p.id, container_json(container)["id"]),
+        (p.id, container_json(sandbox)["id"]),
+    ]
+    if conmon is not None:
+        assert items[2]["pod"]["id"] == p.id and items[2]["container"] is None

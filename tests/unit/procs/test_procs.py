@@ -20,6 +20,7 @@ from podcache.procs import (
     owner_from_cgroup,
     read_identity,
 )
+from podcache.sim.flavor import CONTAINERD, CRIO
 from tests.unit.procs.tree import ProcTree, cid, hybrid, stat_line, uid
 
 C = cid(0xABCDEF01)
@@ -64,6 +65,38 @@ FORMATS: list[tuple[str, list[str], str | None, str | None]] = [
         [
             f"0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{U_}.slice/docker-{C}.scope"
         ],
+        C,
+        U,
+    ),
+    ("cgroupfs crio (no .scope)", [f"0::{CRIO.cgroup_path(U, C, 'cgroupfs')}"], C, U),
+    (
+        "v1 cgroupfs crio, besteffort",
+        hybrid(CRIO.cgroup_path(U, C, "cgroupfs", "besteffort")),
+        C,
+        U,
+    ),
+    ("systemd crio, as the simulator makes it", [f"0::{CRIO.cgroup_path(U, C, 'systemd')}"], C, U),
+    (
+        "crio under crun (a child of its scope)",
+        [f"0::{CRIO.cgroup_path(U, C, 'systemd')}/container"],
+        C,
+        U,
+    ),
+    (
+        "cgroupfs crio conmon: the pod only",
+        [f"0::{CRIO.monitor_cgroup_path(U, C, 'cgroupfs')}"],
+        None,
+        U,
+    ),
+    (
+        "systemd crio conmon: the pod only",
+        [f"0::{CRIO.monitor_cgroup_path(U, C, 'systemd')}"],
+        None,
+        U,
+    ),
+    (
+        "cgroupfs containerd, as the simulator makes it",
+        [f"0::{CONTAINERD.cgroup_path(U, C)}"],
         C,
         U,
     ),

@@ -43,7 +43,11 @@ plain = st.one_of(
 
 
 def _container_segment(cid: str, style: str) -> str:
-    return cid if style == "cgroupfs" else f"{style}-{cid}.scope"
+    if style == "cgroupfs":
+        return cid
+    if style == "crio-cgroupfs":
+        return f"crio-{cid}"
+    return f"{style}-{cid}.scope"
 
 
 def _pod_segment(uid: str, style: str) -> str:
@@ -77,7 +81,11 @@ def tokens(draw: st.DrawFn) -> list[Token]:
         out.append((_pod_segment(uid, style), "pod", uid))
     if draw(st.booleans()):
         cid = draw(hex_ids)
-        style = draw(st.sampled_from(["cgroupfs", "cri-containerd", "crio", "docker", "libpod"]))
+        style = draw(
+            st.sampled_from(
+                ["cgroupfs", "crio-cgroupfs", "cri-containerd", "crio", "docker", "libpod"]
+            )
+        )
         out.append((_container_segment(cid, style), "container", cid))
         # Only a container's own sub-cgroups lie below it: anything, even pod-like names.
         below = draw(
