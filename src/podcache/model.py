@@ -122,6 +122,10 @@ class Container(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     ``attempt``."""
 
     id: ContainerID
+    sandbox_id: str = ""
+    """The bare ID of the sandbox this container ran in (the runtime's ``pod_sandbox_id``; crictl
+    shows it as POD ID): an old attempt's may be an older sandbox than the pod's newest. ""
+    for a sandbox, and when the runtime did not say. A podcache addition."""
     name: str = ""
     image: str = ""
     image_id: str = ""

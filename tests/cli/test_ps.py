@@ -53,11 +53,14 @@ def test_document_lists_every_container_with_its_pod(
     assert states == ({"running"} if not all_ else {"running", "exited", "created", "unknown"})
 
 
-def test_table_has_no_created_column_and_truncates_ids(
+def test_table_shows_each_containers_own_sandbox_as_pod_id_and_truncates_ids(
     run: Runner, sim: SimRuntime, runtime: CRIRuntime
 ) -> None:
     with paused(sim, runtime, True) as pods:
         result = run("ps", "-r", sim.endpoint, "-a")
+        # The sandbox each container ran in, as the simulator holds it (crictl's POD ID).
+        truth = sim.population.snapshot().containers
+        ran_in = {c.id: c.pod_sandbox_id for c in truth}
     assert result.returncode == 0, result
     header, rows = table(result)
     assert header == [
@@ -77,7 +80,7 @@ def test_table_has_no_created_column_and_truncates_ids(
             c.state.value.capitalize(),
             c.name,
             str(c.attempt),
-            newest_sandbox_id(pod)[:TRUNC],
+            ran_in[c.id.id][:TRUNC],
             pod.name,
             pod.namespace,
         ]
@@ -85,6 +88,8 @@ def test_table_has_no_created_column_and_truncates_ids(
     ]
     assert rows == expected
     assert {row[4] for row in rows} >= {"0", "1"}  # restarted containers show crictl's ATTEMPT
+    # Old attempts ran in older sandboxes: crictl shows those, not the pod's newest.
+    assert any(ran_in[c.id.id] != newest_sandbox_id(pod) for pod, c in rows_of(pods.pods))
 
 
 def test_wide_table_adds_image_id_hash_and_pod_uid(

@@ -117,6 +117,7 @@ def expected_pods(h: CRIHarness, image_id: str, *, all: bool) -> list[Pod]:
             containers=[
                 Container(
                     id=ContainerID(RUNTIME_NAME, c.id),
+                    sandbox_id=c.sandbox_id,
                     name=c.name,
                     image=c.image,
                     image_id=image_id,  # containerd 1.6 leaves image_id empty: image_ref

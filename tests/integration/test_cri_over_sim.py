@@ -64,12 +64,17 @@ def kubelet_hash(annotations: dict[str, str]) -> int:
 
 
 def expected_pods(
-    sandboxes: Iterable[SimSandbox], containers: Iterable[SimContainer], *, all: bool
+    sandboxes: Iterable[SimSandbox],
+    containers: Iterable[SimContainer],
+    *,
+    all: bool,
+    runtime: str = RUNTIME,
 ) -> PodList:
     """What the kubelet's GetPods(all) makes of these records, in podcache's total order.
 
-    Plus podcache's pod labels: the newest sandbox's, less the ``io.kubernetes.pod.*`` keys,
-    and its IPs and host-network flag: the newest READY sandbox's status's (issue 23).
+    Plus podcache's pod labels: the newest sandbox's, less the ``io.kubernetes.pod.*`` keys
+    and CRI-O's ``io.kubernetes.container.name``, and its IPs and host-network flag: the newest
+    READY sandbox's status's (issue 23).
     """
     if not all:
         sandboxes = [s for s in sandboxes if s.state is SimSandboxState.READY]
@@ -115,10 +120,11 @@ def expected_pods(
                     key: value
                     for key, value in (own_sandboxes[0].labels if own_sandboxes else {}).items()
                     if not key.startswith("io.kubernetes.pod.")
+                    and key != "io.kubernetes.container.name"
                 },
                 sandboxes=[
                     Container(
-                        id=ContainerID(RUNTIME, s.id),
+                        id=ContainerID(runtime, s.id),
                         state=ContainerState.RUNNING
                         if s.state is SimSandboxState.READY
                         else ContainerState.EXITED,
@@ -128,7 +134,8 @@ def expected_pods(
                 ],
                 containers=[
                     Container(
-                        id=ContainerID(RUNTIME, c.id),
+                        id=ContainerID(runtime, c.id),
+                        sandbox_id=c.pod_sandbox_id,
                         name=c.name,
                         image=c.image,
                         image_id=c.image_id or c.image_ref,
@@ -150,7 +157,10 @@ def expected_now(sim: SimRuntime, *, all: bool) -> PodList:
     snapshot = sim.population.snapshot()
     extra_sandboxes, extra_containers = sim.faults.malformed_items()
     return expected_pods(
-        snapshot.sandboxes + extra_sandboxes, snapshot.containers + extra_containers, all=all
+        snapshot.sandboxes + extra_sandboxes,
+        snapshot.containers + extra_containers,
+        all=all,
+        runtime=sim.flavor.runtime_name,
     )
 
 
@@ -162,9 +172,10 @@ def assert_same_pods(actual: PodList, expected: PodList) -> None:
     assert actual == expected
 
 
-@pytest.fixture
-def sim() -> Iterator[SimRuntime]:
-    with SimRuntime(pods=150, seed=31) as runtime:
+@pytest.fixture(params=["containerd", "crio"])
+def sim(request: pytest.FixtureRequest) -> Iterator[SimRuntime]:
+    """150 pods, as containerd and as CRI-O (its name, chunking and sandbox label)."""
+    with SimRuntime(pods=150, seed=31, flavor=request.param) as runtime:
         yield runtime
 
 
@@ -195,7 +206,8 @@ def test_the_expected_model_covers_ties_states_and_image_fallbacks(
     assert any("@sha256:" in c.image_ref and c.image_id != c.image_ref for c in containers)
     assert any(len(p.sandboxes) == 2 for p in pods)
     assert all(dict(p.labels).keys() >= {"app", "tier"} for p in pods if p.sandboxes)
-    assert all(c.id.type == RUNTIME for p in pods for c in (*p.containers, *p.sandboxes))
+    runtime = sim.flavor.runtime_name
+    assert all(c.id.type == runtime for p in pods for c in (*p.containers, *p.sandboxes))
     running = cri.get_pods(False)
     assert len(running) < len(pods)
     assert all(s.state is ContainerState.RUNNING for p in running for s in p.sandboxes)

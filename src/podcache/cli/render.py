@@ -208,8 +208,9 @@ def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) 
     CRI attempt, as crictl's), POD ID, POD, NAMESPACE; ``wide`` adds IMAGE ID (``image_id``,
     else ``image_ref``), HASH and POD UID.
 
-    POD ID is the pod's newest sandbox, as in ``pods_table`` (the model does not record which
-    sandbox an exited container ran in). There is no CREATED: the model has no container time.
+    POD ID is the sandbox the container ran in (``Container.sandbox_id``), as crictl's: an old
+    attempt's may be an older sandbox than the pod's newest (``pod_id``, which a container the
+    runtime gave no sandbox shows). There is no CREATED: the model has no container time.
     """
     wide = out.format == "wide"
     columns = ["CONTAINER", "IMAGE", "STATE", "NAME", "ATTEMPT", "POD ID", "POD", "NAMESPACE"]
@@ -223,7 +224,7 @@ def containers_table(rows: Sequence[tuple[Pod, Container]], out: OutputOptions) 
             _state(container.state),
             _or_none(container.name),
             str(container.attempt),
-            short_id(pod_id(pod), out.no_trunc),
+            short_id(container.sandbox_id or pod_id(pod), out.no_trunc),
             _or_none(pod.name),
             _or_none(pod.namespace),
         ]

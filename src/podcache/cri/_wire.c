@@ -293,6 +293,7 @@ enum {
     LAST_UID,
     LAST_POD,
     LAST_NAMESPACE,
+    LAST_SANDBOX,
     LAST_SITES
 };
 
@@ -505,7 +506,7 @@ error:
     X(SANDBOX, attempt, "PodSandboxMetadata.attempt (int, uint32)")                            \
     X(SANDBOX, labels,                                                                         \
       "the pod's own labels: (key, value) pairs sorted by key, each key with its last value, " \
-      "no io.kubernetes.pod.* keys")
+      "no io.kubernetes.pod.* keys nor io.kubernetes.container.name")
 
 enum { SANDBOX_ROW_FIELDS(ROW_INDEX) SANDBOX_FIELD_COUNT };
 ROW_TYPE(SANDBOX, "SandboxRow", "One PodSandbox of a ListPodSandboxResponse, as read.")
@@ -513,6 +514,7 @@ ROW_TYPE(SANDBOX, "SandboxRow", "One PodSandbox of a ListPodSandboxResponse, as 
 /* Container: the fields convert.py reads, absent strings "". */
 #define CONTAINER_ROW_FIELDS(X)                                                                \
     X(CONTAINER, id, "Container.id (str)")                                                     \
+    X(CONTAINER, pod_sandbox_id, "Container.pod_sandbox_id (str)")                             \
     X(CONTAINER, created_at, "Container.created_at (int, ns)")                                 \
     X(CONTAINER, state, "Container.state (int)")                                               \
     X(CONTAINER, has_metadata, "whether Container.metadata was listed (bool)")                 \
@@ -539,6 +541,7 @@ ROW_TYPE(CONTAINER, "ContainerRow", "One Container of a ListContainersResponse, 
 #define NAMESPACE_LABEL "io.kubernetes.pod.namespace"
 #define HASH_ANNOTATION "io.kubernetes.container.hash"
 #define POD_LABELS "io.kubernetes.pod."
+#define INFRA_CONTAINER_LABEL "io.kubernetes.container.name"
 #define LIT(s) s, sizeof(s) - 1
 #define TAG(field, wire_type) (((field) << 3) | (wire_type))
 
@@ -546,7 +549,7 @@ ROW_TYPE(CONTAINER, "ContainerRow", "One Container of a ListContainersResponse, 
 #define ITEM_DEPTH 1
 
 typedef struct {
-    span id, name, image, handler, image_ref, image_id, uid, pod_name, pod_namespace, hash;
+    span id, sandbox, name, image, handler, image_ref, image_id, uid, pod_name, pod_namespace, hash;
     uint64_t state, created_at, attempt;
     int has_metadata, has_image;
 } container_fields;
@@ -617,7 +620,7 @@ static int read_container(const ctx *c, span m, container_fields *out) {
             if (read_string(c, &p, end, &out->id) < 0) return -1;
             continue;
         case TAG(2, 2):
-            if (read_string(c, &p, end, &s) < 0) return -1;
+            if (read_string(c, &p, end, &out->sandbox) < 0) return -1;
             continue;
         case TAG(3, 2):
             if (read_bytes(c, &p, end, &s) < 0) return -1;
@@ -659,6 +662,7 @@ static int read_container(const ctx *c, span m, container_fields *out) {
 static PyObject *container_row(const container_fields *f, interner *t) {
     PyObject *values[CONTAINER_FIELD_COUNT] = {
         [CONTAINER_id] = own_str(f->id),
+        [CONTAINER_pod_sandbox_id] = repeated_str(t, LAST_SANDBOX, f->sandbox),
         [CONTAINER_created_at] = PyLong_FromLongLong((long long)(int64_t)f->created_at),
         [CONTAINER_state] = PyLong_FromLong((long)(int32_t)(uint32_t)f->state),
         [CONTAINER_has_metadata] = new_bool(f->has_metadata),
@@ -782,13 +786,16 @@ static int read_sandbox_metadata(const ctx *c, span m, sandbox_fields *out) {
 }
 
 /* PodSandbox.labels: the pod's own ones are kept, the kubelet's io.kubernetes.pod.* keys
- * left out. */
+ * left out, and so is CRI-O's io.kubernetes.container.name (=POD, its infra container's). */
 static int read_sandbox_label(const ctx *c, const uint8_t **pp, const uint8_t *end,
                               label_list *labels) {
     span key, value;
     int r = read_map_field(c, pp, end, ITEM_DEPTH + 1, &key, &value);
     if (r <= 0) return r;
     if (key.n >= sizeof(POD_LABELS) - 1 && memcmp(key.p, LIT(POD_LABELS)) == 0) return 0;
+    if (key.n == sizeof(INFRA_CONTAINER_LABEL) - 1 &&
+        memcmp(key.p, LIT(INFRA_CONTAINER_LABEL)) == 0)
+        return 0;
     return label_list_add(labels, key, value);
 }
 

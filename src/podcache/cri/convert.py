@@ -124,6 +124,8 @@ _SANDBOX_STATES: dict[int, ContainerState] = {
 }
 _UNKNOWN = ContainerState.UNKNOWN
 _KUBELET_POD_LABELS = "io.kubernetes.pod."
+_INFRA_CONTAINER_LABEL = "io.kubernetes.container.name"
+"""On a sandbox, CRI-O's name of its infra container (``POD``): the runtime's, not the pod's."""
 
 _Labels = tuple[tuple[str, str], ...]
 _NO_LABELS: _Labels = ()
@@ -283,7 +285,7 @@ def _sandbox_facts(sandbox: pb.PodSandbox, runtime: str, share: _Share) -> _Sand
         [
             (share(key, key), share(value, value))
             for key in sorted(labels)
-            if not key.startswith(_KUBELET_POD_LABELS)
+            if not key.startswith(_KUBELET_POD_LABELS) and key != _INFRA_CONTAINER_LABEL
             for value in (labels[key],)
         ]
     )
@@ -308,8 +310,10 @@ def _container_facts(container: pb.Container, runtime: str, share: _Share) -> _C
     handler = image.runtime_handler
     image_ref = container.image_ref
     image_id = container.image_id or image_ref
+    sandbox_id = container.pod_sandbox_id
     item = Container(
         id=ContainerID(runtime, container_id),
+        sandbox_id=share(sandbox_id, sandbox_id),
         name=share(name, name),
         image=share(image_name, image_name),
         image_id=share(image_id, image_id),
@@ -360,6 +364,7 @@ def _wire_container_facts(row: ContainerRow, runtime: str, share: _Share) -> _Co
     image_ref = row.image_ref
     item = Container(
         id=ContainerID(runtime, container_id),
+        sandbox_id=row.pod_sandbox_id,
         name=row.name,
         image=row.image,
         image_id=row.image_id or image_ref,

@@ -105,6 +105,7 @@ def container(
 def ctr(ident: str = "c1", **kw: object) -> Container:
     """The Container the kubelet makes from ``container(ident)`` with default arguments."""
     values: dict[str, object] = {
+        "sandbox_id": "s1",
         "name": "app",
         "image": "nginx:1.27",
         "image_id": "sha256:bb",
@@ -450,15 +451,16 @@ def test_pod_labels_tie_goes_to_the_sandbox_listed_first_in_order() -> None:
     assert pod.labels == (("v", "a"),)
 
 
-def test_only_the_kubelets_pod_keys_are_dropped() -> None:
-    pod = only_pod(
-        build_pods(
-            RT,
-            [sandbox(labels={"io.kubernetes.container.name": "POD", "k8s-app": "dns"})],
-            [],
-        )
-    )
-    assert pod.labels == (("io.kubernetes.container.name", "POD"), ("k8s-app", "dns"))
+def test_the_kubelets_pod_keys_and_crios_infra_container_label_are_dropped() -> None:
+    """CRI-O labels every sandbox ``io.kubernetes.container.name=POD`` (its infra container's
+    name): the runtime's, not the pod's (issue 39 item 7). Other keys stay."""
+    labels = {
+        "io.kubernetes.container.name": "POD",
+        "io.kubernetes.container.namespace": "kept",
+        "k8s-app": "dns",
+    }
+    pod = only_pod(build_pods(RT, [sandbox(labels=labels)], []))
+    assert pod.labels == (("io.kubernetes.container.namespace", "kept"), ("k8s-app", "dns"))
 
 
 @pytest.mark.parametrize(
