@@ -10,13 +10,19 @@
   items, item for item, and a getter's streamed listing is its unary listing.
 - Asked once per connection, as the kubelet's CRI client asks: a getter that found streaming
   UNIMPLEMENTED keeps the unary calls; a new connection asks again.
+- CRI-O (issue 39 item 1): it cuts a streamed list by 3,000 items, not by size, so a node's
+  whole listing of 21 MiB comes as one message; both getters, ``podcache pods`` and ``serve``
+  read it. One streamed message is bounded by ``MAX_STREAMED_MESSAGE_BYTES`` (at and past it);
+  the unary calls keep gRPC's 16 MiB.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
@@ -25,7 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import AsyncCRIRuntime, CRIRuntime
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, channels
 from podcache.cri.convert import pods_from_responses
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.proto import api_pb2_grpc
@@ -33,7 +39,8 @@ from podcache.errors import CRIError
 from podcache.model import PodList
 from podcache.sim import SimRuntime
 from podcache.sim.faults import STREAM_LIST_METHODS, Malformed
-from podcache.sim.server import RUNTIME_NAME
+from tests.cli.conftest import Runner, podcache_path
+from tests.serve.conftest import Client, ServeProcess, free_port
 
 LIMIT = 16 * 1024 * 1024
 PODS = 1_000
@@ -59,7 +66,7 @@ def unary_pods(sim: SimRuntime) -> PodList:
     with channel:
         sandboxes = stub.ListPodSandbox(pb.ListPodSandboxRequest(), timeout=60)
         containers = stub.ListContainers(pb.ListContainersRequest(), timeout=60)
-    return pods_from_responses(RUNTIME_NAME, sandboxes, containers)
+    return pods_from_responses(sim.flavor.runtime_name, sandboxes, containers)
 
 
 @pytest.fixture(scope="module")
@@ -299,3 +306,86 @@ def listed(sim: SimRuntime, all: bool) -> tuple[PodList, PodList]:
     in_asyncio = asyncio.run(listing())
     assert threads == in_asyncio
     return threads, in_asyncio
+
+
+# -- CRI-O: a whole listing in one message -------------------------------------------------------
+CRIO_PODS = 80
+CRIO_ANNOTATION_BYTES = 250 * 1024  # Kubernetes allows 256 KiB per object
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def crio_node() -> Iterator[SimRuntime]:
+    """80 host-network pods with 250 KiB of annotations, on the simulator's CRI-O: about
+    21 MiB of sandboxes and 57 MiB of containers, each list one streamed message."""
+    with SimRuntime(
+        CRIO_PODS,
+        seed=39,
+        flavor="crio",
+        annotation_bytes=CRIO_ANNOTATION_BYTES,
+        host_network=1.0,
+    ) as sim:
+        yield sim
+
+
+@pytest.fixture
+def crio(crio_node: SimRuntime) -> Iterator[SimRuntime]:
+    crio_node.faults.unimplemented = frozenset()
+    crio_node.reset_call_counts()
+    yield crio_node
+    crio_node.faults.unimplemented = frozenset()
+
+
+def message_sizes(sim: SimRuntime) -> dict[str, int]:
+    """Each streaming list's answer bytes: its one message's size, on this node."""
+    counts = sim.call_counts()
+    return {method: counts[method]["unfiltered"]["bytes"] for method in STREAM_LIST_METHODS}
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_crio_listing_of_21_mib_in_one_3000_item_message_is_read(
+    crio: SimRuntime, kind: str
+) -> None:
+    pods, streaming = listed_by(kind, crio.endpoint)
+    assert streaming is True and len(pods) == CRIO_PODS
+    assert crio.stream_messages() == {"StreamPodSandboxes": 1, "StreamContainers": 1}
+    sizes = message_sizes(crio)
+    assert sizes["StreamPodSandboxes"] > 20 * MIB and sizes["StreamContainers"] > 20 * MIB
+    assert without_ips(pods) == without_ips(unary_pods(crio))
+
+
+def test_one_streamed_message_is_read_at_its_bound_and_refused_past_it(
+    crio: SimRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listed_by("sync", crio.endpoint)
+    largest = max(message_sizes(crio).values())
+    monkeypatch.setattr(channels, "MAX_STREAMED_MESSAGE_BYTES", largest)
+    pods, _ = listed_by("sync", crio.endpoint)  # at the bound: read
+    assert len(pods) == CRIO_PODS
+    monkeypatch.setattr(channels, "MAX_STREAMED_MESSAGE_BYTES", largest - 1)
+    with pytest.raises(CRIError) as raised:
+        listed_by("sync", crio.endpoint)
+    message = str(raised.value)
+    assert "a message of its StreamContainers answer is over podcache's" in message
+    assert "MAX_STREAMED_MESSAGE_BYTES" in message and crio.endpoint in message
+
+
+def test_the_unary_calls_keep_grpcs_16_mib(crio: SimRuntime) -> None:
+    crio.faults.unimplemented = STREAM_LIST_METHODS
+    with pytest.raises(CRIError) as raised:
+        listed_by("sync", crio.endpoint)
+    assert "its ListPodSandbox answer is over gRPC's 16 MiB message limit" in str(raised.value)
+
+
+def test_podcache_pods_and_serve_read_the_crio_listing(crio: SimRuntime, tmp_path: Path) -> None:
+    run = Runner(podcache_path(), str(tmp_path))
+    listed = run("pods", "-a", "-o", "json", "-r", crio.endpoint, timeout=TIMEOUT)
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)["items"]) == CRIO_PODS
+    port = free_port()
+    with ServeProcess(["-r", crio.endpoint, "--listen", f"127.0.0.1:{port}"]):
+        client = Client(port=port)
+        assert client.get("/readyz").status == 200
+        answer = client.get("/pods?all=1")
+        assert answer.status == 200
+        assert len(answer.json()["items"]) == CRIO_PODS

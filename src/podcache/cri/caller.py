@@ -46,6 +46,7 @@ from podcache.cri.failures import (
 from podcache.cri.h2pool import ConnectionPool
 from podcache.cri.http2 import CallFailedError, Connection, StreamCall, WireViolationError
 from podcache.cri.liststream import (
+    MAX_STREAMED_MESSAGE_BYTES,
     STREAM_METHODS,
     STREAMED,
     ListStreamTooLongError,
@@ -305,9 +306,12 @@ class SyncCaller:
         long the call really took (``took`` seconds) when it is known; a list answer over the
         receive limit says whether the runtime streams lists (``liststream``)."""
         if (method in STREAMED or method in STREAM_METHODS) and _is_over_limit(code, details):
-            reason = over_limit_reason(
-                method, details, MAX_RECEIVE_MESSAGE_BYTES, self.line.streaming
+            limit = (
+                MAX_STREAMED_MESSAGE_BYTES
+                if method in STREAM_METHODS
+                else MAX_RECEIVE_MESSAGE_BYTES
             )
+            reason = over_limit_reason(method, details, limit, self.line.streaming)
             return CRIError(self._url, reason)
         error = _status_error(self._endpoint, method, code, details)
         if error is None:

@@ -1,15 +1,17 @@
 """Channels: one gRPC channel to the runtime, its methods, its state, the Version asked on it.
 
 Holds the channel options (the kubelet's: 16 MiB receive limit, reconnect backoff, a
-subchannel of its own), the methods and how each answer is decoded (list answers read by
-``convert``'s reader, or left as bytes for the asyncio getter), ``_Line`` (a sync channel and
-its state reader) and ``_AsyncLine``. Deliberately not here: when a channel is replaced and
+subchannel of its own; but a streamed list message up to ``MAX_STREAMED_MESSAGE_BYTES``), the
+methods and how each answer is decoded (list answers read by ``convert``'s reader, or left as
+bytes for the asyncio getter), ``_Line`` (a sync channel and its state reader) and
+``_AsyncLine``. Deliberately not here: when a channel is replaced and
 how calls on it fail (the callers and ``failures``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,7 +25,7 @@ from podcache.cri.convert import (
 )
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventwire import status_fields
-from podcache.cri.liststream import STREAMED
+from podcache.cri.liststream import MAX_STREAMED_MESSAGE_BYTES, STREAMED
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.values import RuntimeVersion
 
@@ -31,15 +33,39 @@ __all__ = ["MAX_RECEIVE_MESSAGE_BYTES", "channel_options"]
 
 
 MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
+"""The largest answer of a unary call (and of one GetContainerEvents message): gRPC's default
+and the kubelet's."""
 
 
 _SERVICE = "/runtime.v1.RuntimeService/"
 
 
+def _message_limits() -> str:
+    """The channel's service config: every RuntimeService method receives at most
+    ``MAX_RECEIVE_MESSAGE_BYTES`` a message, the two streaming list calls
+    ``MAX_STREAMED_MESSAGE_BYTES`` (gRPC takes the smaller of this and the channel's limit,
+    which is so the larger one; a method's own entry wins over its service's)."""
+    service = _SERVICE.strip("/")
+    streamed = [{"service": service, "method": twin} for twin, _, _ in STREAMED.values()]
+    return json.dumps(
+        {
+            "methodConfig": [
+                {
+                    "name": [{"service": service}],
+                    "maxResponseMessageBytes": MAX_RECEIVE_MESSAGE_BYTES,
+                },
+                {"name": streamed, "maxResponseMessageBytes": MAX_STREAMED_MESSAGE_BYTES},
+            ]
+        }
+    )
+
+
 def channel_options(endpoint: Endpoint) -> list[tuple[str, Any]]:
-    """gRPC channel options matching the kubelet's CRI client."""
+    """gRPC channel options matching the kubelet's CRI client, but for one streamed list
+    message, which may be as large as a whole streamed answer (``liststream``)."""
     options: list[tuple[str, Any]] = [
-        ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_STREAMED_MESSAGE_BYTES),
+        ("grpc.service_config", _message_limits()),
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 3_000),
         # In gRPC core this is the minimum connect timeout (Go: MinConnectTimeout 5 s).

@@ -16,9 +16,14 @@ Rules:
   at the end of one would otherwise swallow the start of the next.
 - The proto asks for at least one item per message; an empty one is accepted and dropped (it
   holds nothing), as the kubelet accepts it, and counts toward the bound with its frame.
-- A streamed answer has no per-answer size limit of gRPC's (each message still has the 16 MiB
-  one); ``MAX_STREAMED_LIST_BYTES`` bounds what podcache holds of one, frames included, so a
-  runtime that never ends its stream costs at most that much memory before its deadline.
+- A streamed answer has no per-answer size limit of gRPC's, and one message of it may be as
+  large as the whole answer's bound (``MAX_STREAMED_MESSAGE_BYTES``, the channel's per-method
+  limit for the two streaming calls, ``channels.channel_options``): a runtime chunks by item
+  count, not size (CRI-O: 3,000 items a message, ``server/server.go`` ``streamChunkSize``;
+  containerd 2.4: 5,000), so one message of a node's listing can be far past gRPC's 16 MiB
+  default, which every unary call keeps. ``MAX_STREAMED_LIST_BYTES`` bounds what podcache
+  holds of one answer, frames included, so a runtime that never ends its stream costs at most
+  that much memory before its deadline.
 
 Deliberately not here: when to stream (``caller.SyncCaller.listing``: asked once per
 connection, UNIMPLEMENTED falls back to the unary call, as the kubelet's CRI client does),
@@ -36,6 +41,7 @@ from podcache.cri.proto import api_pb2 as pb
 
 __all__ = [
     "MAX_STREAMED_LIST_BYTES",
+    "MAX_STREAMED_MESSAGE_BYTES",
     "STREAMED",
     "STREAM_METHODS",
     "ListStreamTooLongError",
@@ -49,6 +55,12 @@ MAX_STREAMED_LIST_BYTES = 256 * 1024 * 1024
 """The most bytes of one streamed list answer podcache receives (its messages' bytes plus
 ``FRAME_BYTES`` each); past it the call is cancelled and fails. 16 times gRPC's limit on one
 message: 1,000 pods carrying 16 KiB of annotations each list in about 16 MiB of sandboxes."""
+
+MAX_STREAMED_MESSAGE_BYTES = MAX_STREAMED_LIST_BYTES
+"""The largest single message of a streamed list answer podcache receives (gRPC refuses a
+larger one, RESOURCE_EXHAUSTED): the whole answer's bound, so how a runtime cuts its listing
+into messages never matters. CRI-O sent 70 sandboxes of 250 KiB annotations as one 17.9 MB
+message; 3,000 items (its chunk) of 64 KiB each would be 188 MiB."""
 
 FRAME_BYTES = 5
 """gRPC's frame header before each message (a flag byte and a 4-byte length)."""
@@ -144,8 +156,8 @@ def _mib(size: int) -> str:
 
 def over_limit_reason(method: str, details: str, limit: int, streaming: bool | None) -> str:
     """The reason for a list answer that gRPC refused for its size (RESOURCE_EXHAUSTED),
-    ``limit`` being the receive limit (``channels.MAX_RECEIVE_MESSAGE_BYTES``): a unary one, or
-    one message of a streamed one (``method`` a streaming call).
+    ``limit`` being the receive limit: a unary one (``channels.MAX_RECEIVE_MESSAGE_BYTES``), or
+    one message of a streamed one (``method`` a streaming call; ``MAX_STREAMED_MESSAGE_BYTES``).
 
     ``streaming``: what the connection learnt of the runtime's list streaming (False: its
     streaming twin answered UNIMPLEMENTED; True: it streams, but this call was one that is
@@ -153,8 +165,9 @@ def over_limit_reason(method: str, details: str, limit: int, streaming: bool | N
     """
     if method in STREAM_METHODS:
         return (
-            f"a message of its {method} answer is over gRPC's {_mib(limit)} message limit "
-            f"({details}): the runtime put more items in one message than a client takes"
+            f"a message of its {method} answer is over podcache's {_mib(limit)} limit on one "
+            f"streamed message (MAX_STREAMED_MESSAGE_BYTES; {details}): the runtime put more "
+            "items in one message than a client takes"
         )
     twin = STREAMED[method][0]
     over = f"its {method} answer is over gRPC's {_mib(limit)} message limit ({details})"

@@ -229,6 +229,9 @@ def test_the_reader_of_each_streaming_call_is_its_unary_twins() -> None:
 
 
 def test_one_streamed_message_past_the_limit_is_the_runtimes_cut() -> None:
-    reason = over_limit_reason("StreamContainers", "larger than max", 16 * 1024 * 1024, True)
-    assert reason.startswith("a message of its StreamContainers answer is over gRPC's 16 MiB")
+    reason = over_limit_reason("StreamContainers", "larger than max", 256 * 1024 * 1024, True)
+    assert reason.startswith(
+        "a message of its StreamContainers answer is over podcache's 256 MiB limit on one "
+        "streamed message (MAX_STREAMED_MESSAGE_BYTES"
+    )
     assert "more items in one message" in reason
