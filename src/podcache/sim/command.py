@@ -231,13 +231,13 @@ def _signals_handled(stop: threading.Event, on_stats: Callable[[], None]) -> Ite
 
 
 def _banner(sim: SimRuntime, pods: int, churn: float, seed: int, no_streaming: bool) -> str:
-    """The line said on start: what is simulated."""
+    """The line said on start: what is simulated (the runtime imitated when not containerd,
+    events when there are none)."""
     streams = "no list streaming" if no_streaming else "list streaming"
-    events = "events" if sim.pod_events else "no events"
-    return (
-        f"podcache sim ({sim.flavor.name}): {pods} pods, churn {churn}/s, seed {seed}, "
-        f"{streams}, {events}"
-    )
+    banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}, {streams}"
+    if sim.flavor is not CONTAINERD:
+        banner += f", as {sim.flavor.name}"
+    return banner if sim.pod_events else banner + ", no events"
 
 
 def _network(text: str) -> str:
