@@ -9,6 +9,7 @@ in its own process, the simulator's live socket, processes under other user and 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -173,18 +174,53 @@ def shared_directory() -> Iterator[str]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-_REACHABLE = (
-    # In a mount namespace of its own: the interpreter's tree under root's 0700 home is bound
-    # aside, a world-readable tmpfs covers the home, and the tree is bound back in its place.
-    'set -e; tree=$1; aside=$2; shift 2; mount --bind "$tree" "$aside"; '
-    'mount -t tmpfs -o mode=0755 podcache-test "$(dirname "$tree")"; mkdir -p "$tree"; '
-    'mount --bind "$aside" "$tree"; exec setpriv "$@"'
-)
+def _closed_ancestor(path: Path) -> Path | None:
+    """The highest directory above ``path`` that other users may not enter, if any."""
+    for depth in range(2, len(path.parts)):
+        ancestor = Path(*path.parts[:depth])
+        if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+def _needed_trees() -> list[Path]:
+    """What the other ids must reach: the interpreter's installation and this checkout (its
+    virtualenv and sources), each as its outermost directory."""
+    interpreter = Path(os.path.realpath(sys.executable)).parents[1]
+    checkout = Path(__file__).resolve().parents[2]
+    trees = sorted({interpreter, checkout})
+    return [tree for tree in trees if not any(tree.is_relative_to(t) and tree != t for t in trees)]
+
+
+def _reachable_script(trees: list[Path]) -> list[str]:
+    """A shell script that, in a mount namespace of its own, makes ``trees`` reachable by every
+    user where a closed directory (root's 0700 home) is above them: each tree is bound aside,
+    a world-readable tmpfs covers the closed directory, the tree is bound back in its place;
+    then it runs ``setpriv`` with its arguments."""
+    lines = ["set -e"]
+    moves = []
+    covers = []
+    for tree in trees:
+        closed = _closed_ancestor(tree)
+        if closed is None:
+            continue
+        aside = tempfile.mkdtemp(prefix="podcache-tree-")
+        moves.append((shlex.quote(str(tree)), shlex.quote(aside)))
+        if closed not in covers:
+            covers.append(closed)
+    lines += [f"mount --bind {tree} {aside}" for tree, aside in moves]
+    lines += [f"mount -t tmpfs -o mode=0755 podcache-test {shlex.quote(str(c))}" for c in covers]
+    lines += [f"mkdir -p {tree} && mount --bind {aside} {tree}" for tree, aside in moves]
+    if not moves:
+        return []
+    script = "; ".join(lines) + '; exec setpriv "$@"'
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
 
 
 def under_ids(*setpriv: str) -> list[str]:
     """A command prefix that runs the rest under ``setpriv``'s ids and capabilities, with this
-    interpreter reachable by them (it may live under /root, which only root may enter)."""
+    interpreter and checkout reachable by them (either may live under /root, which only root
+    may enter)."""
     if os.geteuid() != 0:
         if os.environ.get("CI") == "true":
             pytest.fail("these tests run processes under other ids: CI runs as root")
@@ -192,13 +228,8 @@ def under_ids(*setpriv: str) -> list[str]:
     for tool in ("setpriv", "unshare"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} (util-linux) runs the processes under other ids")
-    real = Path(os.path.realpath(sys.executable))
-    if real.parts[1] != "root":
-        return ["setpriv", *setpriv, "--"]
-    tree = str(Path(*real.parts[:3]))
-    aside = tempfile.mkdtemp(prefix="podcache-tree-")
-    namespace = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _REACHABLE, "sh"]
-    return [*namespace, tree, aside, *setpriv, "--"]
+    namespace = _reachable_script(_needed_trees())
+    return [*namespace, *([] if namespace else ["setpriv"]), *setpriv, "--"]
 
 
 SERVE_IDS = ("--reuid", str(SERVE_UID), "--regid", str(SERVE_UID), "--groups")
