@@ -4,10 +4,11 @@ A ``Flavor`` holds only what differs between the two as a CRI client sees it; th
 the faults and the RPCs are the same. What each CRI-O rule was read from, in CRI-O's own code
 (cri-o/cri-o):
 
-- **Chunking** (``server/server.go``, ``streamChunkSize``): a streamed list is sent 3,000 items
-  a message, whatever their size (containerd 2.4 sends 5,000 and the simulator's containerd
-  draws counts up to ``stream_items``, each message at most ``STREAM_MESSAGE_BYTES``). One
-  CRI-O message can so be far past gRPC's 16 MiB default.
+- **Chunking** (``server/server.go``, ``streamChunkSize``, as issue 39 read it in CRI-O 1.36;
+  the copies of CRI-O's code searched here predate list streaming): a streamed list is sent
+  3,000 items a message, whatever their size (containerd 2.4 sends 5,000; the simulator's
+  containerd draws counts up to ``stream_items``, each message at most
+  ``STREAM_MESSAGE_BYTES``). One CRI-O message can so be far past gRPC's 16 MiB default.
 - **Events** (``server/container_events.go``, ``GetContainerEvents``): with
   ``enable_pod_events = false`` (CRI-O's default) the call returns at once, OK, having sent
   nothing. With events on, removals send nothing: ``removePodSandbox`` asks
@@ -24,8 +25,8 @@ the faults and the RPCs are the same. What each CRI-O rule was read from, in CRI
   ``<cgroup parent>/crio-conmon-<id>``; the systemd manager at
   ``<expanded slice>/crio-<id>.scope`` and conmon's unit ``crio-conmon-<id>.scope``
   (``systemd_linux.go``).
-- **Version**: runtime name ``cri-o``, API ``v1``, CRI version ``0.1.0`` (``server/version.go``);
-  the runtime version the one the issue's run had, 1.36.3.
+- **Version**: CRI version ``0.1.0`` (``server/version.go``), runtime API ``v1``, runtime name
+  ``cri-o`` and version 1.36.3 as the issue's run of CRI-O answered them.
 """
 
 from __future__ import annotations
