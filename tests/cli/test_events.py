@@ -432,11 +432,18 @@ def test_with_events_a_change_shows_long_before_the_period(
         proc.stop()
 
 
+@pytest.mark.parametrize(
+    "runtime",
+    [
+        pytest.param({"unimplemented": {"GetContainerEvents"}}, id="unimplemented"),
+        pytest.param({"flavor": "crio", "pod_events": False}, id="crio-no-events"),
+    ],
+)
 @pytest.mark.parametrize("command", [("events",), ("pods", "-w")])
 def test_events_on_over_a_runtime_without_events_is_status_1(
-    run: Runner, command: tuple[str, ...]
+    run: Runner, command: tuple[str, ...], runtime: dict[str, Any]
 ) -> None:
-    with SimRuntime(2, seed=1, churn=0.0, unimplemented={"GetContainerEvents"}) as sim:
+    with SimRuntime(2, seed=1, churn=0.0, **runtime) as sim:
         result = subprocess.run(
             [run.exe, *command, "-r", sim.endpoint, "--events", "on"],
             check=False,
