@@ -21,9 +21,9 @@ from __future__ import annotations
 import inspect
 import math
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
-from typing import Literal, Protocol, cast
+from typing import Any, Literal, NamedTuple, Protocol, cast
 
 from podcache.model import Container, Pod, PodList
 from podcache.procs import (
@@ -355,6 +355,73 @@ def _older(cache_time: float | None, target: float) -> bool:
     return cache_time is None or cache_time < target
 
 
+class _GetPods(NamedTuple):
+    """Step: the cache's pods (``get_pods``)."""
+
+
+class _Refresh(NamedTuple):
+    """Step: a refresh begun after ``target`` (``force_update_if_older``)."""
+
+    target: float
+
+
+class _PodUidOf(NamedTuple):
+    """Step: the probe's pod UID for a container ID."""
+
+    key: str
+
+
+class _GetPod(NamedTuple):
+    """Step: the probe's pod by UID, the runtime asked about it alone."""
+
+    uid: str
+
+
+_Step = _GetPods | _Refresh | _PodUidOf | _GetPod
+_Steps = Generator[_Step, Any, LookupResult]
+
+
+def _steps(
+    lookup: PodLookup,
+    *,
+    cache_time: Callable[[], float | None],
+    clock: Callable[[], float],
+    memo: OwnerMemo,
+    probing: bool,
+    unknown: UnknownIDs,
+) -> _Steps:
+    """The lookup's policy, no I/O (``lookup_pod`` says it): it yields each step it needs done
+    and is sent the step's result; it returns the ``LookupResult``. ``lookup_pod`` and
+    ``alookup_pod`` only carry the steps out."""
+    pods: PodList = yield _GetPods()
+    found = lookup.match(pods)
+    if found is not None:
+        return LookupResult(found, lookup.outcome, False, pods)
+    fetched, now = cache_time(), clock()
+    target = _needs_refresh(lookup, fetched, now)
+    if target is None:
+        memo.forget(lookup.proc_root, lookup.identity)
+        return LookupResult(None, lookup.outcome, False, pods)
+    if probing:
+        memo.forget(lookup.proc_root, lookup.identity)
+        key = probe_key(lookup)
+        if unknown.holds(key, now):
+            return LookupResult(None, "unknown", False, pods)
+        uid = lookup.owner.pod_uid or (yield _PodUidOf(key))
+        pod = None if uid is None else (yield _GetPod(uid))
+        found = _probe_answer(lookup, pod, key, now, unknown)
+        return LookupResult(found, lookup.outcome, False, pods, probed=True)
+    # First the refresh in flight, if any (or a new one, which then starts after ``target``).
+    yield _Refresh(_just_after(fetched))
+    found = lookup.match(pods := (yield _GetPods()))
+    if found is None and _older(cache_time(), target):
+        yield _Refresh(target)
+        found = lookup.match(pods := (yield _GetPods()))
+    if found is None:
+        memo.forget(lookup.proc_root, lookup.identity)
+    return LookupResult(found, lookup.outcome, True, pods)
+
+
 def lookup_pod(
     cache: _SyncCache,
     clock: Callable[[], float],
@@ -379,37 +446,31 @@ def lookup_pod(
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
-    pods = cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is not None:
-        return LookupResult(found, lookup.outcome, False, pods)
-    cache_time = cache.cache_time
-    now = clock()
-    target = _needs_refresh(lookup, cache_time, now)
-    if target is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        return LookupResult(None, lookup.outcome, False, pods)
-    if probe is not None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        unknown = _UNKNOWN if unknown is None else unknown
-        key = probe_key(lookup)
-        if unknown.holds(key, now):
-            return LookupResult(None, "unknown", False, pods)
-        uid = lookup.owner.pod_uid or probe.pod_uid_of(key)
-        pod = None if uid is None else probe.get_pod(uid)
-        found = _probe_answer(lookup, pod, key, now, unknown)
-        return LookupResult(found, lookup.outcome, False, pods, probed=True)
-    # First the refresh in flight, if any (or a new one, which then starts after ``target``).
-    cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
-    pods = cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is None and _older(cache.cache_time, target):
-        cache.force_update_if_older(target, timeout=timeout)
-        pods = cache.get_pods(timeout=timeout)
-        found = lookup.match(pods)
-    if found is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-    return LookupResult(found, lookup.outcome, True, pods)
+    probing, unknown = probe is not None, _UNKNOWN if unknown is None else unknown
+    steps = _steps(
+        lookup,
+        cache_time=lambda: cache.cache_time,
+        clock=clock,
+        memo=memo,
+        probing=probing,
+        unknown=unknown,
+    )
+    result: Any = None
+    while True:
+        try:
+            step = steps.send(result)
+        except StopIteration as done:
+            return cast(LookupResult, done.value)
+        match step:
+            case _GetPods():
+                result = cache.get_pods(timeout=timeout)
+            case _Refresh(target):
+                cache.force_update_if_older(target, timeout=timeout)
+                result = None
+            case _PodUidOf(key):
+                result = cast(PodProbe, probe).pod_uid_of(key)
+            case _GetPod(uid):
+                result = cast(PodProbe, probe).get_pod(uid)
 
 
 async def alookup_pod(
@@ -423,38 +484,33 @@ async def alookup_pod(
     probe: AsyncPodProbe | None = None,
     unknown: UnknownIDs | None = None,
 ) -> LookupResult:
-    """The asyncio twin of ``lookup_pod`` (the same steps; the ``/proc`` reads are small and
-    never block on a disk, so they run on the loop)."""
+    """The asyncio twin of ``lookup_pod``: the same steps (``_steps``), awaited (the ``/proc``
+    reads are small and never block on a disk, so they run on the loop)."""
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
-    pods = await cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is not None:
-        return LookupResult(found, lookup.outcome, False, pods)
-    cache_time = cache.cache_time
-    now = clock()
-    target = _needs_refresh(lookup, cache_time, now)
-    if target is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        return LookupResult(None, lookup.outcome, False, pods)
-    if probe is not None:
-        memo.forget(lookup.proc_root, lookup.identity)
-        unknown = _UNKNOWN if unknown is None else unknown
-        key = probe_key(lookup)
-        if unknown.holds(key, now):
-            return LookupResult(None, "unknown", False, pods)
-        uid = lookup.owner.pod_uid or await probe.pod_uid_of(key)
-        pod = None if uid is None else await probe.get_pod(uid)
-        found = _probe_answer(lookup, pod, key, now, unknown)
-        return LookupResult(found, lookup.outcome, False, pods, probed=True)
-    await cache.force_update_if_older(_just_after(cache_time), timeout=timeout)
-    pods = await cache.get_pods(timeout=timeout)
-    found = lookup.match(pods)
-    if found is None and _older(cache.cache_time, target):
-        await cache.force_update_if_older(target, timeout=timeout)
-        pods = await cache.get_pods(timeout=timeout)
-        found = lookup.match(pods)
-    if found is None:
-        memo.forget(lookup.proc_root, lookup.identity)
-    return LookupResult(found, lookup.outcome, True, pods)
+    probing, unknown = probe is not None, _UNKNOWN if unknown is None else unknown
+    steps = _steps(
+        lookup,
+        cache_time=lambda: cache.cache_time,
+        clock=clock,
+        memo=memo,
+        probing=probing,
+        unknown=unknown,
+    )
+    result: Any = None
+    while True:
+        try:
+            step = steps.send(result)
+        except StopIteration as done:
+            return cast(LookupResult, done.value)
+        match step:
+            case _GetPods():
+                result = await cache.get_pods(timeout=timeout)
+            case _Refresh(target):
+                await cache.force_update_if_older(target, timeout=timeout)
+                result = None
+            case _PodUidOf(key):
+                result = await cast(AsyncPodProbe, probe).pod_uid_of(key)
+            case _GetPod(uid):
+                result = await cast(AsyncPodProbe, probe).get_pod(uid)
