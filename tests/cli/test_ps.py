@@ -23,10 +23,16 @@ def rows_of(pods: list[Pod] | tuple[Pod, ...]) -> list[tuple[Pod, Container]]:
     return [(pod, container) for pod in pods for container in pod.containers]
 
 
-def item(pod: Pod, container: Container) -> dict[str, object]:
-    sandbox = pod.sandboxes[0].id.id if pod.sandboxes else ""
+def item(pod: Pod, container: Container, ran_in: dict[str, str]) -> dict[str, object]:
+    """``container``'s item; ``ran_in``: each container's sandbox, as the simulator holds it."""
+    sandbox = ran_in[container.id.id]
     pod_part = {"id": pod.id, "name": pod.name, "namespace": pod.namespace, "sandbox_id": sandbox}
     return container_json(container) | {"pod": pod_part}
+
+
+def sandboxes_ran_in(sim: SimRuntime) -> dict[str, str]:
+    """The sandbox each container ran in, as the simulator holds it (crictl's POD ID)."""
+    return {c.id: c.pod_sandbox_id for c in sim.population.snapshot().containers}
 
 
 STATE_SHAPES = (PodShape.STARTING, PodShape.STOPPED, PodShape.UNKNOWN_CONTAINER)
@@ -46,8 +52,9 @@ def test_document_lists_every_container_with_its_pod(
             sim.population.create_pod(shape)
         with paused(sim, runtime, all_) as pods:
             result = run("ps", "-r", sim.endpoint, "-o", fmt, *flags)
+            ran_in = sandboxes_ran_in(sim)
     assert result.returncode == 0, result
-    expected = [item(pod, c) for pod, c in rows_of(pods.pods)]
+    expected = [item(pod, c, ran_in) for pod, c in rows_of(pods.pods)]
     assert parse(fmt, result.stdout) == {"items": expected}
     states = {i["state"] for i in expected}
     assert states == ({"running"} if not all_ else {"running", "exited", "created", "unknown"})
@@ -58,9 +65,7 @@ def test_table_shows_each_containers_own_sandbox_as_pod_id_and_truncates_ids(
 ) -> None:
     with paused(sim, runtime, True) as pods:
         result = run("ps", "-r", sim.endpoint, "-a")
-        # The sandbox each container ran in, as the simulator holds it (crictl's POD ID).
-        truth = sim.population.snapshot().containers
-        ran_in = {c.id: c.pod_sandbox_id for c in truth}
+        ran_in = sandboxes_ran_in(sim)
     assert result.returncode == 0, result
     header, rows = table(result)
     assert header == [

@@ -414,7 +414,8 @@ def print_tables(tables: Iterable[TableData], file: IO[str] | None = None) -> No
 
 def containers_document(rows: Iterable[tuple[Pod, Container]]) -> dict[str, Any]:
     """``{"items": [...]}`` of containers, each with ``pod``: the pod's UID (``id``), name,
-    namespace and ``sandbox_id`` (its newest sandbox's ID, "" when it has none)."""
+    namespace and ``sandbox_id``: the sandbox the container ran in, as the table's POD ID
+    (else the pod's newest sandbox's ID, "" when it has none)."""
     return {
         "items": [
             container_to_json(container)
@@ -423,7 +424,8 @@ def containers_document(rows: Iterable[tuple[Pod, Container]]) -> dict[str, Any]
                     "id": pod.id,
                     "name": pod.name,
                     "namespace": pod.namespace,
-                    "sandbox_id": pod.sandboxes[0].id.id if pod.sandboxes else "",
+                    "sandbox_id": container.sandbox_id
+                    or (pod.sandboxes[0].id.id if pod.sandboxes else ""),
                 }
             }
             for pod, container in rows
