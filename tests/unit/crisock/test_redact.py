@@ -1,9 +1,10 @@
 """``serve --cri-redact-env`` (issue 41 §7): ``redact.redact_container_status`` on containerd
 2.1's own verbose ContainerStatus answer, recorded by
 tests/containerd/test_crisock.py (``PODCACHE_RECORD_CONTAINER_STATUS``) for a container with
-``DB_PASSWORD``, an empty ``EMPTY`` and ``WITH_EQUALS=a=b=c``; and on CRI-O's shape (the OCI
-spec alone under ``runtimeSpec``). That test also runs the option through podcache's socket
-on a live containerd 2.1.
+``DB_PASSWORD``, an empty ``EMPTY`` and ``WITH_EQUALS=a=b=c``; and on CRI-O's shape, as
+cri-o's ``server/container_status.go`` writes it (``createContainerInfo``: ``{"info": JSON of
+sandboxID, pid, runtimeSpec, privileged}``, the OCI spec alone). That test also runs the
+option through podcache's socket on a live containerd 2.1.
 """
 
 from __future__ import annotations
