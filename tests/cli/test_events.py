@@ -474,3 +474,19 @@ def test_sigint_stops_a_follower_started_with_sigint_ignored(
         assert proc.interrupt() == status
     finally:
         proc.stop()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_watch_into_a_pipe_ends_on_every_signal_however_it_lands(
+    run: Runner, own_sim: SimRuntime, signum: int
+) -> None:
+    """The signal lands wherever the main thread is, also inside a lock: ``watch`` hung there
+    (``cli.stopping``). Each of a series of runs must end, with status 0."""
+    for _ in range(8):
+        proc = Running(run, "watch", "-r", own_sim.endpoint, "--period", PERIOD)
+        try:
+            proc.wait_until(lambda lines: len(lines) >= 2)
+            proc.process.send_signal(signum)
+            assert proc.wait(30) == 0
+        finally:
+            proc.stop()

@@ -10,7 +10,8 @@ Rules (the same for the three commands, and for ``watch`` on a terminal, whose f
   were, the cache tries again every period (and, with events, at once when the event stream
   opens again), and one line says when the runtime answers again; the changes made meanwhile
   then follow, as changes;
-- Ctrl-C ends it with 130 (``podcache.cli.main`` maps it); ``watch`` with q.
+- Ctrl-C ends it with 130 (``podcache.cli.main`` maps it); ``watch`` with q. The signal is
+  taken at the loop's next turn, where no lock is held (``stopping``).
 """
 
 # ruff: noqa: PLC0415 -- the cache is imported only when a command follows: start-up stays fast
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, cast
 
 from podcache.cli.options import PodFilter
 from podcache.cli.query import matches
+from podcache.cli.stopping import StopSignals
 
 if TYPE_CHECKING:
     from podcache.cache.changes import PodChange
@@ -151,8 +153,9 @@ def follow(
     cache = RuntimeCache(getter, period, events=events != "off")
     outage = Outage(source.endpoint)
     first = True
-    with cache, cache.watch() as watch:
+    with StopSignals() as stop, cache, cache.watch() as watch:
         while True:
+            stop.check()  # here no lock is held (``stopping``)
             batch = watch.next_batch(POLL)
             outage.check(getter)
             kept = [c for c in (visible(change, shown) for change in batch) if c is not None]
