@@ -398,8 +398,9 @@ class Departed:
                 self._created[pod.id] = pod.created_at / 1e9
                 if len(self._created) > self.departed_max:
                     del self._created[next(iter(self._created))]
+            told, cost = self._described(pod, event.container_id)
             for key in _event_keys(event, pod):
-                self._report(key, pod, pods, happened)
+                self._report(key, told, cost, pods, happened)
         if event.type is ContainerEventType.DELETED:
             listed = pods.by_uid(pod.id) if pods is not None and pod is not None else None
             self._removed(("container_id", event.container_id), listed or pod, happened)
@@ -418,15 +419,27 @@ class Departed:
         while len(self._gone) > self.departed_max:
             del self._gone[next(iter(self._gone))]
 
-    def _report(self, key: Key, pod: Pod, pods: PodList | None, happened: float) -> None:
+    def _described(self, pod: Pod, own: str) -> tuple[Pod, int]:
+        """``pod`` as an event describes it, merged with what the earlier events of its
+        reports said (``_merged``), holding the event's own container; and its cost. Once
+        per event: every report of one pod holds the same pod."""
+        keys = self._reported_by_uid.get(pod.id)
+        told = pod
+        if keys:
+            before = self._reported[next(iter(keys))].pod
+            if before is not pod:
+                told = _merged(before, pod)
+        told = _with_item(told, ("container_id", own))
+        return told, pod_cost(told)
+
+    def _report(self, key: Key, pod: Pod, cost: int, pods: PodList | None, happened: float) -> None:
+        """``key`` reported held by ``pod`` (costing ``cost``) at ``happened`` (rule 1)."""
         entry = self._reported.get(key)
         if entry is not None and entry.pod.id == pod.id:
             entry.reported = max(entry.reported, happened)
             if entry.pod is not pod:
-                told = _with_item(_merged(entry.pod, pod), key)
-                cost = pod_cost(told)
                 self.bytes += cost - entry.cost
-                entry.pod, entry.cost = told, cost
+                entry.pod, entry.cost = pod, cost
             return
         listed = _in_snapshot(pods, key) if pods is not None else None
         if listed is not None and listed.id == pod.id:
@@ -436,10 +449,8 @@ class Departed:
             return  # a late or repeated event of a holding remembered already
         if entry is not None:  # another pod held it (an IP): that holding ended by now
             self._end(entry, happened)
-        told = _with_item(pod, key)
         start = pod.created_at / 1e9 if pod.created_at > 0 else happened
-        cost = pod_cost(told)
-        self._reported[key] = Reported(key, told, start, happened, cost)
+        self._reported[key] = Reported(key, pod, start, happened, cost)
         self._reported_by_uid.setdefault(pod.id, {})[key] = None
         self.bytes += cost
         if key[0] == "container_id" and key not in self._holdings:

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import msgspec
+
 from podcache.cri.convert import container_state, sandbox_state
 from podcache.cri.eventwire import ContainerFields, EventFields
 from podcache.cri.networks import network_of
@@ -64,13 +66,15 @@ def pod_of_event(fields: EventFields, runtime: str, valid_id: Callable[[str], bo
     containers = tuple(
         _container(runtime, status) for status in fields.containers if valid_id(status[0])
     )
-    return Pod(
+    pod = Pod(
         id=fields.pod_uid,
         name=fields.pod_name[:MAX_FACT_TEXT],
         namespace=fields.pod_namespace[:MAX_FACT_TEXT],
         created_at=max(fields.sandbox_created_at, 0),
         containers=containers,
         sandboxes=sandboxes,
-        ips=network.ips,
         host_network=network.host_network,
     )
+    if network.ips:  # canonical and each once already (network_of): not normalised again
+        msgspec.structs.force_setattr(pod, "ips", network.ips)
+    return pod
