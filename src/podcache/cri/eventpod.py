@@ -11,8 +11,9 @@ listing's rules where they apply (``convert.container_state``, ``convert.sandbox
   sandbox's DELETED with an empty sandbox status;
 - the sandbox is the status's ``id``, its state READY or NOTREADY, its ``attempt`` unknown (0);
 - a container is each of ``containers_statuses`` with an ID that passes the event's own ID
-  check (others are left out, never an error: the event is still a hint); its ``image_id`` is
-  its ``image_ref``, as the listing's rule for an empty ``image_id`` has it;
+  check (others are left out, never an error: the event is still a hint), in the event's
+  sandbox; its ``image_id`` is its ``image_ref``, as the listing's rule for an empty
+  ``image_id`` has it;
 - ``created_at`` is the sandbox's; a time before the epoch (containerd 2.x sends Go's zero time
   on a sandbox's DELETED) is 0, unknown;
 - the IPs are the valid ones, none on the host network;
@@ -38,10 +39,11 @@ MAX_FACT_TEXT = 1024
 at most 253 characters, image references rarely past a few hundred)."""
 
 
-def _container(runtime: str, fields: ContainerFields) -> Container:
+def _container(runtime: str, fields: ContainerFields, sandbox_id: str) -> Container:
     ident, name, attempt, state, _, image, image_ref = fields
     return Container(
         id=ContainerID(runtime, ident),
+        sandbox_id=sandbox_id,
         name=name[:MAX_FACT_TEXT],
         image=image[:MAX_FACT_TEXT],
         image_id=image_ref[:MAX_FACT_TEXT],
@@ -64,7 +66,9 @@ def pod_of_event(fields: EventFields, runtime: str, valid_id: Callable[[str], bo
         )
         sandboxes = (sandbox,)
     containers = tuple(
-        _container(runtime, status) for status in fields.containers if valid_id(status[0])
+        _container(runtime, status, fields.sandbox_id)
+        for status in fields.containers
+        if valid_id(status[0])
     )
     pod = Pod(
         id=fields.pod_uid,
