@@ -36,6 +36,7 @@ _BELOW_SERVE = {
     "cache",
     "watchjson",
     "cri",
+    "cri.wire",
     "cri.proto",
     "sim",
 }
@@ -52,12 +53,13 @@ LAYERS: dict[str, set[str]] = {
     "watchjson": {"cache", "jsonview"},
     "fake": {"model", "errors"},
     "cri.proto": set(),
-    "cri": {"model", "errors", "cri.proto"},
+    "cri.wire": set(),
+    "cri": {"model", "errors", "cri.proto", "cri.wire"},
     "podcache": {"model", "errors", "cache", "fake", "jsonview", "procs"},
     "sim": {"podcache", "cri.proto", "unixsocket", "defaults"},
     "serve.response": {"errors"},
     "serve.http1": {"serve.response"},
-    "serve.crisock": {"model", "errors", "unixsocket", "cache", "cri", "cri.proto"},
+    "serve.crisock": {"model", "errors", "unixsocket", "cache", "cri", "cri.wire", "cri.proto"},
     "serve": _BELOW_SERVE | {"serve.http1", "serve.response", "serve.crisock"},
     "cli": _BELOW_SERVE,
 }
@@ -72,6 +74,7 @@ def layer_of(module: str) -> str:
         raise ValueError(f"{module} is not a podcache module")
     if parts[1:3] in (
         ["cri", "proto"],
+        ["cri", "wire"],
         ["serve", "http1"],
         ["serve", "response"],
         ["serve", "crisock"],

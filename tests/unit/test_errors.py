@@ -41,8 +41,12 @@ NOT_ERRORS = {
     "oneshot: CRIRuntime reads again and raises its own error",
     "podcache.cri.oneshot._NotYet": "wait_answers' wait ran out; never leaves the connection's "
     "wait_answers, which answers False",
-    "podcache.cri.hpackdecoder.HPACKError": "a header block the one-shot reader's decoder "
-    "cannot read; never leaves oneshot: CRIRuntime reads again and raises its own error",
+    "podcache.cri.wire.headers.HPACKError": "a header block either HTTP/2 driver cannot "
+    "decode; oneshot reads again with CRIRuntime, http2 raises it as a WireViolationError",
+    "podcache.cri.wire.frames.FrameError": "a frame whose fields contradict its length; "
+    "oneshot reads again with CRIRuntime, http2 raises it as a WireViolationError",
+    "podcache.cri.wire.protobuf.ProtobufError": "bytes that are not the message read; never "
+    "leaves oneshot: CRIRuntime reads again and raises its own error",
     "podcache.serve.crisock.forward.UpstreamError": "a forwarded call's gRPC status; the CRI "
     "socket answers its client with that status, it never reaches Python callers",
     "podcache.serve.crisock.server._FailureError": "the status a CRI socket call answers with; "

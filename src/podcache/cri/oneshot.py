@@ -23,8 +23,8 @@ Rules:
   waited for twice (this read, then the fallback's), each within ``timeout`` per call.
 - **What it speaks.** The client preface; SETTINGS (no push, a stream window and a connection
   window of ``WINDOW`` bytes: a one-shot read never gives window back), every PING and
-  SETTINGS acknowledged; request headers as HPACK literals, answers decoded by
-  ``hpackdecoder`` (held to the ``hpack`` package by a differential test);
+  SETTINGS acknowledged; frames, headers and gRPC's framing are ``cri.wire``'s (the pooled
+  connection's too), requests encoded by its method table (``cri.wire.methods``);
   WINDOW_UPDATEs are ignored (requests are small: at most ``BATCH`` of about 80 bytes in one
   write, within the default windows).
 - **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
@@ -34,7 +34,7 @@ Rules:
   call's timeout of the last call sent (no call ending for that long fails the read).
 
 Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
-``_socket`` is enough), no ``hpack`` (and ``logging`` with it), no msgspec (``values``'
+``_socket`` is enough), no ``hpack`` package (and ``logging`` with it), no msgspec (``values``'
 records) and no model or conversion: a listing imports those after its requests are sent,
 while the runtime answers; ``version`` imports ``values`` once its answer came, and never the
 model. What the CLI imports before it (``cri.endpoint``, ``ipaddr``) imports no msgspec either.
@@ -61,7 +61,34 @@ from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
-from podcache.cri.hpackdecoder import HPACKDecoder
+from podcache.cri.wire import frames, grpcwire
+from podcache.cri.wire.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    HEADERS,
+    PING,
+    PREFACE,
+    PRIORITY,
+    SETTING_ENABLE_PUSH,
+    SETTING_MAX_HEADER_LIST,
+    SETTING_MAX_STREAMS,
+    SETTING_WINDOW,
+    SETTINGS,
+    WINDOW_UPDATE,
+    frame,
+)
+from podcache.cri.wire.headers import HPACKDecoder, grpc_timeout, request_headers
+from podcache.cri.wire.methods import path
+from podcache.cri.wire.protobuf import (
+    list_requests,
+    status_request,
+    version_fields,
+    version_request,
+)
 
 if TYPE_CHECKING:
     from podcache.cri.client import CRIRuntime
@@ -104,17 +131,7 @@ EARLY_WAIT = 0.03
 """Seconds ``OneShotRuntime.begin`` waits for the listing before it asks statuses ahead; a
 runtime slower than that is left answering (its calls are read by ``get_pods``), unasked."""
 
-_SERVICE = "/runtime.v1.RuntimeService/"
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_DATA, _HEADERS, _RST_STREAM, _SETTINGS, _PUSH_PROMISE, _PING, _GOAWAY = 0, 1, 3, 4, 5, 6, 7
-_WINDOW_UPDATE, _CONTINUATION, _PRIORITY = 8, 9, 2
-_END_STREAM = _ACK = 0x1
-_END_HEADERS, _PADDED, _PRIORITY_FLAG = 0x4, 0x8, 0x20
-_SETTING_ENABLE_PUSH, _SETTING_MAX_STREAMS, _SETTING_WINDOW = 0x2, 0x3, 0x4
-_SETTING_MAX_HEADER_LIST = 0x6
-_DEFAULT_WINDOW = 65_535
 _FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits: 8 + 16), type, flags, stream
-_CRI_VERSION = "0.1.0"  # queries.CRI_VERSION: the version the kubelet sends
 _SANDBOX_READY = 0  # PodSandboxState.SANDBOX_READY
 
 
@@ -126,103 +143,15 @@ class _NotYet(Exception):  # noqa: N818 -- not an error: the wait ran out betwee
     """``wait_answers``' wait ran out before the next frame came whole: nothing was taken."""
 
 
-# -- requests (protobuf written by hand: a test holds them to the generated module's) ---------
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if not n:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
-def _string_field(number: int, text: str) -> bytes:
-    data = text.encode()
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
-
-
-def version_request() -> bytes:
-    """``VersionRequest{version: "0.1.0"}``."""
-    return _string_field(1, _CRI_VERSION)
-
-
-def list_requests(all: bool) -> tuple[bytes, bytes]:
-    """``queries._list_requests(all)``: the kubelet's filters, READY sandboxes and RUNNING
-    containers (the state values' wrappers present; SANDBOX_READY is 0, so its wrapper is
-    empty), or none (no sandbox filter, an empty container filter)."""
-    if all:
-        return b"", b"\x0a\x00"
-    return b"\x0a\x02\x12\x00", b"\x0a\x04\x12\x02\x08\x01"
-
-
-def status_request(sandbox_id: str) -> bytes:
-    """``PodSandboxStatusRequest{pod_sandbox_id: sandbox_id}``."""
-    return _string_field(1, sandbox_id)
-
-
 def _version_answer(data: bytes) -> RuntimeVersion:
-    """The four strings of a ``VersionResponse`` (fields 1-4); other fields skipped."""
-    fields = ["", "", "", ""]
-    pos, end = 0, len(data)
-    while pos < end:
-        key, pos = _read_varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length, pos = _read_varint(data, pos)
-            if pos + length > end:
-                raise _UnexpectedAnswerError("a truncated Version answer")
-            if 1 <= number <= 4:
-                fields[number - 1] = data[pos : pos + length].decode()
-            pos += length
-        elif wire == 0:
-            _, pos = _read_varint(data, pos)
-        elif wire in (1, 5):
-            pos += 8 if wire == 1 else 4
-        else:
-            raise _UnexpectedAnswerError(f"a Version answer with wire type {wire}")
-    if pos != end:
-        raise _UnexpectedAnswerError("a truncated Version answer")
+    """A ``VersionResponse``'s four strings as a ``RuntimeVersion``."""
+    fields = version_fields(data)
     from podcache.cri.values import RuntimeVersion  # msgspec: after the answer came
 
     return RuntimeVersion(*fields)
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    for _ in range(10):
-        if pos >= len(data):
-            break
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise _UnexpectedAnswerError("a malformed varint")
-
-
 # -- HTTP/2 ------------------------------------------------------------------------------------
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes((kind, flags))
-        + struct.pack(">I", stream)
-        + payload
-    )
-
-
-def _literal(name: str, value: str) -> bytes:
-    """A header as an HPACK literal without indexing, new name (names and values < 127)."""
-    name_bytes, value_bytes = name.encode(), value.encode()
-    return (
-        b"\x00" + bytes((len(name_bytes),)) + name_bytes + bytes((len(value_bytes),)) + value_bytes
-    )
 
 
 class _Call:
@@ -276,24 +205,19 @@ class _Connection:
             sock.close()
             raise
         self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
-        self._fixed_headers: dict[str, bytes] = {}  # method -> its request headers but one
         self._inbox = bytearray()
         self._read = 0  # bytes of the inbox already taken
         self._wait_until: float | None = None  # wait_answers' end, while it waits
         self._next_id = 1
         self._max_streams = BATCH
-        settings = struct.pack(
-            ">HIHIHI",
-            _SETTING_ENABLE_PUSH,
-            0,
-            _SETTING_WINDOW,
-            WINDOW,
-            _SETTING_MAX_HEADER_LIST,
-            MAX_HEADER_BLOCK,
+        ours = frames.settings(
+            (SETTING_ENABLE_PUSH, 0),
+            (SETTING_WINDOW, WINDOW),
+            (SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
         )
-        grow = struct.pack(">I", WINDOW - _DEFAULT_WINDOW)
+        grow = (WINDOW - DEFAULT_WINDOW).to_bytes(4)
         self._out = bytearray(
-            _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
+            PREFACE + frame(SETTINGS, 0, 0, ours) + frame(WINDOW_UPDATE, 0, 0, grow)
         )
 
     def _timed(self) -> None:
@@ -376,23 +300,10 @@ class _Connection:
     def _open(self, method: str, body: bytes) -> int:
         stream = self._next_id
         self._next_id += 2
-        remaining = max(1, int((self._deadline - time.monotonic()) * 1000))
-        fixed = self._fixed_headers.get(method)
-        if fixed is None:
-            fixed = self._fixed_headers[method] = b"".join(
-                (
-                    b"\x83",  # :method POST (static table)
-                    b"\x86",  # :scheme http
-                    _literal(":path", _SERVICE + method),
-                    _literal(":authority", self._authority),
-                    _literal("content-type", "application/grpc"),
-                    _literal("te", "trailers"),
-                )
-            )
-        block = fixed + _literal("grpc-timeout", f"{min(remaining, 99_999_999)}m")
-        message = b"\x00" + struct.pack(">I", len(body)) + body
-        self._out += _frame(_HEADERS, _END_HEADERS, stream, block)
-        self._out += _frame(_DATA, _END_STREAM, stream, message)
+        block = request_headers(path(method), self._authority)
+        block += grpc_timeout(self._deadline - time.monotonic())
+        self._out += frame(HEADERS, END_HEADERS, stream, block)
+        self._out += frame(DATA, END_STREAM, stream, grpcwire.message(body))
         return stream
 
     def _flush(self) -> None:
@@ -447,16 +358,16 @@ class _Connection:
         """Read one frame (a whole header block) and act on it (``batch``: the calls whose
         answers may come; a frame of any other stream is an error)."""
         kind, flags, stream, payload = self._frame()
-        if kind == _SETTINGS:
-            if not flags & _ACK:
+        if kind == SETTINGS:
+            if not flags & ACK:
                 self._settings(payload)
-        elif kind == _PING:
-            if not flags & _ACK:
-                self._out += _frame(_PING, _ACK, 0, payload)
+        elif kind == PING:
+            if not flags & ACK:
+                self._out += frame(PING, ACK, 0, payload)
                 self._flush()
-        elif kind in (_WINDOW_UPDATE, _PRIORITY):
+        elif kind in (WINDOW_UPDATE, PRIORITY):
             return
-        elif kind in (_HEADERS, _DATA) and stream in batch.streams:
+        elif kind in (HEADERS, DATA) and stream in batch.streams:
             call = batch.streams[stream]
             if call.status is not None:
                 raise _UnexpectedAnswerError(f"a frame on stream {stream} after its trailers")
@@ -473,69 +384,54 @@ class _Connection:
             raise _UnexpectedAnswerError("a malformed SETTINGS frame")
         for pos in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, pos)
-            if key == _SETTING_MAX_STREAMS:
+            if key == SETTING_MAX_STREAMS:
                 self._max_streams = min(self._max_streams, value)
-        self._out += _frame(_SETTINGS, _ACK, 0)
+        self._out += frame(SETTINGS, ACK, 0)
         self._flush()
 
     def _on_stream(self, kind: int, flags: int, payload: bytes, call: _Call) -> None:
-        payload = _unpadded(kind, flags, payload)
-        if kind == _DATA:
+        payload = frames.unpadded(kind, flags, payload)
+        if kind == DATA:
             if not call.headers_seen or call.status is not None:
                 raise _UnexpectedAnswerError("DATA outside an answer")
             call.body += payload
             if len(call.body) > MAX_MESSAGE_BYTES + 5:
                 raise _UnexpectedAnswerError("an answer over the receive limit")
-            if flags & _END_STREAM:
+            if flags & END_STREAM:
                 raise _UnexpectedAnswerError("an answer without trailers")
             return
         block = bytearray(payload)
-        while not flags & _END_HEADERS:
+        while not flags & END_HEADERS:
             try:
                 kind, flags, _, more = self._frame()
             except _NotYet:  # the block's start is taken: the connection cannot go on
                 raise _UnexpectedAnswerError("a header block cut short by a wait") from None
-            if kind != _CONTINUATION:
+            if kind != CONTINUATION:
                 raise _UnexpectedAnswerError("a header block cut short")
             block += more
             if len(block) > MAX_HEADER_BLOCK:
                 raise _UnexpectedAnswerError("a header block over its bound")
         headers = dict(self._decoder.decode(bytes(block)))
-        _headers(call, headers, bool(flags & _END_STREAM))
-
-
-def _unpadded(kind: int, flags: int, payload: bytes) -> bytes:
-    start, end = 0, len(payload)
-    if flags & _PADDED:
-        if not payload or payload[0] >= len(payload):
-            raise _UnexpectedAnswerError("a malformed padded frame")
-        start, end = 1, len(payload) - payload[0]
-    if kind == _HEADERS and flags & _PRIORITY_FLAG:
-        start += 5
-    if start > end:
-        raise _UnexpectedAnswerError("a frame too short for its fields")
-    return payload[start:end]
+        _headers(call, headers, bool(flags & END_STREAM))
 
 
 def _headers(call: _Call, headers: dict[bytes, bytes], ends: bool) -> None:
-    """The answer's headers (``:status`` 200, gRPC), or its trailers (``grpc-status``)."""
+    """The answer's headers (``:status`` 200, gRPC), or its trailers (``grpc-status``); its
+    status a number (``grpcwire``), unknown numbers UNKNOWN."""
     if not call.headers_seen:
         call.headers_seen = True
-        if headers.get(b":status") != b"200":
-            raise _UnexpectedAnswerError("an HTTP status other than 200")
-        if not headers.get(b"content-type", b"").startswith(b"application/grpc"):
-            raise _UnexpectedAnswerError("an answer that is not gRPC")
+        failure = grpcwire.http_failure(headers)
+        if failure is not None:
+            raise _UnexpectedAnswerError(failure[1])
         if b"grpc-status" not in headers:
             if ends:
                 raise _UnexpectedAnswerError("an answer without trailers")
             return
     elif not ends:
         raise _UnexpectedAnswerError("trailers that do not end the stream")
-    raw = headers.get(b"grpc-status", b"")
-    if not raw.isdigit():
+    if not headers.get(b"grpc-status", b"").isdigit():
         raise _UnexpectedAnswerError("trailers without grpc-status")
-    call.status = int(raw)
-    call.message = headers.get(b"grpc-message", b"").decode("utf-8", "replace")
+    call.status, call.message = grpcwire.status_of(headers)
 
 
 def _message(call: _Call) -> bytes:
@@ -544,13 +440,12 @@ def _message(call: _Call) -> bytes:
         raise _UnexpectedAnswerError(
             f"{call.method} answered grpc-status {call.status}: {call.message}"
         )
-    body = call.body
-    if len(body) < 5 or body[0] != 0:
+    body, head = call.body, grpcwire.MESSAGE_HEAD
+    if len(body) < head or body[0] != 0:
         raise _UnexpectedAnswerError(f"{call.method}: no message, or a compressed one")
-    length = int.from_bytes(body[1:5], "big")
-    if length != len(body) - 5:
+    if int.from_bytes(body[1:head]) != len(body) - head:
         raise _UnexpectedAnswerError(f"{call.method}: not exactly one message")
-    return bytes(body[5:])
+    return bytes(body[head:])
 
 
 # -- the getter ---------------------------------------------------------------------------------

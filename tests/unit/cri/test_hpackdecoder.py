@@ -1,4 +1,4 @@
-"""``cri.hpackdecoder`` against the ``hpack`` package, its reference: the same headers from
+"""``cri.wire.headers`` against the ``hpack`` package, its reference: the same headers from
 every block a real encoder makes (Huffman or not, indexed or not, the table resized), and a
 failure on exactly the inputs the reference fails on (corrupted blocks, random bytes), block
 after block on one decoder; its tables are RFC 7541's, and each bound holds at its limit and
@@ -13,7 +13,7 @@ from hpack.table import HeaderTable
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri.hpackdecoder import (
+from podcache.cri.wire.headers import (
     _STATIC_TABLE,
     MAX_INTEGER_BYTES,
     MAX_TABLE_SIZE,

@@ -1,6 +1,10 @@
-"""An HPACK decoder (RFC 7541) for the header blocks a CRI runtime answers with: the one-shot
-reads' (``oneshot``), so that a CLI command imports neither the ``hpack`` package nor
-``logging`` with it; no encoder, no I/O.
+"""HPACK (RFC 7541) for the CRI client: the request header block (literals never indexed, so
+it does not depend on the table), and the decoder of the blocks a runtime answers with, which
+both drivers use (``cri.http2``, ``cri.oneshot``); no I/O.
+
+The decoder is podcache's own rather than the ``hpack`` package's: it decodes a runtime's
+header blocks about five times faster, and a CLI command imports neither ``hpack`` nor
+``logging`` with it (``benchmarks/bench_hpack.py``, docs/architecture.md §4).
 
 ``HPACKDecoder.decode(block)`` gives a block's headers as ``(name, value)`` byte pairs, in
 order, and keeps the dynamic table between blocks, as ``hpack.Decoder.decode(block,
@@ -19,20 +23,37 @@ on corrupted bytes). Every input is hostile:
   ``MAX_TABLE_SIZE`` bytes (the same count), so what a block can make this decoder hold is
   at most about twice the bytes of the block plus those two bounds.
 
+The scans ``keeps_table`` and ``leading_size_updates`` read a block without decoding it (the
+pooled connection's memo of decoded blocks, and its bound on size updates).
+
 Deliberately not here: header names' or values' validity for HTTP (the caller judges the
-values it reads), and Huffman encoding.
+values it reads), Huffman encoding, and indexing what is sent.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-__all__ = ["MAX_INTEGER_BYTES", "MAX_TABLE_SIZE", "HPACKDecoder", "HPACKError"]
+__all__ = [
+    "MAX_INTEGER_BYTES",
+    "MAX_SIZE_UPDATES",
+    "MAX_TABLE_SIZE",
+    "HPACKDecoder",
+    "HPACKError",
+    "grpc_timeout",
+    "keeps_table",
+    "leading_size_updates",
+    "literal",
+    "request_headers",
+]
 
 MAX_TABLE_SIZE = 4096
 """The dynamic table's bound (HTTP/2's default SETTINGS_HEADER_TABLE_SIZE, never changed)."""
 MAX_INTEGER_BYTES = 6
 """Most bytes an integer takes: its prefix and five more (as ``hpack``; enough for 32 bits)."""
+MAX_SIZE_UPDATES = 2
+"""Most dynamic table size updates a block may open with (RFC 7541 §4.2: the smallest size,
+then the final one)."""
 _ENTRY_OVERHEAD = 32  # RFC 7541 §4.1: an entry's size is its name, its value and 32
 
 _STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = (
@@ -265,3 +286,115 @@ def _string(block: bytes, pos: int) -> tuple[bytes, int]:
         raise HPACKError("a string literal cut short")
     text = block[pos:end]
     return (huffman_decode(text) if huffman else text), end
+
+
+# -- what is sent -------------------------------------------------------------------------------
+
+
+def _encoded_integer(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer (RFC 7541 §5.1) in a first byte holding ``first``'s high bits."""
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes((first | value,))
+    out = bytearray((first | limit,))
+    value -= limit
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def literal(name: str | int, value: str) -> bytes:
+    """A header as a literal without indexing (RFC 7541 §6.2.2); ``name``: a static table
+    index, or the name itself. No Huffman coding."""
+    encoded = value.encode("ascii")
+    if isinstance(name, int):
+        head = _encoded_integer(name, 4, 0x00)
+    else:
+        raw = name.encode("ascii")
+        head = b"\x00" + _encoded_integer(len(raw), 7, 0x00) + raw
+    return head + _encoded_integer(len(encoded), 7, 0x00) + encoded
+
+
+_REQUEST_HEADERS: dict[tuple[str, str], bytes] = {}
+
+
+def request_headers(path: str, authority: str) -> bytes:
+    """The header block of a gRPC call but its deadline: POST (static 3), http (static 6),
+    its path and authority, gRPC's content type, te and user-agent (made once per path and
+    authority: literals not indexed do not depend on the table)."""
+    block = _REQUEST_HEADERS.get((path, authority))
+    if block is None:
+        block = _REQUEST_HEADERS[path, authority] = b"".join(
+            (
+                b"\x83\x86",
+                literal(4, path),
+                literal(1, authority),
+                literal(31, "application/grpc"),
+                literal("te", "trailers"),
+                literal("user-agent", "podcache"),
+            )
+        )
+    return block
+
+
+def grpc_timeout(seconds: float) -> bytes:
+    """The grpc-timeout header of a deadline ``seconds`` away (milliseconds, at least 1)."""
+    return literal("grpc-timeout", f"{min(99_999_999, max(1, int(seconds * 1000)))}m")
+
+
+# -- scans of a received block ------------------------------------------------------------------
+
+
+def _integer_end(block: bytes, pos: int, prefix_bits: int) -> tuple[int, int]:
+    """(value, position after) of an integer at ``pos``; (-1, end) when it runs past."""
+    limit = (1 << prefix_bits) - 1
+    value = block[pos] & limit
+    pos += 1
+    if value < limit:
+        return value, pos
+    shift = 0
+    while pos < len(block):
+        byte = block[pos]
+        pos += 1
+        value += (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    return -1, len(block)
+
+
+def keeps_table(block: bytes) -> bool:
+    """Whether decoding a header block leaves the dynamic table as it is: it holds indexed
+    fields (1xxxxxxx) and literals not indexed (0000xxxx, 0001xxxx) only, no literal with
+    incremental indexing (01xxxxxx) and no table size update (001xxxxx), RFC 7541 §6."""
+    pos, end = 0, len(block)
+    while pos < end:
+        first = block[pos]
+        if first >= 0x80:
+            pos = _integer_end(block, pos, 7)[1]
+            continue
+        if first >= 0x20:
+            return False
+        index, pos = _integer_end(block, pos, 4)
+        for _ in range(2 if index == 0 else 1):  # the name when not indexed, then the value
+            if pos >= end:
+                return False
+            size, pos = _integer_end(block, pos, 7)
+            pos += max(size, end) if size < 0 else size
+        if index < 0 or pos > end:
+            return False
+    return True
+
+
+def leading_size_updates(block: bytes) -> int:
+    """How many dynamic table size updates (001xxxxx) open ``block``, counted up to one more
+    than ``MAX_SIZE_UPDATES``."""
+    count, pos = 0, 0
+    while pos < len(block) and block[pos] & 0xE0 == 0x20:
+        count += 1
+        if count > MAX_SIZE_UPDATES:
+            break
+        pos = _integer_end(block, pos, 5)[1]
+    return count
