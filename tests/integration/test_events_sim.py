@@ -26,7 +26,8 @@ from podcache import (
     PodList,
     RuntimeCache,
 )
-from podcache.cri import AsyncCRIRuntime, CRIRuntime
+from podcache.cri import AsyncCRIRuntime, CRIRuntime, caller
+from podcache.cri.support import events_unsupported
 from podcache.errors import RuntimeUnavailableError
 from podcache.sim import PodShape, SimEvent, SimEventType, SimRuntime
 from tests.unit.cache.drivers import FakeClock
@@ -478,3 +479,38 @@ def test_a_removed_pod_leaves_by_its_events_or_at_the_period_on_crio(flavor: str
         assert uid in listed_uids(cache)  # no event said it left
         clock.advance(60.001)
         assert uid not in listed_uids(cache)  # the period's listing did
+
+
+def test_the_start_up_check_refuses_crio_without_events_even_when_its_end_comes_late(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--events on``'s check (``support.events_unsupported``): CRI-O's at-once end read only
+    after the stream counted as open (no confirmation window at all here, as a loaded machine
+    may make it) is still a runtime without events; a runtime with events is not refused."""
+    monkeypatch.setattr(caller, "CONFIRM_SECONDS", 0.0)
+    with SimRuntime(2, seed=1, flavor="crio", pod_events=False) as sim:
+        refused = events_unsupported(sim.endpoint, 5.0)
+    assert refused is not None and "enable_pod_events = false" in str(refused)
+    with SimRuntime(2, seed=1, flavor="crio") as sim:
+        assert events_unsupported(sim.endpoint, 5.0) is None
+
+
+def test_a_cache_reading_crios_end_past_the_confirmation_still_polls_without_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The end read by the iteration, not ``open()`` (as on a loaded machine): the cache turns
+    to ``unsupported`` all the same and asks no more (no resubscription loop)."""
+    monkeypatch.setattr(caller, "CONFIRM_SECONDS", 0.0)
+    clock = FakeClock()
+    with (
+        SimRuntime(2, seed=1, flavor="crio", pod_events=False) as sim,
+        CRIRuntime(sim.endpoint) as runtime,
+        RuntimeCache(runtime, 60.0, clock=clock, events=True) as cache,
+    ):
+        cache.get_pods()
+        eventually(lambda: cache.stats().events_state == "unsupported")
+        calls = sim.event_calls
+        for _ in range(5):  # five periods polled
+            clock.advance(60.001)
+            cache.get_pods()
+        assert sim.event_calls == calls and cache.stats().event_stream_failures == 1
