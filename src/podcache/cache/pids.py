@@ -18,6 +18,7 @@ forgets its entry. Both memos are bounded and start over when full.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import os
@@ -422,6 +423,43 @@ def _steps(
     return LookupResult(found, lookup.outcome, True, pods)
 
 
+def _steps_of(  # noqa: PLR0917 -- the drivers' own arguments, handed over
+    lookup: PodLookup,
+    cache: _SyncCache | _AsyncCache,
+    clock: Callable[[], float],
+    memo: OwnerMemo,
+    probe: PodProbe | AsyncPodProbe | None,
+    unknown: UnknownIDs | None,
+) -> _Steps:
+    return _steps(
+        lookup,
+        cache_time=lambda: cache.cache_time,
+        clock=clock,
+        memo=memo,
+        probing=probe is not None,
+        unknown=_UNKNOWN if unknown is None else unknown,
+    )
+
+
+def _action(
+    step: _Step,
+    cache: Any,
+    probe: Any,
+    timeout: float | None,
+) -> Callable[[], Any]:
+    """What carries ``step`` out, called by the sync driver (a value) or awaited by the async
+    one (the same methods return awaitables there); a refresh's result is not used."""
+    match step:
+        case _GetPods():
+            return functools.partial(cache.get_pods, timeout=timeout)
+        case _Refresh(target):
+            return functools.partial(cache.force_update_if_older, target, timeout=timeout)
+        case _PodUidOf(key):
+            return functools.partial(probe.pod_uid_of, key)
+        case _GetPod(uid):
+            return functools.partial(probe.get_pod, uid)
+
+
 def lookup_pod(
     cache: _SyncCache,
     clock: Callable[[], float],
@@ -446,31 +484,14 @@ def lookup_pod(
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
-    probing, unknown = probe is not None, _UNKNOWN if unknown is None else unknown
-    steps = _steps(
-        lookup,
-        cache_time=lambda: cache.cache_time,
-        clock=clock,
-        memo=memo,
-        probing=probing,
-        unknown=unknown,
-    )
+    steps = _steps_of(lookup, cache, clock, memo, probe, unknown)
     result: Any = None
     while True:
         try:
             step = steps.send(result)
         except StopIteration as done:
             return cast(LookupResult, done.value)
-        match step:
-            case _GetPods():
-                result = cache.get_pods(timeout=timeout)
-            case _Refresh(target):
-                cache.force_update_if_older(target, timeout=timeout)
-                result = None
-            case _PodUidOf(key):
-                result = cast(PodProbe, probe).pod_uid_of(key)
-            case _GetPod(uid):
-                result = cast(PodProbe, probe).get_pod(uid)
+        result = _action(step, cache, probe, timeout)()
 
 
 async def alookup_pod(
@@ -489,28 +510,11 @@ async def alookup_pod(
     lookup = PodLookup(pid, proc_root, memo)
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
-    probing, unknown = probe is not None, _UNKNOWN if unknown is None else unknown
-    steps = _steps(
-        lookup,
-        cache_time=lambda: cache.cache_time,
-        clock=clock,
-        memo=memo,
-        probing=probing,
-        unknown=unknown,
-    )
+    steps = _steps_of(lookup, cache, clock, memo, probe, unknown)
     result: Any = None
     while True:
         try:
             step = steps.send(result)
         except StopIteration as done:
             return cast(LookupResult, done.value)
-        match step:
-            case _GetPods():
-                result = await cache.get_pods(timeout=timeout)
-            case _Refresh(target):
-                await cache.force_update_if_older(target, timeout=timeout)
-                result = None
-            case _PodUidOf(key):
-                result = await cast(AsyncPodProbe, probe).pod_uid_of(key)
-            case _GetPod(uid):
-                result = await cast(AsyncPodProbe, probe).get_pod(uid)
+        result = await _action(step, cache, probe, timeout)()
