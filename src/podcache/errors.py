@@ -14,6 +14,7 @@
     ├── AmbiguousContainerIDError    an ID prefix matching several IDs (a LookupError)
     ├── TokenFileError               serve's token file cannot be used (a ValueError)
     ├── ServeError                   serve cannot start: address in use, bad socket path...
+    │   └── CRISocketError           a --cri-listen path it cannot claim (serve.crisock)
     ├── ProcFormatError              a /proc file too large or not in the kernel's format (procs)
     ├── HTTPError                    a 4xx/5xx the HTTP API answers on purpose (serve.response)
     └── CLIError                     what the CLI reports with an exit status (cli.exits)
@@ -25,7 +26,8 @@ would catch without knowing podcache (``ValueError``, ``LookupError``, ``Timeout
 ones here are importable from here and from where they are used (``podcache.model``,
 ``podcache.cri.convert``, ``podcache.serve.auth``, ``podcache.serve.server``); ``HTTPError``
 and the ``CLIError`` family need their layer's imports (http headers, click) and live there,
-``ProcFormatError`` lives with the /proc parser it describes (also a ValueError).
+``ProcFormatError`` lives with the /proc parser it describes (also a ValueError), and
+``CRISocketError`` with the CRI socket.
 CRIError messages name the endpoint; the gRPC error that caused one is its ``__cause__``; this
 module itself knows nothing of gRPC.
 """
