@@ -12,7 +12,9 @@ test saw it removed, and found ``at`` a moment inside that interval.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ import pytest
 from podcache import Found, RuntimeCache
 from podcache.cri import CRIRuntime
 from podcache.sim import PodShape, SimEvent, SimRuntime
+from tests.cli.conftest import podcache_path
 from tests.serve.conftest import Client, ServeProcess, free_port, settle_subscription
 
 PODS = 1_000
@@ -128,7 +131,8 @@ def test_a_thousand_pods_of_0_to_5_ms_are_each_remembered(sim: SimRuntime, all_v
 
 def test_through_serve_every_short_lived_pod_is_answered_departed(sim: SimRuntime) -> None:
     """``/pods/{uid}?departed=1`` and ``/containers/{id}?departed=1`` of ``podcache serve``,
-    in the default view and the all view (``all=1``), for every pod of the churn."""
+    in the default view and the all view (``all=1``), for every pod of the churn; and
+    ``podcache inspect ID --departed`` asking that server, for a few."""
     port = free_port()
     args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
     with ServeProcess(args):
@@ -147,6 +151,21 @@ def test_through_serve_every_short_lived_pod_is_answered_departed(sim: SimRuntim
                     got = _departed(client, f"/containers/{cid}?departed=1{view}")
                     assert got is not None and got["pod"]["id"] == life.uid, cid
                     assert (got["container"]["name"], got["container"]["image"]) == (name, image)
+        for life in lives[:: PODS // 3]:  # the command too, for a few (a process each)
+            cid = next(iter(life.containers))
+            server = f"http://127.0.0.1:{port}"
+            args = ["inspect", cid[:12], "--departed", "--server", server, "-r", sim.endpoint]
+            cli = subprocess.run(
+                [podcache_path(), *args, "-o", "json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+            assert cli.returncode == 0, cli.stderr
+            item = json.loads(cli.stdout)
+            assert item["id"] == life.uid and item["departed_at"].endswith("Z")
+            assert item["departed_container"]["id"].endswith(cid)
 
 
 def _answered(client: Client, target: str) -> bool:
