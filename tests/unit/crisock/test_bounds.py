@@ -3,9 +3,12 @@ a subscriber's queue (events and bytes), the item store's pruning."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import pytest
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import SLACK, WireItems
@@ -20,40 +23,56 @@ class _NoHub:
         pass
 
 
-def _client(events: int, size: int) -> EventClient:
-    return EventClient(_NoHub(), EventBuffer(events, size))  # type: ignore[arg-type]
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """The loop a client is read on (each read here is answered at once)."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
 
 
-def test_a_queue_holds_exactly_its_events_bound_and_is_cut_past_it() -> None:
-    client = _client(3, 1 << 20)
+def _client(loop: asyncio.AbstractEventLoop, events: int, size: int) -> EventClient:
+    return EventClient(_NoHub(), EventBuffer(events, size), loop)  # type: ignore[arg-type]
+
+
+def _next(loop: asyncio.AbstractEventLoop, client: EventClient) -> bytes | None:
+    return loop.run_until_complete(client.next())
+
+
+def test_a_queue_holds_exactly_its_events_bound_and_is_cut_past_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    client = _client(loop, 3, 1 << 20)
     assert all(client.push(b"e") for _ in range(3))
     assert client.end is None
     assert not client.push(b"e")  # the fourth: past the bound
     assert client.end is not None and client.end[0] is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert client.next(0) is None  # a cut client is sent nothing more
+    assert _next(loop, client) is None  # a cut client is sent nothing more
 
 
-def test_a_queue_holds_exactly_its_bytes_bound_and_is_cut_past_it() -> None:
-    client = _client(100, 10)
+def test_a_queue_holds_exactly_its_bytes_bound_and_is_cut_past_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    client = _client(loop, 100, 10)
     assert client.push(b"12345") and client.push(b"12345")  # exactly 10 bytes
     assert not client.push(b"1")
     assert client.end is not None and client.end[0] is grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
-def test_a_read_frees_room_in_the_queue() -> None:
-    client = _client(1, 100)
+def test_a_read_frees_room_in_the_queue(loop: asyncio.AbstractEventLoop) -> None:
+    client = _client(loop, 1, 100)
     assert client.push(b"a")
-    assert client.next(0) == b"a"
+    assert _next(loop, client) == b"a"
     assert client.push(b"b")
     assert client.end is None
 
 
-def test_a_finished_stream_sends_what_it_queued_first() -> None:
-    client = _client(10, 100)
+def test_a_finished_stream_sends_what_it_queued_first(loop: asyncio.AbstractEventLoop) -> None:
+    client = _client(loop, 10, 100)
     client.push(b"a")
     client.finish(grpc.StatusCode.UNAVAILABLE, "gone")
-    assert client.next(0) == b"a"
-    assert client.next(0) is None
+    assert _next(loop, client) == b"a"
+    assert _next(loop, client) is None
     assert client.end == (grpc.StatusCode.UNAVAILABLE, "gone")
 
 

@@ -6,6 +6,7 @@ Real parts: a grpcio server on a unix socket stands for the runtime (it counts i
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -71,8 +72,13 @@ def forwarder(path: str) -> Iterator[Forwarder]:
     made.close()
 
 
+def call(forwarder: Forwarder, path: str, request: bytes, remaining: float, *, keep: bool) -> bytes:
+    """One forwarded call, on a loop of its own (the forwarder runs on the socket's)."""
+    return asyncio.run(forwarder.call(path, request, remaining, keep=keep))
+
+
 def version(forwarder: Forwarder, request: bytes) -> str:
-    answer = forwarder.call(VERSION, request, 5.0, keep=True)
+    answer = call(forwarder, VERSION, request, 5.0, keep=True)
     return pb.VersionResponse.FromString(answer).runtime_name
 
 
@@ -92,7 +98,7 @@ def reconnected(forwarder: Forwarder) -> None:
     deadline = time.monotonic() + 120
     while True:
         try:
-            forwarder.call(STATUS, b"", 5.0, keep=False)
+            call(forwarder, STATUS, b"", 5.0, keep=False)
             return
         except UpstreamError:
             assert time.monotonic() < deadline, "the runtime was not reached again"
@@ -105,7 +111,7 @@ def test_version_is_answered_through_an_outage_and_asked_again_after_it(
     assert version(forwarder, b"") == "fake-runtime"
     runtime.stop()
     with pytest.raises(UpstreamError) as caught:  # the outage, as a status call sees it
-        forwarder.call(STATUS, b"", 5.0, keep=False)
+        call(forwarder, STATUS, b"", 5.0, keep=False)
     assert caught.value.code is grpc.StatusCode.UNAVAILABLE
     assert caught.value.details.startswith(f"podcache: the runtime at unix://{path} cannot")
     assert "Status was not answered" in caught.value.details
@@ -123,7 +129,7 @@ def test_without_a_kept_answer_an_outage_is_podcaches_error_naming_the_runtime(
     path: str, forwarder: Forwarder
 ) -> None:
     with pytest.raises(UpstreamError) as caught:
-        forwarder.call(VERSION, b"", 5.0, keep=True)
+        call(forwarder, VERSION, b"", 5.0, keep=True)
     assert caught.value.code is grpc.StatusCode.UNAVAILABLE
     assert f"podcache: the runtime at unix://{path} cannot be reached" in caught.value.details
     assert "failed to connect to all addresses" not in caught.value.details

@@ -58,7 +58,7 @@ class CRISocketSetup:
     ) -> None:
         self.items = WireItems()
         runtime.keep_wire_items(self.items)
-        self.hub = EventHub(runtime, buffer)
+        self.hub = EventHub(runtime, buffer, limits.max_event_streams)
         self.getter = HubGetter(runtime, self.hub)
         self.paths = paths
         self._wait, self._access, self._limits = wait, access, limits
@@ -91,7 +91,7 @@ class CRISocketSetup:
     async def stop(self) -> None:
         """Stop the socket, end the event clients and the shared stream."""
         if self.socket is not None:
-            self.socket.stop()
+            await self.socket.stop()
         else:
             self._forwarder.close()
         await self.hub.aclose()

@@ -7,8 +7,10 @@ event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
 
 1. **One upstream stream.** It is opened by the first follower that opens while none is open
    (later ones wait for that opening's outcome, and share its failure), kept while any
-   follower or client is attached, closed when the last leaves. So the runtime sees one
-   subscriber, whatever the number of caches and clients (containerd 1.7 hands each event to
+   follower or client is attached, closed ``LINGER_SECONDS`` after the last left if nobody
+   came meanwhile (a client that subscribes again at once finds it open; a stream closed so
+   ends nobody: it has nobody). So the runtime sees one subscriber, whatever the number of
+   caches and clients (containerd 1.7 hands each event to
    one subscriber only; 2.x delivers to its subscribers one after another).
 2. **Every client gets every event from its attachment on, in the runtime's order, as the
    runtime sent it.** The stream's reading thread appends each event's bytes to every
@@ -17,20 +19,26 @@ event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
 3. **A client's queue is bounded** (``EventBuffer``: 10,000 events and 16 MiB by default).
    An event that would pass either bound ends that client with RESOURCE_EXHAUSTED instead
    (counted in ``cut_off["slow"]``, logged once per client); the others, the caches and the
-   runtime never wait for it.
+   runtime never wait for it. A client cut off leaves the hub at once: its place under
+   ``max_clients`` is free whatever its connection does afterwards (``subscribers``, the
+   gauge, is what the cap counts). A client's own leave is never a cut-off.
 4. **An upstream end holds every client** (their streams stay open, silent) while the hub
    opens the stream again (``REOPEN_EVERY``; the caches' followers end with the stream's error
    and resubscribe by their own rules, sharing that opening). A held client keeps its stream
    only if nothing was lost: the first full listing of the watched cache (``watch``) that
    began after the new stream opened (the hub asks for one, ``_judge``) must show the node's
    state exactly as it was when the old one ended (the same revision: no change in between,
-   none that a lost event would have told). Otherwise, or when no such listing comes within
+   none that a lost event would have told). Until then the new stream's events wait apart
+   (``EventClient.hold``), sent only if it keeps its stream: once a client is to be ended it
+   gets nothing more. Otherwise, or when no such listing comes within
    ``HOLD_SECONDS``, it ends with UNAVAILABLE after its queued events (counted
    ``cut_off["upstream"]``), as the runtime's own stream would. Without a watched cache every
    client ends at once.
-5. **Thread and loop.** The upstream stream, the followers and the opening run on the event
-   loop; clients wait in the socket's threads (``EventClient.next``), each on its own
-   condition; ``attach`` from a thread asks the loop to open the stream when none is.
+5. **Thread and loop.** The upstream stream, the followers and the opening run on the cache's
+   event loop; the stream's reading thread pushes to the clients under one lock; clients wait
+   on the socket's own loop (``EventClient.next``, a future woken by
+   ``call_soon_threadsafe``: no thread per client); ``attach``, on the socket's loop, asks
+   the cache's to open the stream when none is.
 
 Deliberately not here: gRPC serving (``server``), the caches' subscription rules (``cache``).
 """
@@ -39,7 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -60,6 +67,7 @@ __all__ = [
     "EventHub",
     "HubFollower",
     "HubGetter",
+    "SubscribersFullError",
 ]
 
 log = logging.getLogger("podcache.serve.crisock")
@@ -68,6 +76,8 @@ HOLD_SECONDS = 30.0
 """Longest a client is held through an outage before its stream ends (rule 4)."""
 REOPEN_EVERY = 0.5
 """Seconds between the hub's own attempts to reopen the stream while it holds clients."""
+LINGER_SECONDS = 5.0
+"""Seconds the stream stays open once its last follower or client left (rule 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,25 +103,30 @@ class _Upstream(Protocol):
 
 
 class EventClient:
-    """One socket client's queue of event bytes (rule 3); read by its thread with ``next``."""
+    """One socket client's queue of event bytes (rule 3), read on the socket's loop with
+    ``next``; pushed by the upstream's reading thread."""
 
-    def __init__(self, hub: EventHub, bounds: EventBuffer) -> None:
+    def __init__(self, hub: EventHub, bounds: EventBuffer, loop: asyncio.AbstractEventLoop) -> None:
         self._hub = hub
         self._bounds = bounds
+        self._loop = loop
         self._queue: collections.deque[bytes] = collections.deque()
-        self._bytes = 0
-        self._ready = threading.Condition(threading.Lock())
+        self._pending: collections.deque[bytes] | None = None  # held: the new stream's events
+        self._bytes = 0  # of the queue and the pending events
+        self._lock = threading.Lock()
+        self._wake: asyncio.Future[None] | None = None  # next() waits on it
         self.end: tuple[grpc.StatusCode, str] | None = None
         """Why the stream ends (set once): the status to answer with."""
 
     def push(self, data: bytes) -> bool:
-        """Append one event (under the hub's lock); False: the client was cut off (rule 3)."""
-        with self._ready:
+        """Append one event (under the hub's lock); False: the client was cut off (rule 3).
+        While held (``hold``) it waits apart, sent only once ``release`` says nothing was lost."""
+        with self._lock:
             if self.end is not None:
                 return False
-            if len(self._queue) >= self._bounds.events or self._bytes + len(data) > (
-                self._bounds.bytes
-            ):
+            pending = self._pending
+            queued = len(self._queue) + (0 if pending is None else len(pending))
+            if queued >= self._bounds.events or self._bytes + len(data) > self._bounds.bytes:
                 self.end = (
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     "GetContainerEvents: this subscriber fell behind by more than "
@@ -119,35 +134,69 @@ class EventClient:
                     "off (podcache's CRI socket)",
                 )
                 self._queue.clear()
-                self._ready.notify()
+                self._pending, self._bytes = None, 0
+                self._wake_locked()
                 return False
-            self._queue.append(data)
+            (self._queue if pending is None else pending).append(data)
             self._bytes += len(data)
-            self._ready.notify()
+            if pending is None:
+                self._wake_locked()
             return True
 
+    def hold(self) -> None:
+        """Events from now on wait apart until ``release`` (rule 4: a held client is sent
+        nothing of a reopened stream before a listing shows that nothing was lost)."""
+        with self._lock:
+            if self._pending is None:
+                self._pending = collections.deque()
+
+    def release(self) -> None:
+        """Nothing was lost: the events held apart are sent, and those after them."""
+        with self._lock:
+            if self._pending is not None:
+                self._queue.extend(self._pending)
+                self._pending = None
+                self._wake_locked()
+
     def finish(self, code: grpc.StatusCode, details: str) -> None:
-        """End the stream after the events already queued (rule 4)."""
-        with self._ready:
+        """End the stream after the events already queued (rule 4); events held apart are
+        dropped: once a client is to be ended, it is sent nothing more."""
+        with self._lock:
             if self.end is None:
                 self.end = (code, details)
-            self._ready.notify()
+            if self._pending is not None:
+                self._bytes -= sum(len(data) for data in self._pending)
+                self._pending = None
+            self._wake_locked()
 
-    def next(self, timeout: float) -> bytes | None:
-        """The next event's bytes, or None after ``timeout`` s or once the stream ended (then
-        ``end`` says why; queued events come first unless the client was cut off)."""
-        with self._ready:
-            if not self._queue and self.end is None:
-                self._ready.wait(timeout)
-            if self._queue:
-                data = self._queue.popleft()
-                self._bytes -= len(data)
-                return data
-            return None
+    async def next(self) -> bytes | None:
+        """The next event's bytes, or None once the stream ended (then ``end`` says why;
+        queued events come first unless the client was cut off)."""
+        while True:
+            with self._lock:
+                if self._queue:
+                    data = self._queue.popleft()
+                    self._bytes -= len(data)
+                    return data
+                if self.end is not None:
+                    return None
+                wake = self._wake = self._loop.create_future()
+            await wake
+
+    def _wake_locked(self) -> None:
+        wake, self._wake = self._wake, None
+        if wake is not None:
+            with contextlib.suppress(RuntimeError):  # the socket's loop is closed
+                self._loop.call_soon_threadsafe(_settle, wake)
 
     def detach(self) -> None:
         """The client left: the hub forgets it."""
         self._hub.detach(self)
+
+
+def _settle(wake: asyncio.Future[None]) -> None:
+    if not wake.done():
+        wake.set_result(None)
 
 
 class HubFollower:
@@ -200,12 +249,20 @@ class HubFollower:
         self._hub.leave(self)
 
 
-class EventHub:
-    """The one subscription (rules above) over ``runtime`` (its ``container_events()``)."""
+class SubscribersFullError(Exception):
+    """``attach`` refused: ``max_clients`` subscribers already (RESOURCE_EXHAUSTED)."""
 
-    def __init__(self, runtime: Any, buffer: EventBuffer = DEFAULT_EVENT_BUFFER) -> None:
+
+class EventHub:
+    """The one subscription (rules above) over ``runtime`` (its ``container_events()``); at
+    most ``max_clients`` socket clients at once (held ones included)."""
+
+    def __init__(
+        self, runtime: Any, buffer: EventBuffer = DEFAULT_EVENT_BUFFER, max_clients: int = 64
+    ) -> None:
         self._runtime = runtime
         self.buffer = buffer
+        self.max_clients = max_clients
         self._loop: asyncio.AbstractEventLoop | None = None
         self._upstream: _Upstream | None = None
         self._opening: asyncio.Future[None] | None = None
@@ -215,20 +272,22 @@ class EventHub:
         self._cache: Any = None  # the watched cache (rule 4), with its clock
         self._clock: Callable[[], float] = time.monotonic
         self._revision: int | None = None  # the watched cache's latest published revision
-        self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
         self._held_revision: int | None = None
         self._held_at = 0.0  # when the outage began (cache clock)
         self._reopened_at: float | None = None  # the stream reopened for them (cache clock)
         self._holds = 0  # the hold's number: a timer of an earlier hold does nothing
         self._closing = False
-        self._lock = threading.Lock()  # the clients, and each event's push to them
-        self._clients: set[EventClient] = set()
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._lock = threading.Lock()  # the clients, the held, and each event's push to them
+        self._clients: set[EventClient] = set()  # sent every event (held ones apart: hold())
+        self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
+        self._attaching: set[EventClient] = set()  # admitted, not yet attached (they count)
         self.subscriptions = 0
         """Upstream streams opened (one per outage, if all goes well)."""
         self.events = 0
         """Events received from the runtime."""
         self.cut_off: dict[str, int] = {"slow": 0, "upstream": 0}
-        """Clients ended by the hub, by reason (rules 3 and 4)."""
+        """Clients ended by the hub, by reason (rules 3 and 4); a client's own leave is not."""
 
     @property
     def endpoint(self) -> str:
@@ -236,8 +295,10 @@ class EventHub:
 
     @property
     def subscribers(self) -> int:
-        """Socket clients attached now (held ones included)."""
-        return len(self._clients | self._held)
+        """Socket clients attached now (held ones included): what the cap counts, but for
+        those being attached this instant."""
+        with self._lock:
+            return len(self._clients | self._held)
 
     @property
     def held(self) -> int:
@@ -288,10 +349,13 @@ class EventHub:
         self.subscriptions += 1
         self._upstream = upstream
         assert self._loop is not None
-        if self._held:
+        with self._lock:
+            held = set(self._held)
+            for client in held:
+                client.hold()  # sent nothing of this stream until the listing decides
+            self._clients |= held
+        if held:
             reopened_at = self._reopened_at = self._clock()
-            with self._lock:
-                self._clients |= self._held  # events flow again; the listing decides (rule 4)
             self._loop.create_task(self._judge(reopened_at), name="podcache-cri-events-judge")
         self._reader = self._loop.create_task(self._read(upstream), name="podcache-cri-events")
         self._opening = None
@@ -309,7 +373,8 @@ class EventHub:
             await cache.force_update_if_older(reopened_at, timeout=HOLD_SECONDS)
 
     async def _read(self, upstream: _Upstream) -> None:
-        """Every event to every follower, until the stream ends; then end them all."""
+        """Every event to every follower, until the stream ends; then end them all (a stream
+        retired for want of readers ends nobody: it had none)."""
         error: BaseException | None = None
         try:
             async for event in upstream:
@@ -319,8 +384,11 @@ class EventHub:
         except Exception as exc:
             error = exc
         finally:
-            self._upstream = None
+            if self._upstream is upstream:
+                self._upstream = None
             await upstream.aclose()
+        if self._reader is not asyncio.current_task():
+            return  # retired (_retire_if_unused): a newer stream has the followers and clients
         followers, self._followers = self._followers, set()
         for follower in followers:
             follower.ended(error, upstream.connected)
@@ -333,7 +401,7 @@ class EventHub:
     def _take_clients(self) -> set[EventClient]:
         with self._lock:
             clients, self._clients = self._clients | self._held, set()
-        self._held = set()
+            self._held = set()
         return clients
 
     def _end_clients(self, clients: set[EventClient], why: str) -> None:
@@ -355,15 +423,16 @@ class EventHub:
     def _hold(self, why: str) -> None:
         with self._lock:
             held, self._clients = self._clients, set()
-        if not held and not self._held:
-            return
-        if not self._held:  # a new outage: the state it must find again is the one now
+            if not held and not self._held:
+                return
+            new_outage = not self._held
+            self._held |= held
+        if new_outage:  # the state it must find again is the one now
             self._held_revision, self._held_at = self._revision, self._clock()
             self._holds += 1
             assert self._loop is not None
             self._loop.call_later(HOLD_SECONDS, self._expire, self._holds, why)
             self._loop.create_task(self._reopen(), name="podcache-cri-events-reopen")
-        self._held |= held
         self._reopened_at = None
 
     async def _reopen(self) -> None:
@@ -379,8 +448,8 @@ class EventHub:
             self._end_clients(self._release_held(), f"{why} (no listing showed nothing lost)")
 
     def _release_held(self) -> set[EventClient]:
-        held, self._held = self._held, set()
         with self._lock:
+            held, self._held = self._held, set()
             self._clients -= held
         return held
 
@@ -397,25 +466,46 @@ class EventHub:
             and publication.timestamp >= self._reopened_at
         ):
             if revision == self._held_revision:
-                self._held = set()  # nothing was lost: they go on
+                with self._lock:
+                    kept, self._held = self._held, set()  # nothing was lost: they go on
+                    for client in kept:
+                        client.release()
             else:
                 self._end_clients(self._release_held(), "ended and the node changed meanwhile")
         self._revision = revision
 
-    def _close_if_unused(self) -> None:
-        if self._followers or self._clients or self._held or self._reader is None:
-            return
-        upstream = self._upstream
-        if upstream is not None and self._loop is not None:
-            self._loop.create_task(upstream.aclose())
+    def _in_use(self) -> bool:
+        with self._lock:
+            clients = bool(self._clients or self._held or self._attaching)
+        return clients or bool(self._followers)
 
-    # -- the socket's clients (in its threads) --------------------------------------------------
+    def _close_if_unused(self) -> None:
+        """The last follower or client left: the stream is kept ``LINGER_SECONDS`` more, so
+        that one who comes back at once (a client that subscribes again, a cache that
+        resubscribes) finds it open; then closed if still unused."""
+        upstream = self._upstream
+        if upstream is None or self._loop is None or self._in_use():
+            return
+        self._loop.call_later(LINGER_SECONDS, self._retire_if_unused, upstream)
+
+    def _retire_if_unused(self, upstream: _Upstream) -> None:
+        if upstream is not self._upstream or self._in_use() or self._loop is None:
+            return
+        self._upstream, self._reader = None, None  # the next one to come opens another
+        task = self._loop.create_task(upstream.aclose(), name="podcache-cri-events-retire")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    # -- the socket's clients (their calls on the socket's loop) ------------------------------
     def _fan_out(self, data: bytes) -> None:
-        """In the upstream's reading thread: the event's bytes to every client (rules 2, 3)."""
+        """In the upstream's reading thread: the event's bytes to every client (rules 2, 3).
+        A client cut off leaves the hub at once: its place under the cap is free, whatever its
+        connection does afterwards."""
         with self._lock:
             cut = [client for client in self._clients if not client.push(data)]
             for client in cut:
                 self._clients.discard(client)
+                self._held.discard(client)
                 self.cut_off["slow"] += 1
         for _ in cut:
             log.warning(
@@ -425,27 +515,48 @@ class EventHub:
                 self.buffer.bytes,
             )
 
-    def attach(self, timeout: float) -> EventClient:
-        """A new client, attached once the upstream stream is open (opened now if needed,
-        within ``timeout`` s). Raises ``RuntimeUnavailableError`` or the opening's error."""
+    async def attach(self, timeout: float) -> EventClient:
+        """A new client (on the socket's loop, the one it reads on), attached once the
+        upstream stream is open (opened now if needed, within ``timeout`` s). Raises
+        ``SubscribersFullError`` at the cap, ``RuntimeUnavailableError``, TimeoutError or the
+        opening's error."""
         loop = self._loop
         if loop is None:
             raise RuntimeUnavailableError(self.endpoint, "podcache's event hub is not running")
-        client = EventClient(self, self.buffer)
-        future: concurrent.futures.Future[None] = asyncio.run_coroutine_threadsafe(
-            self._attach(client), loop
-        )
-        future.result(timeout)
+        client = EventClient(self, self.buffer, asyncio.get_running_loop())
+        with self._lock:
+            if len(self._clients | self._held | self._attaching) >= self.max_clients:
+                raise SubscribersFullError(
+                    f"GetContainerEvents: {self.max_clients} subscribers already "
+                    "(podcache's CRI socket)"
+                )
+            self._attaching.add(client)
+        attached = asyncio.run_coroutine_threadsafe(self._attach(client), loop)
+        try:
+            # asyncio.timeout, not wait_for: wait_for may return a result it was cancelled
+            # under (3.11), and the client's leave would be lost.
+            async with asyncio.timeout(timeout):
+                await asyncio.wrap_future(attached)
+        except BaseException:
+            attached.cancel()
+            self.detach(client)  # admitted or attached meanwhile, perhaps: forgotten
+            raise
         return client
 
     async def _attach(self, client: EventClient) -> None:
         await self._open()
         with self._lock:
-            self._clients.add(client)
+            if client in self._attaching:  # else it gave up waiting (detached)
+                self._attaching.discard(client)
+                self._clients.add(client)
 
     def detach(self, client: EventClient) -> None:
+        """The client left (from any thread): it is forgotten, held or not; its leave is
+        never counted as a cut-off."""
         with self._lock:
+            self._attaching.discard(client)
             self._clients.discard(client)
+            self._held.discard(client)
         loop = self._loop
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close

@@ -7,7 +7,9 @@ Rules (docs/architecture.md §10):
    waits for that call's answer (or failure) instead of making another: the runtime cache's
    rule 5, applied to what the socket forwards. ``saved`` counts them.
 2. **Bounded.** At most ``max_in_flight`` (16) calls reach the runtime at once; the others
-   wait, within their own deadline, for a slot.
+   wait for a slot in a queue of at most ``max_waiting`` (64) calls, each within its own
+   deadline (DEADLINE_EXCEEDED past it); a call that finds the queue full is answered
+   RESOURCE_EXHAUSTED at once, naming podcache and the bound.
 3. **The client's deadline is passed on**: the upstream call's timeout is the time the client
    has left (``timeout`` when it set none); a client that gave up leaves the call to whoever
    shares it.
@@ -21,11 +23,19 @@ Rules (docs/architecture.md §10):
    runtime unreachable, its deadline passed, no slot) is said in podcache's words, naming
    podcache, the runtime's endpoint and the method.
 
+6. **Waiting holds no thread.** Every method but ``close`` runs on the CRI socket's event loop:
+   a waiting call is a coroutine, the upstream call is the channel's future (gRPC's own
+   thread reads its answer), and a shared call runs as a task of its own, so a client that
+   leaves ends neither the call nor another caller's wait.
+
 Deliberately not here: which methods are forwarded (``routes``), gRPC serving (``server``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -36,10 +46,14 @@ import grpc
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES, channel_options
 from podcache.cri.endpoint import Endpoint
 
-__all__ = ["MAX_IN_FLIGHT", "Forwarder", "UpstreamError"]
+__all__ = ["MAX_IN_FLIGHT", "MAX_WAITING", "Forwarder", "UpstreamError"]
 
 MAX_IN_FLIGHT = 16
 """Forwarded calls at the runtime at once."""
+MAX_WAITING = 4 * MAX_IN_FLIGHT
+"""Forwarded calls waiting for a slot at once: four rounds of the slots (a call past them would
+wait at least five of the runtime's answers in turn, where its deadline is better spent failing
+at once and retrying)."""
 
 
 class UpstreamError(Exception):
@@ -69,15 +83,65 @@ def _reason(details: str | None) -> str:
 
 
 class _Flight:
-    """One upstream call and the callers waiting for it."""
+    """One upstream call and the callers waiting for it (its ``outcome``: the answer's bytes,
+    or the ``UpstreamError``)."""
 
-    __slots__ = ("answer", "deadline", "done", "error")
+    __slots__ = ("deadline", "outcome")
 
-    def __init__(self, deadline: float) -> None:
+    def __init__(self, deadline: float, outcome: asyncio.Future[bytes]) -> None:
         self.deadline = deadline
-        self.done = threading.Event()
-        self.answer: bytes | None = None
-        self.error: UpstreamError | None = None
+        self.outcome = outcome
+
+
+class _QueueFullError(Exception):
+    """Rule 2: the queue for a slot is full."""
+
+
+class _Slots:
+    """Rule 2: ``size`` slots, and a FIFO queue of at most ``queue`` calls waiting for one (on
+    the socket's loop: no lock)."""
+
+    def __init__(self, size: int, queue: int) -> None:
+        self.size = size
+        self.queue = queue
+        self._free = size
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Calls waiting for a slot now."""
+        return len(self._waiting)
+
+    async def acquire(self, budget: float) -> None:
+        """A slot within ``budget`` s; ``_QueueFullError`` when the queue is full, TimeoutError
+        when the budget runs out first."""
+        if self._free > 0 and not self._waiting:
+            self._free -= 1
+            return
+        if len(self._waiting) >= self.queue:
+            raise _QueueFullError
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append(turn)
+        try:
+            async with asyncio.timeout(budget):
+                await turn
+        except BaseException:
+            if turn.done() and not turn.cancelled():
+                self.release()  # handed over as the wait ended: passed on
+            raise
+        finally:
+            # A turn handed over is already off the queue.
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(turn)
+
+    def release(self) -> None:
+        """Hand the slot to the longest waiting call still waiting, or free it."""
+        while self._waiting:
+            turn = self._waiting.popleft()
+            if not turn.done():
+                turn.set_result(None)
+                return
+        self._free += 1
 
 
 def _identity(data: bytes) -> bytes:
@@ -93,6 +157,7 @@ class Forwarder:
         *,
         timeout: float,
         max_in_flight: int = MAX_IN_FLIGHT,
+        max_waiting: int = MAX_WAITING,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._endpoint = endpoint
@@ -107,9 +172,10 @@ class Forwarder:
         )
         self._channel.subscribe(self._connectivity, try_to_connect=False)
         self._calls: dict[str, Any] = {}
-        self._slots = threading.BoundedSemaphore(max_in_flight)
+        self._slots = _Slots(max_in_flight, max_waiting)
         self._lock = threading.Lock()
         self._flights: dict[tuple[str, bytes], _Flight] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
         self._kept: dict[str, bytes] = {}
         """Rule 4: the last answer by method path (Version only: one entry)."""
         self._kept_current: set[str] = set()
@@ -125,6 +191,11 @@ class Forwarder:
             self._kept_current.clear()  # rule 4: a runtime that went away may come back another
 
     @property
+    def waiting(self) -> int:
+        """Calls waiting for an upstream slot now (rule 2)."""
+        return self._slots.waiting
+
+    @property
     def endpoint(self) -> str:
         """The runtime's endpoint, as messages name it."""
         return self._endpoint.url
@@ -137,14 +208,16 @@ class Forwarder:
         with self._lock:
             table[path] = table.get(path, 0) + 1
 
-    def call(self, path: str, request: bytes, remaining: float | None, *, keep: bool) -> bytes:
+    async def call(
+        self, path: str, request: bytes, remaining: float | None, *, keep: bool
+    ) -> bytes:
         """The runtime's answer to ``request`` on ``path``; ``remaining``: the client's time
         left (None: ``timeout``). ``keep``: rule 4. Raises ``UpstreamError``."""
         if keep and path in self._kept_current:
             self._count(self.saved, path)
             return self._kept[path]
         try:
-            answer = self._shared(path, request, remaining)
+            answer = await self._shared(path, request, remaining)
         except UpstreamError as error:
             kept = self._kept.get(path) if keep and error.unreachable else None
             if kept is None:
@@ -156,55 +229,71 @@ class Forwarder:
             self._kept_current.add(path)
         return answer
 
-    def _shared(self, path: str, request: bytes, remaining: float | None) -> bytes:
+    async def _shared(self, path: str, request: bytes, remaining: float | None) -> bytes:
         """Rule 1: the answer of the identical call in flight, or of a call of its own."""
         key = (path, request)
         budget = self._timeout if remaining is None else max(0.0, remaining)
         deadline = self._clock() + budget
-        with self._lock:
-            flight = self._flights.get(key)
-            joined = flight is not None and flight.deadline >= deadline
-            if not joined:
-                flight = self._flights[key] = _Flight(deadline)
-        assert flight is not None
-        if joined:
+        flight = self._flights.get(key)
+        if flight is not None and flight.deadline >= deadline:
             self._count(self.saved, path)
-            return self._wait(path, flight, budget)
-        try:
-            flight.answer = self._upstream(path, request, deadline)
-        except UpstreamError as error:
-            flight.error = error
-        finally:
-            with self._lock:
-                if self._flights.get(key) is flight:
-                    del self._flights[key]
-            flight.done.set()
-        return self._outcome(flight)
+            return await self._wait(path, flight, budget)
+        loop = asyncio.get_running_loop()
+        flight = self._flights[key] = _Flight(deadline, loop.create_future())
+        task = loop.create_task(self._fly(key, flight))
+        self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
+        task.add_done_callback(self._tasks.discard)
+        return await _outcome(flight)
 
-    def _wait(self, path: str, flight: _Flight, budget: float) -> bytes:
-        if not flight.done.wait(budget):
+    async def _fly(self, key: tuple[str, bytes], flight: _Flight) -> None:
+        """The shared call (rule 1), for whoever still waits for it."""
+        path, request = key
+        try:
+            flight.outcome.set_result(await self._upstream(path, request, flight.deadline))
+        except UpstreamError as error:
+            flight.outcome.set_exception(error)
+            flight.outcome.exception()  # retrieved: each waiter raises it itself
+        finally:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+            if not flight.outcome.done():  # cancelled: the socket is stopping
+                flight.outcome.set_exception(
+                    UpstreamError(grpc.StatusCode.UNAVAILABLE, "podcache's CRI socket is stopping")
+                )
+                flight.outcome.exception()
+
+    async def _wait(self, path: str, flight: _Flight, budget: float) -> bytes:
+        try:
+            async with asyncio.timeout(budget):  # not wait_for: it may swallow a cancellation
+                return await _outcome(flight)
+        except TimeoutError:
             raise UpstreamError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"podcache: the runtime at {self.endpoint} did not answer "
                 f"{_method(path)} within the deadline ({budget:g}s)",
-            )
-        return self._outcome(flight)
+            ) from None
 
-    @staticmethod
-    def _outcome(flight: _Flight) -> bytes:
-        if flight.error is not None:
-            raise flight.error
-        assert flight.answer is not None
-        return flight.answer
-
-    def _upstream(self, path: str, request: bytes, deadline: float) -> bytes:
-        """One call to the runtime, within a slot (rule 2) and the deadline (rule 3)."""
-        if not self._slots.acquire(timeout=max(0.0, deadline - self._clock())):
+    async def _slot(self, path: str, deadline: float) -> None:
+        """A slot (rule 2) before ``deadline``, or the call's UpstreamError."""
+        try:
+            await self._slots.acquire(max(0.0, deadline - self._clock()))
+        except _QueueFullError:
+            raise UpstreamError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"podcache: {self._slots.queue} calls already wait for one of the "
+                f"{self._slots.size} slots to ask the runtime at {self.endpoint}; "
+                f"{_method(path)} was not asked (the CRI socket's queue bound)",
+            ) from None
+        except TimeoutError:
             raise UpstreamError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"podcache: no slot to ask the runtime at {self.endpoint} {_method(path)} "
-                f"within the deadline ({MAX_IN_FLIGHT} calls at the runtime already)",
-            )
+                f"within the deadline ({self._slots.size} calls at the runtime already)",
+            ) from None
+
+    async def _upstream(self, path: str, request: bytes, deadline: float) -> bytes:
+        """One call to the runtime, within a slot (rule 2) and the deadline (rule 3)."""
+        await self._slot(path, deadline)
         try:
             self._count(self.upstream, path)
             method = self._calls.get(path)
@@ -212,7 +301,12 @@ class Forwarder:
                 method = self._calls[path] = self._channel.unary_unary(
                     path, request_serializer=_identity, response_deserializer=_identity
                 )
-            answer: bytes = method(request, timeout=max(0.0, deadline - self._clock()))
+            call = method.future(request, timeout=max(0.0, deadline - self._clock()))
+            try:
+                answer: bytes = await _answer_of(call)
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
             return answer
         except grpc.RpcError as error:
             raise self._failure(path, error, deadline) from None
@@ -242,3 +336,32 @@ class Forwarder:
     def close(self) -> None:
         """Close the runtime's channel (calls in flight end CANCELLED)."""
         self._channel.close()
+
+
+async def _outcome(flight: _Flight) -> bytes:
+    # Shielded: a caller that leaves (its call cancelled) must not cancel the outcome others
+    # wait for.
+    return await asyncio.shield(flight.outcome)
+
+
+def _answer_of(call: Any) -> asyncio.Future[bytes]:
+    """A sync channel's call future as an asyncio future of the running loop: gRPC's thread
+    settles it through ``call_soon_threadsafe`` (a stopped loop: nobody waits any more)."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[bytes] = loop.create_future()
+
+    def settle(done: Any) -> None:
+        if answer.done() or done.cancelled():
+            return
+        error = done.exception()
+        if error is not None:
+            answer.set_exception(error)
+        else:
+            answer.set_result(done.result())
+
+    def finished(done: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed
+            loop.call_soon_threadsafe(settle, done)
+
+    call.add_done_callback(finished)
+    return answer

@@ -29,6 +29,20 @@ def _by_method(name: str, help_text: str, table: dict[str, int]) -> Metric:
     return family
 
 
+def _load(socket: CRISocket) -> Iterator[Metric]:
+    """What the socket is doing now: calls in flight, calls waiting for an upstream slot."""
+    yield GaugeMetricFamily(
+        "podcache_cri_calls_in_flight",
+        "Calls the CRI socket is answering now (streams included), over all connections.",
+        value=socket.in_flight,
+    )
+    yield GaugeMetricFamily(
+        "podcache_cri_upstream_waiting",
+        "Forwarded calls waiting for one of the upstream slots now (at most the queue bound).",
+        value=socket.forwarder.waiting,
+    )
+
+
 def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
     """Every metric of the socket, from its counters."""
     requests = CounterMetricFamily(
@@ -57,6 +71,7 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
         "answered from the cache, forwarded calls shared in flight, a kept Version.",
         dict(forwarder.saved),
     )
+    yield from _load(socket)
     yield CounterMetricFamily(
         "podcache_cri_list_forwards",
         "List calls forwarded because the bytes of an item were not held.",

@@ -1,13 +1,15 @@
 """``podcache serve --cri-listen PATH``: a read-only CRI socket answered from the cache.
 
-grpcio's server (a thread pool), with raw-bytes generic handlers: no message is decoded but
-a list request's filter, no answer encoded (docs/architecture.md §10). Each method of the two
-CRI services is answered as ``routes.READ_ONLY`` says, or denied (PERMISSION_DENIED naming it);
-a method of another service is UNIMPLEMENTED (gRPC's own answer).
+grpcio's asyncio server on an event loop of its own, in a thread of its own (serve's loop is
+never slowed by it), with raw-bytes generic handlers: no message is decoded but a list
+request's filter, no answer encoded (docs/architecture.md §10). A call waiting on anything
+(flow control, an upstream slot, the runtime, an event) is a coroutine: it holds no thread.
+Each method of the two CRI services is answered as ``routes.READ_ONLY`` says, or denied
+(PERMISSION_DENIED naming it); a method of another service is UNIMPLEMENTED (gRPC's own).
 
-- Lists: the all view's snapshot by the cache's freshness rules (§3), taken in the socket's
-  thread (``get_pods_nowait``, or the newest published snapshot while it is within the period)
-  and only past the period awaited on the event loop, within the client's deadline; then
+- Lists: the all view's snapshot by the cache's freshness rules (§3), taken on the socket's
+  loop (``get_pods_nowait``, or the newest published snapshot while it is within the period)
+  and only past the period awaited on the cache's loop, within the client's deadline; then
   ``lists``; answers are kept per snapshot (``lists.AnswerMemo``). ``clock`` is the cache's.
 - Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
   environment values are redacted on the way (``redact``).
@@ -22,16 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import grp
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
-from concurrent import futures
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import grpc
+import grpc.aio
 from google.protobuf.message import DecodeError
 
 from podcache.cache import AsyncRuntimeCache
@@ -43,7 +46,7 @@ from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
 from podcache.model import PodList
 from podcache.serve.crisock.calls import CallStats
-from podcache.serve.crisock.fanout import EventClient, EventHub
+from podcache.serve.crisock.fanout import EventClient, EventHub, SubscribersFullError
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.lists import (
     ANSWER_MEMO,
@@ -69,9 +72,6 @@ __all__ = [
     "mode_warning",
 ]
 
-_POLL = 0.25
-"""Seconds an event stream's thread waits before it checks that its client is still there."""
-
 
 @dataclass(frozen=True, slots=True)
 class CRILimits:
@@ -82,17 +82,21 @@ class CRILimits:
     max_calls: int = 1024
     """Calls at once over all connections; one more answers RESOURCE_EXHAUSTED."""
     max_streams_per_connection: int = 100
-    """HTTP/2 streams one connection may open at once (the pipeline bound's equivalent)."""
+    """HTTP/2 streams, so calls, one connection may have open at once (SETTINGS_MAX_CONCURRENT_
+    STREAMS: a client past it waits in its own HTTP/2 layer, it is not refused)."""
     max_request_bytes: int = 64 * 1024
-    """A request message (and its metadata) at most: the HTTP side's 64 KiB head."""
+    """A request message at most, and its metadata (a hard bound, counted as HPACK does: each
+    header's name and value and 32 bytes): the HTTP side's 64 KiB head."""
     max_answer_bytes: int = MAX_RECEIVE_MESSAGE_BYTES
     """An answer at most: what a CRI client receives by default (16 MiB)."""
     idle_seconds: float = 75.0
-    """A connection without calls this long is closed (``--idle-timeout``)."""
+    """A connection without calls this long is closed (``--idle-timeout``; gRPC draws each
+    connection's bound within 10% of it)."""
+    handshake_seconds: float = 5.0
+    """A connection whose HTTP/2 SETTINGS have not come this long after it was accepted is
+    closed (``grpc.server_handshake_timeout_ms``)."""
     max_event_streams: int = 64
-    """GetContainerEvents streams at once; each holds a thread of ``workers``."""
-    workers: int = 96
-    """Threads serving calls (event streams hold one each)."""
+    """GetContainerEvents subscribers at once (``EventHub.max_clients``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,12 +124,12 @@ class _FailureError(Exception):
         self.details = details
 
 
-def _abort(context: grpc.ServicerContext, failure: _FailureError) -> NoReturn:
-    context.abort(failure.code, failure.details)
+async def _abort(context: grpc.aio.ServicerContext[Any, Any], failure: _FailureError) -> NoReturn:
+    await context.abort(failure.code, failure.details)
     raise AssertionError("abort returned")  # pragma: no cover
 
 
-def _remaining(context: grpc.ServicerContext) -> float | None:
+def _remaining(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
     left = context.time_remaining()
     return None if left is None or left > 1e9 else left
 
@@ -154,9 +158,17 @@ _LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | N
 STREAM_SLICE_BYTES = 1024 * 1024
 """A streamed list's messages hold whole items, about this many bytes each (the last fewer)."""
 
+Context = grpc.aio.ServicerContext[Any, Any]
+Answers = AsyncGenerator[bytes, None]
+
 
 class CRISocket:
-    """The socket's server: ``start()`` on the event loop that runs ``cache``, ``stop()``."""
+    """The socket's server: ``start()`` on the event loop that runs ``cache``, ``stop()``.
+
+    Threads and loops: the server runs on the socket's own event loop (``_serve``, in the
+    thread ``podcache-cri``); the cache, the hub's stream and the publish hook on the cache's
+    loop. The socket's loop asks the cache's with ``run_coroutine_threadsafe`` only for a
+    snapshot past the period and for an event subscription."""
 
     def __init__(
         self,
@@ -181,18 +193,20 @@ class CRISocket:
         self._wait = wait
         self._access = access
         self._limits = limits
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._cache_loop: asyncio.AbstractEventLoop | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the socket's own
+        self._thread: threading.Thread | None = None
+        self._stopping: asyncio.Event | None = None
         self._lock = threading.Lock()
         self._memo = AnswerMemo(None)
-        self._streams = threading.BoundedSemaphore(limits.max_event_streams)
         self.calls = CallStats()
         """Calls answered, by method and gRPC status code, and how long each took."""
         self.list_forwards = 0
         """List calls forwarded because an item's bytes were missing (``lists``)."""
-        self._server: grpc.Server | None = None
+        self.in_flight = 0
+        """Calls being answered now (on the socket's loop), over all connections."""
         self._bound: list[BoundSocket] = []
         """The socket files this server bound, each removed only while it is still ours."""
-        self._pool: futures.ThreadPoolExecutor | None = None
         self._latest: tuple[PodList, float] | None = None
         self._asked = False
         self._clock = clock
@@ -200,32 +214,65 @@ class CRISocket:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
-        """Bind every path and serve (call on the cache's event loop). A path that cannot be
-        claimed or bound is a ``CRISocketError`` naming it; what was bound is released again."""
-        self._loop = asyncio.get_running_loop()
-        self._hub.bind(self._loop)
+        """Bind every path and serve on the socket's loop, in its thread (call on the event
+        loop that runs the cache). A path that cannot be claimed or bound is a
+        ``CRISocketError`` naming it, raised here; ``stop`` releases what was bound."""
+        self._cache_loop = asyncio.get_running_loop()
+        self._hub.bind(self._cache_loop)
+        started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        thread = self._thread = threading.Thread(
+            target=self._run, args=(started,), name="podcache-cri", daemon=True
+        )
+        thread.start()
+        try:
+            started.result()
+        except BaseException:
+            thread.join()
+            raise
+
+    def _run(self, started: concurrent.futures.Future[None]) -> None:
+        loop = self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # this thread's: gRPC's aio finds it so
+        try:
+            loop.run_until_complete(self._serve(started))
+        except BaseException as error:
+            if not started.done():
+                started.set_exception(error)
+        finally:
+            _end_tasks(loop)
+            loop.close()
+
+    def _server(self) -> grpc.aio.Server:
         limits = self._limits
-        self._pool = futures.ThreadPoolExecutor(limits.workers, thread_name_prefix="podcache-cri")
-        server = grpc.server(
-            self._pool,
+        return grpc.aio.server(
             handlers=[_Handlers(self)],
             maximum_concurrent_rpcs=limits.max_calls,
             options=[
                 ("grpc.max_receive_message_length", limits.max_request_bytes),
                 ("grpc.max_send_message_length", limits.max_answer_bytes),
                 ("grpc.max_metadata_size", limits.max_request_bytes),
+                ("grpc.absolute_max_metadata_size", limits.max_request_bytes),
                 ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
                 ("grpc.max_allowed_incoming_connections", limits.max_connections),
                 ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
+                ("grpc.server_handshake_timeout_ms", int(limits.handshake_seconds * 1000)),
                 ("grpc.so_reuseport", 0),
             ],
         )
-        self._server = server
+
+    async def _serve(self, started: concurrent.futures.Future[None]) -> None:
+        self._stopping = asyncio.Event()
+        server = self._server()
         for path in self._paths:
             self._bind(server, path)
-        server.start()
+        await server.start()
+        started.set_result(None)
+        await self._stopping.wait()
+        await server.stop(self._grace)
 
-    def _bind(self, server: grpc.Server, path: str) -> None:
+    _grace = 1.0
+
+    def _bind(self, server: grpc.aio.Server, path: str) -> None:
         try:
             claim_socket_path(path)
         except OSError as error:
@@ -244,12 +291,14 @@ class CRISocket:
         except OSError as error:
             raise CRISocketError(f"--cri-listen {path}: {error}") from None
 
-    def stop(self, grace: float = 1.0) -> None:
+    async def stop(self, grace: float = 1.0) -> None:
         """Stop serving (calls in flight get ``grace`` s), remove the sockets it bound."""
-        if self._server is not None:
-            self._server.stop(grace).wait()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        loop, stopping, thread = self._loop, self._stopping, self._thread
+        if loop is not None and stopping is not None and thread is not None:
+            self._grace = grace
+            with contextlib.suppress(RuntimeError):  # the loop is closed already
+                loop.call_soon_threadsafe(stopping.set)
+            await asyncio.to_thread(thread.join)
         self._forwarder.close()
         for bound in self._bound:
             bound.remove()
@@ -274,16 +323,29 @@ class CRISocket:
     def hub(self) -> EventHub:
         return self._hub
 
+    def bounded(self, path: str, answer: bytes) -> bytes:
+        """``answer`` when within ``max_answer_bytes``; else the call's RESOURCE_EXHAUSTED
+        (sent by us: gRPC's own refusal of it is logged as a servicer's error)."""
+        limit = self._limits.max_answer_bytes
+        if len(answer) > limit:
+            raise _FailureError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{path.lstrip('/')}: the answer is {len(answer)} bytes, past the CRI socket's "
+                f"{limit}-byte bound (a CRI client's receive limit): filter the list, or "
+                "stream it (StreamPodSandboxes, StreamContainers)",
+            )
+        return answer
+
     # -- lists ---------------------------------------------------------------------------------
     def _published(self, publication: Any) -> None:
-        """The cache's publish hook (on the loop): the newest snapshot and its timestamp."""
+        """The cache's publish hook (on its loop): the newest snapshot and its timestamp."""
         self._latest = (publication.pods, publication.timestamp)
         self._items.prune(publication.pods)
 
-    def _snapshot(self, context: grpc.ServicerContext) -> PodList:
-        """The all view's pods by the cache's rules (§3 rule 1), in this thread: a hit; else
-        the newest published snapshot while it is within the period (a refresh-ahead is then
-        asked of the loop, not waited for); else ``get_pods`` awaited on the loop."""
+    async def _snapshot(self, context: Context) -> PodList:
+        """The all view's pods by the cache's rules (§3 rule 1), on the socket's loop: a hit;
+        else the newest published snapshot while it is within the period (a refresh-ahead is
+        then asked of the cache's loop, not waited for); else ``get_pods`` awaited there."""
         pods = self._cache.get_pods_nowait()
         if pods is not None:
             return pods
@@ -291,14 +353,14 @@ class CRISocket:
         if latest is not None and self._clock() - latest[1] <= self._cache.cache_period:
             self._ask_refresh_ahead()
             return latest[0]
-        loop = self._loop
+        loop = self._cache_loop
         assert loop is not None
         budget = _remaining(context) or self._wait
         future: concurrent.futures.Future[PodList] = asyncio.run_coroutine_threadsafe(
             self._cache.get_pods(timeout=budget), loop
         )
         try:
-            return future.result()
+            return await asyncio.wrap_future(future)
         except TimeoutError:
             raise _FailureError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -308,12 +370,12 @@ class CRISocket:
             raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
 
     def _ask_refresh_ahead(self) -> None:
-        """Have the loop make the ``get_pods`` call that starts the refresh-ahead (a hit: it
-        returns at once); one asked at a time."""
+        """Have the cache's loop make the ``get_pods`` call that starts the refresh-ahead (a
+        hit: it returns at once); one asked at a time."""
         if self._asked:
             return
         self._asked = True
-        loop = self._loop
+        loop = self._cache_loop
         assert loop is not None
 
         def ask() -> None:
@@ -327,10 +389,10 @@ class CRISocket:
         if not task.cancelled():
             task.exception()  # retrieved: a failure is the next caller's to see
 
-    def listed(self, path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
+    async def listed(self, path: str, request: bytes, context: Context) -> bytes:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
         message_type, answer, _ = _LISTS[path]
-        pods = self._snapshot(context)
+        pods = await self._snapshot(context)
         memo = self._memo
         if memo.pods is not pods:
             memo = self._memo = AnswerMemo(pods)
@@ -350,16 +412,18 @@ class CRISocket:
             if data is None:
                 self.list_forwards += 1
                 unary = _LISTS[path][2]  # a streamed list is asked as the unary call
-                return self.forwarded(unary, request, context, keep=False)
+                return await self.forwarded(unary, request, context, keep=False)
             memo.keep(path, request, form, data)
         self._forwarder.count_saved(path)
         return data
 
-    def streamed(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+    async def streamed(
+        self, path: str, request: bytes, context: Context
+    ) -> AsyncGenerator[bytes, None]:
         """StreamPodSandboxes / StreamContainers: the list answer in slices of whole items (each
         slice is a valid Stream*Response: its items are field 1, as the list answer's). A
         runtime that must be asked (an item's bytes missing) is asked the unary call."""
-        data = self.listed(path, request, context)
+        data = await self.listed(path, request, context)
         pieces = split_items(data, STREAM_SLICE_BYTES)
         if pieces is None:
             yield data  # one message (also when no item is selected)
@@ -367,12 +431,10 @@ class CRISocket:
         for piece in pieces:
             yield bytes(piece)
 
-    def forwarded(
-        self, path: str, request: bytes, context: grpc.ServicerContext, *, keep: bool
-    ) -> bytes:
+    async def forwarded(self, path: str, request: bytes, context: Context, *, keep: bool) -> bytes:
         rewrite = self._rewrites.get(path)
         try:
-            answer = self._forwarder.call(path, request, _remaining(context), keep=keep)
+            answer = await self._forwarder.call(path, request, _remaining(context), keep=keep)
             return answer if rewrite is None else rewrite(answer)
         except UpstreamError as error:
             raise _FailureError(error.code, error.details) from None
@@ -380,31 +442,29 @@ class CRISocket:
             raise _FailureError(grpc.StatusCode.INTERNAL, f"podcache: {error}") from None
 
     # -- events --------------------------------------------------------------------------------
-    def events(self, path: str, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+    async def events(
+        self, path: str, request: bytes, context: Context
+    ) -> AsyncGenerator[bytes, None]:
         """GetContainerEvents: the hub's events for this client until it leaves or is ended."""
-        if not self._streams.acquire(blocking=False):
-            raise _FailureError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"GetContainerEvents: {self._limits.max_event_streams} subscribers already "
-                "(podcache's CRI socket)",
-            )
+        client = await self._attach()
+        if client is None:
+            return
         try:
-            client = self._attach()
-            if client is None:
-                return
-            try:
-                yield from self._stream(client, context)
-            finally:
-                client.detach()
+            while (data := await client.next()) is not None:
+                yield data
+            assert client.end is not None
+            raise _FailureError(*client.end)
         finally:
-            self._streams.release()
+            client.detach()
 
-    def _attach(self) -> EventClient | None:
+    async def _attach(self) -> EventClient | None:
         """The hub's client for one subscriber; None for a runtime whose stream ends at once
         with OK and no event (CRI-O's default): the subscriber's ends so too."""
         try:
-            return self._hub.attach(self._wait)
-        except (TimeoutError, concurrent.futures.TimeoutError):
+            return await self._hub.attach(self._wait)
+        except SubscribersFullError as error:
+            raise _FailureError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(error)) from None
+        except TimeoutError:
             raise _FailureError(
                 grpc.StatusCode.UNAVAILABLE,
                 f"GetContainerEvents: runtime {self._hub.endpoint} did not open its event "
@@ -420,21 +480,16 @@ class CRISocket:
             )
             raise _FailureError(code, f"GetContainerEvents: {error}") from None
 
-    @staticmethod
-    def _stream(client: EventClient, context: grpc.ServicerContext) -> Iterator[bytes]:
-        while context.is_active():
-            data = client.next(_POLL)
-            if data is not None:
-                yield data
-            elif client.end is not None:
-                raise _FailureError(*client.end)
-
 
 _GenericHandler: Any = grpc.GenericRpcHandler  # the stubs make it generic, grpcio does not
+_Unary = Callable[[str, bytes, Context], Awaitable[bytes]]
+_Streaming = Callable[[str, bytes, Context], AsyncGenerator[bytes, None]]
 
 
 class _Handlers(_GenericHandler):  # type: ignore[misc]
-    """Every method of the CRI services: its route's handler, or the denial."""
+    """Every method of the CRI services: its route's handler, or the denial. A streamed answer
+    is written with ``context.write``, each message awaited: a client that does not read
+    parks its coroutine, never a thread."""
 
     def __init__(self, socket: CRISocket) -> None:
         self._socket = socket
@@ -462,61 +517,88 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
         if route is Route.CACHE_STREAM:
             return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.streamed))
         if route is Route.CACHE:
-            behaviour: Callable[[str, bytes, grpc.ServicerContext], bytes] = socket.listed
+            behaviour: _Unary = socket.listed
         else:
             keep = route is Route.CACHED_FORWARD
 
-            def behaviour(path: str, request: bytes, context: grpc.ServicerContext) -> bytes:
-                return socket.forwarded(path, request, context, keep=keep)
+            async def behaviour(path: str, request: bytes, context: Context) -> bytes:
+                return await socket.forwarded(path, request, context, keep=keep)
 
         return grpc.unary_unary_rpc_method_handler(self._unary(path, behaviour))
 
-    def _denied(self, path: str) -> Callable[[Any, grpc.ServicerContext], Any]:
+    def _denied(self, path: str) -> Callable[[Any, Context], Awaitable[None]]:
         socket = self._socket
 
-        def deny(requests: Any, context: grpc.ServicerContext) -> Any:
+        async def deny(requests: Any, context: Context) -> None:
             socket.count(path, grpc.StatusCode.PERMISSION_DENIED)
-            context.abort(grpc.StatusCode.PERMISSION_DENIED, denial(path))
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, denial(path))
 
         return deny
 
-    def _unary(
-        self, path: str, behaviour: Callable[[str, bytes, grpc.ServicerContext], bytes]
-    ) -> Callable[[bytes, grpc.ServicerContext], bytes]:
+    def _unary(self, path: str, behaviour: _Unary) -> Callable[[bytes, Context], Awaitable[bytes]]:
         socket = self._socket
 
-        def handle(request: bytes, context: grpc.ServicerContext) -> bytes:
+        async def handle(request: bytes, context: Context) -> bytes:
             started = time.perf_counter()
+            socket.in_flight += 1
             try:
-                answer = behaviour(path, request, context)
+                answer = socket.bounded(path, await behaviour(path, request, context))
             except _FailureError as failure:
                 socket.count(path, failure.code, started)
-                _abort(context, failure)
+                await _abort(context, failure)
+            finally:
+                socket.in_flight -= 1
             socket.count(path, grpc.StatusCode.OK, started)
             return answer
 
         return handle
 
     def _streaming(
-        self, path: str, behaviour: Callable[[str, bytes, grpc.ServicerContext], Iterator[bytes]]
-    ) -> Callable[[bytes, grpc.ServicerContext], Iterator[bytes]]:
+        self, path: str, behaviour: _Streaming
+    ) -> Callable[[bytes, Context], Awaitable[None]]:
         socket = self._socket
-
         timed = path != _EVENTS  # an event stream lasts as long as its client wants
 
-        def handle(request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
-            code = grpc.StatusCode.CANCELLED  # the client left (the generator is closed)
+        async def handle(request: bytes, context: Context) -> None:
+            code = grpc.StatusCode.CANCELLED  # the client left (the coroutine is cancelled)
             started = time.perf_counter() if timed else None
+            socket.in_flight += 1
             try:
-                yield from behaviour(path, request, context)
+                # Closed here, not when collected: a client's leave detaches it at once.
+                async with contextlib.aclosing(behaviour(path, request, context)) as answers:
+                    async for data in answers:
+                        await _write(context, data)
                 code = grpc.StatusCode.OK
             except _FailureError as failure:
                 code = failure.code
-                _abort(context, failure)
+                await _abort(context, failure)
             finally:
+                socket.in_flight -= 1
                 socket.count(path, code, started)
 
         return handle
+
+
+def _end_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what still runs on the socket's stopped loop (calls gRPC left behind past the
+    grace) and let it end, then close the async generators: nothing is destroyed pending."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks))
+    loop.run_until_complete(loop.shutdown_asyncgens())
+
+
+async def _write(context: Context, data: bytes) -> None:
+    """Send ``data``; a write that fails means the call ended under it (the client left or its
+    deadline passed: every message is within the send bound). That is CancelledError, what
+    gRPC raises in a handler whose call was cancelled: it then sends nothing more (a status
+    after a failed write is refused, and logged as the servicer's error)."""
+    try:
+        await context.write(data)
+    except Exception:  # ExecuteBatchError, which grpc does not export
+        raise asyncio.CancelledError from None
 
 
 _CAP_CHOWN = 0
