@@ -188,6 +188,11 @@ def test_subscribers_cut_off_free_their_places_while_their_connections_stay(
     newcomer: _Subscriber | None = None
     try:
         until(lambda: _subscribers(served) == 64)
+        extra = _Subscriber(served.path)  # past the cap: refused
+        until(lambda: extra.end is not None)
+        assert extra.end is not None and extra.end.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "64 subscribers already" in str(extra.end.details())
+        extra.close()
         cut = '{reason="slow"}'
         while _metric(served, "podcache_cri_event_subscribers_cut_off_total", cut) < before + 64:
             sim.churn_step(1)  # each step's events fill the attacker's window, then its queue

@@ -197,6 +197,7 @@ class CRISocket:
         self._loop: asyncio.AbstractEventLoop | None = None  # the socket's own
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
+        self._grace = 1.0  # seconds calls in flight get at stop()
         self._lock = threading.Lock()
         self._memo = AnswerMemo(None)
         self.calls = CallStats()
@@ -269,8 +270,6 @@ class CRISocket:
         started.set_result(None)
         await self._stopping.wait()
         await server.stop(self._grace)
-
-    _grace = 1.0
 
     def _bind(self, server: grpc.aio.Server, path: str) -> None:
         try:
