@@ -332,3 +332,29 @@ def _admitted(served: Served, method: Any) -> list[Any]:
 
     until(admitted)
     return streams
+
+
+def test_serve_stops_cleanly_with_streams_that_are_never_read(
+    sim: SimRuntime, tmp_path: Any
+) -> None:
+    # gRPC cancels the calls still open past the stop's grace: each ends by itself (none is
+    # cancelled under gRPC, which would log an error with a traceback).
+    path, port = str(tmp_path / "cri.sock"), free_port()
+    server = ServeProcess(
+        ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cri-listen", path]
+    )
+    with server:
+        served = Served(path, Client(port=port))
+        peers = [
+            _never_reading(path, _RS + "GetContainerEvents", 30),
+            _never_reading(path, _RS + "StreamContainers", 30),
+        ]
+        reader = _Subscriber(path)  # one that reads, its stream open at the stop too
+        until(lambda: _metric(served, "podcache_cri_calls_in_flight") >= 61)
+        for _ in range(10):
+            sim.churn_step(1)
+    for peer in peers:
+        peer.close()
+    reader.close()
+    assert server.returncode == 0, server.stderr
+    assert "Traceback" not in server.stderr and "ERROR" not in server.stderr, server.stderr

@@ -578,10 +578,17 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
         return handle
 
 
+_END_WAIT = 1.0
+"""Seconds the calls gRPC cancelled at stop get to end by themselves before they are cancelled
+(a cancelled gRPC call task logs an error)."""
+
+
 def _end_tasks(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel what still runs on the socket's stopped loop (calls gRPC left behind past the
     grace) and let it end, then close the async generators: nothing is destroyed pending."""
     tasks = asyncio.all_tasks(loop)
+    if tasks:  # gRPC cancelled its calls at stop: most end by themselves, given a turn or two
+        _, tasks = loop.run_until_complete(asyncio.wait(tasks, timeout=_END_WAIT))
     for task in tasks:
         task.cancel()
     if tasks:
