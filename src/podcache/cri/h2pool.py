@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import grpc
-
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.http2 import CallFailedError, Connection
+from podcache.cri.wire.grpcwire import UNAVAILABLE
 
 __all__ = ["MAX_IDLE", "ConnectionPool"]
 
@@ -66,11 +65,7 @@ class ConnectionPool:
             answers = calls(connection, requests, deadline)
         except CallFailedError as failure:
             self._drop(connection)
-            if (
-                not reused
-                or connection.answered()
-                or failure.code is not grpc.StatusCode.UNAVAILABLE
-            ):
+            if not reused or connection.answered() or failure.number != UNAVAILABLE:
                 raise
             connection = self._fresh(max(0.001, deadline - time.monotonic()))
             try:

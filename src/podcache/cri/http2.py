@@ -21,7 +21,7 @@ Rules:
   whatever it waits for.
 - **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
   compression asked for (a compressed message is a violation), request headers written as
-  literals (never indexed); answers' header blocks are decoded with ``hpack``. PINGs and
+  literals (never indexed); answers' header blocks are decoded by ``cri.wire.headers``. PINGs and
   SETTINGS are acknowledged, flow control is kept both ways: the windows it gives the runtime
   (``STREAM_WINDOW`` per stream, ``CONNECTION_WINDOW``) are given back as it reads, the ones
   the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
@@ -48,8 +48,9 @@ Rules:
   past 2^31-1, a SETTINGS_INITIAL_WINDOW_SIZE past 2^31-1 (or one that takes a window there),
   a SETTINGS_MAX_FRAME_SIZE outside RFC 9113's range and SETTINGS_ENABLE_PUSH other than 0
   are connection errors (RFC 9113 §5.1, §6.5.2, §6.9): a violation naming the frame.
-- **Outcomes.** Every failure is a ``CallFailedError`` with a ``grpc.StatusCode`` and details, the
-  same codes ``failures`` maps for grpcio's calls: the trailers' grpc-status and grpc-message
+- **Outcomes.** Every failure is a ``CallFailedError`` with a ``grpc.StatusCode`` (mapped here,
+  in ``CallFailedError``, from the wire's status numbers) and details, the same codes
+  ``failures`` maps for grpcio's calls: the trailers' grpc-status and grpc-message
   (percent-decoded), an HTTP status other than 200 by gRPC's table, RST_STREAM by its error
   code, GOAWAY and a lost connection UNAVAILABLE, the deadline DEADLINE_EXCEEDED. A runtime
   that breaks HTTP/2 or gRPC framing is a ``WireViolationError`` (a ``CallFailedError``): the
@@ -58,10 +59,11 @@ Rules:
   any answer arrives; the pool then makes the calls once more on a fresh connection (the list
   calls only read).
 
-Here: ``Connection`` and ``StreamCall``. Deliberately not here: the bytes of frames and HPACK
-(``h2wire``), the pool (``h2pool``), podcache's errors (``caller`` maps these failures, with how
-long the call took), TLS, compression, and any call but the list calls of one pod and the
-event stream.
+Here: ``Connection``, ``StreamCall`` and their failures. Deliberately not here: the bytes of
+frames, HPACK and gRPC's framing and the methods' paths (``cri.wire``: this is a driver of it,
+as the one-shot read is), the pool (``h2pool``), podcache's errors (``caller`` maps these
+failures, with how long the call took), TLS, compression, and any call but the list calls of
+one pod, a listing's statuses and the event stream.
 """
 
 from __future__ import annotations
@@ -73,55 +75,61 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import grpc
-import hpack
 
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.diagnosis import _connect as _connected
 from podcache.cri.endpoint import Endpoint
-from podcache.cri.h2wire import (
-    _ACK,
-    _CONNECTION_KINDS,
-    _CONTINUATION,
-    _DATA,
-    _DEFAULT_WINDOW,
-    _END_HEADERS,
-    _END_STREAM,
-    _GOAWAY,
-    _HEADERS,
-    _LARGEST_FRAME_SETTING,
-    _LAST_STREAM_ID,
-    _MAX_SIZE_UPDATES,
-    _MAX_WINDOW,
-    _PING,
-    _PREFACE,
-    _PRIORITY,
-    _PUSH_PROMISE,
-    _RESET_CODES,
-    _RST_STREAM,
-    _SERVICE,
-    _SETTING_ENABLE_PUSH,
-    _SETTING_MAX_FRAME,
-    _SETTING_MAX_HEADER_LIST,
-    _SETTING_MAX_STREAMS,
-    _SETTING_WINDOW,
-    _SETTINGS,
-    _STREAM_KINDS,
-    _WINDOW_UPDATE,
-    CallFailedError,
-    WireViolationError,
-    _Frame,
-    _frame,
-    _frame_name,
-    _grpc_timeout,
-    _http_failure,
-    _keeps_table,
-    _leading_size_updates,
-    _request_headers,
-    _status_of,
-    _unpadded,
+from podcache.cri.wire import frames, grpcwire
+from podcache.cri.wire.frames import (
+    ACK,
+    CONNECTION_KINDS,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    GOAWAY,
+    HEADERS,
+    LARGEST_FRAME_SETTING,
+    LAST_STREAM_ID,
+    MAX_WINDOW,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTING_ENABLE_PUSH,
+    SETTING_MAX_FRAME,
+    SETTING_MAX_HEADER_LIST,
+    SETTING_MAX_STREAMS,
+    SETTING_WINDOW,
+    SETTINGS,
+    STREAM_KINDS,
+    WINDOW_UPDATE,
+    FrameError,
+    frame_name,
 )
+from podcache.cri.wire.grpcwire import (
+    CANCELLED,
+    DEADLINE_EXCEEDED,
+    INTERNAL,
+    OK,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+)
+from podcache.cri.wire.headers import (
+    MAX_SIZE_UPDATES,
+    HPACKDecoder,
+    HPACKError,
+    grpc_timeout,
+    keeps_table,
+    leading_size_updates,
+    request_headers,
+)
+from podcache.cri.wire.methods import path
 
 __all__ = [
     "CONNECTION_WINDOW",
@@ -144,7 +152,7 @@ MAX_FRAME_BYTES = 16_384
 """Largest frame payload accepted: HTTP/2's default SETTINGS_MAX_FRAME_SIZE, which it keeps."""
 MAX_HEADER_BLOCK = 64 * 1024
 """Largest header block (HEADERS and CONTINUATION payloads); its decoded header list may be
-twice that (hpack's count: names, values and 32 bytes a header), which also bounds a block
+twice that (HPACK's count: names, values and 32 bytes a header), which also bounds a block
 of indexed fields that each name a big table entry."""
 STREAM_WINDOW = 32 * 1024 * 1024
 """The flow-control window each stream gives the runtime: two messages at the receive limit."""
@@ -173,6 +181,37 @@ _MEMO_ENTRY_COST = 400
 """What a memo entry costs besides its bytes: the entry, the block's and the headers' objects."""
 _MEMO_HEADER_COST = 120
 """What each decoded header of a memo entry costs besides its name's and value's bytes."""
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+"""gRPC's status numbers (``grpcwire``) as ``grpc.StatusCode``: the one place this client maps
+them, for its failures and a stream's end."""
+
+
+class CallFailedError(Exception):
+    """A call that did not end with OK: its status (``number``, gRPC's; ``code``, the same as a
+    ``grpc.StatusCode``), ``details`` and ``method``."""
+
+    def __init__(self, number: int, details: str, method: str = "") -> None:
+        self.number = number
+        self.code = _STATUS_CODES[number]
+        super().__init__(f"{method or 'call'}: {self.code.name}: {details}")
+        self.details = details
+        self.method = method
+
+
+class WireViolationError(CallFailedError):
+    """The runtime broke HTTP/2 or gRPC framing (the connection is not used again)."""
+
+    def __init__(self, details: str, method: str = "") -> None:
+        super().__init__(INTERNAL, details, method)
+
+
+class _Frame(NamedTuple):
+    kind: int
+    flags: int
+    stream: int
+    payload: bytes
 
 
 def _connect(endpoint: Endpoint, timeout: float | None) -> socket.socket:
@@ -204,17 +243,18 @@ class _Stream:
 
     method: str
     unary: bool = False
-    send_window: int = _DEFAULT_WINDOW
+    send_window: int = DEFAULT_WINDOW
     headers_seen: bool = False
     pending: bytearray = field(default_factory=bytearray)
     messages: deque[bytes] = field(default_factory=deque)
-    status: tuple[grpc.StatusCode, str] | None = None
+    status: tuple[int, str] | None = None
+    """How the call ended: gRPC's status number and its details (None: not yet)."""
     unacked: int = 0
     answered: bool = False
     remote_closed: bool = False
     """The runtime ended its side (END_STREAM or RST_STREAM): it may send no DATA or HEADERS."""
 
-    def end(self, code: grpc.StatusCode, details: str) -> None:
+    def end(self, code: int, details: str) -> None:
         if self.status is None:
             self.status = (code, details)
 
@@ -239,7 +279,7 @@ class Connection:
     def __init__(self, endpoint: Endpoint, connect_timeout: float | None) -> None:
         self._sock = _connect(endpoint, connect_timeout)
         self._authority = _authority(endpoint)
-        self._decoder = hpack.Decoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
+        self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
         self._decoded_blocks: dict[bytes, dict[bytes, bytes]] = {}
         self._memo_bytes = 0
         self._inbox = bytearray()
@@ -247,9 +287,9 @@ class Connection:
         self._next_id = 1
         self._streams: dict[int, _Stream] = {}
         self._block: _HeaderBlock | None = None
-        self._send_window = _DEFAULT_WINDOW
-        self._peer_stream_window = _DEFAULT_WINDOW
-        self._peer_max_streams = _LAST_STREAM_ID
+        self._send_window = DEFAULT_WINDOW
+        self._peer_stream_window = DEFAULT_WINDOW
+        self._peer_max_streams = LAST_STREAM_ID
         self._unacked = 0
         self._going_away: int | None = None
         self._cancelled = False
@@ -262,21 +302,19 @@ class Connection:
         stream's, whose writes have ``SEND_TIMEOUT``)."""
         self.broken: str | None = None
         """Why the connection may not be used again (None: it may)."""
-        settings = struct.pack(
-            ">HIHIHI",
-            _SETTING_ENABLE_PUSH,
-            0,
-            _SETTING_WINDOW,
-            STREAM_WINDOW,
-            _SETTING_MAX_HEADER_LIST,
-            MAX_HEADER_BLOCK,
+        ours = frames.settings(
+            (SETTING_ENABLE_PUSH, 0),
+            (SETTING_WINDOW, STREAM_WINDOW),
+            (SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
         )
-        grow = struct.pack(">I", CONNECTION_WINDOW - _DEFAULT_WINDOW)
+        grow = (CONNECTION_WINDOW - DEFAULT_WINDOW).to_bytes(4)
         if connect_timeout is not None:
             self._deadline = time.monotonic() + connect_timeout
         try:
             self._send(
-                _PREFACE + _frame(_SETTINGS, 0, 0, settings) + _frame(_WINDOW_UPDATE, 0, 0, grow)
+                PREFACE
+                + frames.frame(SETTINGS, 0, 0, ours)
+                + frames.frame(WINDOW_UPDATE, 0, 0, grow)
             )
         except CallFailedError:
             self._sock.close()
@@ -347,8 +385,8 @@ class Connection:
         caller), or, when the runtime's windows do not take the message yet, ``out`` and the
         headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
         self._method = method
-        if self._next_id > _LAST_STREAM_ID or self._going_away is not None:
-            raise CallFailedError(grpc.StatusCode.UNAVAILABLE, "the connection is used up", method)
+        if self._next_id > LAST_STREAM_ID or self._going_away is not None:
+            raise CallFailedError(UNAVAILABLE, "the connection is used up", method)
         stream_id = self._next_id
         self._next_id += 2
         stream = _Stream(method, unary=unary, send_window=self._peer_stream_window)
@@ -356,13 +394,13 @@ class Connection:
         self._control_budget = min(
             CONTROL_FRAME_BURST, self._control_budget + CONTROL_FRAMES_PER_CALL
         )
-        block = _request_headers(_SERVICE + method, self._authority)
+        block = request_headers(path(method), self._authority)
         if self._deadline is not None:
-            block += _grpc_timeout(self._deadline - time.monotonic())
-        message = b"\x00" + struct.pack(">I", len(body)) + body
+            block += grpc_timeout(self._deadline - time.monotonic())
+        message = grpcwire.message(body)
         if len(block) > MAX_FRAME_BYTES or len(message) > MAX_FRAME_BYTES:
             raise ValueError(f"the request of {method} does not fit one frame")
-        out += _frame(_HEADERS, _END_HEADERS, stream_id, block)
+        out += frames.frame(HEADERS, END_HEADERS, stream_id, block)
         if len(message) > min(self._send_window, stream.send_window):
             self._send(bytes(out))
             out.clear()
@@ -372,7 +410,7 @@ class Connection:
                 self._take(self._next_frame(self._deadline))
         self._send_window -= len(message)
         stream.send_window -= len(message)
-        out += _frame(_DATA, _END_STREAM, stream_id, message)
+        out += frames.frame(DATA, END_STREAM, stream_id, message)
         return stream_id
 
     def _send(self, data: bytes) -> None:
@@ -399,12 +437,8 @@ class Connection:
         """The failure of every call when the connection is gone (cancelled: CANCELLED)."""
         self.broken = why
         if self._cancelled:
-            return CallFailedError(
-                grpc.StatusCode.CANCELLED,
-                "the connection was cancelled",
-                self._method,
-            )
-        return CallFailedError(grpc.StatusCode.UNAVAILABLE, f"connection lost: {why}", self._method)
+            return CallFailedError(CANCELLED, "the connection was cancelled", self._method)
+        return CallFailedError(UNAVAILABLE, f"connection lost: {why}", self._method)
 
     def _deadline_passed(self, when: str) -> CallFailedError:
         """The failure of a call whose deadline passed (the connection is not used again: a
@@ -412,9 +446,7 @@ class Connection:
         self.broken = "a call's deadline passed"
         if self._cancelled:
             return self._lost(when)
-        return CallFailedError(
-            grpc.StatusCode.DEADLINE_EXCEEDED, f"deadline exceeded ({when})", self._method
-        )
+        return CallFailedError(DEADLINE_EXCEEDED, f"deadline exceeded ({when})", self._method)
 
     # -- reading -----------------------------------------------------------------------------
     def _finish(self, ids: list[int]) -> list[list[bytes] | CallFailedError]:
@@ -429,7 +461,7 @@ class Connection:
             stream = self._streams.pop(stream_id)
             assert stream.status is not None
             code, details = stream.status
-            if code is grpc.StatusCode.OK:
+            if code == OK:
                 outcomes.append(list(stream.messages))
             else:
                 outcomes.append(CallFailedError(code, details, stream.method))
@@ -463,7 +495,7 @@ class Connection:
                 end = start + 9 + length
                 if len(inbox) >= end:
                     self._start = end
-                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & _LAST_STREAM_ID
+                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & LAST_STREAM_ID
                     payload = bytes(inbox[start + 9 : end])
                     return _Frame(inbox[start + 3], inbox[start + 4], stream, payload)
             if start >= _COMPACT_AT or start == len(inbox):
@@ -493,20 +525,20 @@ class Connection:
         on. A DATA frame with a payload (an answer's bytes: the hot path) is checked by its
         handler alone, against the streams this client opened."""
         kind = frame.kind
-        if self._block is not None and kind != _CONTINUATION:
-            raise self._violation(f"a header block interrupted by a {_frame_name(kind)} frame")
-        if kind == _DATA and frame.payload:
+        if self._block is not None and kind != CONTINUATION:
+            raise self._violation(f"a header block interrupted by a {frame_name(kind)} frame")
+        if kind == DATA and frame.payload:
             self._on_data(frame)
             return
         self._spend(frame)
         if frame.stream == 0:
-            if kind in _STREAM_KINDS:
-                raise self._violation(f"a {_frame_name(kind)} frame on stream 0")
-        elif kind in _CONNECTION_KINDS:
-            raise self._violation(f"a {_frame_name(kind)} frame on stream {frame.stream}")
-        elif kind != _PRIORITY and not self._opened(frame.stream):
+            if kind in STREAM_KINDS:
+                raise self._violation(f"a {frame_name(kind)} frame on stream 0")
+        elif kind in CONNECTION_KINDS:
+            raise self._violation(f"a {frame_name(kind)} frame on stream {frame.stream}")
+        elif kind != PRIORITY and not self._opened(frame.stream):
             raise self._violation(
-                f"a {_frame_name(kind)} frame on stream {frame.stream}, "
+                f"a {frame_name(kind)} frame on stream {frame.stream}, "
                 "which this client never opened"
             )
         handler = _HANDLERS.get(kind)
@@ -517,6 +549,13 @@ class Connection:
         """Whether this client opened ``stream_id`` (odd, below the next one it would open)."""
         return stream_id < self._next_id and stream_id % 2 == 1
 
+    def _unpadded(self, frame: _Frame) -> bytes:
+        """A DATA or HEADERS payload without its padding (a violation when it does not fit)."""
+        try:
+            return frames.unpadded(frame.kind, frame.flags, frame.payload)
+        except FrameError as error:
+            raise self._violation(str(error)) from None
+
     def _spend(self, frame: _Frame) -> None:
         """Take one control frame from the budget (refilled by the time since the last)."""
         now = time.monotonic()
@@ -525,7 +564,7 @@ class Connection:
         self._control_budget = min(float(CONTROL_FRAME_BURST), budget) - 1
         if self._control_budget < 0:
             raise self._violation(
-                f"a flood of control frames, the last a {_frame_name(frame.kind)} frame "
+                f"a flood of control frames, the last a {frame_name(frame.kind)} frame "
                 f"(more than {CONTROL_FRAME_BURST} at once, {CONTROL_FRAMES_PER_SECOND} a "
                 f"second and {CONTROL_FRAMES_PER_CALL} a call)"
             )
@@ -535,34 +574,34 @@ class Connection:
         return WireViolationError(details, self._method)
 
     def _on_settings(self, frame: _Frame) -> None:
-        if len(frame.payload) % 6 or (frame.flags & _ACK and frame.payload):
+        if len(frame.payload) % 6 or (frame.flags & ACK and frame.payload):
             raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
-        if frame.flags & _ACK:
+        if frame.flags & ACK:
             return
         for offset in range(0, len(frame.payload), 6):
             key, value = struct.unpack_from(">HI", frame.payload, offset)
-            if key == _SETTING_WINDOW:
+            if key == SETTING_WINDOW:
                 self._new_stream_window(value)
-            elif key == _SETTING_MAX_STREAMS:
+            elif key == SETTING_MAX_STREAMS:
                 self._peer_max_streams = value
-            elif key == _SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
-                _LARGEST_FRAME_SETTING
+            elif key == SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
+                LARGEST_FRAME_SETTING
             ):
                 raise self._violation(f"a SETTINGS frame with SETTINGS_MAX_FRAME_SIZE {value}")
-            elif key == _SETTING_ENABLE_PUSH and value != 0:
+            elif key == SETTING_ENABLE_PUSH and value != 0:
                 raise self._violation(f"a SETTINGS frame with SETTINGS_ENABLE_PUSH {value}")
-        self._send(_frame(_SETTINGS, _ACK, 0))
+        self._send(frames.frame(SETTINGS, ACK, 0))
 
     def _new_stream_window(self, value: int) -> None:
         """SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the difference
         (RFC 9113 §6.9.2); past 2^31-1, for the setting or a window, is a connection error."""
-        if value > _MAX_WINDOW:
+        if value > MAX_WINDOW:
             raise self._violation(
                 f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value} (at most 2^31-1)"
             )
         for stream in self._streams.values():
             stream.send_window += value - self._peer_stream_window
-            if stream.send_window > _MAX_WINDOW:
+            if stream.send_window > MAX_WINDOW:
                 raise self._violation(
                     f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value}, which takes "
                     f"the window of {stream.method} past 2^31-1"
@@ -572,13 +611,13 @@ class Connection:
     def _on_ping(self, frame: _Frame) -> None:
         if len(frame.payload) != 8:
             raise self._violation(f"a malformed PING frame ({len(frame.payload)} bytes)")
-        if not frame.flags & _ACK:
-            self._send(_frame(_PING, _ACK, 0, frame.payload))
+        if not frame.flags & ACK:
+            self._send(frames.frame(PING, ACK, 0, frame.payload))
 
     def _on_window_update(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
             raise self._violation(f"a malformed WINDOW_UPDATE frame ({len(frame.payload)} bytes)")
-        increment = int.from_bytes(frame.payload) & _LAST_STREAM_ID
+        increment = int.from_bytes(frame.payload) & LAST_STREAM_ID
         if increment == 0:
             raise self._violation(f"a WINDOW_UPDATE frame of 0 on stream {frame.stream}")
         if frame.stream == 0:
@@ -589,7 +628,7 @@ class Connection:
             window, whose = stream.send_window, f"the window of stream {frame.stream}"
         else:
             return  # a stream that ended: the runtime may not know yet
-        if window > _MAX_WINDOW:
+        if window > MAX_WINDOW:
             raise self._violation(
                 f"a WINDOW_UPDATE frame of {increment} that takes {whose} window past 2^31-1"
             )
@@ -597,32 +636,28 @@ class Connection:
     def _on_goaway(self, frame: _Frame) -> None:
         if len(frame.payload) < 8:
             raise self._violation(f"a malformed GOAWAY frame ({len(frame.payload)} bytes)")
-        last = int.from_bytes(frame.payload[:4]) & _LAST_STREAM_ID
+        last = int.from_bytes(frame.payload[:4]) & LAST_STREAM_ID
         self._going_away = last
         self.broken = "the runtime sent GOAWAY"
         for stream_id, stream in self._streams.items():
             if stream_id > last:
-                stream.end(grpc.StatusCode.UNAVAILABLE, "the runtime is closing the connection")
+                stream.end(UNAVAILABLE, "the runtime is closing the connection")
 
     def _on_reset(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
             raise self._violation(f"a malformed RST_STREAM frame ({len(frame.payload)} bytes)")
         stream = self._streams.get(frame.stream)
         if stream is not None:
-            error = int.from_bytes(frame.payload)
-            code = _RESET_CODES.get(error, grpc.StatusCode.INTERNAL)
             stream.remote_closed = True
-            stream.end(code, f"the runtime reset the stream (HTTP/2 error {error})")
+            stream.end(*grpcwire.reset_status(int.from_bytes(frame.payload)))
 
     def _on_push(self, frame: _Frame) -> None:
         raise self._violation("a PUSH_PROMISE frame, which this client disabled")
 
     def _on_headers(self, frame: _Frame) -> None:
         self._open_stream(frame)
-        payload = _unpadded(frame, self._method)
-        self._block = _HeaderBlock(
-            frame.stream, bytearray(payload), bool(frame.flags & _END_STREAM)
-        )
+        payload = self._unpadded(frame)
+        self._block = _HeaderBlock(frame.stream, bytearray(payload), bool(frame.flags & END_STREAM))
         self._block_grew(frame)
 
     def _open_stream(self, frame: _Frame) -> _Stream:
@@ -630,7 +665,7 @@ class Connection:
         stream = self._streams.get(frame.stream)
         if stream is not None and not stream.remote_closed:
             return stream
-        name = _frame_name(frame.kind)
+        name = frame_name(frame.kind)
         if frame.stream == 0:
             raise self._violation(f"a {name} frame on stream 0")
         if not self._opened(frame.stream):
@@ -658,7 +693,7 @@ class Connection:
         assert block is not None
         if len(block.data) > MAX_HEADER_BLOCK:
             raise self._violation(f"a header block over {MAX_HEADER_BLOCK} bytes")
-        if not frame.flags & _END_HEADERS:
+        if not frame.flags & END_HEADERS:
             return
         self._block = None
         headers = self._decoded(bytes(block.data))
@@ -676,16 +711,15 @@ class Connection:
         known = self._decoded_blocks.get(block)
         if known is not None:
             return known
-        if block and block[0] & 0xE0 == 0x20 and _leading_size_updates(block) > _MAX_SIZE_UPDATES:
+        if block and block[0] & 0xE0 == 0x20 and leading_size_updates(block) > MAX_SIZE_UPDATES:
             raise self._violation(
-                f"a header block opening with more than {_MAX_SIZE_UPDATES} HPACK table size "
-                "updates"
+                f"a header block opening with more than {MAX_SIZE_UPDATES} HPACK table size updates"
             )
         try:
-            headers = dict(self._decoder.decode(block, raw=True))
-        except hpack.HPACKError as error:
+            headers = dict(self._decoder.decode(block))
+        except HPACKError as error:
             raise self._violation(f"a header block HPACK cannot decode ({error})") from None
-        if not _keeps_table(block):
+        if not keeps_table(block):
             self._decoded_blocks.clear()  # decoded under a table that may have changed
             self._memo_bytes = 0
         else:
@@ -720,11 +754,11 @@ class Connection:
         self._unacked += size
         stream.answered = True
         stream.unacked += size
-        stream.pending += _unpadded(frame, stream.method)
+        stream.pending += self._unpadded(frame)
         self._split(stream)
-        if frame.flags & _END_STREAM:
+        if frame.flags & END_STREAM:
             stream.remote_closed = True
-            stream.end(grpc.StatusCode.INTERNAL, "the answer ended without trailers")
+            stream.end(INTERNAL, "the answer ended without trailers")
         self._give_back(frame.stream, stream)
 
     def _split(self, stream: _Stream) -> None:
@@ -739,7 +773,7 @@ class Connection:
             if size > MAX_MESSAGE_BYTES:
                 self.broken = "an oversized message"
                 raise CallFailedError(
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    RESOURCE_EXHAUSTED,
                     f"received message larger than max ({size} vs. {MAX_MESSAGE_BYTES})",
                     stream.method,
                 )
@@ -754,10 +788,10 @@ class Connection:
         """Return read bytes to the runtime's windows once half of one is used."""
         updates = b""
         if self._unacked >= CONNECTION_WINDOW // 2:
-            updates += _frame(_WINDOW_UPDATE, 0, 0, struct.pack(">I", self._unacked))
+            updates += frames.frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4))
             self._unacked = 0
         if stream.status is None and stream.unacked >= STREAM_WINDOW // 2:
-            updates += _frame(_WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.unacked))
+            updates += frames.frame(WINDOW_UPDATE, 0, stream_id, stream.unacked.to_bytes(4))
             stream.unacked = 0
         if updates:
             self._send(updates)
@@ -768,24 +802,24 @@ def _stream_headers(stream: _Stream, headers: dict[bytes, bytes], ends: bool) ->
     stream.answered = True
     if not stream.headers_seen:
         stream.headers_seen = True
-        failure = _http_failure(headers)
+        failure = grpcwire.http_failure(headers)
         if failure is not None:
             stream.end(*failure)
             return
     if ends:
-        stream.end(*_status_of(headers))
+        stream.end(*grpcwire.status_of(headers))
 
 
 _HANDLERS = {
-    _DATA: Connection._on_data,
-    _HEADERS: Connection._on_headers,
-    _RST_STREAM: Connection._on_reset,
-    _SETTINGS: Connection._on_settings,
-    _PUSH_PROMISE: Connection._on_push,
-    _PING: Connection._on_ping,
-    _GOAWAY: Connection._on_goaway,
-    _WINDOW_UPDATE: Connection._on_window_update,
-    _CONTINUATION: Connection._on_continuation,
+    DATA: Connection._on_data,
+    HEADERS: Connection._on_headers,
+    RST_STREAM: Connection._on_reset,
+    SETTINGS: Connection._on_settings,
+    PUSH_PROMISE: Connection._on_push,
+    PING: Connection._on_ping,
+    GOAWAY: Connection._on_goaway,
+    WINDOW_UPDATE: Connection._on_window_update,
+    CONTINUATION: Connection._on_continuation,
 }
 """What each frame type does; PRIORITY and unknown types are ignored (RFC 9113 §5.5)."""
 
@@ -810,10 +844,11 @@ class StreamCall:
         except WireViolationError:
             raise
         except CallFailedError as failure:
-            if failure.code is grpc.StatusCode.DEADLINE_EXCEEDED:
+            if failure.number == DEADLINE_EXCEEDED:
                 return None
             return failure.code, failure.details
-        return state.status
+        code, details = state.status
+        return _STATUS_CODES[code], details
 
     def has_message(self) -> bool:
         """Whether a message was received and not yet taken."""
@@ -826,7 +861,7 @@ class StreamCall:
         while not state.messages:
             if state.status is not None:
                 code, details = state.status
-                if code is grpc.StatusCode.OK:
+                if code == OK:
                     return None
                 raise CallFailedError(code, details, self._method)
             self._connection.read_stream(self._id, None)

@@ -25,7 +25,7 @@ import hpack
 import pytest
 
 from podcache import RuntimeCache
-from podcache.cri import h2wire, http2
+from podcache.cri import http2
 from podcache.cri.caller import SyncCaller
 from podcache.cri.endpoint import parse_endpoint
 from podcache.cri.h2pool import ConnectionPool
@@ -38,6 +38,7 @@ from podcache.cri.http2 import (
     WireViolationError,
 )
 from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.wire.headers import HPACKDecoder, literal
 from podcache.errors import CRIError, RuntimeDeadlineError, RuntimeProtocolError
 from podcache.model import PodList
 from tests.unit.cri.h2fake import (
@@ -584,7 +585,7 @@ def test_a_violation_names_the_frame_the_method_and_the_endpoint(sock_dir: str) 
 # -- item 9: the decode memo ---------------------------------------------------------------------
 def _bare_connection() -> Connection:
     connection = Connection.__new__(Connection)
-    connection._decoder = hpack.Decoder(max_header_list_size=2 * http2.MAX_HEADER_BLOCK)
+    connection._decoder = HPACKDecoder(max_header_list_size=2 * http2.MAX_HEADER_BLOCK)
     connection._decoded_blocks = {}
     connection._memo_bytes = 0
     connection._method = "ListPodSandbox"
@@ -593,7 +594,7 @@ def _bare_connection() -> Connection:
 
 def _padded_block(n: int, value_bytes: int) -> bytes:
     """A block that keeps the table: one literal never indexed, ``x-pad-<n>``."""
-    return h2wire._literal(f"x-pad-{n}", "v" * value_bytes)
+    return literal(f"x-pad-{n}", "v" * value_bytes)
 
 
 def test_the_decode_memo_holds_at_most_its_bound_and_forgets_the_oldest() -> None:
