@@ -11,6 +11,7 @@ how calls on it fail (the callers and ``failures``).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -19,15 +20,11 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
-from podcache.cri.convert import (
-    read_containers,
-    read_sandboxes,
-)
 from podcache.cri.endpoint import Endpoint
-from podcache.cri.eventwire import status_fields
 from podcache.cri.liststream import MAX_STREAMED_MESSAGE_BYTES, STREAMED
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.values import RuntimeVersion
+from podcache.cri.wire.methods import METHODS, SERVICE, path
 
 __all__ = ["MAX_RECEIVE_MESSAGE_BYTES", "channel_options"]
 
@@ -37,15 +34,12 @@ MAX_RECEIVE_MESSAGE_BYTES = 16 * 1024 * 1024
 and the kubelet's."""
 
 
-_SERVICE = "/runtime.v1.RuntimeService/"
-
-
 def _message_limits() -> str:
     """The channel's service config: every RuntimeService method receives at most
     ``MAX_RECEIVE_MESSAGE_BYTES`` a message, the two streaming list calls
     ``MAX_STREAMED_MESSAGE_BYTES`` (gRPC takes the smaller of this and the channel's limit,
     which is so the larger one; a method's own entry wins over its service's)."""
-    service = _SERVICE.strip("/")
+    service = SERVICE.strip("/")
     streamed = [{"service": service, "method": twin} for twin, _, _ in STREAMED.values()]
     return json.dumps(
         {
@@ -97,20 +91,39 @@ _CORE_READY: int = _READY.value[0]
 _CORE_BACKING_OFF: int = _BACKING_OFF.value[0]
 
 
-# Each method's request type and how its answer is decoded. The list answers are read straight
-# from their bytes (convert's C reader), in gRPC's deserializer: bytes that are not a valid
-# message fail the call as any decoding failure does.
+# Each method's request type and how its answer is decoded, from the wire's table
+# (``cri.wire.methods``): the list answers are read straight from their bytes (convert's C
+# reader), and a PodSandboxStatus by eventwire (labels skipped unread), in gRPC's
+# deserializer: bytes that are not a valid message fail the call as any decoding failure does.
+# Version and Status are read by protobuf (``CRIRuntime`` gives their every field).
 _Methods = Mapping[str, tuple[type[Message], Callable[[bytes], object] | None]]
 """Each method's request type and its answer's decoder (None: the answer's bytes)."""
 
+_PROTOBUF_ANSWERS: dict[str, Callable[[bytes], object]] = {
+    "Version": pb.VersionResponse.FromString,
+    "Status": pb.StatusResponse.FromString,
+}
+
+
+def _request_type(method: str) -> type[Message]:
+    request: type[Message] = getattr(pb, METHODS[method].request)
+    return request
+
+
+def _reader(method: str) -> Callable[[bytes], object]:
+    """The decoder of ``method``'s answer: protobuf's, or the table's reader (imported)."""
+    if method in _PROTOBUF_ANSWERS:
+        return _PROTOBUF_ANSWERS[method]
+    named = METHODS[method].reader
+    assert named is not None, f"the table names no reader of {method}"
+    module, _, function = named.partition(":")
+    reader: Callable[[bytes], object] = getattr(importlib.import_module(module), function)
+    return reader
+
 
 _METHODS: dict[str, tuple[type[Message], Callable[[bytes], object]]] = {
-    "Version": (pb.VersionRequest, pb.VersionResponse.FromString),
-    "Status": (pb.StatusRequest, pb.StatusResponse.FromString),
-    "ListPodSandbox": (pb.ListPodSandboxRequest, read_sandboxes),
-    "ListContainers": (pb.ListContainersRequest, read_containers),
-    # Read by eventwire (labels skipped unread), in gRPC's thread, for both getters.
-    "PodSandboxStatus": (pb.PodSandboxStatusRequest, status_fields),
+    method: (_request_type(method), _reader(method))
+    for method in ("Version", "Status", "ListPodSandbox", "ListContainers", "PodSandboxStatus")
 }
 
 
@@ -157,7 +170,7 @@ class _Line:
         self.channel = grpc.insecure_channel(endpoint.target, options=channel_options(endpoint))
         self.rpcs: dict[str, grpc.UnaryUnaryMultiCallable[Any, Any]] = {
             method: self.channel.unary_unary(
-                _SERVICE + method,
+                path(method),
                 request_serializer=request.SerializeToString,
                 response_deserializer=decode,
             )
@@ -165,7 +178,7 @@ class _Line:
         }
         self.streams: dict[str, grpc.UnaryStreamMultiCallable[Any, Any]] = {
             twin: self.channel.unary_stream(
-                _SERVICE + twin,
+                path(twin),
                 request_serializer=request.SerializeToString,
                 response_deserializer=None,  # each message's bytes, read by the getter
             )
@@ -191,7 +204,7 @@ class _AsyncLine:
         self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
         self.rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {
             method: self.channel.unary_unary(
-                _SERVICE + method,
+                path(method),
                 request_serializer=request.SerializeToString,
                 response_deserializer=decode,
             )

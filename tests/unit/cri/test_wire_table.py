@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from podcache.cri.channels import _METHODS, _PROTOBUF_ANSWERS
+from podcache.cri.liststream import STREAMED
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION, _list_requests
 from podcache.cri.wire import frames, grpcwire, protobuf
@@ -105,3 +107,18 @@ def test_a_frames_padding_must_fit_it() -> None:
     flags = frames.PRIORITY_FLAG
     with pytest.raises(frames.FrameError, match="too short for its priority"):
         frames.unpadded(frames.HEADERS, flags, b"\x00\x00\x00")
+
+
+def test_grpcios_methods_are_rows_of_the_table() -> None:
+    """grpcio's channels call only methods of the table, with its request types; the list
+    answers and statuses are read by its readers."""
+    for method, (request, reader) in _METHODS.items():
+        row = METHODS[method]
+        assert request.DESCRIPTOR.name == row.request
+        if method not in _PROTOBUF_ANSWERS:  # Version and Status: protobuf's, every field
+            assert row.reader is not None
+            module, _, name = row.reader.partition(":")
+            assert reader is getattr(importlib.import_module(module), name)
+    for twin, request, _ in STREAMED.values():
+        assert METHODS[twin].streaming
+        assert request.DESCRIPTOR.name == METHODS[twin].request

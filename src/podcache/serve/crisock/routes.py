@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.wire.methods import SERVICE
 
 __all__ = [
     "CRI_SERVICES",
@@ -47,7 +48,7 @@ class Route(enum.Enum):
 CRI_SERVICES = ("runtime.v1.RuntimeService", "runtime.v1.ImageService")
 """The services the socket speaks; their methods are allowed by ``READ_ONLY`` or denied."""
 
-_RUNTIME = "/runtime.v1.RuntimeService/"
+_RUNTIME = SERVICE
 _IMAGE = "/runtime.v1.ImageService/"
 
 READ_ONLY: Mapping[str, Route] = MappingProxyType(
