@@ -57,11 +57,12 @@ from podcache.cri.liststream import (
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION
 from podcache.cri.values import RuntimeVersion, _version_from
+from podcache.cri.wire.protobuf import events_request, status_request
 from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 
 __all__ = ["Invoke", "SyncCaller"]
 
-_EVENTS_REQUEST = pb.GetEventsRequest().SerializeToString()
+_EVENTS_REQUEST = events_request()
 
 _R = TypeVar("_R")
 
@@ -251,10 +252,7 @@ class SyncCaller:
         a thread hand-off and a gRPC completion each (docs/architecture.md §5). A failure of
         the connection is every call's."""
         self.check_open()
-        wire = [
-            ("PodSandboxStatus", pb.PodSandboxStatusRequest(pod_sandbox_id=s).SerializeToString())
-            for s in sandbox_ids
-        ]
+        wire = [("PodSandboxStatus", status_request(s)) for s in sandbox_ids]
         began = time.monotonic()
         try:
             outcomes = self._pool.call_each(wire, self._timeout)

@@ -83,35 +83,6 @@ from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.diagnosis import _connect as _connected
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.wire import frames, grpcwire
-from podcache.cri.wire.frames import (
-    ACK,
-    CONNECTION_KINDS,
-    CONTINUATION,
-    DATA,
-    DEFAULT_WINDOW,
-    END_HEADERS,
-    END_STREAM,
-    GOAWAY,
-    HEADERS,
-    LARGEST_FRAME_SETTING,
-    LAST_STREAM_ID,
-    MAX_WINDOW,
-    PING,
-    PREFACE,
-    PRIORITY,
-    PUSH_PROMISE,
-    RST_STREAM,
-    SETTING_ENABLE_PUSH,
-    SETTING_MAX_FRAME,
-    SETTING_MAX_HEADER_LIST,
-    SETTING_MAX_STREAMS,
-    SETTING_WINDOW,
-    SETTINGS,
-    STREAM_KINDS,
-    WINDOW_UPDATE,
-    FrameError,
-    frame_name,
-)
 from podcache.cri.wire.grpcwire import (
     CANCELLED,
     DEADLINE_EXCEEDED,
@@ -243,7 +214,7 @@ class _Stream:
 
     method: str
     unary: bool = False
-    send_window: int = DEFAULT_WINDOW
+    send_window: int = frames.DEFAULT_WINDOW
     headers_seen: bool = False
     pending: bytearray = field(default_factory=bytearray)
     messages: deque[bytes] = field(default_factory=deque)
@@ -287,9 +258,9 @@ class Connection:
         self._next_id = 1
         self._streams: dict[int, _Stream] = {}
         self._block: _HeaderBlock | None = None
-        self._send_window = DEFAULT_WINDOW
-        self._peer_stream_window = DEFAULT_WINDOW
-        self._peer_max_streams = LAST_STREAM_ID
+        self._send_window = frames.DEFAULT_WINDOW
+        self._peer_stream_window = frames.DEFAULT_WINDOW
+        self._peer_max_streams = frames.LAST_STREAM_ID
         self._unacked = 0
         self._going_away: int | None = None
         self._cancelled = False
@@ -303,18 +274,18 @@ class Connection:
         self.broken: str | None = None
         """Why the connection may not be used again (None: it may)."""
         ours = frames.settings(
-            (SETTING_ENABLE_PUSH, 0),
-            (SETTING_WINDOW, STREAM_WINDOW),
-            (SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
+            (frames.SETTING_ENABLE_PUSH, 0),
+            (frames.SETTING_WINDOW, STREAM_WINDOW),
+            (frames.SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
         )
-        grow = (CONNECTION_WINDOW - DEFAULT_WINDOW).to_bytes(4)
+        grow = (CONNECTION_WINDOW - frames.DEFAULT_WINDOW).to_bytes(4)
         if connect_timeout is not None:
             self._deadline = time.monotonic() + connect_timeout
         try:
             self._send(
-                PREFACE
-                + frames.frame(SETTINGS, 0, 0, ours)
-                + frames.frame(WINDOW_UPDATE, 0, 0, grow)
+                frames.PREFACE
+                + frames.frame(frames.SETTINGS, 0, 0, ours)
+                + frames.frame(frames.WINDOW_UPDATE, 0, 0, grow)
             )
         except CallFailedError:
             self._sock.close()
@@ -385,7 +356,7 @@ class Connection:
         caller), or, when the runtime's windows do not take the message yet, ``out`` and the
         headers sent now and the message once a WINDOW_UPDATE made room. Its stream ID."""
         self._method = method
-        if self._next_id > LAST_STREAM_ID or self._going_away is not None:
+        if self._next_id > frames.LAST_STREAM_ID or self._going_away is not None:
             raise CallFailedError(UNAVAILABLE, "the connection is used up", method)
         stream_id = self._next_id
         self._next_id += 2
@@ -400,7 +371,7 @@ class Connection:
         message = grpcwire.message(body)
         if len(block) > MAX_FRAME_BYTES or len(message) > MAX_FRAME_BYTES:
             raise ValueError(f"the request of {method} does not fit one frame")
-        out += frames.frame(HEADERS, END_HEADERS, stream_id, block)
+        out += frames.frame(frames.HEADERS, frames.END_HEADERS, stream_id, block)
         if len(message) > min(self._send_window, stream.send_window):
             self._send(bytes(out))
             out.clear()
@@ -410,7 +381,7 @@ class Connection:
                 self._take(self._next_frame(self._deadline))
         self._send_window -= len(message)
         stream.send_window -= len(message)
-        out += frames.frame(DATA, END_STREAM, stream_id, message)
+        out += frames.frame(frames.DATA, frames.END_STREAM, stream_id, message)
         return stream_id
 
     def _send(self, data: bytes) -> None:
@@ -495,7 +466,7 @@ class Connection:
                 end = start + 9 + length
                 if len(inbox) >= end:
                     self._start = end
-                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & LAST_STREAM_ID
+                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & frames.LAST_STREAM_ID
                     payload = bytes(inbox[start + 9 : end])
                     return _Frame(inbox[start + 3], inbox[start + 4], stream, payload)
             if start >= _COMPACT_AT or start == len(inbox):
@@ -525,20 +496,22 @@ class Connection:
         on. A DATA frame with a payload (an answer's bytes: the hot path) is checked by its
         handler alone, against the streams this client opened."""
         kind = frame.kind
-        if self._block is not None and kind != CONTINUATION:
-            raise self._violation(f"a header block interrupted by a {frame_name(kind)} frame")
-        if kind == DATA and frame.payload:
+        if self._block is not None and kind != frames.CONTINUATION:
+            raise self._violation(
+                f"a header block interrupted by a {frames.frame_name(kind)} frame"
+            )
+        if kind == frames.DATA and frame.payload:
             self._on_data(frame)
             return
         self._spend(frame)
         if frame.stream == 0:
-            if kind in STREAM_KINDS:
-                raise self._violation(f"a {frame_name(kind)} frame on stream 0")
-        elif kind in CONNECTION_KINDS:
-            raise self._violation(f"a {frame_name(kind)} frame on stream {frame.stream}")
-        elif kind != PRIORITY and not self._opened(frame.stream):
+            if kind in frames.STREAM_KINDS:
+                raise self._violation(f"a {frames.frame_name(kind)} frame on stream 0")
+        elif kind in frames.CONNECTION_KINDS:
+            raise self._violation(f"a {frames.frame_name(kind)} frame on stream {frame.stream}")
+        elif kind != frames.PRIORITY and not self._opened(frame.stream):
             raise self._violation(
-                f"a {frame_name(kind)} frame on stream {frame.stream}, "
+                f"a {frames.frame_name(kind)} frame on stream {frame.stream}, "
                 "which this client never opened"
             )
         handler = _HANDLERS.get(kind)
@@ -553,7 +526,7 @@ class Connection:
         """A DATA or HEADERS payload without its padding (a violation when it does not fit)."""
         try:
             return frames.unpadded(frame.kind, frame.flags, frame.payload)
-        except FrameError as error:
+        except frames.FrameError as error:
             raise self._violation(str(error)) from None
 
     def _spend(self, frame: _Frame) -> None:
@@ -564,7 +537,7 @@ class Connection:
         self._control_budget = min(float(CONTROL_FRAME_BURST), budget) - 1
         if self._control_budget < 0:
             raise self._violation(
-                f"a flood of control frames, the last a {frame_name(frame.kind)} frame "
+                f"a flood of control frames, the last a {frames.frame_name(frame.kind)} frame "
                 f"(more than {CONTROL_FRAME_BURST} at once, {CONTROL_FRAMES_PER_SECOND} a "
                 f"second and {CONTROL_FRAMES_PER_CALL} a call)"
             )
@@ -574,34 +547,34 @@ class Connection:
         return WireViolationError(details, self._method)
 
     def _on_settings(self, frame: _Frame) -> None:
-        if len(frame.payload) % 6 or (frame.flags & ACK and frame.payload):
+        if len(frame.payload) % 6 or (frame.flags & frames.ACK and frame.payload):
             raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
-        if frame.flags & ACK:
+        if frame.flags & frames.ACK:
             return
         for offset in range(0, len(frame.payload), 6):
             key, value = struct.unpack_from(">HI", frame.payload, offset)
-            if key == SETTING_WINDOW:
+            if key == frames.SETTING_WINDOW:
                 self._new_stream_window(value)
-            elif key == SETTING_MAX_STREAMS:
+            elif key == frames.SETTING_MAX_STREAMS:
                 self._peer_max_streams = value
-            elif key == SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
-                LARGEST_FRAME_SETTING
+            elif key == frames.SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
+                frames.LARGEST_FRAME_SETTING
             ):
                 raise self._violation(f"a SETTINGS frame with SETTINGS_MAX_FRAME_SIZE {value}")
-            elif key == SETTING_ENABLE_PUSH and value != 0:
+            elif key == frames.SETTING_ENABLE_PUSH and value != 0:
                 raise self._violation(f"a SETTINGS frame with SETTINGS_ENABLE_PUSH {value}")
-        self._send(frames.frame(SETTINGS, ACK, 0))
+        self._send(frames.frame(frames.SETTINGS, frames.ACK, 0))
 
     def _new_stream_window(self, value: int) -> None:
         """SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the difference
         (RFC 9113 §6.9.2); past 2^31-1, for the setting or a window, is a connection error."""
-        if value > MAX_WINDOW:
+        if value > frames.MAX_WINDOW:
             raise self._violation(
                 f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value} (at most 2^31-1)"
             )
         for stream in self._streams.values():
             stream.send_window += value - self._peer_stream_window
-            if stream.send_window > MAX_WINDOW:
+            if stream.send_window > frames.MAX_WINDOW:
                 raise self._violation(
                     f"a SETTINGS frame with SETTINGS_INITIAL_WINDOW_SIZE {value}, which takes "
                     f"the window of {stream.method} past 2^31-1"
@@ -611,13 +584,13 @@ class Connection:
     def _on_ping(self, frame: _Frame) -> None:
         if len(frame.payload) != 8:
             raise self._violation(f"a malformed PING frame ({len(frame.payload)} bytes)")
-        if not frame.flags & ACK:
-            self._send(frames.frame(PING, ACK, 0, frame.payload))
+        if not frame.flags & frames.ACK:
+            self._send(frames.frame(frames.PING, frames.ACK, 0, frame.payload))
 
     def _on_window_update(self, frame: _Frame) -> None:
         if len(frame.payload) != 4:
             raise self._violation(f"a malformed WINDOW_UPDATE frame ({len(frame.payload)} bytes)")
-        increment = int.from_bytes(frame.payload) & LAST_STREAM_ID
+        increment = int.from_bytes(frame.payload) & frames.LAST_STREAM_ID
         if increment == 0:
             raise self._violation(f"a WINDOW_UPDATE frame of 0 on stream {frame.stream}")
         if frame.stream == 0:
@@ -628,7 +601,7 @@ class Connection:
             window, whose = stream.send_window, f"the window of stream {frame.stream}"
         else:
             return  # a stream that ended: the runtime may not know yet
-        if window > MAX_WINDOW:
+        if window > frames.MAX_WINDOW:
             raise self._violation(
                 f"a WINDOW_UPDATE frame of {increment} that takes {whose} window past 2^31-1"
             )
@@ -636,7 +609,7 @@ class Connection:
     def _on_goaway(self, frame: _Frame) -> None:
         if len(frame.payload) < 8:
             raise self._violation(f"a malformed GOAWAY frame ({len(frame.payload)} bytes)")
-        last = int.from_bytes(frame.payload[:4]) & LAST_STREAM_ID
+        last = int.from_bytes(frame.payload[:4]) & frames.LAST_STREAM_ID
         self._going_away = last
         self.broken = "the runtime sent GOAWAY"
         for stream_id, stream in self._streams.items():
@@ -657,7 +630,9 @@ class Connection:
     def _on_headers(self, frame: _Frame) -> None:
         self._open_stream(frame)
         payload = self._unpadded(frame)
-        self._block = _HeaderBlock(frame.stream, bytearray(payload), bool(frame.flags & END_STREAM))
+        self._block = _HeaderBlock(
+            frame.stream, bytearray(payload), bool(frame.flags & frames.END_STREAM)
+        )
         self._block_grew(frame)
 
     def _open_stream(self, frame: _Frame) -> _Stream:
@@ -665,7 +640,7 @@ class Connection:
         stream = self._streams.get(frame.stream)
         if stream is not None and not stream.remote_closed:
             return stream
-        name = frame_name(frame.kind)
+        name = frames.frame_name(frame.kind)
         if frame.stream == 0:
             raise self._violation(f"a {name} frame on stream 0")
         if not self._opened(frame.stream):
@@ -693,7 +668,7 @@ class Connection:
         assert block is not None
         if len(block.data) > MAX_HEADER_BLOCK:
             raise self._violation(f"a header block over {MAX_HEADER_BLOCK} bytes")
-        if not frame.flags & END_HEADERS:
+        if not frame.flags & frames.END_HEADERS:
             return
         self._block = None
         headers = self._decoded(bytes(block.data))
@@ -756,7 +731,7 @@ class Connection:
         stream.unacked += size
         stream.pending += self._unpadded(frame)
         self._split(stream)
-        if frame.flags & END_STREAM:
+        if frame.flags & frames.END_STREAM:
             stream.remote_closed = True
             stream.end(INTERNAL, "the answer ended without trailers")
         self._give_back(frame.stream, stream)
@@ -788,10 +763,10 @@ class Connection:
         """Return read bytes to the runtime's windows once half of one is used."""
         updates = b""
         if self._unacked >= CONNECTION_WINDOW // 2:
-            updates += frames.frame(WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4))
+            updates += frames.frame(frames.WINDOW_UPDATE, 0, 0, self._unacked.to_bytes(4))
             self._unacked = 0
         if stream.status is None and stream.unacked >= STREAM_WINDOW // 2:
-            updates += frames.frame(WINDOW_UPDATE, 0, stream_id, stream.unacked.to_bytes(4))
+            updates += frames.frame(frames.WINDOW_UPDATE, 0, stream_id, stream.unacked.to_bytes(4))
             stream.unacked = 0
         if updates:
             self._send(updates)
@@ -811,15 +786,15 @@ def _stream_headers(stream: _Stream, headers: dict[bytes, bytes], ends: bool) ->
 
 
 _HANDLERS = {
-    DATA: Connection._on_data,
-    HEADERS: Connection._on_headers,
-    RST_STREAM: Connection._on_reset,
-    SETTINGS: Connection._on_settings,
-    PUSH_PROMISE: Connection._on_push,
-    PING: Connection._on_ping,
-    GOAWAY: Connection._on_goaway,
-    WINDOW_UPDATE: Connection._on_window_update,
-    CONTINUATION: Connection._on_continuation,
+    frames.DATA: Connection._on_data,
+    frames.HEADERS: Connection._on_headers,
+    frames.RST_STREAM: Connection._on_reset,
+    frames.SETTINGS: Connection._on_settings,
+    frames.PUSH_PROMISE: Connection._on_push,
+    frames.PING: Connection._on_ping,
+    frames.GOAWAY: Connection._on_goaway,
+    frames.WINDOW_UPDATE: Connection._on_window_update,
+    frames.CONTINUATION: Connection._on_continuation,
 }
 """What each frame type does; PRIORITY and unknown types are ignored (RFC 9113 §5.5)."""
 

@@ -62,25 +62,6 @@ from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
 from podcache.cri.wire import frames, grpcwire
-from podcache.cri.wire.frames import (
-    ACK,
-    CONTINUATION,
-    DATA,
-    DEFAULT_WINDOW,
-    END_HEADERS,
-    END_STREAM,
-    HEADERS,
-    PING,
-    PREFACE,
-    PRIORITY,
-    SETTING_ENABLE_PUSH,
-    SETTING_MAX_HEADER_LIST,
-    SETTING_MAX_STREAMS,
-    SETTING_WINDOW,
-    SETTINGS,
-    WINDOW_UPDATE,
-    frame,
-)
 from podcache.cri.wire.headers import HPACKDecoder, grpc_timeout, request_headers
 from podcache.cri.wire.methods import path
 from podcache.cri.wire.protobuf import (
@@ -211,13 +192,15 @@ class _Connection:
         self._next_id = 1
         self._max_streams = BATCH
         ours = frames.settings(
-            (SETTING_ENABLE_PUSH, 0),
-            (SETTING_WINDOW, WINDOW),
-            (SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
+            (frames.SETTING_ENABLE_PUSH, 0),
+            (frames.SETTING_WINDOW, WINDOW),
+            (frames.SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
         )
-        grow = (WINDOW - DEFAULT_WINDOW).to_bytes(4)
+        grow = (WINDOW - frames.DEFAULT_WINDOW).to_bytes(4)
         self._out = bytearray(
-            PREFACE + frame(SETTINGS, 0, 0, ours) + frame(WINDOW_UPDATE, 0, 0, grow)
+            frames.PREFACE
+            + frames.frame(frames.SETTINGS, 0, 0, ours)
+            + frames.frame(frames.WINDOW_UPDATE, 0, 0, grow)
         )
 
     def _timed(self) -> None:
@@ -302,8 +285,8 @@ class _Connection:
         self._next_id += 2
         block = request_headers(path(method), self._authority)
         block += grpc_timeout(self._deadline - time.monotonic())
-        self._out += frame(HEADERS, END_HEADERS, stream, block)
-        self._out += frame(DATA, END_STREAM, stream, grpcwire.message(body))
+        self._out += frames.frame(frames.HEADERS, frames.END_HEADERS, stream, block)
+        self._out += frames.frame(frames.DATA, frames.END_STREAM, stream, grpcwire.message(body))
         return stream
 
     def _flush(self) -> None:
@@ -358,16 +341,16 @@ class _Connection:
         """Read one frame (a whole header block) and act on it (``batch``: the calls whose
         answers may come; a frame of any other stream is an error)."""
         kind, flags, stream, payload = self._frame()
-        if kind == SETTINGS:
-            if not flags & ACK:
+        if kind == frames.SETTINGS:
+            if not flags & frames.ACK:
                 self._settings(payload)
-        elif kind == PING:
-            if not flags & ACK:
-                self._out += frame(PING, ACK, 0, payload)
+        elif kind == frames.PING:
+            if not flags & frames.ACK:
+                self._out += frames.frame(frames.PING, frames.ACK, 0, payload)
                 self._flush()
-        elif kind in (WINDOW_UPDATE, PRIORITY):
+        elif kind in (frames.WINDOW_UPDATE, frames.PRIORITY):
             return
-        elif kind in (HEADERS, DATA) and stream in batch.streams:
+        elif kind in (frames.HEADERS, frames.DATA) and stream in batch.streams:
             call = batch.streams[stream]
             if call.status is not None:
                 raise _UnexpectedAnswerError(f"a frame on stream {stream} after its trailers")
@@ -384,35 +367,35 @@ class _Connection:
             raise _UnexpectedAnswerError("a malformed SETTINGS frame")
         for pos in range(0, len(payload), 6):
             key, value = struct.unpack_from(">HI", payload, pos)
-            if key == SETTING_MAX_STREAMS:
+            if key == frames.SETTING_MAX_STREAMS:
                 self._max_streams = min(self._max_streams, value)
-        self._out += frame(SETTINGS, ACK, 0)
+        self._out += frames.frame(frames.SETTINGS, frames.ACK, 0)
         self._flush()
 
     def _on_stream(self, kind: int, flags: int, payload: bytes, call: _Call) -> None:
         payload = frames.unpadded(kind, flags, payload)
-        if kind == DATA:
+        if kind == frames.DATA:
             if not call.headers_seen or call.status is not None:
                 raise _UnexpectedAnswerError("DATA outside an answer")
             call.body += payload
             if len(call.body) > MAX_MESSAGE_BYTES + 5:
                 raise _UnexpectedAnswerError("an answer over the receive limit")
-            if flags & END_STREAM:
+            if flags & frames.END_STREAM:
                 raise _UnexpectedAnswerError("an answer without trailers")
             return
         block = bytearray(payload)
-        while not flags & END_HEADERS:
+        while not flags & frames.END_HEADERS:
             try:
                 kind, flags, _, more = self._frame()
             except _NotYet:  # the block's start is taken: the connection cannot go on
                 raise _UnexpectedAnswerError("a header block cut short by a wait") from None
-            if kind != CONTINUATION:
+            if kind != frames.CONTINUATION:
                 raise _UnexpectedAnswerError("a header block cut short")
             block += more
             if len(block) > MAX_HEADER_BLOCK:
                 raise _UnexpectedAnswerError("a header block over its bound")
         headers = dict(self._decoder.decode(bytes(block)))
-        _headers(call, headers, bool(flags & END_STREAM))
+        _headers(call, headers, bool(flags & frames.END_STREAM))
 
 
 def _headers(call: _Call, headers: dict[bytes, bytes], ends: bool) -> None:
