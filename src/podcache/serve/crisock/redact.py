@@ -31,9 +31,11 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from podcache.cri.wire.methods import path
+
 __all__ = ["CONTAINER_STATUS", "REDACTED", "answer_rewrites", "redact_container_status"]
 
-CONTAINER_STATUS = "/runtime.v1.RuntimeService/ContainerStatus"
+CONTAINER_STATUS = path("ContainerStatus")
 
 REDACTED = "<redacted>"
 """What stands for each value taken out."""

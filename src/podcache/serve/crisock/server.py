@@ -42,6 +42,7 @@ from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES
 from podcache.cri.convert import split_items
 from podcache.cri.eventstream import NO_EVENTS
 from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.wire.methods import SERVICE
 from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
 from podcache.model import PodList
@@ -142,7 +143,7 @@ def _containers(pods: PodList, items: WireItems, request: Any) -> bytes | None:
     return containers_answer(pods, items, request.filter)
 
 
-_LIST = "/runtime.v1.RuntimeService/"
+_LIST = SERVICE
 _EVENTS = _LIST + "GetContainerEvents"
 _LISTS: dict[str, tuple[type[Any], Callable[[PodList, WireItems, Any], bytes | None], str]] = {
     _LIST + "ListPodSandbox": (pb.ListPodSandboxRequest, _sandboxes, _LIST + "ListPodSandbox"),
