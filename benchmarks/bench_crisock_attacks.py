@@ -14,6 +14,8 @@ in its own process, 100 pods):
 - ``slots`` (finding 2): 300 ``PodSandboxStatus`` with distinct IDs, the simulator answering
   every call in 2 s (the victim's list is the cache's: the runtime is never asked for it).
 - ``silent`` (finding 6): 1,100 connections that send nothing, each made again as it closes.
+- ``list``: no attack; 1,000 pods, and the victim asks ``ListContainers`` unfiltered on one
+  connection kept open (the relay's cost on a large answer; bodies compared item by item).
 
 Reported per attack and tree: the victim's calls, non-OK answers, answers whose bytes differ
 from the runtime's own (asked directly before the attack), and the latency's median, p99 and
@@ -56,10 +58,10 @@ def _raw(channel: grpc.Channel, method: str) -> Any:
 
 
 @contextmanager
-def simulator(latency: float) -> Iterator[str]:
+def simulator(latency: float, pods: int = PODS) -> Iterator[str]:
     """``podcache sim`` in its own process (this checkout's); its endpoint."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", _SIM, "--pods", str(PODS), "--latency", str(latency)],
+        [sys.executable, "-c", _SIM, "--pods", str(pods), "--latency", str(latency)],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -219,15 +221,21 @@ ATTACKS: dict[str, Callable[[str, threading.Event], Any]] = {
 }
 
 
-def victim(path: str, request: bytes, expected: bytes, seconds: float) -> dict[str, float]:
+def _items(answer: bytes) -> list[bytes]:
+    listed = pb.ListContainersResponse.FromString(answer).containers
+    return sorted(item.SerializeToString(deterministic=True) for item in listed)
+
+
+def victim(
+    ask: Callable[[], bytes], same: Callable[[bytes], bool], seconds: float
+) -> dict[str, float]:
     latencies: list[float] = []
     failed = differ = 0
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         started = time.perf_counter()
         try:
-            answer = _ask(path, request, DEADLINE)
-            differ += answer != expected
+            differ += not same(ask())
         except grpc.RpcError:
             failed += 1
         latencies.append((time.perf_counter() - started) * 1000)
@@ -242,7 +250,29 @@ def victim(path: str, request: bytes, expected: bytes, seconds: float) -> dict[s
     }
 
 
+def run_list(tree: Tree, seconds: float) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as scratch, simulator(0, 1000) as ep:
+        path = f"{scratch}/cri.sock"
+        request = pb.ListContainersRequest().SerializeToString()
+        expected = _items(_ask(ep.removeprefix("unix://"), request, 30.0, "ListContainers"))
+        with served(tree, ep, path):
+            channel = grpc.insecure_channel(
+                f"unix://{path}", [("grpc.use_local_subchannel_pool", 1)]
+            )
+            method = _raw(channel, "ListContainers")
+            try:
+                return victim(
+                    lambda: method(request, timeout=DEADLINE),
+                    lambda answer: _items(answer) == expected,
+                    seconds,
+                )
+            finally:
+                channel.close()
+
+
 def run(tree: Tree, attack: str, seconds: float) -> dict[str, float]:
+    if attack == "list":
+        return run_list(tree, seconds)
     with tempfile.TemporaryDirectory() as scratch, simulator(2.0 if attack == "slots" else 0) as ep:
         os.chmod(scratch, 0o700)
         path = f"{scratch}/cri.sock"
@@ -256,14 +286,18 @@ def run(tree: Tree, attack: str, seconds: float) -> dict[str, float]:
         with served(tree, ep, path):
             stop = threading.Event()
             with ATTACKS[attack](path, stop):
-                return victim(path, request.SerializeToString(), expected, seconds)
+                return victim(
+                    lambda: _ask(path, request.SerializeToString(), DEADLINE),
+                    lambda answer: answer == expected,
+                    seconds,
+                )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baseline", default="f9bf559")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--attacks", default="none,streams,slots,silent")
+    parser.add_argument("--attacks", default="none,streams,slots,silent,list")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     trees = [this_tree(), tree_at(args.baseline, args.baseline)]

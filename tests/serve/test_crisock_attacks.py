@@ -266,11 +266,19 @@ def test_metadata_is_refused_past_64_kib_every_time(
 
 
 # -- finding 6: a connection that says nothing is closed ---------------------------------------
-@pytest.mark.parametrize("says", [b"", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"])
-def test_a_connection_that_sends_no_settings_is_closed(served: Served, says: bytes) -> None:
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "says",
+    [b"", _PREFACE, _PREFACE + _frame(4, 0, 0, b"") + _frame(4, 1, 0, b"")],
+    ids=["nothing", "preface", "settings"],
+)
+def test_a_connection_that_makes_no_call_is_closed(served: Served, says: bytes) -> None:
     peer = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
-    # The property is a deadline: 5 s. gRPC's own bound was its SETTINGS acknowledgement
-    # timeout, 60 s (closed "after about 60 s", issue 38); 30 s tells the two apart.
+    # The property is a deadline: 5 s. gRPC's own bounds were its SETTINGS acknowledgement
+    # timeout, 60 s (closed "after about 60 s", issue 38), and its idle bound once SETTINGS
+    # came (67.5-82.5 s); 30 s tells them apart.
     peer.settimeout(30.0)
     try:
         peer.connect(served.path)
@@ -358,3 +366,57 @@ def test_serve_stops_cleanly_with_streams_that_are_never_read(
     reader.close()
     assert server.returncode == 0, server.stderr
     assert "Traceback" not in server.stderr and "ERROR" not in server.stderr, server.stderr
+
+
+def _called(path: str, method: str) -> sockets.socket:
+    """A connection that completed one call of ``method`` (an empty request) and stays open,
+    idle: it read until the server's END_STREAM on its stream."""
+    peer = _never_reading(path, method, 1)
+    peer.settimeout(SAFETY)
+    received = b""
+    while True:
+        while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
+            length, kind, flags = int.from_bytes(received[:3], "big"), received[3], received[4]
+            received = received[9 + length :]
+            if kind in (0, 1) and flags & 1:  # DATA or HEADERS ending the stream
+                return peer
+        chunk = peer.recv(65536)
+        assert chunk, "closed before the call completed"
+        received += chunk
+
+
+def _ends(peer: sockets.socket) -> bool:
+    """Whether the server closes ``peer`` (what it sent before is read and dropped)."""
+    while peer.recv(65536):
+        pass
+    return True
+
+
+def _closed(served: Served, reason: str) -> float:
+    return _metric(served, "podcache_cri_connections_closed_total", f'{{reason="{reason}"}}')
+
+
+def test_at_the_connection_bound_the_connection_idle_longest_makes_room(
+    served: Served, sim: SimRuntime
+) -> None:
+    subscriber = _Subscriber(served.path)  # a call in flight: never the one closed
+    idle: list[sockets.socket] = []
+    try:
+        until(lambda: _subscribers(served) >= 1)
+        evicted, unused = _closed(served, "evicted"), _closed(served, "unused")
+        for _ in range(1024):  # with the subscriber's, past the bound of 1,024
+            idle.append(_called(served.path, _RS + "Version"))
+        assert _closed(served, "evicted") >= evicted + 1  # the idle longest, for the last
+        answers = _victim_answers(served, sim, 3)  # a new connection: room made again
+        assert all(len(pb.ListPodSandboxResponse.FromString(a).items) == 1 for a in answers)
+        assert _closed(served, "evicted") >= evicted + 2
+        assert _closed(served, "unused") == unused  # they completed a call: evicted only
+        assert _ends(idle[0])  # the oldest idle one was closed
+        idle[-1].setblocking(False)
+        with pytest.raises(BlockingIOError):  # the newest is open, nothing to read
+            idle[-1].recv(1)
+        assert subscriber.end is None
+    finally:
+        for peer in idle:
+            peer.close()
+        subscriber.close()

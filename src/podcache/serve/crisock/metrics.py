@@ -30,7 +30,19 @@ def _by_method(name: str, help_text: str, table: dict[str, int]) -> Metric:
 
 
 def _load(socket: CRISocket) -> Iterator[Metric]:
-    """What the socket is doing now: calls in flight, calls waiting for an upstream slot."""
+    """What the socket is doing now: calls in flight, calls waiting for an upstream slot; the
+    connections its relay closed, by reason."""
+    relay = socket.relay
+    closed = CounterMetricFamily(
+        "podcache_cri_connections_closed",
+        "Connections the CRI socket closed: evicted (idle longest, for a new one at the "
+        "connection bound), refused (at the bound, none idle), unused (no call in its first "
+        "seconds).",
+        labels=["reason"],
+    )
+    for reason in ("evicted", "refused", "unused"):
+        closed.add_metric([reason], 0 if relay is None else getattr(relay, reason))
+    yield closed
     yield GaugeMetricFamily(
         "podcache_cri_calls_in_flight",
         "Calls the CRI socket is answering now (streams included), over all connections.",

@@ -15,8 +15,10 @@ Each method of the two CRI services is answered as ``routes.READ_ONLY`` says, or
   environment values are redacted on the way (``redact``).
 - GetContainerEvents: ``fanout.EventHub``.
 
-Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. A unix socket is created
-mode 0600 (umask held during bind), then given ``mode`` and ``group``. Deliberately not
+Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. gRPC listens on a private
+socket (a directory of mode 0700); each ``--cri-listen`` socket is podcache's, its connections
+relayed to gRPC (``relay``). A unix socket is created mode 0600 (umask held during bind), then
+given ``mode`` and ``group``. Deliberately not
 here: the allow-list (``routes``), the answers' rules (``lists``, ``forward``, ``fanout``).
 """
 
@@ -27,6 +29,9 @@ import concurrent.futures
 import contextlib
 import grp
 import os
+import shutil
+import socket
+import tempfile
 import threading
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -57,6 +62,7 @@ from podcache.serve.crisock.lists import (
     sandboxes_answer,
 )
 from podcache.serve.crisock.redact import answer_rewrites
+from podcache.serve.crisock.relay import Relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.unixsocket import BoundSocket, claim_socket_path
 
@@ -79,7 +85,8 @@ class CRILimits:
     """The socket's bounds, matched to the HTTP side's (docs/architecture.md §5 and §10)."""
 
     max_connections: int = 1024
-    """Connections at once (``--max-connections``); gRPC refuses more."""
+    """Connections at once (the relay's): at the bound, the one idle longest is closed to admit
+    a new one."""
     max_calls: int = 1024
     """Calls at once over all connections; one more answers RESOURCE_EXHAUSTED."""
     max_streams_per_connection: int = 100
@@ -94,8 +101,8 @@ class CRILimits:
     """A connection without calls this long is closed (``--idle-timeout``; gRPC draws each
     connection's bound within 10% of it)."""
     handshake_seconds: float = 5.0
-    """A connection whose HTTP/2 SETTINGS have not come this long after it was accepted is
-    closed (``grpc.server_handshake_timeout_ms``)."""
+    """A connection with no call completed and none open this long after it was accepted is
+    closed (the relay's rule 2; gRPC's ``grpc.server_handshake_timeout_ms`` too)."""
     max_event_streams: int = 64
     """GetContainerEvents subscribers at once (``EventHub.max_clients``)."""
 
@@ -199,6 +206,8 @@ class CRISocket:
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._grace = 1.0  # seconds calls in flight get at stop()
+        self.relay: Relay | None = None
+        """The listening sockets' relay to gRPC (``relay``), once serving."""
         self._lock = threading.Lock()
         self._memo = AnswerMemo(None)
         self.calls = CallStats()
@@ -255,7 +264,9 @@ class CRISocket:
                 ("grpc.max_metadata_size", limits.max_request_bytes),
                 ("grpc.absolute_max_metadata_size", limits.max_request_bytes),
                 ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
-                ("grpc.max_allowed_incoming_connections", limits.max_connections),
+                # The relay's bound is the one clients meet; this one has room for a
+                # connection being replaced (rule 1 of relay).
+                ("grpc.max_allowed_incoming_connections", limits.max_connections + 64),
                 ("grpc.max_connection_idle_ms", int(limits.idle_seconds * 1000)),
                 ("grpc.server_handshake_timeout_ms", int(limits.handshake_seconds * 1000)),
                 ("grpc.so_reuseport", 0),
@@ -263,33 +274,59 @@ class CRISocket:
         )
 
     async def _serve(self, started: concurrent.futures.Future[None]) -> None:
+        """gRPC on a private socket, in a directory only this user may enter; the
+        ``--cri-listen`` paths are podcache's, each connection relayed to it (``relay``)."""
         self._stopping = asyncio.Event()
-        server = self._server()
-        for path in self._paths:
-            self._bind(server, path)
-        await server.start()
-        started.set_result(None)
-        await self._stopping.wait()
-        await server.stop(self._grace)
+        private = tempfile.mkdtemp(prefix="podcache-cri-")  # mode 0700
+        try:
+            target = os.path.join(private, "grpc.sock")
+            server = self._server()
+            server.add_insecure_port(f"unix:{target}")
+            limits = self._limits
+            relay = self.relay = Relay(
+                target,
+                max_connections=limits.max_connections,
+                handshake_seconds=limits.handshake_seconds,
+            )
+            listening = [self._bind(path) for path in self._paths]
+            await server.start()
+            for each in listening:
+                await relay.serve(each)
+            started.set_result(None)
+            await self._stopping.wait()
+            await relay.stop_accepting()
+            await server.stop(self._grace)
+            await relay.aclose()
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
 
-    def _bind(self, server: grpc.aio.Server, path: str) -> None:
+    def _bind(self, path: str) -> socket.socket:
+        """``path``'s listening socket, born 0600, then given the socket's mode and group."""
         try:
             claim_socket_path(path)
         except OSError as error:
             raise CRISocketError(f"--cri-listen {path}: {error}") from None
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old_umask = os.umask(0o177)  # born 0600: no window in which others may connect
         try:
-            server.add_insecure_port(f"unix:{path}")
-        except RuntimeError:
-            raise CRISocketError(f"--cri-listen {path}: cannot listen there") from None
+            listening.bind(path)
+        except OSError as error:
+            listening.close()
+            raise CRISocketError(
+                f"--cri-listen {path}: cannot listen there ({error.strerror})"
+            ) from None
         finally:
             os.umask(old_umask)
+        listening.listen(socket.SOMAXCONN)
+        listening.setblocking(False)
         bound = BoundSocket.record(path)
         self._bound.append(bound)
         try:
             bound.set_access(self._access.mode, self._access.group)
         except OSError as error:
+            listening.close()
             raise CRISocketError(f"--cri-listen {path}: {error}") from None
+        return listening
 
     async def stop(self, grace: float = 1.0) -> None:
         """Stop serving (calls in flight get ``grace`` s), remove the sockets it bound."""
