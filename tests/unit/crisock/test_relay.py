@@ -25,7 +25,7 @@ def test_frame_headers_are_found_at_every_cut_of_the_bytes() -> None:
     expected = [(4, 0, 0), (1, 4, 1), (0, 1, 1), (3, 0, 3)]
     for cut in range(1, len(data)):
         seen: list[tuple[int, int, int]] = []
-        frames = _Frames(len(PREFACE), lambda *head: seen.append(head))  # noqa: B023
+        frames = _Frames(len(PREFACE), lambda *head: seen.append(head))  # noqa: B023 -- used at once
         frames.feed(data[:cut])
         frames.feed(data[cut:])
         assert seen == expected, cut
