@@ -27,13 +27,15 @@ import socket
 import time
 from collections.abc import Callable
 
+from podcache.cri.wire import frames
+
 __all__ = ["Relay"]
 
-_PREFACE = 24
+_PREFACE = len(frames.PREFACE)
 """Bytes of the client's connection preface (RFC 9113 §3.4), before its first frame."""
-_HEAD = 9
-_HEADERS, _DATA, _RST_STREAM = 1, 0, 3
-_END_STREAM = 0x1
+_HEAD = frames.HEAD_BYTES
+_HEADERS, _DATA, _RST_STREAM = frames.HEADERS, frames.DATA, frames.RST_STREAM
+_END_STREAM = frames.END_STREAM
 _CHUNK = 32 * 1024
 """Bytes read at once from either side, and written ahead of a side that does not read: a
 connection holds at most about 4 times this in podcache's memory (two directions, a chunk and
