@@ -72,6 +72,38 @@ def _victim_answers(served: Served, sim: SimRuntime, times: int) -> list[bytes]:
         victim.close()
 
 
+# -- finding 2: many connections' unread calls cannot keep another client's call out -------------
+def test_unread_calls_on_eleven_connections_cannot_keep_another_clients_call_out(
+    served: Served, sim: SimRuntime
+) -> None:
+    """11 connections of 100 unread calls each are more than gRPC's 1,024 calls: past the
+    relay's fair share (960) the busiest connection is closed for a call of another (relay
+    rule 3), so the victim is answered while the attack holds the rest of the bound."""
+    closed_before = _metric(served, "podcache_cri_connections_closed_total", '{reason="busiest"}')
+    attackers = [_own(served.path, **{"grpc.http2.bdp_probe": 0}) for _ in range(11)]
+    calls: list[Any] = []
+    try:
+        for attacker in attackers:
+            method = attacker.channel.unary_stream(
+                _RS + "StreamPodSandboxes",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+            calls += [method(b"", timeout=SAFETY * 4) for _ in range(100)]
+        until(lambda: _metric(served, "podcache_cri_calls_in_flight") >= 900)
+        answers = _victim_answers(served, sim, 5)
+        assert all(len(pb.ListPodSandboxResponse.FromString(a).items) == 1 for a in answers)
+        assert _metric(served, "podcache_cri_calls_in_flight") >= 800  # the attack still holds
+        closed = _metric(served, "podcache_cri_connections_closed_total", '{reason="busiest"}')
+        assert closed > closed_before
+    finally:
+        for call in calls:
+            call.cancel()
+        for attacker in attackers:
+            attacker.close()
+    until(lambda: _metric(served, "podcache_cri_calls_in_flight") == 0)
+
+
 # -- finding 2: one connection's streams that are never read hold no thread ---------------------
 def test_100_unread_streams_on_one_connection_do_not_delay_another_client(
     served: Served, sim: SimRuntime

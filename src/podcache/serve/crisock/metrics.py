@@ -37,10 +37,11 @@ def _load(socket: CRISocket) -> Iterator[Metric]:
         "podcache_cri_connections_closed",
         "Connections the CRI socket closed: evicted (idle longest, for a new one at the "
         "connection bound), refused (at the bound, none idle), unused (no call in its first "
-        "seconds).",
+        "seconds), busiest (the most calls open, closed for another's call past the fair "
+        "share of the call bound).",
         labels=["reason"],
     )
-    for reason in ("evicted", "refused", "unused"):
+    for reason in ("evicted", "refused", "unused", "busiest"):
         closed.add_metric([reason], 0 if relay is None else getattr(relay, reason))
     yield closed
     yield GaugeMetricFamily(

@@ -10,9 +10,15 @@ on a socket in a directory only podcache's user can enter. Rules:
    is closed to admit the new one; with none idle, the new one is closed.
 2. **A connection must use its first seconds.** One with no call completed and none open
    ``handshake_seconds`` after it was accepted is closed.
-3. **Bytes are relayed as they come**, both ways, each write awaited: a client that does not
+3. **No connection keeps another's call out.** Past ``fair_calls`` calls open over all
+   connections (set below gRPC's own bound, so the calls already on their way still fit), a
+   call opened on a connection closes the busiest connection, the one with the most calls
+   open, when that one holds more than the opening one: its calls end (CANCELLED at its
+   client) and the new call is answered. So clients that open many calls, on however many
+   connections, can hold gRPC's bound only against each other.
+4. **Bytes are relayed as they come**, both ways, each write awaited: a client that does not
    read stops its own connection's relay, and no other.
-4. **Frames are read by their 9-byte headers only** (the client's 24-byte preface first), never
+5. **Frames are read by their 9-byte headers only** (the client's 24-byte preface first), never
    their payloads (no HPACK): a client's HEADERS on a stream it never used opens a call; the
    server's END_STREAM on it completes it; a RST_STREAM either way ends it.
 
@@ -73,17 +79,27 @@ class _Frames:
 class _Connection:
     """One client's connection: its calls open, those completed, since when it is idle."""
 
-    def __init__(self, accepted: float, task: asyncio.Task[None] | None) -> None:
+    def __init__(
+        self,
+        accepted: float,
+        task: asyncio.Task[None] | None,
+        on_change: Callable[[_Connection, int], None],
+    ) -> None:
         self.open: set[int] = set()
         self.completed = 0
         self.idle_since = accepted
         self.last_stream = 0
         self.task = task
+        self.closed = False
+        self._on_change = on_change  # told of each call opened (+1) and ended (-1)
 
     def client_frame(self, kind: int, flags: int, stream: int) -> None:
+        if self.closed:
+            return  # its calls are no longer counted (rule 3)
         if kind == _HEADERS and stream > self.last_stream:
             self.last_stream = stream
             self.open.add(stream)
+            self._on_change(self, 1)
         elif kind == _RST_STREAM:
             self._end(stream, completed=False)
 
@@ -96,11 +112,21 @@ class _Connection:
     def _end(self, stream: int, *, completed: bool) -> None:
         if stream in self.open:
             self.open.discard(stream)
+            self._on_change(self, -1)
             self.completed += completed
             if not self.open:
                 self.idle_since = time.monotonic()
 
+    def release(self) -> None:
+        """Its calls stop counting (it is closing)."""
+        if not self.closed:
+            self.closed = True
+            self._on_change(self, -len(self.open))
+            self.open.clear()
+
     def close(self) -> None:
+        """End the connection: its calls stop counting now, the relay's task ends it."""
+        self.release()
         if self.task is not None:
             self.task.cancel()
 
@@ -108,10 +134,14 @@ class _Connection:
 class Relay:
     """Accepts on listening sockets and relays each connection to ``target`` (rules above)."""
 
-    def __init__(self, target: str, *, max_connections: int, handshake_seconds: float) -> None:
+    def __init__(
+        self, target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
+    ) -> None:
         self._target = target
         self._max = max_connections
         self._handshake = handshake_seconds
+        self._fair_calls = fair_calls
+        self._calls = 0
         self._connections: dict[_Connection, None] = {}  # in the order they came
         self._servers: list[asyncio.AbstractServer] = []
         self.evicted = 0
@@ -120,6 +150,8 @@ class Relay:
         """Connections closed at once: the bound reached and none idle (rule 1)."""
         self.unused = 0
         """Connections closed for no call in their first seconds (rule 2)."""
+        self.busiest = 0
+        """Connections closed as the busiest, for another's call (rule 3)."""
 
     async def serve(self, listening: socket.socket) -> None:
         """Accept on ``listening`` (bound and listening) from now on."""
@@ -143,7 +175,7 @@ class Relay:
         if not self._admit():
             writer.close()
             return
-        connection = _Connection(time.monotonic(), asyncio.current_task())
+        connection = _Connection(time.monotonic(), asyncio.current_task(), self._counted)
         self._connections[connection] = None
         timer = asyncio.get_running_loop().call_later(self._handshake, self._judge, connection)
         upstream: asyncio.StreamWriter | None = None
@@ -156,10 +188,30 @@ class Relay:
             pass  # a side went away, or the connection was closed (rules 1, 2)
         finally:
             timer.cancel()
+            connection.release()
             self._connections.pop(connection, None)
             for side in (writer, upstream):
                 if side is not None:
                     side.transport.abort()
+
+    def _counted(self, connection: _Connection, change: int) -> None:
+        """A connection's calls changed by ``change``; rule 3 when one opened."""
+        self._calls += change
+        if change > 0 and self._calls > self._fair_calls:
+            self._make_room(connection)
+
+    def _make_room(self, opening: _Connection) -> None:
+        """Close the busiest connection if it holds more calls than ``opening`` (O(connections),
+        and only past ``fair_calls``)."""
+        busiest = max(self._connections, key=lambda c: len(c.open))
+        if busiest is not opening and len(busiest.open) > len(opening.open):
+            self.busiest += 1
+            busiest.close()
+
+    @property
+    def calls(self) -> int:
+        """Calls open over every connection now."""
+        return self._calls
 
     def _judge(self, connection: _Connection) -> None:
         if not connection.completed and not connection.open and connection in self._connections:

@@ -80,6 +80,11 @@ __all__ = [
 ]
 
 
+FAIR_MARGIN = 64
+"""Calls below gRPC's bound (``max_calls``) at which the relay starts closing the busiest
+connection for another's call (its rule 3): room for calls already on their way to gRPC."""
+
+
 @dataclass(frozen=True, slots=True)
 class CRILimits:
     """The socket's bounds, matched to the HTTP side's (docs/architecture.md §5 and §10)."""
@@ -287,6 +292,7 @@ class CRISocket:
                 target,
                 max_connections=limits.max_connections,
                 handshake_seconds=limits.handshake_seconds,
+                fair_calls=limits.max_calls - FAIR_MARGIN,
             )
             listening = [self._bind(path) for path in self._paths]
             await server.start()
