@@ -26,7 +26,9 @@ snapshot's IDs and the remembered ones together (``AmbiguousContainerIDError`` f
 Events are facts (docs/architecture.md §7). A key an event reports held that no snapshot lists
 for that pod is a ``Reported`` key, answered as held now, until a DELETED event, a call begun
 after its last event that does not list it, or the same IP told of another pod ends it (then it
-is a release like the others); a publish that lists it takes it over without a release. The
+is a release like the others); a publish that lists it takes it over without a release, and
+one that lists it again after a listing ended its report (the ready view lists a container
+only once it runs) holds it anew, released by rule 12 as any listed key. The
 count and ``departed_bytes`` (``pod_cost``) bound releases and reports together.
 
 Costs: recording a publish is O(its changes' keys) (a MODIFIED change compares the pod's keys
@@ -323,6 +325,8 @@ class Departed:
         self._reported: dict[Key, Reported] = {}  # held by events' word, oldest first
         self._reported_by_uid: dict[str, dict[Key, None]] = {}  # the same, by pod
         self._gone: dict[Key, tuple[str, float]] = {}  # removals told of listed keys, oldest first
+        self._again: dict[Key, None] = {}  # keys listed again after a release of their pod
+        self._unlisted: dict[Key, None] = {}  # reports a listing ended, not an event
         self._created: dict[str, float] = {}  # pods' creation as events told it, oldest first
         self._ids = SortedIDs()  # the container and sandbox IDs among the keys (prefixes)
         self.bytes = 0  # pod_cost of every holding and report kept
@@ -358,14 +362,31 @@ class Departed:
             kept = _keys_of(change.pod)
             if self._reported_by_uid.get(change.pod.id):
                 self._listed(change.pod.id, kept)
-            if change.type is ChangeType.MODIFIED and change.previous is not None:
-                before = change.previous
+            before = change.previous if change.type is ChangeType.MODIFIED else None
+            self._held_again(change.pod.id, kept, before)
+            if before is not None:
                 held = set(kept)
                 gone = [key for key in _keys_of(before) if key not in held]
                 cost = pod_cost(before) if gone else 0
                 for key in gone:
                     self._release(key, before, now, cost)
         self.prune(now)
+
+    def _held_again(self, uid: str, keys: list[Key], before: Pod | None) -> None:
+        """Keys the snapshot holds now, newly, whose report a listing ended (the ready view does
+        not list a container until it runs): their next release is a holding of its own, not
+        the duplicate ``_release`` drops. A report a DELETED event ended stays ended: the event
+        is a fact, and a listing that lists the key again began before it. O(the pod's keys);
+        at most ``departed_max`` remembered each, the oldest dropped."""
+        earlier = set(_keys_of(before)) if before is not None else set()
+        for key in keys:
+            if key in earlier or self._unlisted.pop(key, False) is not None:
+                continue  # held before, or its release was an event's (a fact: it left)
+            releases = self._holdings.get(key)
+            if releases and releases[-1].pod.id == uid:
+                self._again[key] = None
+        while len(self._again) > self.departed_max:
+            del self._again[next(iter(self._again))]
 
     def _listed(self, uid: str, keys: list[Key]) -> None:
         """The snapshot lists pod ``uid`` holding ``keys``: their reports end (the snapshot
@@ -498,6 +519,9 @@ class Departed:
                 holder = listed if listed is not None and entry.key in _keys_of(listed) else None
             if holder is None or holder.id != entry.pod.id:
                 self._end(entry, now)
+                self._unlisted[entry.key] = None  # a view's word, weaker than an event's
+                while len(self._unlisted) > self.departed_max:
+                    del self._unlisted[next(iter(self._unlisted))]
         self.prune(now)
 
     def _end(self, entry: Reported, until: float) -> None:
@@ -545,7 +569,9 @@ class Departed:
         if told is not None and told[0] == pod.id and start <= told[1] <= now:
             now = told[1]
         releases = self._holdings.get(key)
-        if releases and releases[-1].pod.id == pod.id and releases[-1].held_until >= start:
+        again = self._again.pop(key, False) is None  # listed again since: a holding of its own
+        ended = releases and releases[-1].pod.id == pod.id and releases[-1].held_until >= start
+        if ended and not again:
             return  # its events ended this holding already (a report, then a listing)
         self._append(Holding(key, pod, start, now, cost))
         self.bytes += cost

@@ -238,3 +238,28 @@ def test_remembered_intervals_equal_the_reference(
         assert inside is not None and inside.pod.id == uid, key
         if key[0] == "container_id" and key[1].startswith("container"):
             assert found.container is not None and found.container.name in ("app", ""), key
+
+
+def test_a_key_listed_again_after_its_report_ended_is_released_when_the_listing_drops_it() -> None:
+    """The ready view's sequence on containerd 2.1: a container's CREATED reports it; the relist
+    it asks for does not list it (not running yet), so the report ends; then a listing holds
+    it (running) until it stops. Its release must be the stop, not the first relist's end
+    (the later release was dropped as a duplicate of the report's)."""
+    world = World(0, BASE)
+    departed = Departed()
+    without = world.pod(ready=True, container=False)
+    snapshot = PodList([without])
+    departed.record(diff(None, snapshot, 1), BASE + 0.1)
+    created = world.events()[1][1]  # the container's CREATED, its pod describing it
+    departed.observe(created, snapshot, BASE + 1.0)
+    departed.settle(world.uid, without, BASE + 1.1, BASE + 1.2)  # not running: not listed
+    key: Key = ("container_id", world.container)
+    assert departed.find(snapshot, key, None, BASE + 1.3) is not None
+    running = PodList([world.pod(ready=True, container=True)])
+    departed.record(diff(snapshot, running, 2), BASE + 1.5)  # listed, running
+    departed.record(diff(running, snapshot, 3), BASE + 2.5)  # stopped: dropped by the view
+    found = departed.find(snapshot, key, None, BASE + 3.0)
+    assert found is not None and found.held_until == BASE + 2.5
+    during = departed.find(snapshot, key, BASE + 2.0, BASE + 3.0)  # while it ran
+    assert during is not None and during.container is not None
+    assert departed.find(snapshot, key, BASE + 2.6, BASE + 3.0) is None
