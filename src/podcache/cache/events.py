@@ -21,7 +21,9 @@ Rules
    refresh per backoff step, not a storm. The subscription never gives up.
 3. A runtime that sends no events leaves the cache polling by its period, as without events:
    one without the RPC (UNIMPLEMENTED), and one whose stream ends at once with OK before any
-   event (CRI-O's default, ``enable_pod_events = false``: ``cri/eventstream.py``). That is
+   event (CRI-O's default, ``enable_pod_events = false``: ``cri/eventstream.py``), as long as
+   it never streamed: once a subscription opened, either is an ordinary end, retried on the
+   backoff (a runtime shutting down or recovering may end a stream at once). That is
    logged once per cache, and the runtime is asked again after ``UNSUPPORTED_RETRY``
    seconds, or sooner when a refresh succeeds after one failed (the runtime was restarted,
    perhaps reconfigured).
@@ -226,6 +228,11 @@ class Subscription:
                 log.info("%s at %s: the subscription is closed", METHOD, self.endpoint)
             self.state = EventState.OFF
             return Step.STOP
+        if signal is Signal.UNSUPPORTED and self.subscriptions > 0:
+            # A runtime that streamed events is not one without them: a stream it ends at once
+            # (shutting down, or recovering from a restart) is an ordinary end, retried on the
+            # backoff, not a wait of UNSUPPORTED_RETRY (rule 3).
+            signal = Signal.FAILED
         before = self.state
         self.state, step = TRANSITIONS[(before, signal)]
         if signal in _FAILURES:

@@ -423,3 +423,17 @@ def test_async_cache_over_a_thread_getter_reads_the_stream_in_threads() -> None:
 
     asyncio.run(use())
     assert fake.open_streams == 0
+
+
+def test_a_runtime_that_streamed_is_retried_on_the_backoff_when_a_stream_ends_at_once() -> None:
+    """A runtime that streamed, then ends a stream at once with OK (shutting down or
+    recovering), looked like one without events: the cache waited UNSUPPORTED_RETRY (300 s)
+    before it subscribed again."""
+    sub = Subscription("x", FakeClock())
+    assert sub.on(Signal.UNSUPPORTED, "ended at once") is Step.WAIT_SUPPORT  # never streamed
+    sub.on(Signal.OPENED)
+    sub.on(Signal.FAILED, "the runtime restarts")
+    assert sub.on(Signal.UNSUPPORTED, "ended at once") is Step.RETRY
+    assert sub.state is EventState.RECONNECTING
+    sub.on(Signal.OPENED)
+    assert sub.resubscriptions == 1
