@@ -22,8 +22,9 @@ Rules
 3. A runtime that sends no events leaves the cache polling by its period, as without events:
    one without the RPC (UNIMPLEMENTED), and one whose stream ends at once with OK before any
    event (CRI-O's default, ``enable_pod_events = false``: ``cri/eventstream.py``), as long as
-   it never streamed: once a subscription opened, either is an ordinary end, retried on the
-   backoff (a runtime shutting down or recovering may end a stream at once). That is
+   it never streamed: once it sent an event or kept a stream ``BACKOFF_CAP`` seconds, either
+   is an ordinary end, retried on the backoff (a runtime shutting down or recovering may end
+   a stream at once). That is
    logged once per cache, and the runtime is asked again after ``UNSUPPORTED_RETRY``
    seconds, or sooner when a refresh succeeds after one failed (the runtime was restarted,
    perhaps reconfigured).
@@ -214,6 +215,7 @@ class Subscription:
         self._recovered = False  # the open stream ended an outage with the runtime unreachable
         self._same_outage = False  # the next subscription ends the outage already counted
         self._logged_unsupported = False
+        self._streamed = False  # an event came, or a stream lived BACKOFF_CAP: it has events
         self._refresh_failed = False
         self._said: EventState | None = None  # the state the log last reported (rule 5)
         self._outage_failures = 0  # failed attempts since the log said it was failing
@@ -228,7 +230,7 @@ class Subscription:
                 log.info("%s at %s: the subscription is closed", METHOD, self.endpoint)
             self.state = EventState.OFF
             return Step.STOP
-        if signal is Signal.UNSUPPORTED and self.subscriptions > 0:
+        if signal is Signal.UNSUPPORTED and self._streamed:
             # A runtime that streamed events is not one without them: a stream it ends at once
             # (shutting down, or recovering from a restart) is an ordinary end, retried on the
             # backoff, not a wait of UNSUPPORTED_RETRY (rule 3).
@@ -241,6 +243,7 @@ class Subscription:
         if signal is Signal.OPENED:
             self._opened()
         elif signal is Signal.EVENT:
+            self._streamed = True
             self.received += 1
             self.last_event_at = self._clock()
         elif signal in (Signal.FAILED, Signal.UNREACHABLE):
@@ -267,6 +270,7 @@ class Subscription:
         if before is not EventState.SUBSCRIBED or opened_at is None:
             return
         healthy = self._clock() - opened_at >= BACKOFF_CAP
+        self._streamed = self._streamed or healthy
         if healthy:
             self._backoff = BACKOFF_FIRST  # it was a healthy stream: start over
         self._same_outage = self._recovered and not healthy

@@ -37,8 +37,7 @@ CASES = [
     ),
     ([N, N, N], ["sends no container events (c0)"], 3),  # once per cache (rule 3)
     ([N, OPEN], ["sends no container events (c0)", "now streams container events"], 1),
-    # A runtime that streamed: "no events" after it is an ordinary loss, retried (rule 3).
-    ([OPEN, N, F, N], ["stream lost: c1"], 3),
+    ([OPEN, N, F, N], ["sends no container events (c1)", "cannot subscribe: c2"], 3),
 ]
 
 
