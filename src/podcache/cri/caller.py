@@ -57,12 +57,12 @@ from podcache.cri.liststream import (
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION
 from podcache.cri.values import RuntimeVersion, _version_from
-from podcache.cri.wire.protobuf import events_request, status_request
+from podcache.cri.wire.methods import request
 from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 
 __all__ = ["Invoke", "SyncCaller"]
 
-_EVENTS_REQUEST = events_request()
+_EVENTS_CALL = request(_EVENTS_METHOD)
 
 _R = TypeVar("_R")
 
@@ -252,7 +252,7 @@ class SyncCaller:
         a thread hand-off and a gRPC completion each (docs/architecture.md §5). A failure of
         the connection is every call's."""
         self.check_open()
-        wire = [("PodSandboxStatus", status_request(s)) for s in sandbox_ids]
+        wire = [request("PodSandboxStatus", s) for s in sandbox_ids]
         began = time.monotonic()
         try:
             outcomes = self._pool.call_each(wire, self._timeout)
@@ -349,7 +349,7 @@ class SyncCaller:
             self.check_open()
             try:
                 connection = Connection(self._endpoint, self._timeout)
-                call = connection.stream(_EVENTS_METHOD, _EVENTS_REQUEST)
+                call = connection.stream(*_EVENTS_CALL)
             except OSError as failure:
                 reason = _calling(_EVENTS_METHOD, _os_reason(failure))
                 raise RuntimeUnavailableError(self._url, reason) from None

@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -95,6 +94,7 @@ from podcache.cri.wire.headers import (
     MAX_SIZE_UPDATES,
     HPACKDecoder,
     HPACKError,
+    authority,
     grpc_timeout,
     keeps_table,
     leading_size_updates,
@@ -194,13 +194,6 @@ def _connect(endpoint: Endpoint, timeout: float | None) -> socket.socket:
     return sock
 
 
-def _authority(endpoint: Endpoint) -> str:
-    if endpoint.address is None:
-        return "localhost"
-    host, port = endpoint.address
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 def _memo_cost(block: bytes, headers: dict[bytes, bytes]) -> int:
     """The bytes a memo entry holds: the block, its headers' names and values, and the objects
     around them (measured with tracemalloc: tests/unit/cri/test_http2.py)."""
@@ -249,7 +242,7 @@ class Connection:
 
     def __init__(self, endpoint: Endpoint, connect_timeout: float | None) -> None:
         self._sock = _connect(endpoint, connect_timeout)
-        self._authority = _authority(endpoint)
+        self._authority = authority(endpoint.address)
         self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
         self._decoded_blocks: dict[bytes, dict[bytes, bytes]] = {}
         self._memo_bytes = 0
@@ -273,20 +266,10 @@ class Connection:
         stream's, whose writes have ``SEND_TIMEOUT``)."""
         self.broken: str | None = None
         """Why the connection may not be used again (None: it may)."""
-        ours = frames.settings(
-            (frames.SETTING_ENABLE_PUSH, 0),
-            (frames.SETTING_WINDOW, STREAM_WINDOW),
-            (frames.SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
-        )
-        grow = (CONNECTION_WINDOW - frames.DEFAULT_WINDOW).to_bytes(4)
         if connect_timeout is not None:
             self._deadline = time.monotonic() + connect_timeout
         try:
-            self._send(
-                frames.PREFACE
-                + frames.frame(frames.SETTINGS, 0, 0, ours)
-                + frames.frame(frames.WINDOW_UPDATE, 0, 0, grow)
-            )
+            self._send(frames.client_preface(STREAM_WINDOW, CONNECTION_WINDOW, MAX_HEADER_BLOCK))
         except CallFailedError:
             self._sock.close()
             raise
@@ -455,20 +438,19 @@ class Connection:
         inbox = self._inbox
         while True:
             start = self._start
-            if len(inbox) - start >= 9:
-                length = int.from_bytes(inbox[start : start + 3])
+            if len(inbox) - start >= frames.HEAD_BYTES:
+                length, kind, flags, stream = frames.head(inbox, start)
                 if length > MAX_FRAME_BYTES:
                     self.broken = "an oversized frame"
                     raise WireViolationError(
                         f"a frame of {length} bytes (at most {MAX_FRAME_BYTES}): not HTTP/2?",
                         self._method,
                     )
-                end = start + 9 + length
+                end = start + frames.HEAD_BYTES + length
                 if len(inbox) >= end:
                     self._start = end
-                    stream = int.from_bytes(inbox[start + 5 : start + 9]) & frames.LAST_STREAM_ID
-                    payload = bytes(inbox[start + 9 : end])
-                    return _Frame(inbox[start + 3], inbox[start + 4], stream, payload)
+                    payload = bytes(inbox[start + frames.HEAD_BYTES : end])
+                    return _Frame(kind, flags, stream, payload)
             if start >= _COMPACT_AT or start == len(inbox):
                 del inbox[:start]
                 self._start = 0
@@ -547,12 +529,15 @@ class Connection:
         return WireViolationError(details, self._method)
 
     def _on_settings(self, frame: _Frame) -> None:
-        if len(frame.payload) % 6 or (frame.flags & frames.ACK and frame.payload):
-            raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
+        try:
+            pairs = frames.setting_pairs(frame.payload)
+        except frames.FrameError as error:
+            raise self._violation(str(error)) from None
         if frame.flags & frames.ACK:
+            if pairs:
+                raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
             return
-        for offset in range(0, len(frame.payload), 6):
-            key, value = struct.unpack_from(">HI", frame.payload, offset)
+        for key, value in pairs:
             if key == frames.SETTING_WINDOW:
                 self._new_stream_window(value)
             elif key == frames.SETTING_MAX_STREAMS:

@@ -54,7 +54,6 @@ Deliberately not here: the long-lived getters and their connection discipline (`
 from __future__ import annotations
 
 import _socket
-import struct
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -62,14 +61,9 @@ from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
 from podcache.cri.wire import frames, grpcwire
-from podcache.cri.wire.headers import HPACKDecoder, grpc_timeout, request_headers
-from podcache.cri.wire.methods import path
-from podcache.cri.wire.protobuf import (
-    list_requests,
-    status_request,
-    version_fields,
-    version_request,
-)
+from podcache.cri.wire.headers import HPACKDecoder, authority, grpc_timeout, request_headers
+from podcache.cri.wire.methods import path, request
+from podcache.cri.wire.protobuf import version_fields
 
 if TYPE_CHECKING:
     from podcache.cri.client import CRIRuntime
@@ -86,9 +80,6 @@ __all__ = [
     "STATUSES_IN_FLIGHT",
     "WINDOW",
     "OneShotRuntime",
-    "list_requests",
-    "status_request",
-    "version_request",
 ]
 
 STATUSES_IN_FLIGHT = 8
@@ -112,7 +103,6 @@ EARLY_WAIT = 0.03
 """Seconds ``OneShotRuntime.begin`` waits for the listing before it asks statuses ahead; a
 runtime slower than that is left answering (its calls are read by ``get_pods``), unasked."""
 
-_FRAME_HEAD = struct.Struct(">BHBBI")  # length (24 bits: 8 + 16), type, flags, stream
 _SANDBOX_READY = 0  # PodSandboxState.SANDBOX_READY
 
 
@@ -167,17 +157,15 @@ class _Connection:
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
         self._timeout = timeout
         self._deadline = time.monotonic() + timeout
+        self._authority = authority(endpoint.address)
         if endpoint.path is not None:
             sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             target: object = endpoint.path
-            self._authority = "localhost"
         else:
             assert endpoint.address is not None
-            host, port = endpoint.address
-            family = _socket.AF_INET6 if ":" in host else _socket.AF_INET
+            family = _socket.AF_INET6 if ":" in endpoint.address[0] else _socket.AF_INET
             sock = _socket.socket(family, _socket.SOCK_STREAM)
-            target = (host, port)
-            self._authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            target = endpoint.address
         self._sock = sock
         try:
             self._timed()
@@ -191,17 +179,7 @@ class _Connection:
         self._wait_until: float | None = None  # wait_answers' end, while it waits
         self._next_id = 1
         self._max_streams = BATCH
-        ours = frames.settings(
-            (frames.SETTING_ENABLE_PUSH, 0),
-            (frames.SETTING_WINDOW, WINDOW),
-            (frames.SETTING_MAX_HEADER_LIST, MAX_HEADER_BLOCK),
-        )
-        grow = (WINDOW - frames.DEFAULT_WINDOW).to_bytes(4)
-        self._out = bytearray(
-            frames.PREFACE
-            + frames.frame(frames.SETTINGS, 0, 0, ours)
-            + frames.frame(frames.WINDOW_UPDATE, 0, 0, grow)
-        )
+        self._out = bytearray(frames.client_preface(WINDOW, WINDOW, MAX_HEADER_BLOCK))
 
     def _timed(self) -> None:
         remaining = self._deadline - time.monotonic()
@@ -326,16 +304,15 @@ class _Connection:
         self._timed()
 
     def _frame(self) -> tuple[int, int, int, bytes]:
-        self._recv(9)
-        high, low, kind, flags, stream = _FRAME_HEAD.unpack_from(self._inbox, self._read)
-        length = high << 16 | low
+        self._recv(frames.HEAD_BYTES)
+        length, kind, flags, stream = frames.head(self._inbox, self._read)
         if length > MAX_FRAME_BYTES:
             raise _UnexpectedAnswerError(f"a frame of {length} bytes")
-        self._recv(9 + length)
-        start = self._read + 9
+        self._recv(frames.HEAD_BYTES + length)
+        start = self._read + frames.HEAD_BYTES
         payload = bytes(self._inbox[start : start + length])
         self._read = start + length
-        return kind, flags, stream & 0x7FFFFFFF, payload
+        return kind, flags, stream, payload
 
     def take(self, batch: _Batch) -> None:
         """Read one frame (a whole header block) and act on it (``batch``: the calls whose
@@ -363,10 +340,7 @@ class _Connection:
             raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
 
     def _settings(self, payload: bytes) -> None:
-        if len(payload) % 6:
-            raise _UnexpectedAnswerError("a malformed SETTINGS frame")
-        for pos in range(0, len(payload), 6):
-            key, value = struct.unpack_from(">HI", payload, pos)
+        for key, value in frames.setting_pairs(payload):
             if key == frames.SETTING_MAX_STREAMS:
                 self._max_streams = min(self._max_streams, value)
         self._out += frames.frame(frames.SETTINGS, frames.ACK, 0)
@@ -423,12 +397,10 @@ def _message(call: _Call) -> bytes:
         raise _UnexpectedAnswerError(
             f"{call.method} answered grpc-status {call.status}: {call.message}"
         )
-    body, head = call.body, grpcwire.MESSAGE_HEAD
-    if len(body) < head or body[0] != 0:
-        raise _UnexpectedAnswerError(f"{call.method}: no message, or a compressed one")
-    if int.from_bytes(body[1:head]) != len(body) - head:
-        raise _UnexpectedAnswerError(f"{call.method}: not exactly one message")
-    return bytes(body[head:])
+    try:
+        return grpcwire.only_message(call.body)
+    except ValueError as error:
+        raise _UnexpectedAnswerError(f"{call.method}: {error}") from None
 
 
 # -- the getter ---------------------------------------------------------------------------------
@@ -491,9 +463,7 @@ class OneShotRuntime:
         """The runtime's Version answer (a protocol error when a field is empty)."""
         try:
             with self._connect() as connection:
-                answer = _version_answer(
-                    _message(connection.calls([("Version", version_request())])[0])
-                )
+                answer = _version_answer(_message(connection.calls([request("Version")])[0]))
         except Exception:  # anything but a clean answer: the reference reads and says why
             return self._reference().version()
         from podcache.cri.values import _version_from
@@ -629,12 +599,7 @@ def _in_order(pods: PodList, wanted: Sequence[str]) -> list[str]:
 
 def _list_calls(all: bool) -> list[tuple[str, bytes]]:
     """A listing's first calls: Version, and the two list calls with the kubelet's filters."""
-    sandbox_request, container_request = list_requests(all)
-    return [
-        ("Version", version_request()),
-        ("ListPodSandbox", sandbox_request),
-        ("ListContainers", container_request),
-    ]
+    return [request("Version"), request("ListPodSandbox", all), request("ListContainers", all)]
 
 
 class _Begun(NamedTuple):
@@ -672,7 +637,7 @@ def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
     chosen = chosen[: connection.max_streams]
     if not chosen:
         return None
-    batch = connection.send([("PodSandboxStatus", status_request(sid)) for sid in chosen])
+    batch = connection.send([request("PodSandboxStatus", sid) for sid in chosen])
     return _Ahead(batch, dict(zip(chosen, batch.streams.values(), strict=True)))
 
 
@@ -707,7 +672,7 @@ class _Asking:
         if called:
             if self._ahead is not None:
                 self._connection.answers(self._ahead.batch)
-            requests = [("PodSandboxStatus", status_request(s)) for s in called]
+            requests = [request("PodSandboxStatus", s) for s in called]
             self._connection.calls(
                 requests,
                 window=STATUSES_IN_FLIGHT,

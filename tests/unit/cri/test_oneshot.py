@@ -24,12 +24,10 @@ from podcache.cri.oneshot import (
     FIRST_STEP,
     STATUSES_IN_FLIGHT,
     OneShotRuntime,
-    list_requests,
-    status_request,
-    version_request,
 )
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION, _list_requests
+from podcache.cri.wire.methods import request
 from podcache.errors import CRIError, RuntimeProtocolError, RuntimeUnavailableError
 from podcache.model import Pod
 from podcache.sim import SimRuntime
@@ -89,15 +87,16 @@ def test_without_ips_only_the_ips_differ(sim: SimRuntime) -> None:
 
 
 def test_requests_are_the_generated_modules() -> None:
-    assert version_request() == pb.VersionRequest(version=CRI_VERSION).SerializeToString()
+    """The requests the one-shot read sends, through the wire's method table."""
+    version = pb.VersionRequest(version=CRI_VERSION).SerializeToString()
+    assert request("Version") == ("Version", version)
     for all_ in (False, True):
         sandboxes, containers = _list_requests(all_)
-        assert list_requests(all_) == (
-            sandboxes.SerializeToString(),
-            containers.SerializeToString(),
-        )
+        assert request("ListPodSandbox", all_)[1] == sandboxes.SerializeToString()
+        assert request("ListContainers", all_)[1] == containers.SerializeToString()
     sid = "ab" * 32 + "é" * 70  # a length past one varint byte
-    assert status_request(sid) == pb.PodSandboxStatusRequest(pod_sandbox_id=sid).SerializeToString()
+    status = pb.PodSandboxStatusRequest(pod_sandbox_id=sid).SerializeToString()
+    assert request("PodSandboxStatus", sid) == ("PodSandboxStatus", status)
 
 
 def test_a_failed_read_is_made_again_by_the_reference_client(tmp_path: object) -> None:
@@ -472,7 +471,7 @@ def test_a_wait_that_ends_inside_a_frame_leaves_the_connection_whole(tmp_path: o
     with raw_peer(f"{tmp_path}/half.sock", talk) as endpoint:
         try:
             connection = oneshot._Connection(resolve_endpoint(endpoint).endpoint, timeout=5.0)
-            batch = connection.send([("Version", version_request())])
+            batch = connection.send([request("Version")])
             assert connection.wait_answers(batch, 0.05) is False
             waited.set()
             (answer,) = connection.answers(batch)

@@ -18,7 +18,8 @@ from podcache.cri.liststream import STREAMED
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.queries import CRI_VERSION, _list_requests
 from podcache.cri.wire import frames, grpcwire, protobuf
-from podcache.cri.wire.methods import METHODS, SERVICE, CRIMethod
+from podcache.cri.wire.headers import authority
+from podcache.cri.wire.methods import METHODS, SERVICE, CRIMethod, request
 
 _SERVICE = pb.DESCRIPTOR.services_by_name["RuntimeService"]
 
@@ -112,13 +113,90 @@ def test_a_frames_padding_must_fit_it() -> None:
 def test_grpcios_methods_are_rows_of_the_table() -> None:
     """grpcio's channels call only methods of the table, with its request types; the list
     answers and statuses are read by its readers."""
-    for method, (request, reader) in _METHODS.items():
+    for method, (request_type, reader) in _METHODS.items():
         row = METHODS[method]
-        assert request.DESCRIPTOR.name == row.request
+        assert request_type.DESCRIPTOR.name == row.request
         if method not in _PROTOBUF_ANSWERS:  # Version and Status: protobuf's, every field
             assert row.reader is not None
             module, _, name = row.reader.partition(":")
             assert reader is getattr(importlib.import_module(module), name)
-    for twin, request, _ in STREAMED.values():
+    for twin, request_type, _ in STREAMED.values():
         assert METHODS[twin].streaming
-        assert request.DESCRIPTOR.name == METHODS[twin].request
+        assert request_type.DESCRIPTOR.name == METHODS[twin].request
+
+
+def test_a_call_goes_through_its_row() -> None:
+    """``request`` writes a call with its row's encoder; a method only grpcio sends, or one
+    not in the table, has none."""
+    for name, (arguments, expected) in _SAMPLES.items():
+        assert request(name, *arguments) == (name, expected.SerializeToString())
+    with pytest.raises(ValueError, match="Status has no encoder"):
+        request("Status")
+    with pytest.raises(KeyError):
+        request("RunPodSandbox")
+
+
+@given(
+    st.integers(0, 2**24 - 1),
+    st.integers(0, 255),
+    st.integers(0, 255),
+    st.integers(0, 2**32 - 1),
+    st.binary(max_size=4),
+)
+def test_a_frames_head_reads_back(
+    length: int, kind: int, flags: int, stream: int, pad: bytes
+) -> None:
+    """The head of a frame ``frame`` wrote (at any offset) reads back, the reserved bit
+    dropped."""
+    data = pad + length.to_bytes(3) + bytes((kind, flags)) + stream.to_bytes(4)
+    assert frames.head(data, len(pad)) == (length, kind, flags, stream & 0x7FFFFFFF)
+    written = frames.frame(kind, flags, stream & 0x7FFFFFFF, b"x" * (length % 50))
+    assert frames.head(written, 0) == (length % 50, kind, flags, stream & 0x7FFFFFFF)
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**16 - 1), st.integers(0, 2**32 - 1)), max_size=8))
+def test_settings_pairs_read_back(pairs: list[tuple[int, int]]) -> None:
+    payload = frames.settings(*pairs)
+    assert frames.setting_pairs(payload) == pairs
+    if payload:
+        with pytest.raises(
+            frames.FrameError, match=f"malformed SETTINGS frame \\({len(payload) - 1} bytes"
+        ):
+            frames.setting_pairs(payload[:-1])
+
+
+def test_a_clients_preface_settings_and_window() -> None:
+    preface = frames.client_preface(1000, 70_000, 4096)
+    assert preface.startswith(frames.PREFACE)
+    rest = preface[len(frames.PREFACE) :]
+    length, kind, flags, stream = frames.head(rest, 0)
+    assert (kind, flags, stream) == (frames.SETTINGS, 0, 0)
+    assert frames.setting_pairs(rest[9 : 9 + length]) == [
+        (frames.SETTING_ENABLE_PUSH, 0),
+        (frames.SETTING_WINDOW, 1000),
+        (frames.SETTING_MAX_HEADER_LIST, 4096),
+    ]
+    update = rest[9 + length :]
+    assert frames.head(update, 0) == (4, frames.WINDOW_UPDATE, 0, 0)
+    assert int.from_bytes(update[9:]) == 70_000 - frames.DEFAULT_WINDOW
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [(None, "localhost"), (("127.0.0.1", 80), "127.0.0.1:80"), (("::1", 443), "[::1]:443")],
+)
+def test_a_calls_authority(address: tuple[str, int] | None, expected: str) -> None:
+    assert authority(address) == expected
+
+
+def test_only_one_uncompressed_message_is_an_answer() -> None:
+    assert grpcwire.only_message(grpcwire.message(b"abc")) == b"abc"
+    assert grpcwire.only_message(grpcwire.message(b"")) == b""
+    for body, why in (
+        (b"", "no message"),
+        (b"\x01" + grpcwire.message(b"abc")[1:], "compressed"),
+        (grpcwire.message(b"abc")[:-1], "not exactly one"),
+        (grpcwire.message(b"abc") + grpcwire.message(b""), "not exactly one"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            grpcwire.only_message(body)

@@ -7,7 +7,16 @@ Deliberately not here: connections, flow control and bounds (the drivers': ``cri
 
 from __future__ import annotations
 
-__all__ = ["FrameError", "frame", "frame_name", "settings", "unpadded"]
+__all__ = [
+    "FrameError",
+    "client_preface",
+    "frame",
+    "frame_name",
+    "head",
+    "setting_pairs",
+    "settings",
+    "unpadded",
+]
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE = 0, 1, 2, 3, 4, 5
@@ -56,6 +65,38 @@ def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
 def settings(*pairs: tuple[int, int]) -> bytes:
     """A SETTINGS payload: each (identifier, value) as 16 and 32 bits."""
     return b"".join(key.to_bytes(2) + value.to_bytes(4) for key, value in pairs)
+
+
+def client_preface(stream_window: int, connection_window: int, max_header_list: int) -> bytes:
+    """What a client sends first: the preface, its SETTINGS (no push, ``stream_window`` for
+    each stream, headers of at most ``max_header_list`` bytes) and the WINDOW_UPDATE that takes
+    the connection's window from the default to ``connection_window``."""
+    ours = settings(
+        (SETTING_ENABLE_PUSH, 0),
+        (SETTING_WINDOW, stream_window),
+        (SETTING_MAX_HEADER_LIST, max_header_list),
+    )
+    grow = (connection_window - DEFAULT_WINDOW).to_bytes(4)
+    return PREFACE + frame(SETTINGS, 0, 0, ours) + frame(WINDOW_UPDATE, 0, 0, grow)
+
+
+def head(data: bytes | bytearray, start: int) -> tuple[int, int, int, int]:
+    """The head of the frame at ``start`` of ``data`` (at least ``HEAD_BYTES`` from it): its
+    payload's length, type, flags and stream (the reserved bit dropped)."""
+    length = int.from_bytes(data[start : start + 3])
+    stream = int.from_bytes(data[start + 5 : start + HEAD_BYTES]) & LAST_STREAM_ID
+    return length, data[start + 3], data[start + 4], stream
+
+
+def setting_pairs(payload: bytes) -> list[tuple[int, int]]:
+    """A SETTINGS payload's (identifier, value) pairs; ``FrameError`` when it is not made of
+    whole pairs."""
+    if len(payload) % 6:
+        raise FrameError(f"a malformed SETTINGS frame ({len(payload)} bytes)")
+    return [
+        (int.from_bytes(payload[at : at + 2]), int.from_bytes(payload[at + 2 : at + 6]))
+        for at in range(0, len(payload), 6)
+    ]
 
 
 def frame_name(kind: int) -> str:

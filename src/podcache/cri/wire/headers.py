@@ -40,6 +40,7 @@ __all__ = [
     "MAX_TABLE_SIZE",
     "HPACKDecoder",
     "HPACKError",
+    "authority",
     "grpc_timeout",
     "keeps_table",
     "leading_size_updates",
@@ -337,6 +338,15 @@ def request_headers(path: str, authority: str) -> bytes:
             )
         )
     return block
+
+
+def authority(address: tuple[str, int] | None) -> str:
+    """The :authority of a call to a runtime at TCP ``address`` (an IPv6 host bracketed), or
+    ``localhost`` on a unix socket (None), as grpcio sends it."""
+    if address is None:
+        return "localhost"
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def grpc_timeout(seconds: float) -> bytes:

@@ -18,10 +18,16 @@ from collections.abc import Callable
 
 from podcache.cri.wire import protobuf
 
-__all__ = ["METHODS", "SERVICE", "CRIMethod", "path"]
+__all__ = ["METHODS", "SERVICE", "CRIMethod", "path", "request"]
 
 SERVICE = "/runtime.v1.RuntimeService/"
 """The path prefix of every method of CRI's RuntimeService."""
+
+
+def path(method: str) -> str:
+    """The gRPC path of a RuntimeService method named ``method`` (a row's, or one the drivers'
+    tests make up)."""
+    return SERVICE + method
 
 
 class CRIMethod:
@@ -30,7 +36,7 @@ class CRIMethod:
     message); ``reader``, its answer's reader; ``streaming``: a server-streaming call.
     (A class, not a NamedTuple, which would cost the one-shot read's start-up 0.2 ms.)"""
 
-    __slots__ = ("encode", "name", "reader", "request", "streaming")
+    __slots__ = ("encode", "name", "path", "reader", "request", "streaming")
 
     def __init__(
         self,
@@ -42,14 +48,12 @@ class CRIMethod:
         streaming: bool = False,
     ) -> None:
         self.name = name
+        self.path = path(name)
+        """Its gRPC path."""
         self.request = request
         self.encode = encode
         self.reader = reader
         self.streaming = streaming
-
-    @property
-    def path(self) -> str:
-        return path(self.name)
 
     def __repr__(self) -> str:
         return f"CRIMethod({self.name!r})"
@@ -93,7 +97,11 @@ METHODS: dict[str, CRIMethod] = {
 """Each method the client calls, by name."""
 
 
-def path(method: str) -> str:
-    """The gRPC path of a RuntimeService method named ``method`` (a row's, or one the drivers'
-    tests make up)."""
-    return SERVICE + method
+def request(method: str, *arguments: object) -> tuple[str, bytes]:
+    """A call the own wire sends: ``method``'s name and its request, written by its row's
+    encoder from ``arguments`` (``KeyError`` for a method not in the table; ``ValueError`` for
+    one only grpcio sends)."""
+    encode = METHODS[method].encode
+    if encode is None:
+        raise ValueError(f"{method} has no encoder of the own wire's")
+    return method, encode(*arguments)
