@@ -30,9 +30,9 @@ Figures come from the kernel (``/proc/net/tcp``, ``/proc/<pid>/stat``) and from 
 Rules (exit status 1 when one is missed): §1 nothing in CLOSE-WAIT and the gauge back to 0;
 §2 no list call caused by the lookups (refreshes/s within the idle rate plus one per 10 s);
 §3 ``/healthz`` p99 <= 25 ms and serve's CPU under 40% of a core; every probe answered 200.
-§4 is reported (the event reader's limit and its cost are in the README). ``relists``: relists
-of one pod at most 50/s (a tenth of the time at 2 ms each; they take longer at 5,000 pods)
-and every probe answered 200.
+§4 is reported (the event reader's limit and its cost are in docs/performance.md).
+``relists``: relists of one pod at most 50/s (a tenth of the time at 2 ms each; they take
+longer at 5,000 pods) and every probe answered 200.
 """
 
 from __future__ import annotations
