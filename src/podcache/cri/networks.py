@@ -17,7 +17,7 @@ keeps the answer in a ``NetworkMemo``:
   (``invalid_ips``), as are additional IPs past ``eventwire.MAX_ADDITIONAL_IPS``; never an
   error for the listing. A host-network sandbox has no IPs of its own: its strings are ignored.
 
-Bounds (issue 29 §4: they hold whether or not anyone reads, with no full listing at all):
+Bounds (they hold whether or not anyone reads, with no full listing at all):
 
 - **One entry per pod.** Only a pod's newest READY sandbox is ever looked up, so an entry
   belongs to its pod (the UID a relist named, else the status's own metadata UID) and

@@ -206,7 +206,7 @@ class App:
         options = {name: value for name, value in locals().items() if name not in _NOT_OPTIONS}
         self._proc_root = proc_root
         # A lookup of a container missing from the snapshot asks the runtime about it alone
-        # (never a relist of the node) when the getter can list one pod (issue 20 §2).
+        # (never a relist of the node) when the getter can list one pod.
         self._probe = async_probe(getter)
         self._unknown = UnknownIDs()
         self._clock = clock

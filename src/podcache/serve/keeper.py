@@ -1,11 +1,11 @@
 """Keeping an idle server's snapshot within its period: one reader that never goes away.
 
 serve answers from its cache, which refreshes on demand: a busy server's readers keep the
-snapshot within its period (refresh-ahead starts each refresh before expiry), while one that
-nobody reads kept the snapshot of its last reader, however old, and relists of one pod after
-events do not make a snapshot fresh (docs/architecture.md §3 rule 11). So when the runtime
-then failed, an idle server's snapshot was already past ``--max-stale`` and it answered 503
-where a busy one served stale data (issue 30 §4). The keeper reads the snapshot as a busy
+snapshot within its period (refresh-ahead starts each refresh before expiry), but one that
+nobody reads would keep the snapshot of its last reader, however old, and relists of one pod
+after events do not make a snapshot fresh (docs/architecture.md §3 rule 11). When the runtime
+then failed, an idle server's snapshot would already be past ``--max-stale`` and it would
+answer 503 where a busy one serves stale data. The keeper reads the snapshot as a busy
 reader would, each time it reaches its refresh-ahead point: a hit there starts the background
 refresh, so an idle server lists the node once per ``period - refresh_ahead``, as a busy one
 does, and answers through a runtime restart as a busy one does.

@@ -1,5 +1,5 @@
 """Lookups that may answer a pod that left: the ``departed`` and ``at`` parameters, the bodies
-and the header (issue 23; docs/architecture.md §3 rule 12, §5); no routing, no cache."""
+and the header (docs/architecture.md §3 rule 12, §5); no routing, no cache."""
 
 from __future__ import annotations
 

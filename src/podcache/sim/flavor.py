@@ -4,7 +4,7 @@ A ``Flavor`` holds only what differs between the two as a CRI client sees it; th
 the faults and the RPCs are the same. What each CRI-O rule was read from, in CRI-O's own code
 (cri-o/cri-o):
 
-- **Chunking** (``server/server.go``, ``streamChunkSize``, as issue 39 read it in CRI-O 1.36;
+- **Chunking** (``server/server.go``, ``streamChunkSize``, as read in CRI-O 1.36;
   the copies of CRI-O's code searched here predate list streaming): a streamed list is sent
   3,000 items a message, whatever their size (containerd 2.4 sends 5,000; the simulator's
   containerd draws counts up to ``stream_items``, each message at most
