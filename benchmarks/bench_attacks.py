@@ -1,4 +1,4 @@
-"""The attacks of issue 20 §1-4 against ``podcache serve``, each beside its quiet baseline.
+"""Attacks on ``podcache serve`` (§1-4 and ``relists`` below), each beside its quiet baseline.
 
     .venv/bin/python benchmarks/bench_attacks.py [--quick] [--only closewait,pids,events,big]
                                                  [--json]
@@ -21,7 +21,7 @@ Figures come from the kernel (``/proc/net/tcp``, ``/proc/<pid>/stat``) and from 
   ``/healthz`` p99 and serve's CPU, against the runtime sending none.
 - ``big`` (§4): 110 pods; 12 events/s whose sandbox status holds about 15 MB of labels:
   ``/healthz`` p50/p99 and serve's CPU, against none.
-- ``relists`` (issue 29 §3): events that name a pod, so each asks for a relist of that pod
+- ``relists``: events that name a pod, so each asks for a relist of that pod
   alone: 1,000 events/s each naming a new pod UID at 5,000 and at 200 pods, and 10,000
   events/s naming one listed pod at 5,000 pods (sent in batches every 5 ms). ``/healthz``
   p50/p99, serve's CPU, relists of one pod and full listings per second, against the same
@@ -62,7 +62,7 @@ _CLOSE_WAIT = "08"
 # -- the runtime's process -----------------------------------------------------------------------
 FLOOD_KINDS = ("unlisted", "new-pods", "one-pod")
 """What a flood's events name: container IDs the runtime never lists and no pod (§3, §4), a new
-pod UID each (issue 29 §3), or one pod the runtime lists (issue 29 §3)."""
+pod UID each, or one pod the runtime lists."""
 BATCH_EVERY = 0.005
 """Seconds between the batches of a flood naming pods (a Python runtime cannot send 10,000
 events a second one by one)."""
@@ -481,7 +481,7 @@ RELIST_ATTACKS = (
     ("new-pods", 200, 1000.0),
     ("one-pod", 5000, 10000.0),
 )
-"""(what the events name, pods, events a second): issue 29 §3's three attacks."""
+"""(what the events name, pods, events a second): the three ``relists`` attacks."""
 MAX_RELISTS_PER_S = 50.0
 
 

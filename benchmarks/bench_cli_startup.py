@@ -1,4 +1,4 @@
-"""The CLI's wall time from start to exit, side by side with ``python -c pass`` (issue 30, item 6).
+"""The CLI's wall time from start to exit, side by side with ``python -c pass``.
 
     .venv/bin/python benchmarks/bench_cli_startup.py [--pods 110] [--rounds 15] [--json]
 
@@ -13,7 +13,7 @@ a script or ``| grep`` reads it; in a terminal ``pods`` and ``ps`` also fit the 
 Each figure is a whole process's wall time, reported as min / median / max over the rounds,
 with the ratio to the yardstick taken round by round (the median of those ratios): the machine
 may be busy, and a ratio measured in the same seconds stays meaningful where a raw time does
-not. Targets (issue 30): ``pods``, ``ps``, ``which`` at most 0.12 s, ``version`` and ``--help``
+not. Targets: ``pods``, ``ps``, ``which`` at most 0.12 s, ``version`` and ``--help``
 under 0.1 s, on an idle machine where ``python -c pass`` takes about 0.015 s.
 """
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_crisock.py [--quick] [--json]
 
-Four measurements, issue 31's targets (docs/architecture.md §10):
+Four measurements, each with its target (docs/architecture.md §10):
 
 - **Upstream load.** ``podcache sim --pods 1000`` in a process of its own (``--stats-file``:
   its list calls are counted there, read by SIGUSR1; its CPU from ``/proc/PID/stat``), and

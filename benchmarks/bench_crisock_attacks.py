@@ -1,4 +1,4 @@
-"""A victim's latency on the CRI socket during issue 38's attacks, against a baseline commit.
+"""A victim's latency on the CRI socket during attacks on it, against a baseline commit.
 
     .venv/bin/python benchmarks/bench_crisock_attacks.py [--baseline COMMIT] [--seconds 10]
                                                           [--attacks none,streams,slots,silent]

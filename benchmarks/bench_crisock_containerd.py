@@ -1,4 +1,4 @@
-"""Issue 31's latency target on a real runtime: ``ListContainers`` through the CRI socket and
+"""The CRI socket's latency target on a real runtime: ``ListContainers`` through the CRI socket and
 straight at containerd, side by side.
 
     .venv/bin/python benchmarks/bench_crisock_containerd.py [--pods 1000] [--versions 2.1]

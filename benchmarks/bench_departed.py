@@ -1,4 +1,4 @@
-"""Pods that just left (issue 23 §2, issue 30 §1-2): ``cache.find(ip=..., at=...)`` and a
+"""Pods that just left: ``cache.find(ip=..., at=...)`` and a
 lookup by crictl's 12-character prefix over 10,000 departed pods (50,000 remembered keys), and
 the memory they hold per key.
 

@@ -1,4 +1,4 @@
-"""How promptly the event stream is read while a 5,000-pod full listing runs (issue 22: "read
+"""How promptly the event stream is read while a 5,000-pod full listing runs ("read
 the stream promptly": containerd 2.x blocks delivery to every subscriber while one reads
 slowly).
 

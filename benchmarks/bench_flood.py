@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_flood.py [--quick] [--connections N]
 
-What it does (issue 12 §4):
+What it does:
 
 1. starts ``podcache serve --sim --sim-pods 110 --cache-period 1h --max-buffered 64MiB
    --max-connections 4096`` on loopback (``--max-buffered BYTES`` here sets another budget)

@@ -1,5 +1,5 @@
-"""The attacks of issue 29 items 2 and 5 on podcache's own HTTP/2 client, before and after a fix,
-in one run (docs/architecture.md §7 rule 6).
+"""Hostile-runtime attacks (deadlines, floods) on podcache's own HTTP/2 client, before and
+after a fix, in one run (docs/architecture.md §7 rule 6).
 
     .venv/bin/python benchmarks/bench_h2_attacks.py --before /path/to/old/src
                                                     [--quick] [--rounds N] [--only deadline,floods]
@@ -15,13 +15,13 @@ The hostile runtime runs the simulator (110 pods, churning) on a socket of its o
 on the socket podcache is given. grpcio's connections are relayed byte for byte. podcache's own
 client is recognised by its SETTINGS frame, and its connections get the attack:
 
-- item 2, on the connections of the filtered list calls (``get_pod``):
+- ``deadline``, on the connections of the filtered list calls (``get_pod``):
   ``ping-noread``: PINGs without end, and nothing read, ever;
   ``ping-slowread``: the same, reading 1 KiB every 8 s.
   Measured in a client process: how long ``CRIRuntime(timeout=2).get_pod`` takes and its
   error; how long after ``close()`` a call stuck in it returns; how many per-pod relists a
   ``RuntimeCache`` with events on finishes (done or failed) in 20 s.
-- item 5, on the GetContainerEvents connection, relayed from the simulator with the flood
+- ``floods``, on the GetContainerEvents connection, relayed from the simulator with the flood
   injected between its frames: ``continuation`` (a header block of empty CONTINUATIONs without
   end), ``ping``, ``settings``, ``rst`` (RST_STREAM on streams never opened) and
   ``size-update`` (header blocks of an HPACK table size update). The client's answers to the
@@ -268,7 +268,7 @@ def hostile(attack: str) -> Iterator[str]:
         process.wait(30)
 
 
-# -- item 2: the measuring client's process ------------------------------------------------------
+# -- deadline: the measuring client's process ----------------------------------------------------
 CAP = 45.0
 """Seconds the client waits for a stuck call before it reports it as stuck."""
 
@@ -340,7 +340,7 @@ def client_run(src: str, endpoint: str, quick: bool) -> dict[str, object]:
     return found
 
 
-# -- item 5: serve under a flood -----------------------------------------------------------------
+# -- floods: serve under a flood ------------------------------------------------------------------
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

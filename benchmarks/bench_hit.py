@@ -5,7 +5,7 @@ in the same process, rounds interleaved so machine drift hits all alike; the fig
 contender is the best (minimum) over rounds of ns per call, as timeit advises (loop overhead
 included for all alike), after one untimed warm-up pass. ``measure()`` returns the figures (the
 ``benchmarks/run`` report reads ``--json``).
-Targets (issue 2): RuntimeCache <= 2.3x time.monotonic() and <= 0.55x the lock-based port.
+Targets: RuntimeCache <= 2.3x time.monotonic() and <= 0.55x the lock-based port.
 """
 
 from __future__ import annotations

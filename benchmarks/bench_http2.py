@@ -1,4 +1,5 @@
-"""CPU per call and per event: podcache's own HTTP/2 client against grpcio (issue 22, §7 rule 6).
+"""CPU per call and per event: podcache's own HTTP/2 client against grpcio
+(docs/architecture.md §7 rule 6).
 
     .venv/bin/python benchmarks/bench_http2.py [--quick] [--json]
 

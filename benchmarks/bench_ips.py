@@ -1,4 +1,4 @@
-"""Pod IPs (issue 23): ``PodList.by_ip`` against a ``by_container_id`` hit, the cold start's
+"""Pod IPs: ``PodList.by_ip`` against a ``by_container_id`` hit, the cold start's
 status calls at 5,000 pods, and status calls over churn against new sandboxes.
 
     .venv/bin/python benchmarks/bench_ips.py [--quick] [--json]

@@ -1,4 +1,4 @@
-"""A node past gRPC's 16 MiB message limit, listed through CRI list streaming (issue 31 item 7).
+"""A node past gRPC's 16 MiB message limit, listed through CRI list streaming.
 
     .venv/bin/python benchmarks/bench_list_streaming.py [--quick] [--json]
 

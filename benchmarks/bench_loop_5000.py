@@ -1,4 +1,4 @@
-"""Issue 29 §1: ``/healthz`` at 5,000 pods while ``/pods`` is read, this tree against a8d33ac
+"""``/healthz`` at 5,000 pods while ``/pods`` is read, this tree against a8d33ac
 (the commit before relists of one pod and pod IPs), in interleaved pairs of the same run.
 
     .venv/bin/python benchmarks/bench_loop_5000.py [--quick] [--rounds N] [--cases a,b]

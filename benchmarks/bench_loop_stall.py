@@ -1,4 +1,4 @@
-"""Event-loop stalls of ``podcache serve`` while refreshes of a large node run (issue 12 §7).
+"""Event-loop stalls of ``podcache serve`` while refreshes of a large node run.
 
     .venv/bin/python benchmarks/bench_loop_stall.py [--quick] [--json]
 
@@ -27,7 +27,7 @@ two setups, interleaved per round:
   row the cache-hit target is checked on;
 - ``baseline``: cache period 1 h, so no refresh runs during the measurement.
 
-Targets (issue 12): with refreshes, ``/healthz`` (both refreshing setups) and cache hits
+Targets: with refreshes, ``/healthz`` (both refreshing setups) and cache hits
 (``refreshing-1s``) p99 <= 10 ms and p99.9 <= 25 ms. Prints a markdown table (or JSON with
 ``--json``); exit status 1 when a target is missed. wrk is installed with apt-get when
 missing (as bench_serve.py does).

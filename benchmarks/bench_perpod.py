@@ -1,4 +1,4 @@
-"""What one pod change costs at scale, events on (issue 22): latency, list bytes, CPU, listings.
+"""What one pod change costs at scale, events on: latency, list bytes, CPU, listings.
 
     .venv/bin/python benchmarks/bench_perpod.py [--quick] [--json] [--sizes 110,1000,5000]
 
@@ -32,7 +32,7 @@ created and one removed each second; its CPU from ``/proc/PID/stat``, and ``/hea
 every 20 ms meanwhile over one keep-alive connection (p99, non-2xx answers). The same load
 against the library's process gives its CPU too.
 
-Targets (issue 22, 5,000 pods) are printed beside each figure: latency median <= 10 ms and
+Targets (5,000 pods) are printed beside each figure: latency median <= 10 ms and
 p99 <= 30 ms, <= 64 KiB of list answers per change, <= 3 ms of library CPU per change, full
 listings only by the period and (re)subscription, serve <= 5% of one core with /healthz
 p99 <= 10 ms. Writes ``benchmarks/results/perpod.json``; exit status 0 whether or not targets
@@ -406,7 +406,7 @@ def measure_size(pods: int, trials: int, changes: int) -> dict[str, Any]:
             "event_refreshes": stats.event_refreshes,
             "events_received": stats.events_received,
             "resubscriptions": stats.resubscriptions,
-            # per-pod relists (issue 22); absent from caches that only relist the node
+            # per-pod relists; absent from caches that only relist the node
             "pod_relists": getattr(stats, "pod_relists", None),
             "pod_relists_dropped": getattr(stats, "pod_relists_dropped", None),
         },

@@ -1,4 +1,4 @@
-"""Issue 22's real-runtime targets at 110 pods on containerd 1.7 and 2.1: latency and equality.
+"""The real-runtime targets at 110 pods on containerd 1.7 and 2.1: latency and equality.
 
     .venv/bin/python benchmarks/bench_perpod_containerd.py [--quick] [--versions 1.7,2.1]
 

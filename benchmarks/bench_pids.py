@@ -9,7 +9,7 @@ Run: ``.venv/bin/python benchmarks/bench_pids.py [--quick] [--json]``.
    possible a fixture tree on tmpfs stands in (said in the output). Timed side by side, rounds
    interleaved: ``RuntimeCache.pod_of_pid(pid)`` with that container in the snapshot, and
    ``open("/proc/<pid>/cgroup").read()``. The figure per contender is the median over rounds of
-   ns per call. Target (issue 15): median <= 2x the plain read.
+   ns per call. Target: median <= 2x the plain read.
 2. Burst. A fixture ``/proc`` on tmpfs (its ``uptime`` is the real ``/proc/uptime``, so start
    times and the cache's ``time.monotonic`` clock agree as on a node) and a ``FakeRuntime`` that
    answers in 2 ms. One thread starts 20 containers one after the other (each listed by the

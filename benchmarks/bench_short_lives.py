@@ -1,4 +1,4 @@
-"""Short-lived pods remembered from their events (issue 42 §1): how many pods created and
+"""Short-lived pods remembered from their events: how many pods created and
 removed after a gap of 0-2, 5 and 20 ms the library does not remember at all.
 
     .venv/bin/python benchmarks/bench_short_lives.py [--trials 30] [--json]

@@ -1,4 +1,4 @@
-"""Issue 29 §4's soak: churn with nobody reading; serve's CPU and RSS over time, this tree
+"""A soak: churn with nobody reading; serve's CPU and RSS over time, this tree
 beside the tree before the fix, in the same run.
 
     .venv/bin/python benchmarks/bench_soak.py [--quick] [--minutes M] [--pods N] [--churn R]

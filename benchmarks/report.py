@@ -1156,7 +1156,7 @@ def watch_section(data: Json) -> Section:
 
 
 def perpod_section(data: Json) -> Section:
-    """Issue 22: what one pod change costs at 110, 1,000 and 5,000 pods (bench_perpod.py)."""
+    """What one pod change costs at 110, 1,000 and 5,000 pods (bench_perpod.py)."""
     targets = [
         Target(
             f"{check['what']}, {check['pods']:,} pods <= {check['target']:.4g}",

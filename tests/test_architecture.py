@@ -292,7 +292,7 @@ def import_graph() -> dict[str, set[str]]:
 
 
 def test_no_module_imports_itself_through_others() -> None:
-    """No import cycle between modules, not only between layers (issue 21 §2): each module
+    """No import cycle between modules, not only between layers: each module
     can be read knowing only what it imports."""
     try:
         list(TopologicalSorter(import_graph()).static_order())

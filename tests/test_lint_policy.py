@@ -1,5 +1,5 @@
-"""Complexity is checked, not switched off: the ruff settings and every ``noqa`` (issue 16 item 7),
-function length and radon's grades (issue 21 §8).
+"""Complexity is checked, not switched off: the ruff settings and every ``noqa``,
+function length and radon's grades.
 
 ruff itself enforces the limits; these tests keep the limits from being quietly turned off: the
 complexity rules stay selected and out of the global ignore list, per-file ignores of them name
@@ -80,7 +80,7 @@ def test_the_noqa_check_tells_a_reason_from_none() -> None:
     assert without is not None and not re.search(r"[a-z]{3}", without[1])
 
 
-# -- function length and radon's grades (issue 21 §8) -------------------------------------------
+# -- function length and radon's grades ---------------------------------------------------------
 MAX_FUNCTION_LINES = 60
 """Most lines of a function in src/, from its ``def`` to its last line (decorators not
 counted, its signature and docstring counted): the project's rule, "no function over 60 lines

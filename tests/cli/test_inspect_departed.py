@@ -1,6 +1,6 @@
 """``podcache inspect ID --departed``: a pod the runtime no longer lists, asked of the node's
 ``podcache serve`` (a real one, over the same simulated runtime, on real sockets), which says
-when it left (issue 23 §4; docs/architecture.md §3 rule 12)."""
+when it left (docs/architecture.md §3 rule 12)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def trickling_server(every: float, lasting: float) -> Iterator[str]:
 
 
 def test_timeout_bounds_the_whole_command_not_each_read(run: Runner) -> None:
-    """Issue 29 §10: a server sending a byte every 0.2 s for 20 s, asked with --timeout 1.
+    """A server sending a byte every 0.2 s for 20 s, asked with --timeout 1.
     With a per-read timeout the command waits the 20 s and fails for the hang-up; with the
     command's timeout it ends with the timeout's error. The outcome is asserted, not the time
     it took."""
@@ -135,7 +135,7 @@ def test_timeout_bounds_the_whole_command_not_each_read(run: Runner) -> None:
 def test_a_prefix_several_listed_or_departed_ids_share_exits_2_listing_them(
     run: Runner, node: tuple[SimRuntime, Client, str]
 ) -> None:
-    """Issue 30 §2: the ambiguity rule of listed IDs holds for departed ones (exit 2, the
+    """The ambiguity rule of listed IDs holds for departed ones (exit 2, the
     candidates listed), here a listed and a departed ID of serve's (an App over a fake runtime,
     served by podcache's HTTP server on a real socket)."""
     sim = node[0]

@@ -1,4 +1,4 @@
-"""``--log-level`` of the CLI's long-running commands (issue 29 §7): ``podcache events`` and
+"""``--log-level`` of the CLI's long-running commands: ``podcache events`` and
 ``podcache pods -w`` say on stderr, once each, that the runtime's event stream was lost and
 that it is back, naming the method, the endpoint and the cause; ``info`` adds the first
 subscription; ``error`` says neither."""

@@ -140,7 +140,7 @@ def test_loopback_tcp_endpoint(run: Runner) -> None:
     assert result.lines() == expected
 
 
-# -- --sim-churn (issue 41 §6) ---------------------------------------------------------------
+# -- --sim-churn -----------------------------------------------------------------------------
 
 
 def follow_until(run: Runner, args: list[str], wanted: re.Pattern[str]) -> tuple[str, str]:

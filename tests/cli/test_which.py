@@ -174,7 +174,7 @@ def test_an_ip_no_pod_holds_is_exit_3_naming_it(run: Runner, sim: SimRuntime) ->
 def test_an_ipv4_mapped_ip_answers_as_its_ipv4_address(
     run: Runner, sim: SimRuntime, runtime: CRIRuntime
 ) -> None:
-    """Issue 30 §3: ``podcache which ::ffff:10.204.155.2`` finds the pod holding 10.204.155.2."""
+    """``podcache which ::ffff:10.204.155.2`` finds the pod holding 10.204.155.2."""
     with paused(sim, runtime, False) as pods:
         p = pick([pod for pod in pods if any("." in ip for ip in pod.ips)])
         ip = next(ip for ip in p.ips if "." in ip)

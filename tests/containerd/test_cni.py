@@ -1,4 +1,4 @@
-"""Pod IPs on a real containerd with real CNI networking (issue 23 §5): Debian's
+"""Pod IPs on a real containerd with real CNI networking: Debian's
 containernetworking-plugins (bridge + host-local + loopback), dual-stack where the kernel has
 IPv6, on an instance of its own (the other modules' instances stay host-network only).
 

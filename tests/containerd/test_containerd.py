@@ -87,7 +87,7 @@ def expected_pods(h: CRIHarness, image_id: str, *, all: bool) -> list[Pod]:
     all=False: READY sandboxes and RUNNING containers only; all=True: everything not removed.
     Pods are grouped by UID; created_at and labels are the newest sandbox's (labels less the
     kubelet's ``io.kubernetes.pod.*`` keys); host_network (no IPs) when a sandbox is READY
-    (issue 23: the newest READY sandbox's status; every harness pod is on the host network);
+    (the newest READY sandbox's status; every harness pod is on the host network);
     pods newest first, ties by UID; containers and sandboxes newest first, ties by ID.
     """
     parts: dict[str, _PodParts] = {}

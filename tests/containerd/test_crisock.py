@@ -294,7 +294,7 @@ def test_on_17_each_event_goes_to_one_upstream_subscriber_and_the_sockets_share_
         cri_harness.remove_all([s.id for s in made])
 
 
-# -- serve --cri-redact-env (issue 41 §7) -------------------------------------------------------
+# -- serve --cri-redact-env ---------------------------------------------------------------------
 
 SECRETS = {"DB_PASSWORD": "hunter2-not-for-agents", "EMPTY": "", "WITH_EQUALS": "a=b=c"}
 # A file to save containerd's own answer in: how tests/serve/data's recording was made.

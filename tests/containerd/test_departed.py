@@ -1,5 +1,5 @@
-"""Containers that exited or left, found by their IDs on real containerd 2.1 (issue 30 §1-2;
-docs/architecture.md §3 rule 12).
+"""Containers that exited or left, found by their IDs on real containerd 2.1
+(docs/architecture.md §3 rule 12).
 
 A pod is made with a container whose first attempt "crashes" (StopContainer) and a second
 attempt that runs; then it is torn down in the kubelet's order: StopContainer,

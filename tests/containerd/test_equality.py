@@ -12,7 +12,7 @@ the runtime is quiescent.
 Then the reader polls ``get_pods()`` (the hit path) until it equals a fresh full listing made
 then. That must happen (within a generous 30 s: causality, not speed); the time it took and
 the full listings the cache made over the run are printed and written to the JSON file named
-by ``PODCACHE_EQUALITY_RESULTS`` if set, as figures: issue 22's target is equality within
+by ``PODCACHE_EQUALITY_RESULTS`` if set, as figures: the target is equality within
 100 ms of quiescence, measured, never asserted here (a loaded machine could miss it). Full
 listings are counted by a getter that wraps the ``CRIRuntime`` and forwards everything else
 (``get_pod`` included, when the runtime offers it, so a per-pod cache uses it; its calls are

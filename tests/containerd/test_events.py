@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
 
 LONG_PERIOD = 60.0
 # Seen well before the period ran out, a change can only have come through an event: that is
-# what these tests assert. How fast (issue 13: within 2 s of a restart) is measured by
+# what these tests assert. How fast (within 2 s of a restart) is measured by
 # benchmarks/bench_events.py, never bounded here, where a loaded machine could miss it.
 BEFORE_THE_PERIOD = LONG_PERIOD / 2
 WAIT = 10.0  # for what must happen, on a loaded machine

@@ -1,5 +1,5 @@
 """The shipped podcache: deploy/Containerfile's image run as deploy/base/daemonset.yaml's pod on a
-real containerd, through CRI (issue 24 items 2-4).
+real containerd, through CRI.
 
 scripts/image-build builds the image with podman on a Debian base (cached by its inputs outside
 the checkout), the archive is imported into the private containerd, and ``daemonset.run_pod``

@@ -1,4 +1,4 @@
-"""``podcache serve`` through a real containerd restart (issue 12 section 7).
+"""``podcache serve`` through a real containerd restart.
 
 While containerd is SIGKILLed, /pods keeps answering 200 from the last good snapshot, marked
 ``X-Podcache-Stale: true`` with its age, /readyz answers 503, and a request for newer data
@@ -84,7 +84,7 @@ def _metric(client: Client, name: str) -> float | None:
 def test_an_idle_serve_answers_stale_through_a_restart_as_a_busy_one_does(
     containerd: Containerd, cri_harness: CRIHarness
 ) -> None:
-    """Issue 30 §4: nobody reads for longer than period + max-stale while events relist a pod
+    """Nobody reads for longer than period + max-stale while events relist a pod
     torn down in the kubelet's order; containerd is then SIGKILLed: /pods still answers the
     current content, marked stale, with an age within the bound (before: 503)."""
     staying = cri_harness.run_pod("idle-stays", "serve", labels={"app": "idle"})

@@ -1,5 +1,5 @@
 """Containers of a few milliseconds remembered from their events on real containerd 1.7 and 2.1
-(issue 42 §1; docs/architecture.md §7, "Events are facts").
+(docs/architecture.md §7, "Events are facts").
 
 One pod; in it 20 containers whose command exits at once (``true``), each removed as soon as
 the runtime says it exited. The caches' period is 60 s, so what they know of the containers

@@ -1,4 +1,4 @@
-"""deploy/README.md's agent examples (issue 41 §2): every YAML block parses, and those that
+"""deploy/README.md's agent examples: every YAML block parses, and those that
 configure an agent for the CRI socket say what the agents' own code needs.
 
 What each agent needs was read in its code (deploy/README.md names the files): the Falco
@@ -105,7 +105,7 @@ def test_datadogs_cri_socket_path_turns_on_only_its_cri_check() -> None:
 
 
 def test_the_agents_volume_is_directory_or_create_as_podcaches() -> None:
-    """Issue 41 §7: with `Directory`, an agent pod started first on a new node waits."""
+    """With `Directory`, an agent pod started first on a new node waits."""
     volumes = [v for _, doc in documents() if isinstance(doc, dict) for v in doc.get("volumes", [])]
     host_paths = {v["hostPath"]["path"]: v["hostPath"]["type"] for v in volumes if "hostPath" in v}
     assert host_paths == {SOCKET_DIR: "DirectoryOrCreate", "/run/podcache": "DirectoryOrCreate"}

@@ -256,7 +256,7 @@ def kustomizations_under_deploy() -> set[Path]:
 
 
 def test_every_kustomization_of_deploy_is_rendered_here() -> None:
-    """A variant added to deploy/ is checked with the others (issue 41 §1); deploy/base/ is
+    """A variant added to deploy/ is checked with the others; deploy/base/ is
     checked as deploy/, which is the base unchanged."""
     assert kustomizations_under_deploy() == {*RENDERINGS.values(), DEPLOY / "base"}
     base_alone = subprocess.run(
@@ -283,8 +283,9 @@ def flag_pairs(c: Manifest) -> list[tuple[str, str]]:
 def test_every_variant_keeps_every_argument_of_the_base_the_cri_socket_included(
     name: str,
 ) -> None:
-    """Issue 41 §1: the hostport overlay's patch replaced the whole list, dropping --cri-listen.
-    A variant only adds arguments; those it adds are its own (the TCP listener, the token)."""
+    """A variant keeps the base's arguments (a patch replacing the whole list would drop
+    --cri-listen) and only adds arguments; those it adds are its own (the TCP listener, the
+    token)."""
     pairs, base_pairs = flag_pairs(container(name)), flag_pairs(container("base"))
     assert pairs[: len(base_pairs)] == base_pairs, name
     added = {flag for flag, _ in pairs[len(base_pairs) :]}
@@ -579,7 +580,7 @@ def test_hostport_network_policy_opens_only_the_listen_port_to_prometheus_pods(n
     (rule,) = policy["ingress"]
     assert rule["ports"] == [{"port": HOSTPORT, "protocol": "TCP"}]
     (source,) = rule["from"]
-    # Both the pod's label and its namespace's name (issue 29 §12): any tenant can label a pod
+    # Both the pod's label and its namespace's name: any tenant can label a pod
     # "prometheus", but only the API server sets kubernetes.io/metadata.name, to the name.
     assert source == {
         "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
@@ -772,7 +773,7 @@ def test_image_healthcheck_asks_healthz_over_the_default_socket() -> None:
 
 
 def test_k3s_is_the_base_with_k3s_containerds_socket_directory() -> None:
-    """Issue 30 §10: k3s and RKE2 keep containerd's socket in /run/k3s/containerd."""
+    """k3s and RKE2 keep containerd's socket in /run/k3s/containerd."""
 
     def without_cri_dir(name: str) -> list[Manifest]:
         docs: list[Manifest] = json.loads(json.dumps(render(name)))
@@ -811,7 +812,7 @@ def test_the_k3s_component_combines_with_the_hostport_overlay(tmp_path: Path) ->
 
 
 def test_image_build_names_the_image_as_the_kustomization_does() -> None:
-    """Issue 30 §10: the archive scripts/image-build makes, imported, has the name the
+    """The archive scripts/image-build makes, imported, has the name the
     DaemonSet asks for (it was localhost/podcache:test-KEY)."""
     done = subprocess.run(
         [str(ROOT / "scripts" / "image-build"), "--name"],
@@ -826,7 +827,7 @@ def test_image_build_names_the_image_as_the_kustomization_does() -> None:
 
 
 def test_image_bounds_mallocs_arenas_and_returns_big_blocks() -> None:
-    """Issue 29 §11: glibc's per-thread arenas and its growing mmap threshold kept freed
+    """glibc's per-thread arenas and its growing mmap threshold kept freed
     listings and bodies in the heap (serve at 5,000 pods passed the 256Mi limit)."""
     settings: dict[str, str] = {}
     for keyword, rest in final_stage():

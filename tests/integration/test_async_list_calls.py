@@ -1,5 +1,5 @@
 """AsyncCRIRuntime's list calls and their answers' bytes stay off the event loop; the cyclic
-garbage collector is paused while a listing is read and converted (issue 12 section 7).
+garbage collector is paused while a listing is read and converted.
 
 Over real gRPC to the simulated runtime. The list calls go through a sync channel in worker
 threads (``listcalls._ListCaller``): the event loop only receives the finished bytes. Cancelling

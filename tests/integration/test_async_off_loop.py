@@ -1,4 +1,4 @@
-"""AsyncCRIRuntime never reads or converts a listing on the event loop (issue 12 section 7).
+"""AsyncCRIRuntime never reads or converts a listing on the event loop.
 
 Over real gRPC to the simulated runtime: the readers and the conversion run in the runtime's
 worker thread, and the event loop keeps running while a conversion is held in its worker.

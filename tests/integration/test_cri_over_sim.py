@@ -74,7 +74,7 @@ def expected_pods(
 
     Plus podcache's pod labels: the newest sandbox's, less the ``io.kubernetes.pod.*`` keys
     and CRI-O's ``io.kubernetes.container.name``, and its IPs and host-network flag: the newest
-    READY sandbox's status's (issue 23).
+    READY sandbox's status's.
     """
     if not all:
         sandboxes = [s for s in sandboxes if s.state is SimSandboxState.READY]

@@ -1,4 +1,4 @@
-"""Events are facts (issue 42 §1; docs/architecture.md §7): every pod, sandbox and container an
+"""Events are facts (docs/architecture.md §7): every pod, sandbox and container an
 event reported is remembered with its interval, however short its life, in both views, through
 the library and through ``serve``.
 

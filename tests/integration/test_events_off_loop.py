@@ -1,5 +1,5 @@
 """``AsyncCRIRuntime.container_events()`` receives, reads and checks every message off the event
-loop (issue 20 §4), over real CRI (the simulated runtime on a unix socket): the reader runs in
+loop, over real CRI (the simulated runtime on a unix socket): the reader runs in
 the stream's own thread, a big event (megabytes of labels) reaches the loop as one small
 ``ContainerEvent``, and the loop keeps running while it is read. The pending bound is tested
 with a fake sync stream (named as such).

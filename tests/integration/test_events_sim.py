@@ -393,7 +393,7 @@ def test_a_restarted_runtime_is_found_again_and_counted_once(tmp_path: object) -
         first.stop()
 
 
-# -- CRI-O: no event on removal (issue 39 item 4) --------------------------------------------------
+# -- CRI-O: no event on removal --------------------------------------------------------------------
 class _AllPods:
     """``runtime`` as the all view reads it (NotReady pods too), its events and pod relists."""
 

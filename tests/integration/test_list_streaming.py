@@ -1,4 +1,4 @@
-"""CRI list streaming (KEP-5825, issue 31 item 7) end to end: the getters over the simulator.
+"""CRI list streaming (KEP-5825) end to end: the getters over the simulator.
 
 - A 1,000-pod node whose pods carry 16 KiB of annotations each (both list answers past gRPC's
   16 MiB message limit) is listed through StreamPodSandboxes and StreamContainers by both
@@ -10,7 +10,7 @@
   items, item for item, and a getter's streamed listing is its unary listing.
 - Asked once per connection, as the kubelet's CRI client asks: a getter that found streaming
   UNIMPLEMENTED keeps the unary calls; a new connection asks again.
-- CRI-O (issue 39 item 1): it cuts a streamed list by 3,000 items, not by size, so a node's
+- CRI-O: it cuts a streamed list by 3,000 items, not by size, so a node's
   whole listing of 21 MiB comes as one message; both getters, ``podcache pods`` and ``serve``
   read it. One streamed message is bounded by ``MAX_STREAMED_MESSAGE_BYTES`` (at and past it);
   the unary calls keep gRPC's 16 MiB.

@@ -1,5 +1,5 @@
-"""Pod IPs over real CRI (the simulated runtime on a unix socket), both getter twins (issue 23
-§1): ``Pod.ips`` and ``Pod.host_network`` are what ``PodSandboxStatus`` of the pod's newest
+"""Pod IPs over real CRI (the simulated runtime on a unix socket), both getter twins:
+``Pod.ips`` and ``Pod.host_network`` are what ``PodSandboxStatus`` of the pod's newest
 READY sandbox says; status is asked once per new sandbox ID (counted by the runtime itself),
 never on a steady node; an event's sandbox status fills the memo with no call; hostile IP
 strings are dropped and counted; a failed status call leaves the IPs empty until a retry, at

@@ -134,7 +134,7 @@ async def test_pids_with_all_finds_a_process_of_a_not_ready_pod(app: App) -> Non
 async def test_pids_with_all_asks_the_runtime_about_one_pod_never_the_node(
     app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree
 ) -> None:
-    """The all view keeps issue 20 §2's rule: a process newer than its snapshot, in a container
+    """The all view keeps the probe rule: a process newer than its snapshot, in a container
     that snapshot lacks, costs one pod's listing (``get_pod(uid, all=True)``)."""
     assert (await call(app, "/pods", "all=1")).status == 200
     assert runtime.all_args == [True]

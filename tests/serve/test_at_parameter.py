@@ -1,4 +1,4 @@
-"""``?at=`` (issue 29 §6, issue 30 §3): every RFC 3339 time in UTC years 1-9999 is read as
+"""``?at=``: every RFC 3339 time in UTC years 1-9999 is read as
 ``datetime`` reads it, whether its ``+`` arrived encoded or as the space an unencoded one
 decodes to; a leap second is the next second; anything else, times outside those years
 included, is a 400 naming ``at`` with examples that work, never an exception of another kind.

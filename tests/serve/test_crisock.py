@@ -553,7 +553,7 @@ def test_over_crio_without_events_a_subscriber_gets_the_runtimes_empty_stream(
 ) -> None:
     """CRI-O with ``enable_pod_events = false`` ends GetContainerEvents at once with OK and
     no event; through the socket a subscriber sees the same, and podcache's logs name the
-    runtime's endpoint, not an internal class (issue 39 items 2 and 6)."""
+    runtime's endpoint, not an internal class."""
     path = str(tmp_path / "cri.sock")
     port = free_port()
     with SimRuntime(5, seed=2, flavor="crio", pod_events=False) as sim:

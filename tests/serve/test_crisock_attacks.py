@@ -1,4 +1,4 @@
-"""Issue 38, the CRI socket under a hostile local client: no client and no one connection can
+"""The CRI socket under a hostile local client: no client and no one connection can
 delay another client's call answered from the cache (docs/architecture.md §10 rules 1, 5, 6).
 
 Every check is causal: the victim is answered while the attack's calls are still open and
@@ -329,7 +329,7 @@ _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 def test_a_connection_that_makes_no_call_is_closed(served: Served, says: bytes) -> None:
     peer = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
     # The property is a deadline: 5 s. gRPC's own bounds were its SETTINGS acknowledgement
-    # timeout, 60 s (closed "after about 60 s", issue 38), and its idle bound once SETTINGS
+    # timeout, 60 s, and its idle bound once SETTINGS
     # came (67.5-82.5 s); 30 s tells them apart.
     peer.settimeout(30.0)
     try:

@@ -1,4 +1,4 @@
-"""Issue 31 item 7, shown through the socket: a 1,000-pod node with 16 KiB of annotations per
+"""CRI list streaming, shown through the socket: a 1,000-pod node with 16 KiB of annotations per
 pod (both list answers past gRPC's 16 MiB message limit) is listed by the library's
 ``CRIRuntime`` pointed at ``podcache serve --cri-listen`` (docs/architecture.md §10 rule 3).
 
@@ -55,7 +55,7 @@ def socket_path(big_node: SimRuntime, tmp_path_factory: pytest.TempPathFactory) 
     with server:
         yield path
     # Not its exit code: with a 600 s period this serve takes ~18 s to stop on SIGTERM, past
-    # ServeProcess's 10 s (reported in issue 31's note; 2 s periods stop in under 1 s).
+    # ServeProcess's 10 s (2 s periods stop in under 1 s).
     assert "Traceback" not in server.stderr, server.stderr
 
 

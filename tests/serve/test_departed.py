@@ -1,4 +1,4 @@
-"""Pods that just left, over HTTP (issue 23 §3; docs/architecture.md §3 rule 12): ``/ips/{ip}``,
+"""Pods that just left, over HTTP (docs/architecture.md §3 rule 12): ``/ips/{ip}``,
 ``departed=1`` and ``at=`` on ``/pods/{uid}``, ``/containers/{id}`` and ``/ips/{ip}``, every
 status they answer, and never a replay from the memo when the answer depends on ``at``.
 
@@ -135,7 +135,7 @@ def _rfc3339(seconds: float) -> str:
 
 
 async def test_an_ipv4_mapped_address_in_the_path_is_the_ipv4_address() -> None:
-    """Issue 30 §3: ``/ips/::ffff:10.0.0.1`` answers as ``/ips/10.0.0.1``, now and with ``at``."""
+    """``/ips/::ffff:10.0.0.1`` answers as ``/ips/10.0.0.1``, now and with ``at``."""
     app, _, left, _ = await scene()
     for spelling in ("::ffff:10.0.0.1", "::FFFF:a00:1", "0:0:0:0:0:ffff:10.0.0.1"):
         now = await call(app, f"/ips/{spelling}")
@@ -147,7 +147,7 @@ async def test_an_ipv4_mapped_address_in_the_path_is_the_ipv4_address() -> None:
 
 
 async def test_an_unencoded_plus_in_at_is_read_as_the_offsets_sign() -> None:
-    """Issue 30 §3: ``at=...+00:00`` typed unencoded arrives with a space for the ``+``."""
+    """``at=...+00:00`` typed unencoded arrives with a space for the ``+``."""
     app, _, left, _ = await scene()
     moment = datetime.fromtimestamp(left - 5.0, UTC).isoformat()  # ends "+00:00"
     assert moment.endswith("+00:00")
@@ -161,7 +161,7 @@ async def test_an_unencoded_plus_in_at_is_read_as_the_offsets_sign() -> None:
 async def test_keys_a_running_pod_let_go_are_answered_with_held_until_and_departed_at_null() -> (
     None
 ):
-    """Issue 30 §1: a crashed container of a running pod (the ready view stops listing it) and
+    """A crashed container of a running pod (the ready view stops listing it) and
     an IP the pod no longer holds are remembered without the pod leaving: 404 unasked (never the
     pod "holding" them now), 200 with departed=1, its departed_at null and held_until set."""
     clocks = Clocks()

@@ -1,5 +1,5 @@
 """Every parameter of the OpenAPI document, driven by hypothesis against a real ``podcache
-serve`` over a real socket (issue 29 §6): no value any client can send gets a 5xx.
+serve`` over a real socket: no value any client can send gets a 5xx.
 
 schemathesis (``test_fuzz.py``) draws whole requests from the document's schemas, which rarely
 reach a parameter's edges (a date-time whose UTC falls in year 0 or 10000, a leap second, an

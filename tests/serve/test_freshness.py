@@ -1,6 +1,6 @@
 """``podcache serve``'s freshness options as a real process over the simulated runtime.
 
-Issue 12: forced refreshes are rate-limited (``--min-refresh-interval``), and a runtime that
+Forced refreshes are rate-limited (``--min-refresh-interval``), and a runtime that
 goes away is answered from the last good snapshot for ``--max-stale``, marked stale, while
 /readyz says not ready and requests for newer data get 503.
 """

@@ -732,7 +732,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_idle_timeout(
 def test_a_client_that_never_reads_is_gone_within_idle_and_linger_timeouts(
     recorder: Recorder, size: int, idle: float
 ) -> None:
-    """Issue 12 §3, with small socket buffers so the answer stays unsent: 30,000 bytes stay
+    """30,000 bytes stay
     below the transport's high-water mark (the connection looks idle), 4 MiB above it."""
     with serving(recorder, idle_timeout=idle, linger_timeout=1.0, sndbuf=4096) as served:
         client = served.client(rcvbuf=4096)

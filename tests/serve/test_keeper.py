@@ -1,4 +1,4 @@
-"""The keeper (``serve/keeper.py``, issue 30 §4): a served snapshot nobody reads stays within its
+"""The keeper (``serve/keeper.py``): a served snapshot nobody reads stays within its
 period, so a runtime failure is answered stale for ``max_stale`` as a busy server's is; the
 metrics say when the last full listing began and the last event arrived.
 

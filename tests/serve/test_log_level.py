@@ -1,5 +1,5 @@
-"""What a real ``podcache serve`` tells its operator on stderr about the event subscription
-(issue 29 §7): a lost stream and its return are one WARNING line each, naming the method, the
+"""What a real ``podcache serve`` tells its operator on stderr about the event subscription:
+a lost stream and its return are one WARNING line each, naming the method, the
 endpoint and the cause, at the default ``--log-level``; ``info`` adds the first subscription;
 every failure is counted in ``/metrics``."""
 

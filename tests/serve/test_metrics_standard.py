@@ -1,4 +1,4 @@
-"""``/metrics`` of a real ``podcache serve`` (issue 30 §9), parsed by prometheus_client's own
+"""``/metrics`` of a real ``podcache serve``, parsed by prometheus_client's own
 parser: the standard process and Python collectors; request durations by route template
 (``podcache_http_request_duration_seconds``), whose series stay bounded however many paths
 are asked and agree with ``podcache_http_requests_total``; no series with ``_created``, for

@@ -139,7 +139,7 @@ async def test_a_reused_pid_is_never_answered_from_a_remembered_reply(
 async def test_a_process_newer_than_the_snapshot_asks_the_runtime_about_its_pod_only(
     app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree
 ) -> None:
-    """Issue 20 §2: a container missing from a snapshot older than its process costs one pod's
+    """A container missing from a snapshot older than its process costs one pod's
     listing (``get_pod``), never a relist of the node."""
     assert (await call(app, "/pids/100")).status == 200
     assert runtime.calls == 1
@@ -166,7 +166,7 @@ async def test_a_process_newer_than_the_snapshot_asks_the_runtime_about_its_pod_
 async def test_a_crafted_cgroup_naming_an_unknown_container_costs_one_probe_then_nothing(
     app: App, runtime: AsyncFakeRuntime, clocks: Clocks, tree: ProcTree, named: str
 ) -> None:
-    """The attack of issue 20 §2: processes in a cgroup named like a container the runtime
+    """The crafted-cgroup attack: processes in a cgroup named like a container the runtime
     does not know, each newer than the snapshot. The first lookup asks the runtime about that
     one ID; later ones (new processes in it, for ``pids.UNKNOWN_FOR`` seconds) ask nothing;
     no lookup ever relists the node."""
@@ -238,7 +238,7 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
 async def test_a_fifo_in_the_proc_root_is_503_and_blocks_nothing(
     app: App, tree: ProcTree, name: str
 ) -> None:
-    """A crafted proc root holding a FIFO (issue 20 §5): refused without opening it for a
+    """A crafted proc root holding a FIFO: refused without opening it for a
     blocking read; the loop goes on (the same request path, /healthz, answers after)."""
     tree.add(106, hybrid(f"/kubepods/pod{A.id}/{cid(1)}"))
     fifo = Path(tree.path) / "106" / name

@@ -1,4 +1,4 @@
-"""The token file is followed, fails closed, and is never a FIFO (issue 20 §5, §6).
+"""The token file is followed, fails closed, and is never a FIFO.
 
 Unit tests drive ``BearerAuth.following`` with a fake clock over real files (replaced the way
 Kubernetes rotates a mounted Secret: a new file behind a swapped ``..data`` symlink); process

@@ -1,5 +1,5 @@
 """A snapshot's view is built when asked, or off the event loop when its publish changed many
-pods, and reuses the JSON of pods a refresh handed over unchanged (issue 12 section 7; the
+pods, and reuses the JSON of pods a refresh handed over unchanged (the
 publish hook, docs/architecture.md §3 rule 10)."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def test_the_same_pods_again_keep_the_etag_without_encoding_or_hashing_them(
 
 
 async def test_only_the_current_snapshots_view_keeps_its_body() -> None:
-    """Issue 29 §11: the application keeps the views of the last ``RECENT_VIEWS`` publications,
+    """The application keeps the views of the last ``RECENT_VIEWS`` publications,
     and each kept its whole-list body (about 6 MB at 5,000 pods: 99 MiB of serve's heap after
     25 listings). A view gives up its body and answers when a newer one takes over."""
     runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])

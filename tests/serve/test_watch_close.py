@@ -1,5 +1,5 @@
-"""A watch client's close or half-close ends its connection and its watch in every state
-(issue 20 §1): before the answer began (while the watch is being opened), after its head,
+"""A watch client's close or half-close ends its connection and its watch in every state:
+before the answer began (while the watch is being opened), after its head,
 after its first chunk; with and without reading. Nothing stays open on the server, nothing
 sits in CLOSE-WAIT, ``podcache_watchers`` returns to zero and no change-log cursor is left.
 

@@ -1,4 +1,4 @@
-"""Every way the server ends a watch stream early is counted, by reason (issue 20 §7):
+"""Every way the server ends a watch stream early is counted, by reason:
 ``podcache_watchers_cut_off_total{reason}`` with ``lagged``, ``unread``, ``budget`` (the global
 ``--max-buffered``) and ``stalled`` (unsent bytes stuck for ``--idle-timeout``). A client that
 closes its stream is not cut off.

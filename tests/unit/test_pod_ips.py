@@ -1,6 +1,6 @@
-"""``Pod.ips``, ``Pod.host_network`` and ``PodList.by_ip`` (issue 23 §1), held to ``ipaddress``
+"""``Pod.ips``, ``Pod.host_network`` and ``PodList.by_ip``, held to ``ipaddress``
 and to a plain scan: any spelling of an address normalises to one canonical text (an
-IPv4-mapped IPv6 address to the IPv4 one it maps, issue 30 §3); ``by_ip`` answers what a
+IPv4-mapped IPv6 address to the IPv4 one it maps); ``by_ip`` answers what a
 newest-first scan that skips host-network pods finds; JSON carries both fields.
 """
 

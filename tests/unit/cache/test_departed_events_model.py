@@ -1,4 +1,4 @@
-"""Events are facts (issue 42 §1; docs/architecture.md §7): the remembered intervals, after any
+"""Events are facts (docs/architecture.md §7): the remembered intervals, after any
 interleaving of events and listings, against a reference stated from the runtime's truth.
 
 A hypothesis world of up to four pods, each a sandbox (with an IP while ready) and one

@@ -1,5 +1,5 @@
-"""Every key a listed pod ever held, over intervals, against ``find(..., at=)`` (issue 30 §1-2;
-docs/architecture.md §3 rule 12).
+"""Every key a listed pod ever held, over intervals, against ``find(..., at=)``
+(docs/architecture.md §3 rule 12).
 
 A hypothesis history runs a node the kubelet's way: pods are created with a sandbox, an IP
 and a container; a container exits (a crash) and the next attempt starts with a new ID; exited

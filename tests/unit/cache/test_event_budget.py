@@ -1,4 +1,4 @@
-"""Listings that only the runtime's events ask for have a time budget (issue 20 §3; the core's
+"""Listings that only the runtime's events ask for have a time budget (the core's
 invariant 6, ``docs/architecture.md`` §3 rule 6): after a successful listing that took *d*,
 the next one only hints need begins at least ``EVENT_BUDGET`` * *d* after that listing ended.
 Readers and forced callers keep their own rules.

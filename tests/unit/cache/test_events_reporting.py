@@ -1,4 +1,4 @@
-"""What the operator is told about the event subscription (issue 29 §7; ``cache/events.py``
+"""What the operator is told about the event subscription (``cache/events.py``
 rules 4 and 5): each change of the reported state is logged once, at WARNING with its cause
 (the first subscription and the close at INFO), every line naming the method and the endpoint;
 every failed attempt is counted, also those that never opened a stream. On the I/OPEN-free

@@ -1,4 +1,4 @@
-"""An IPv4-mapped IPv6 address names the IPv4 host (issue 30 §3): ``find(ip=...)``, now, at a
+"""An IPv4-mapped IPv6 address names the IPv4 host: ``find(ip=...)``, now, at a
 time and for pods that left, answers for ``::ffff:10.0.0.9`` exactly what it answers for
 ``10.0.0.9``, on both twins (docs/architecture.md §3 rule 12)."""
 

@@ -276,7 +276,7 @@ def quiet(driver: Twin) -> None:
 def test_a_flood_of_events_for_one_pod_waits_for_the_budget(
     timed_twin: tuple[Twin, FakeClock, list[str]],
 ) -> None:
-    """One pod named 200 times (issue 29 §3): one relist, then one more only when
+    """One pod named 200 times: one relist, then one more only when
     ``EVENT_BUDGET`` times its duration has passed after it ended; the rest coalesced."""
     driver, clock, asked = timed_twin
     driver.fake.emit(event(pod_uid="uid-1"))
@@ -298,7 +298,7 @@ def _asked(asked: list[str], count: int) -> bool:
 def test_events_naming_new_pods_are_relisted_one_budget_apart_in_arrival_order(
     timed_twin: tuple[Twin, FakeClock, list[str]],
 ) -> None:
-    """Events each naming another pod the runtime never listed (issue 29 §3): one relist per
+    """Events each naming another pod the runtime never listed: one relist per
     ``(1 + EVENT_BUDGET)`` relist durations, the pods in the order their first event came,
     each once however often it is named meanwhile."""
     driver, clock, asked = timed_twin

@@ -1,4 +1,4 @@
-"""``PodRelists.fetched`` stays bounded when no full listing runs (issue 29 §4): churn with
+"""``PodRelists.fetched`` stays bounded when no full listing runs: churn with
 nobody reading makes only relists of one pod, and a relist that finds its pod gone used to
 leave its entry until the next full listing (65,954 entries and growing after 12 minutes of
 100 pods/s). Driven through ``FreshnessCore`` (I/O-free), counting entries, never timing.

@@ -1,4 +1,4 @@
-"""The forced-refresh rate limit (``min_refresh_interval``, issue 12 section 6), for both twins.
+"""The forced-refresh rate limit (``min_refresh_interval``), for both twins.
 
 A forced refresh (one only ``force_update_if_older`` callers wait for) begins no sooner than
 ``min_refresh_interval`` after the last forced one began; a caller arriving sooner waits for

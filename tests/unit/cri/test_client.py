@@ -223,7 +223,7 @@ def test_sync_state_reader_reads_the_channel(served: tuple[CannedRuntime, str]) 
 
 
 def test_the_list_calls_hold_a_sync_caller_instead_of_being_a_sync_getter() -> None:
-    """Composition (issue 21 §4): both twins' sync calls are one ``SyncCaller``'s, which
+    """Composition: both twins' sync calls are one ``SyncCaller``'s, which
     ``CRIRuntime`` and the asyncio getter's ``_ListCaller`` each hold; neither inherits it."""
     assert not issubclass(listcalls._ListCaller, CRIRuntime)
     assert not issubclass(CRIRuntime, caller.SyncCaller)

@@ -265,7 +265,7 @@ async def test_one_streamed_message_past_16_mib_is_read_and_past_its_bound_refus
     kind: str, sock_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A runtime that chunks by item count (CRI-O: 3,000) may send one message far past gRPC's
-    16 MiB: read (issue 39 item 1); one past ``MAX_STREAMED_MESSAGE_BYTES`` is refused."""
+    16 MiB: read; one past ``MAX_STREAMED_MESSAGE_BYTES`` is refused."""
 
     def one_huge(encoded: list[bytes]) -> list[bytes]:
         heavy = sandbox(99)

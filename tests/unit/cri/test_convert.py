@@ -453,7 +453,7 @@ def test_pod_labels_tie_goes_to_the_sandbox_listed_first_in_order() -> None:
 
 def test_the_kubelets_pod_keys_and_crios_infra_container_label_are_dropped() -> None:
     """CRI-O labels every sandbox ``io.kubernetes.container.name=POD`` (its infra container's
-    name): the runtime's, not the pod's (issue 39 item 7). Other keys stay."""
+    name): the runtime's, not the pod's. Other keys stay."""
     labels = {
         "io.kubernetes.container.name": "POD",
         "io.kubernetes.container.namespace": "kept",

@@ -1,4 +1,4 @@
-"""``eventwire.event_fields`` held to protobuf's decoder (issue 20 §4), both of its readers (the
+"""``eventwire.event_fields`` held to protobuf's decoder, both of its readers (the
 Python one and, where it is built, the C extension's): on generated ``ContainerEventResponse``
 messages (merged repeats, unknown fields and groups, every int range, non-ASCII text, big label
 maps and container statuses) each reads the fields protobuf decodes; on corrupted and truncated

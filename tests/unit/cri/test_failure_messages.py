@@ -1,4 +1,4 @@
-"""Every failure message names the method and the endpoint (issue 29 §7), table-driven over
+"""Every failure message names the method and the endpoint, table-driven over
 the mappings of ``cri/failures.py`` (every status code, the details runtimes and grpcio give,
 every probe outcome after a deadline), and over the own HTTP/2 client's failures as the caller
 maps them, over a real socket: a connection lost before an answer names both calls of a pod,

@@ -1,5 +1,5 @@
 """podcache's own HTTP/2 client (cri/http2.py, docs/architecture.md §7 rule 6) against a hostile
-runtime (issue 29 items 2, 5, 8 and 9), the fake of ``h2fake`` over a real unix socket:
+runtime, the fake of ``h2fake`` over a real unix socket:
 
 - every read and write of a call, acknowledgements included, ends by the call's deadline, and
   closing ends a call in flight at once; the error says how long the call really took;

@@ -161,7 +161,7 @@ def test_a_network_learnt_while_a_listing_ran_reaches_its_pods_with_no_call() ->
     assert calls == []
 
 
-# -- pacing (issue 29 §1): a cold start's rounds of status calls yield to the event loop --------
+# -- pacing: a cold start's rounds of status calls yield to the event loop -------------------------
 class RecordingLoop:
     """An event loop as ``loop_turn`` sees it, logging when a turn is asked for and when the
     loop runs it (the callback runs in the loop's thread, so the log shows who came first)."""
@@ -268,7 +268,7 @@ def test_no_second_round_while_the_event_loop_is_held(
     assert log.count("call") == 2 * STATUS_CONCURRENCY
 
 
-# -- bounds without a full listing (issue 29 §4) ------------------------------------------------
+# -- bounds without a full listing --------------------------------------------------------------
 def one_pod(uid: str, sid: str | None) -> PodList:
     if sid is None:
         return PodList([])

@@ -372,7 +372,7 @@ def test_many_labels_and_long_strings() -> None:
 
 
 def test_a_sandbox_with_more_labels_than_any_cap_is_read() -> None:
-    """Any number of labels is read (issue 12 §1): a pod of one tenant carrying 4,100 labels
+    """Any number of labels is read: a pod of one tenant carrying 4,100 labels
     must not make the node's listing fail for every other pod."""
     crowded = pb.PodSandbox(id="s1", created_at=2)
     crowded.metadata.uid, crowded.metadata.name = "u1", "crowded"
@@ -388,7 +388,7 @@ def test_a_sandbox_with_more_labels_than_any_cap_is_read() -> None:
     agree(raw, b"")
 
 
-# -- where the readers once disagreed (issue 12 §2): each case checked against protobuf ---------
+# -- where the readers once disagreed: each case checked against protobuf -----------------------
 # Hex of a ListContainersResponse unless the id says sandboxes; the expected outcome is
 # protobuf's (upb's), asserted here so that a change of protobuf's mind shows as such.
 

@@ -122,7 +122,7 @@ def test_rows_that_do_not_line_up_teach_nothing() -> None:
 
 def test_each_message_of_a_streamed_listing_teaches_its_items() -> None:
     # A getter that streams lists (KEP-5825) reads StreamPodSandboxes / StreamContainers: their
-    # messages hold whole items in field 1, as the unary answers do (issue 31 item 7).
+    # messages hold whole items in field 1, as the unary answers do.
     store = WireItems()
     first, first_items = _listing(range(2))
     second, second_items = _listing(range(2, 3))

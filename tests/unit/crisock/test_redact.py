@@ -1,4 +1,4 @@
-"""``serve --cri-redact-env`` (issue 41 §7): ``redact.redact_container_status`` on containerd
+"""``serve --cri-redact-env``: ``redact.redact_container_status`` on containerd
 2.1's own verbose ContainerStatus answer, recorded by
 tests/containerd/test_crisock.py (``PODCACHE_RECORD_CONTAINER_STATUS``) for a container with
 ``DB_PASSWORD``, an empty ``EMPTY`` and ``WITH_EQUALS=a=b=c``; and on CRI-O's shape, as

@@ -74,7 +74,7 @@ WRITES = [
     "PullImage",
     "RemoveImage",
 ]
-"""The calls that change or enter anything (issue 31 §4): each must be denied."""
+"""The calls that change or enter anything: each must be denied."""
 
 READS = {
     "ListPodSandbox": Route.CACHE,

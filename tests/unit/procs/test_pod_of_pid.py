@@ -413,7 +413,7 @@ def test_pod_process_is_frozen_and_compared_by_value() -> None:
 
 
 def test_unknown_ids_are_remembered_for_a_bounded_time_and_count() -> None:
-    """Issue 20 §2: an ID the runtime does not list is remembered ``keep_for`` seconds, and at
+    """An ID the runtime does not list is remembered ``keep_for`` seconds, and at
     most ``limit`` IDs are (then the memory starts over)."""
     unknown = UnknownIDs(limit=3, keep_for=10.0)
     unknown.add("a", 100.0)

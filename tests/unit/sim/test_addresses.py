@@ -1,4 +1,4 @@
-"""The simulator's pod IP pool and the population's use of it (issue 23 §5): addresses from
+"""The simulator's pod IP pool and the population's use of it: addresses from
 the configured CIDR, freed ones handed out before fresh ones (oldest freed first), none twice
 at once, "" when the CIDR is used up; host-network pods hold none."""
 

@@ -1,4 +1,4 @@
-"""The simulator's PodSandboxStatus costs its pod, not the node (issue 29 §1).
+"""The simulator's PodSandboxStatus costs its pod, not the node.
 
 A cold start asks thousands of sandbox statuses while the population churns; an answer built
 from a view of the whole node (rebuilt for each new generation: a snapshot of every record, an
