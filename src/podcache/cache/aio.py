@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol, Self, cast
@@ -30,17 +30,15 @@ from podcache.cache.departed import (
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, Publication, PublishHook
+from podcache.cache.publishing import Hooks, PublishHook
+from podcache.cache.scheduling import Scheduling, Start
 from podcache.cache.shared import (
     Events,
     PodGetter,
     check_getter,
     check_timeout,
     endpoint_name,
-    event_pod,
-    event_time,
     events_wanted,
-    gone_unseen,
     offers_pod,
     with_events,
 )
@@ -132,13 +130,22 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         # Keys pods stop holding (§3 rule 12): the first hook, so later ones find them.
         self._departed = Departed(departed_for, departed_max, departed_bytes)
         self._wall = wall_clock
-        self._hooks.add(self._record_departures)
         self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+        self._steps: Scheduling[asyncio.Future[None]] = Scheduling(
+            self._core,
+            self._departed,
+            clock,
+            wall_clock,
+            self._published,
+            relists_pods=self._relists_pods,
+        )
+        self._hooks.add(self._steps.record_departures)
         self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
             getattr(getter, "get_pod", None)
         )
         if events_wanted(events, getter):
             self._subscription = Subscription(endpoint_name(getter), clock)
+            self._steps.subscription = self._subscription
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
                 asyncio.get_running_loop()
                 self._start_subscriber()
@@ -375,10 +382,15 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def _fire(self) -> None:
         self._timer = None
-        refresh, again = self._core.fire(self._clock())
-        self._arm(again)
-        if refresh is not None:
-            self._spawn(refresh)
+        self._start(self._steps.fired())
+
+    def _start(self, start: Start[asyncio.Future[None]]) -> None:
+        """Arm the timers and start the refreshes a step asked for."""
+        self._arm(start.delay)
+        self._arm_pods(start.pod_delay)
+        self._spawn_pods(start.relists)
+        if start.full is not None:
+            self._spawn(start.full)
 
     def _spawn(self, refresh: Refresh[asyncio.Future[None]]) -> None:
         task = asyncio.get_running_loop().create_task(self._run(refresh), name="podcache-refresh")
@@ -399,31 +411,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             pods = result if isinstance(result, PodList) else PodList(result)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
-        now = self._clock()
-        queued = self._core.complete(refresh, pods, error, now)
-        self._published()
-        if pods is not None:
-            self._settled(refresh.started_wall)
-        self._arm(self._core.arm(now))
-        subscription = self._subscription
-        if subscription is not None and subscription.refresh_done(error is None) and self._wake:
+        start = self._steps.listed(refresh, pods, error)
+        if start.wake and self._wake:
             self._wake.set()  # the runtime is back: ask it for events again now
         # The outcome lives on the Refresh; the future only wakes waiters (never an exception
         # on it, so an abandoned refresh logs no "exception was never retrieved").
         refresh.signal.set_result(None)
-        if queued is not None:
-            self._spawn(queued)
-
-    def _settled(self, began: float) -> None:
-        """After a full listing begun at wall time ``began`` was stored: what events reported
-        held and the snapshot does not list left (docs/architecture.md §7)."""
-        listed = self._core.snapshot[0]
-        if listed is not None:
-            self._departed.settle(None, listed, began, self._wall())
-
-    def _record_departures(self, publication: Publication) -> None:
-        """The cache's own publish hook: the keys the publish took from pods are released now."""
-        self._departed.record(publication.changes, self._wall())
+        self._start(start)
 
     def _published(self) -> None:
         """After the core stored a snapshot: the hooks, then the watches (the publish hook's
@@ -434,7 +428,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._wake_watchers()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+    def _spawn_pods(self, relists: Sequence[PodRelist]) -> None:
         for relist in relists:
             task = asyncio.get_running_loop().create_task(
                 self._run_pod(relist), name="podcache-pod-relist"
@@ -449,9 +443,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def _fire_pods(self) -> None:
         self._pod_timer = None
-        relists, again = self._core.pod_fire(self._clock())
-        self._arm_pods(again)
-        self._spawn_pods(relists)
+        self._start(self._steps.pods_fired())
 
     async def _run_pod(self, relist: PodRelist) -> None:
         """Relist one pod, store what came back, start what the core asks for next."""
@@ -466,38 +458,13 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
                 pod = await asyncio.to_thread(getter.get_pod, relist.uid, self._all)
         except (Exception, asyncio.CancelledError) as exc:
             error = exc
-        now = self._clock()
-        following, full = self._core.pod_complete(relist, pod, error, now)
-        self._published()
-        if error is None:  # what events reported of the pod and it no longer holds left
-            self._departed.settle(relist.uid, pod, relist.started_wall, self._wall())
-        self._arm(self._core.arm(now))
-        self._arm_pods(self._core.pod_arm(now))
-        self._spawn_pods(following)
-        if full is not None:
-            self._spawn(full)
+        self._start(self._steps.relisted(relist, pod, error))
 
     # -- the event subscription (task) ---------------------------------------------------------
     def _event(self, event: object) -> Step:
-        """One event: relist its pod when the getter can and the event names one, else ask
-        for a full listing (``_signal``)."""
-        self._departed.observe(event, self._core.snapshot[0], self._wall())
-        if not self._relists_pods:
-            return self._signal(Signal.EVENT)
-        assert self._subscription is not None
-        step = self._subscription.on(Signal.EVENT)
-        if step is Step.REFRESH:
-            now = self._clock()
-            uid = event_pod(event, self._core.snapshot[0])
-            happened = event_time(event, self._wall())
-            relists, full, scheduled = self._core.on_event(uid, now, happened, gone_unseen(event))
-            if scheduled is not None:
-                self._subscription.counted_refresh(scheduled)
-            self._spawn_pods(relists)
-            self._arm(self._core.arm(now))
-            self._arm_pods(self._core.pod_arm(now))
-            if full is not None:
-                self._spawn(full)
+        """One event: its pod relisted, or a full listing asked for (``Scheduling.event``)."""
+        step, start = self._steps.event(event)
+        self._start(start)
         return step
 
     def _start_subscriber(self) -> None:
@@ -511,15 +478,8 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     def _signal(self, signal: Signal, cause: str | None = None) -> Step:
         """Tell the subscription what happened (``cause``: what failed); start the refresh
         it asks for."""
-        assert self._subscription is not None
-        step = self._subscription.on(signal, cause)
-        if step is Step.REFRESH:
-            now = self._clock()
-            refresh, scheduled = self._core.hint(now)
-            self._arm(self._core.arm(now))  # one waiting for the event budget
-            self._subscription.counted_refresh(scheduled)
-            if refresh is not None:
-                self._spawn(refresh)
+        step, start = self._steps.signal(signal, cause)
+        self._start(start)
         return step
 
     async def _subscribe_forever(self) -> None:

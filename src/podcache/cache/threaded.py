@@ -11,7 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
@@ -30,7 +30,8 @@ from podcache.cache.departed import (
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, Publication, PublishHook
+from podcache.cache.publishing import Hooks, PublishHook
+from podcache.cache.scheduling import Scheduling, Start
 from podcache.cache.shared import (
     Events,
     EventStream,
@@ -38,10 +39,7 @@ from podcache.cache.shared import (
     check_getter,
     check_timeout,
     endpoint_name,
-    event_pod,
-    event_time,
     events_wanted,
-    gone_unseen,
     offers_pod,
     with_events,
 )
@@ -231,8 +229,16 @@ class RuntimeCache(CoreReadings[threading.Event]):
         # find them.
         self._departed = Departed(departed_for, departed_max, departed_bytes)
         self._wall = wall_clock
-        self._hooks.add(self._record_departures)
         self._init_pod_relists(getter)
+        self._steps: Scheduling[threading.Event] = Scheduling(
+            self._core,
+            self._departed,
+            clock,
+            wall_clock,
+            self._published,
+            relists_pods=self._relists_pods,
+        )
+        self._hooks.add(self._steps.record_departures)
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
@@ -274,6 +280,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
     def _subscribe(self, getter: PodGetter, clock: Callable[[], float]) -> None:
         """Start the event subscription's thread (``events=True`` over a getter with events)."""
         self._subscription = Subscription(endpoint_name(getter), clock)
+        self._steps.subscription = self._subscription
         self._subscriber = threading.Thread(
             target=self._subscribe_forever, name="podcache-events", daemon=True
         )
@@ -498,10 +505,10 @@ class RuntimeCache(CoreReadings[threading.Event]):
 
     def _fire(self) -> None:
         with self._lock:
-            refresh, again = self._core.fire(self._clock())
-        self._arm(again)
-        if refresh is not None:
-            self._run(refresh)
+            start = self._steps.fired()
+        self._arm(start.delay)
+        if start.full is not None:
+            self._run(start.full)
 
     def _run(self, refresh: Refresh[threading.Event]) -> None:
         """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
@@ -515,31 +522,21 @@ class RuntimeCache(CoreReadings[threading.Event]):
         except BaseException as exc:  # every outcome must reach the waiters, even ^C
             error = exc
         with self._lock:
-            now = self._clock()
-            queued = self._core.complete(refresh, pods, error, now)
-            delay = self._core.arm(now)
-            self._published()
-            if pods is not None:
-                self._settled(refresh.started_wall)
-            if self._subscription is not None and self._subscription.refresh_done(error is None):
-                self._wake.set()  # the runtime is back: ask it for events again now
+            start = self._steps.listed(refresh, pods, error)
+        if start.wake:
+            self._wake.set()  # the runtime is back: ask it for events again now
         refresh.signal.set()
-        self._arm(delay)
-        if queued is not None:
-            self._spawn(queued)
+        self._start(start)
         if error is not None and not isinstance(error, Exception):
             raise error
 
-    def _settled(self, began: float) -> None:
-        """After a full listing begun at wall time ``began`` was stored: what events reported
-        held and the snapshot does not list left (docs/architecture.md §7)."""
-        listed = self._core.snapshot[0]
-        if listed is not None:
-            self._departed.settle(None, listed, began, self._wall())
-
-    def _record_departures(self, publication: Publication) -> None:
-        """The cache's own publish hook: the keys the publish took from pods are released now."""
-        self._departed.record(publication.changes, self._wall())
+    def _start(self, start: Start[threading.Event]) -> None:
+        """Arm the timers and start the refreshes a step asked for (outside the lock)."""
+        self._arm(start.delay)
+        self._arm_pods(start.pod_delay)
+        self._spawn_pods(start.relists)
+        if start.full is not None:
+            self._spawn(start.full)
 
     def _published(self) -> None:
         """Under the lock, after the core stored a snapshot: the hooks, then the hit path and
@@ -551,7 +548,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._changed.notify_all()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
-    def _spawn_pods(self, relists: list[PodRelist]) -> None:
+    def _spawn_pods(self, relists: Sequence[PodRelist]) -> None:
         """Hand each of ``relists`` to a relist worker, starting one when none is free (at most
         ``podrelists.MAX_IN_FLIGHT`` run: the core never has more relists in flight)."""
         for relist in relists:
@@ -575,9 +572,8 @@ class RuntimeCache(CoreReadings[threading.Event]):
 
     def _fire_pods(self) -> None:
         with self._lock:
-            relists, again = self._core.pod_fire(self._clock())
-        self._arm_pods(again)
-        self._spawn_pods(relists)
+            start = self._steps.pods_fired()
+        self._start(start)
 
     def _pod_worker(self) -> None:
         """Run relists as they come, and the one each asks for next in the slot it frees;
@@ -620,73 +616,27 @@ class RuntimeCache(CoreReadings[threading.Event]):
         except BaseException as exc:  # a failure asks for a full listing, even ^C
             error = exc
         with self._lock:
-            now = self._clock()
-            following, full = self._core.pod_complete(relist, pod, error, now)
-            delay = self._core.arm(now)
-            pod_delay = self._core.pod_arm(now)
-            self._published()
-            if error is None:  # what events reported of the pod and it no longer holds left
-                self._departed.settle(relist.uid, pod, relist.started_wall, self._wall())
-        self._arm(delay)
-        self._arm_pods(pod_delay)
-        if full is not None:
-            self._spawn(full)
+            start = self._steps.relisted(relist, pod, error)
+        following = start.relists
+        self._start(start._replace(relists=following[1:]))
         if error is not None and not isinstance(error, Exception):
             raise error
-        if not following:
-            return None
-        self._spawn_pods(following[1:])
-        return following[0]
+        return following[0] if following else None
 
     # -- the event subscription (thread) -------------------------------------------------------
     def _event(self, event: object) -> Step:
-        """One event: relist its pod when the getter can and the event names one, else ask
-        for a full listing (``_signal``)."""
-        if not self._relists_pods:
-            with self._lock:
-                self._departed.observe(event, self._core.snapshot[0], self._wall())
-            return self._signal(Signal.EVENT)
-        assert self._subscription is not None
-        relists: list[PodRelist] = []
-        full = None
-        delay = pod_delay = None
+        """One event: its pod relisted, or a full listing asked for (``Scheduling.event``)."""
         with self._lock:
-            self._departed.observe(event, self._core.snapshot[0], self._wall())
-            step = self._subscription.on(Signal.EVENT)
-            if step is Step.REFRESH:
-                now = self._clock()
-                uid = event_pod(event, self._core.snapshot[0])
-                happened = event_time(event, self._wall())
-                relists, full, scheduled = self._core.on_event(
-                    uid, now, happened, gone_unseen(event)
-                )
-                if scheduled is not None:
-                    self._subscription.counted_refresh(scheduled)
-                delay = self._core.arm(now)
-                pod_delay = self._core.pod_arm(now)
-        self._arm(delay)
-        self._arm_pods(pod_delay)
-        self._spawn_pods(relists)
-        if full is not None:
-            self._spawn(full)
+            step, start = self._steps.event(event)
+        self._start(start)
         return step
 
     def _signal(self, signal: Signal, cause: str | None = None) -> Step:
         """Tell the subscription what happened (``cause``: what failed); start the refresh
         it asks for."""
-        assert self._subscription is not None
-        refresh = None
-        delay = None
         with self._lock:
-            step = self._subscription.on(signal, cause)
-            if step is Step.REFRESH:
-                now = self._clock()
-                refresh, scheduled = self._core.hint(now)
-                delay = self._core.arm(now)  # one waiting for the event budget
-                self._subscription.counted_refresh(scheduled)
-        self._arm(delay)
-        if refresh is not None:
-            self._spawn(refresh)
+            step, start = self._steps.signal(signal, cause)
+        self._start(start)
         return step
 
     def _subscribe_forever(self) -> None:
