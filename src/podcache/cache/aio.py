@@ -119,32 +119,43 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._refresher, self._watch_host = self._watch_parts()
         self._tasks: set[asyncio.Task[None]] = set()
         self._fast_hits, self._count_hits = 0, stats
+        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
+        self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
+        # Keys pods stop holding are remembered (§3 rule 12).
+        self._departed = Departed(departed_for, departed_max, departed_bytes)
+        self._wall = wall_clock
+        relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+        self._pod_is_async = relists_pods and inspect.iscoroutinefunction(
+            getattr(getter, "get_pod", None)
+        )
+        self._steps = self._init_steps(relists_pods)
+        self._init_events(events, getter)
+
+    def _init_steps(self, relists_pods: bool) -> Scheduling[asyncio.Future[None]]:
+        """The scheduling steps and the publish hooks, the departed keys' first, so later ones
+        find them."""
+        steps: Scheduling[asyncio.Future[None]] = Scheduling(
+            self._core,
+            self._departed,
+            self._clock,
+            self._wall,
+            self._published,
+            relists_pods=relists_pods,
+        )
+        self._hooks = Hooks()
+        self._hooks.add(steps.record_departures)
+        return steps
+
+    def _init_events(self, events: Events, getter: AsyncPodGetter | PodGetter) -> None:
+        """The event subscription's parts, and its task when events are wanted (now inside a
+        running loop, else at the first miss)."""
         self._subscription: Subscription | None = None
         self._subscriber: asyncio.Task[None] | None = None
         self._stream: Any = None
         self._wake: asyncio.Event | None = None
         self._closed = False
-        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
-        self._hooks = Hooks()
-        # Keys pods stop holding (§3 rule 12): the first hook, so later ones find them.
-        self._departed = Departed(departed_for, departed_max, departed_bytes)
-        self._wall = wall_clock
-        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
-        self._steps: Scheduling[asyncio.Future[None]] = Scheduling(
-            self._core,
-            self._departed,
-            clock,
-            wall_clock,
-            self._published,
-            relists_pods=self._relists_pods,
-        )
-        self._hooks.add(self._steps.record_departures)
-        self._pod_is_async = self._relists_pods and inspect.iscoroutinefunction(
-            getattr(getter, "get_pod", None)
-        )
         if events_wanted(events, getter):
-            self._subscription = Subscription(endpoint_name(getter), clock)
+            self._subscription = Subscription(endpoint_name(getter), self._clock)
             self._steps.subscription = self._subscription
             with contextlib.suppress(RuntimeError):  # no running loop: the first miss starts it
                 asyncio.get_running_loop()

@@ -224,33 +224,40 @@ class RuntimeCache(CoreReadings[threading.Event]):
         self._nowait = hit_path.get_pods_nowait
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
-        self._hooks = Hooks()
-        # Keys pods stop holding are remembered (§3 rule 12): the first hook, so later ones
-        # find them.
+        self._init_pod_relists()
+        # Keys pods stop holding are remembered (§3 rule 12).
         self._departed = Departed(departed_for, departed_max, departed_bytes)
         self._wall = wall_clock
-        self._init_pod_relists(getter)
-        self._steps: Scheduling[threading.Event] = Scheduling(
+        self._steps = self._init_steps(offers_pod(getter))
+        self._init_events(events, getter)
+
+    def _init_steps(self, relists_pods: bool) -> Scheduling[threading.Event]:
+        """The scheduling steps and the publish hooks, the departed keys' first, so later ones
+        find them (``relists_pods``: events relist their pod alone, §7)."""
+        steps: Scheduling[threading.Event] = Scheduling(
             self._core,
             self._departed,
-            clock,
-            wall_clock,
+            self._clock,
+            self._wall,
             self._published,
-            relists_pods=self._relists_pods,
+            relists_pods=relists_pods,
         )
-        self._hooks.add(self._steps.record_departures)
+        self._hooks = Hooks()
+        self._hooks.add(steps.record_departures)
+        return steps
+
+    def _init_events(self, events: Events, getter: PodGetter) -> None:
+        """The event subscription's parts, and its thread when events are wanted."""
         self._subscription: Subscription | None = None
         self._stream: EventStream | None = None
         self._closing = threading.Event()
         self._wake = threading.Event()
         self._subscriber: threading.Thread | None = None
         if events_wanted(events, getter):
-            self._subscribe(getter, clock)
+            self._subscribe(getter, self._clock)
 
-    def _init_pod_relists(self, getter: PodGetter) -> None:
-        """The relists of one pod (§7): whether the getter offers them, their job queue and
-        the relist workers' counts."""
-        self._relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
+    def _init_pod_relists(self) -> None:
+        """The relists of one pod (§7): their job queue and the relist workers' counts."""
         self._pod_jobs: queue.SimpleQueue[PodRelist] = queue.SimpleQueue()
         self._pool_lock = threading.Lock()  # the workers' counts (never held with _lock)
         self._pod_workers = 0
