@@ -320,6 +320,17 @@ def _say(message: str) -> None:
     "value of each environment variable with <redacted> (NAME=<redacted>), for agents that "
     "do not need them: without it the socket shows every container's environment.",
 )
+@click.option(
+    "--cri-keep-departed",
+    type=Duration(),
+    default="0",
+    show_default=True,
+    metavar="DURATION",
+    help="For this long after the runtime deleted a container or sandbox, the CRI socket "
+    "answers its ContainerStatus / PodSandboxStatus with the last status podcache knew "
+    "(trailing metadata podcache-departed: the RFC 3339 time it left) instead of NotFound: "
+    "for agents that ask on the DELETED event (Falco). 0: off, NotFound as the runtime says.",
+)
 @click.pass_context
 def serve_command(
     ctx: click.Context,
@@ -390,6 +401,7 @@ class _CRIOptions(NamedTuple):
     buffer_events: int
     buffer_bytes: int
     redact_env: bool = False
+    keep_departed: float = 0.0
 
 
 def _cri_options(
@@ -399,14 +411,16 @@ def _cri_options(
     cri_socket_group: str | None,
     cri_event_buffer: str,
     cri_redact_env: bool = False,
+    cri_keep_departed: float = 0.0,
 ) -> _CRIOptions | None:
     """The ``--cri-*`` options as ``CRISocketSetup`` takes them; usage errors name the option."""
     import os
 
     paths, mode, group, buffer = cri_listen, cri_socket_mode, cri_socket_group, cri_event_buffer
     if not paths:
-        if cri_redact_env:
-            raise click.BadParameter("it needs --cri-listen", param_hint="--cri-redact-env")
+        if cri_redact_env or cri_keep_departed:
+            hint = "--cri-redact-env" if cri_redact_env else "--cri-keep-departed"
+            raise click.BadParameter("it needs --cri-listen", param_hint=hint)
         return None
     absolute = [os.path.abspath(path) for path in paths]
     if len(set(absolute)) != len(absolute):
@@ -436,7 +450,9 @@ def _cri_options(
         raise click.BadParameter(
             f"{buffer!r}: both must be above 0", param_hint="--cri-event-buffer"
         )
-    return _CRIOptions(absolute, mode_bits, gid, events, size, cri_redact_env)
+    return _CRIOptions(
+        absolute, mode_bits, gid, events, size, cri_redact_env, float(cri_keep_departed)
+    )
 
 
 def _cri_group(group: str) -> int:
@@ -465,6 +481,7 @@ def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> A
         access=SocketAccess(cri.mode, cri.group),
         buffer=EventBuffer(cri.buffer_events, cri.buffer_bytes),
         redact_env=cri.redact_env,
+        keep_departed=cri.keep_departed,
     )
 
 

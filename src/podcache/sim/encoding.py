@@ -10,6 +10,7 @@ Records are immutable, so an encoding stays valid while its record is the same o
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from google.protobuf.message import Message
@@ -28,11 +29,14 @@ __all__ = [
     "STATUS_MEMO",
     "TIMESTAMP_TAG",
     "StatusEncodings",
+    "container_info",
     "container_message",
     "container_status_message",
     "entry",
     "event_message",
     "field",
+    "info_entry",
+    "sandbox_info",
     "sandbox_message",
     "sandbox_status_message",
     "varint",
@@ -158,6 +162,69 @@ def container_status_message(container: SimContainer) -> pb.ContainerStatus:
         log_path=container.log_path,
         image_id=container.image_id,
     )
+
+
+_PID_SPAN = 4_000_000
+
+
+def _pid(ident: str, running: bool) -> int:
+    """A running item's process ID, derived from its ID (0 once it stopped, as containerd)."""
+    return 1000 + int(ident[:8] or "0", 16) % _PID_SPAN if running and ident.isalnum() else 0
+
+
+def container_info(container: SimContainer, cgroup_path: str) -> str:
+    """A verbose ContainerStatus's ``info`` value: containerd's JSON shape (its keys, in its
+    order), from the record alone, so the same record always gives the same bytes."""
+    running = container.state == SimContainerState.RUNNING
+    info = {
+        "sandboxID": container.pod_sandbox_id,
+        "pid": _pid(container.id, running),
+        "removing": False,
+        "snapshotKey": container.id,
+        "snapshotter": "overlayfs",
+        "runtimeType": "io.containerd.runc.v2",
+        "runtimeOptions": {"systemd_cgroup": False},
+        "config": {
+            "metadata": {"name": container.name, "attempt": container.attempt},
+            "image": {"image": container.image},
+            "envs": [{"key": "PODCACHE_SIM", "value": "1"}],
+            "labels": dict(container.labels),
+            "annotations": dict(container.annotations),
+            "log_path": container.log_path,
+        },
+        "runtimeSpec": {
+            "ociVersion": "1.1.0",
+            "process": {"env": ["PATH=/usr/local/bin:/usr/bin:/bin", "PODCACHE_SIM=1"]},
+            "linux": {"cgroupsPath": cgroup_path},
+        },
+    }
+    return json.dumps(info, separators=(",", ":"))
+
+
+def sandbox_info(sandbox: SimSandbox) -> str:
+    """A verbose PodSandboxStatus's ``info`` value: containerd's JSON shape, from the record."""
+    ready = sandbox.state == SimSandboxState.READY
+    info = {
+        "pid": _pid(sandbox.id, ready),
+        "processStatus": "running" if ready else "stopped",
+        "netNamespaceClosed": not ready,
+        "image": "registry.k8s.io/pause:3.10",
+        "snapshotKey": sandbox.id,
+        "snapshotter": "overlayfs",
+        "runtimeHandler": sandbox.runtime_handler,
+        "runtimeType": "io.containerd.runc.v2",
+        "config": {
+            "metadata": {"name": sandbox.name, "uid": sandbox.uid, "namespace": sandbox.namespace},
+            "labels": dict(sandbox.labels),
+            "annotations": dict(sandbox.annotations),
+        },
+    }
+    return json.dumps(info, separators=(",", ":"))
+
+
+def info_entry(value: str) -> bytes:
+    """The ``info`` map's one entry (key ``info``), as field 2 of a status answer."""
+    return field(2, field(1, b"info") + field(2, value.encode()))
 
 
 def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerEventResponse:

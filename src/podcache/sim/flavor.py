@@ -78,6 +78,9 @@ class Flavor:
     """Sandboxes carry ``INFRA_CONTAINER_LABEL``."""
     scope_prefix: str
     """A container's systemd scope and cgroupfs names: ``<prefix>-<id>``."""
+    sandbox_status_extras: bool = False
+    """PodSandboxStatus answers carry ``containers_statuses`` and a ``timestamp`` (the
+    evented-PLEG fields). containerd 1.7 and 2.1 send neither (measured: the status alone)."""
 
     def sent(self, events: Sequence[SimEvent], sandbox_ids: frozenset[str]) -> list[SimEvent]:
         """The events of one change this runtime sends (``sandbox_ids``: the sandboxes the
@@ -138,6 +141,7 @@ CRIO = Flavor(
     fixed_stream_items=CRIO_STREAM_ITEMS,
     sends_removal_events=False,
     labels_infra_container=True,
+    sandbox_status_extras=True,
     scope_prefix="crio",
 )
 """CRI-O 1.36's behaviour."""

@@ -47,10 +47,14 @@ from podcache.sim.counters import CallCounters, is_filtered
 from podcache.sim.encoding import (
     TIMESTAMP_TAG,
     StatusEncodings,
+    container_info,
     container_message,
     container_status_message,
     entry,
     event_message,
+    field,
+    info_entry,
+    sandbox_info,
     sandbox_message,
     sandbox_status_message,
     varint,
@@ -750,8 +754,13 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 f"an error occurred when try to find sandbox {wanted!r}: not found",
             )
         sandbox, containers = found
-        body = self._statuses.answer_body(sandbox, containers, self._faults.bad_ips)
-        return body + TIMESTAMP_TAG + varint(time.time_ns())
+        bad_ips = self._faults.bad_ips
+        if not self.flavor.sandbox_status_extras:  # containerd: the status alone
+            body = field(1, self._statuses.of(sandbox, bad_ips))
+            return body + info_entry(sandbox_info(sandbox)) if request.verbose else body
+        body = self._statuses.answer_body(sandbox, containers, bad_ips)
+        info = info_entry(sandbox_info(sandbox)) if request.verbose else b""
+        return body + info + TIMESTAMP_TAG + varint(time.time_ns())
 
     def _event_bytes(self, event: SimEvent) -> bytes:
         """``event``'s ContainerEventResponse with this stream's bad IPs (``StatusEncodings``)."""
@@ -784,9 +793,12 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
                 grpc.StatusCode.NOT_FOUND,
                 f"an error occurred when try to find container {wanted!r}: not found",
             )
-        return pb.ContainerStatusResponse(
-            status=container_status_message(view.container_by_id[found])
-        )
+        container = view.container_by_id[found]
+        info = {}
+        if request.verbose:
+            cgroup = self.flavor.cgroup_path(container.pod_uid, container.id)
+            info["info"] = container_info(container, cgroup)
+        return pb.ContainerStatusResponse(status=container_status_message(container), info=info)
 
     def GetContainerEvents(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.GetEventsRequest, context: grpc.ServicerContext

@@ -83,12 +83,12 @@ READS = {
     "StreamPodSandboxes": Route.CACHE_STREAM,
     "StreamContainers": Route.CACHE_STREAM,
     "Version": Route.CACHED_FORWARD,
+    "PodSandboxStatus": Route.STATUS,
+    "ContainerStatus": Route.STATUS,
     **dict.fromkeys(
         [
             "Status",
             "RuntimeConfig",
-            "PodSandboxStatus",
-            "ContainerStatus",
             "ContainerStats",
             "ListContainerStats",
             "PodSandboxStats",

@@ -5,6 +5,8 @@ from a view of the whole node (rebuilt for each new generation: a snapshot of ev
 ID index, sorted IDs) made each call after a change O(n log n) with the GIL held. The test
 counts the walks of the population (``Population.snapshot``, the only way to a view) instead of
 timing anything, and holds the answers to the view's own (the reference: prefix resolution).
+The servicer is CRI-O's (its answers carry the containers' statuses and a timestamp);
+containerd's answers the sandbox's status alone, as containerd 1.7 and 2.1 do.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.sim.faults import Faults
+from podcache.sim.flavor import CONTAINERD, CRIO
 from podcache.sim.population import Population, Snapshot
 from podcache.sim.server import SimServicer, container_status_message, sandbox_status_message
 
@@ -46,7 +49,7 @@ class FakeContext:
 @pytest.fixture
 def servicer() -> Iterator[tuple[SimServicer, CountingPopulation]]:
     population = CountingPopulation(300, seed=11)
-    servicer = SimServicer(population, Faults(), threading.Event())
+    servicer = SimServicer(population, Faults(), threading.Event(), flavor=CRIO)
     yield servicer, population
     servicer.close()
 
@@ -169,3 +172,21 @@ def test_a_list_filtered_by_a_full_id_answers_as_the_view_does_without_a_walk(
     (entry,) = _listed_by_id(sim, "sandboxes", pb.PodSandboxFilter(id=sandbox_id))
     assert pb.ListPodSandboxResponse.FromString(entry).items[0].id == sandbox_id
     assert population.snapshots == walks
+
+
+def test_containerds_answer_is_the_status_alone_and_verbose_adds_its_info() -> None:
+    population = Population(30, seed=5)
+    sim = SimServicer(population, Faults(), threading.Event(), flavor=CONTAINERD)
+    try:
+        sandbox = population.snapshot().sandboxes[0]
+        plain = status(sim, sandbox.id)
+        assert plain == pb.PodSandboxStatusResponse(status=plain.status)
+        assert plain.status.id == sandbox.id
+        request = pb.PodSandboxStatusRequest(pod_sandbox_id=sandbox.id, verbose=True)
+        raw = sim.PodSandboxStatus(request, FakeContext())  # type: ignore[arg-type]
+        verbose = pb.PodSandboxStatusResponse.FromString(raw)
+        assert verbose.status == plain.status
+        assert list(verbose.info) == ["info"]
+        assert raw == sim.PodSandboxStatus(request, FakeContext())  # type: ignore[arg-type]
+    finally:
+        sim.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 from podcache.cri.endpoint import parse_endpoint
 from podcache.cri.wireitems import WireItems
+from podcache.serve.crisock.departedstatus import DepartedStatuses
 from podcache.serve.crisock.fanout import DEFAULT_EVENT_BUFFER, EventBuffer, EventHub, HubGetter
 from podcache.serve.crisock.forward import Forwarder
 from podcache.serve.crisock.metrics import cri_metrics
@@ -25,6 +26,7 @@ from podcache.serve.crisock.server import (
     SocketAccess,
     group_id,
 )
+from podcache.serve.crisock.statuses import StatusStore
 
 __all__ = [
     "READ_ONLY",
@@ -55,6 +57,7 @@ class CRISocketSetup:
         buffer: EventBuffer = DEFAULT_EVENT_BUFFER,
         limits: CRILimits = DEFAULT_LIMITS,
         redact_env: bool = False,
+        keep_departed: float = 0.0,
     ) -> None:
         self.items = WireItems()
         runtime.keep_wire_items(self.items)
@@ -63,12 +66,16 @@ class CRISocketSetup:
         self.paths = paths
         self._wait, self._access, self._limits = wait, access, limits
         self._redact_env = redact_env
+        self._keep_departed = keep_departed
         self._forwarder = Forwarder(parse_endpoint(runtime.endpoint), timeout=timeout)
         self.socket: CRISocket | None = None
 
     def start(self, app: Any) -> None:
         """Serve from ``app``'s all view (built now); its metrics gain the socket's."""
         view = app.all_view()
+        departed = DepartedStatuses(self._keep_departed) if self._keep_departed > 0 else None
+        store = StatusStore(view.cache.cache_period, departed=departed)
+        self.hub.attach_statuses(store)
         socket = self.socket = CRISocket(
             self.paths,
             cache=view.cache,
@@ -79,6 +86,7 @@ class CRISocketSetup:
             access=self._access,
             limits=self._limits,
             redact_env=self._redact_env,
+            statuses=store,
         )
         socket.start()
         self.hub.watch(view.cache)  # serve's caches read time.monotonic

@@ -282,6 +282,9 @@ class EventHub:
         self._clients: set[EventClient] = set()  # sent every event (held ones apart: hold())
         self._held: set[EventClient] = set()  # clients held through an outage (rule 4)
         self._attaching: set[EventClient] = set()  # admitted, not yet attached (they count)
+        self.statuses: Any = None
+        """The socket's ``statuses.StatusStore`` (None: none): told of each opening, end and
+        event (each event before any client gets it)."""
         self.subscriptions = 0
         """Upstream streams opened (one per outage, if all goes well)."""
         self.events = 0
@@ -348,6 +351,8 @@ class EventHub:
             return
         self.subscriptions += 1
         self._upstream = upstream
+        if self.statuses is not None:
+            self.statuses.stream_opened()
         assert self._loop is not None
         with self._lock:
             held = set(self._held)
@@ -386,6 +391,8 @@ class EventHub:
         finally:
             if self._upstream is upstream:
                 self._upstream = None
+            if self.statuses is not None and self._upstream is None:
+                self.statuses.stream_ended()  # events may be lost until one opens again
             await upstream.aclose()
         if self._reader is not asyncio.current_task():
             return  # retired (_retire_if_unused): a newer stream has the followers and clients
@@ -500,7 +507,10 @@ class EventHub:
     def _fan_out(self, data: bytes) -> None:
         """In the upstream's reading thread: the event's bytes to every client (rules 2, 3).
         A client cut off leaves the hub at once: its place under the cap is free, whatever its
-        connection does afterwards."""
+        connection does afterwards. The status store reads it first: a client told of a
+        change finds the status it asks for next as new as the event."""
+        if self.statuses is not None:
+            self.statuses.event(data)
         with self._lock:
             cut = [client for client in self._clients if not client.push(data)]
             for client in cut:
@@ -561,6 +571,13 @@ class EventHub:
         if loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nothing to close
                 loop.call_soon_threadsafe(self._close_if_unused)
+
+    def attach_statuses(self, store: Any) -> None:
+        """Tell ``store`` (a ``statuses.StatusStore``) of every opening, end and event from now
+        on (on the loop: a stream open now counts as opened now)."""
+        self.statuses = store
+        if self._upstream is not None:
+            store.stream_opened()
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop the hub runs on (before any client attaches)."""

@@ -15,6 +15,7 @@ from prometheus_client.metrics_core import Metric
 
 from podcache.serve.crisock.calls import connections
 from podcache.serve.crisock.routes import method_label
+from podcache.serve.crisock.statuscalls import SOURCES
 
 if TYPE_CHECKING:
     from podcache.serve.crisock.server import CRISocket
@@ -56,6 +57,43 @@ def _load(socket: CRISocket) -> Iterator[Metric]:
     )
 
 
+def _statuses(socket: CRISocket) -> Iterator[Metric]:
+    """The status calls (docs/architecture.md §10 rule 8): answers by source, what is kept."""
+    calls = socket.statuses
+    answers = CounterMetricFamily(
+        "podcache_cri_status_answers",
+        "ContainerStatus and PodSandboxStatus answers, by method and source: cache (a kept "
+        "status: an event's, or the runtime's since which no event named the item), departed "
+        "(--cri-keep-departed: an item deleted within the duration), upstream (the runtime's "
+        "answer, one call per key shared by every caller waiting for it).",
+        labels=["method", "source"],
+    )
+    table = dict(calls.answers)
+    for method in ("ContainerStatus", "PodSandboxStatus"):
+        for source in SOURCES:
+            answers.add_metric([method, source], table.get((method, source), 0))
+    yield answers
+    kept = GaugeMetricFamily(
+        "podcache_cri_status_kept",
+        "Status answers the CRI socket keeps now: live (kept answers) or departed.",
+        labels=["store"],
+    )
+    kept_bytes = GaugeMetricFamily(
+        "podcache_cri_status_kept_bytes",
+        "Bytes of the status answers the CRI socket keeps now, by store.",
+        labels=["store"],
+    )
+    departed = calls.store.departed
+    for store, (count, size) in (
+        ("live", calls.store.size),
+        ("departed", (0, 0) if departed is None else departed.size),
+    ):
+        kept.add_metric([store], count)
+        kept_bytes.add_metric([store], size)
+    yield kept
+    yield kept_bytes
+
+
 def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
     """Every metric of the socket, from its counters."""
     requests = CounterMetricFamily(
@@ -81,10 +119,12 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
     yield _by_method(
         "podcache_cri_upstream_calls_saved",
         "Calls the CRI socket answered without a runtime call of their own, by method: lists "
-        "answered from the cache, forwarded calls shared in flight, a kept Version.",
+        "and statuses answered from the cache, forwarded calls shared in flight, a kept "
+        "Version.",
         dict(forwarder.saved),
     )
     yield from _load(socket)
+    yield from _statuses(socket)
     yield CounterMetricFamily(
         "podcache_cri_list_forwards",
         "List calls forwarded because the bytes of an item were not held.",

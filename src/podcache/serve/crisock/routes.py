@@ -43,6 +43,7 @@ class Route(enum.Enum):
     FORWARD = "forwarded to the runtime (identical calls in flight share one)"
     CACHED_FORWARD = "forwarded once, the answer kept until the runtime's connection drops"
     FAN_OUT = "podcache's one event subscription, fanned out"
+    STATUS = "answered from the kept statuses (events', the runtime's), else asked once per change"
 
 
 CRI_SERVICES = ("runtime.v1.RuntimeService", "runtime.v1.ImageService")
@@ -61,8 +62,8 @@ READ_ONLY: Mapping[str, Route] = MappingProxyType(
         _RUNTIME + "Version": Route.CACHED_FORWARD,
         _RUNTIME + "Status": Route.FORWARD,
         _RUNTIME + "RuntimeConfig": Route.FORWARD,
-        _RUNTIME + "PodSandboxStatus": Route.FORWARD,
-        _RUNTIME + "ContainerStatus": Route.FORWARD,
+        _RUNTIME + "PodSandboxStatus": Route.STATUS,
+        _RUNTIME + "ContainerStatus": Route.STATUS,
         _RUNTIME + "ContainerStats": Route.FORWARD,
         _RUNTIME + "ListContainerStats": Route.FORWARD,
         _RUNTIME + "PodSandboxStats": Route.FORWARD,

@@ -64,6 +64,8 @@ from podcache.serve.crisock.lists import (
 from podcache.serve.crisock.redact import answer_rewrites
 from podcache.serve.crisock.relay import Relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
+from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, StatusCalls
+from podcache.serve.crisock.statuses import StatusStore
 from podcache.unixsocket import BoundSocket, claim_socket_path
 
 __all__ = [
@@ -196,9 +198,14 @@ class CRISocket:
         limits: CRILimits = DEFAULT_LIMITS,
         clock: Callable[[], float] = time.monotonic,
         redact_env: bool = False,
+        statuses: StatusStore | None = None,
     ) -> None:
         self._paths = paths
         self._rewrites = answer_rewrites(redact_env=redact_env)
+        self.statuses = StatusCalls(
+            statuses or StatusStore(cache.cache_period, clock=clock), forwarder, self._rewrites
+        )
+        """The status calls (``statuscalls``): their store and their counts."""
         self._cache = cache
         self._items = items
         self._forwarder = forwarder
@@ -484,6 +491,19 @@ class CRISocket:
         except ValueError as error:  # the rewrite could not read the answer: never pass it on
             raise _FailureError(grpc.StatusCode.INTERNAL, f"podcache: {error}") from None
 
+    async def status(self, path: str, request: bytes, context: Context) -> bytes:
+        """ContainerStatus / PodSandboxStatus (``statuscalls``); a departed item's answer
+        carries ``podcache-departed`` in its trailing metadata."""
+        try:
+            answer = await self.statuses.answer(path, request, _remaining(context))
+        except UpstreamError as error:
+            raise _FailureError(error.code, error.details) from None
+        except ValueError as error:  # the rewrite could not read the answer: never pass it on
+            raise _FailureError(grpc.StatusCode.INTERNAL, f"podcache: {error}") from None
+        if answer.departed is not None:
+            context.set_trailing_metadata(((DEPARTED_TRAILER, answer.departed),))
+        return answer.data
+
     # -- events --------------------------------------------------------------------------------
     async def events(
         self, path: str, request: bytes, context: Context
@@ -561,6 +581,8 @@ class _Handlers(_GenericHandler):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(self._streaming(path, socket.streamed))
         if route is Route.CACHE:
             behaviour: _Unary = socket.listed
+        elif route is Route.STATUS:
+            behaviour = socket.status
         else:
             keep = route is Route.CACHED_FORWARD
 

@@ -1,0 +1,164 @@
+"""``ContainerStatus`` and ``PodSandboxStatus`` on the CRI socket: the store's, else one call.
+
+``StatusCalls.answer`` answers a status call (docs/architecture.md §10 rule 8), in order:
+
+1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
+   the runtime's answer since which no event named the item, within the period), counted
+   ``source="cache"``.
+2. **Departed** (``--cri-keep-departed``): the last answer of an item deleted within the
+   duration, with the time it left, counted ``source="departed"``.
+3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
+   verbose); every call for the same key that arrives meanwhile waits for that one call's
+   outcome within its own deadline (``saved``), whatever deadline it has; the call itself has
+   the socket's ``timeout`` (rule 3 of ``forward`` is kept for everything else), and runs to
+   its end when its callers leave, so that the next one finds its answer. Counted
+   ``source="upstream"`` for each caller it answers.
+   When the store is not streaming (no event stream: containerd 1.6, CRI-O without events),
+   the call is forwarded as any other (``forward``'s sharing), nothing kept.
+
+Costs: O(1) per call but the runtime's; at most one flight per key, and at most the
+forwarder's slots at the runtime. Runs on the socket's loop. Deliberately not here: gRPC
+(``server``), what the store keeps (``statuses``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import grpc
+
+from podcache.serve.crisock.forward import Forwarder, UpstreamError
+from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore
+from podcache.serve.crisock.statuswire import status_request
+
+__all__ = ["DEPARTED_TRAILER", "SOURCES", "StatusAnswer", "StatusCalls", "status_method"]
+
+DEPARTED_TRAILER = "podcache-departed"
+"""The trailing metadata of an answer about a departed item: RFC 3339, when it left."""
+SOURCES = ("cache", "departed", "upstream")
+"""The ``source`` label of ``podcache_cri_status_answers_total``."""
+
+
+def status_method(path: str) -> str | None:
+    """``ContainerStatus`` or ``PodSandboxStatus`` for their paths, else None."""
+    method = path.rsplit("/", 1)[-1]
+    return method if method in (CONTAINER, SANDBOX) else None
+
+
+class StatusAnswer(NamedTuple):
+    """An answer's bytes; ``departed``: when its item left (None: it has not)."""
+
+    data: bytes
+    departed: str | None = None
+
+
+class StatusCalls:
+    """Status calls answered from ``store`` or, once per key, by ``forwarder``; ``rewrites``:
+    the server's answer rewrites by path (``--cri-redact-env``), applied before keeping."""
+
+    def __init__(
+        self,
+        store: StatusStore,
+        forwarder: Forwarder,
+        rewrites: Mapping[str, Callable[[bytes], bytes]],
+    ) -> None:
+        self.store = store
+        self._forwarder = forwarder
+        self._rewrites = rewrites
+        self._flights: dict[StatusKey, asyncio.Future[bytes]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.answers: dict[tuple[str, str], int] = {}
+        """Status answers given, by (method, source)."""
+
+    def _count(self, method: str, source: str) -> None:
+        key = (method, source)
+        self.answers[key] = self.answers.get(key, 0) + 1
+
+    async def answer(self, path: str, request: bytes, remaining: float | None) -> StatusAnswer:
+        """The answer for ``request`` on ``path``; raises ``UpstreamError``."""
+        method = status_method(path)
+        asked = status_request(request)
+        assert method is not None
+        store = self.store
+        if asked is None:
+            return await self._forwarded(path, method, request, remaining)
+        key = StatusKey(method, asked.ident, asked.verbose)
+        kept = store.kept(key)
+        if kept is not None:
+            self._count(method, "cache")
+            self._forwarder.count_saved(path)
+            return StatusAnswer(kept)
+        departed = (
+            store.departed.answer(method, asked.ident, asked.verbose) if store.departed else None
+        )
+        if departed is not None:
+            self._count(method, "departed")
+            self._forwarder.count_saved(path)
+            return StatusAnswer(*departed)
+        if not store.streaming:
+            return await self._forwarded(path, method, request, remaining)
+        data = await self._once(path, key, request, remaining)
+        self._count(method, "upstream")
+        return StatusAnswer(data)
+
+    async def _forwarded(
+        self, path: str, method: str, request: bytes, remaining: float | None
+    ) -> StatusAnswer:
+        """Without events: forwarded as any call (``forward``'s sharing), nothing kept."""
+        data = await self._forwarder.call(path, request, remaining, keep=False)
+        self._count(method, "upstream")
+        return StatusAnswer(self._rewritten(path, data))
+
+    def _rewritten(self, path: str, data: bytes) -> bytes:
+        rewrite = self._rewrites.get(path)
+        return data if rewrite is None else rewrite(data)
+
+    async def _once(
+        self, path: str, key: StatusKey, request: bytes, remaining: float | None
+    ) -> bytes:
+        """The key's one flight's answer: joined, or begun here."""
+        flight = self._flights.get(key)
+        if flight is not None:
+            self._forwarder.count_saved(path)
+        else:
+            loop = asyncio.get_running_loop()
+            flight = self._flights[key] = loop.create_future()
+            task = loop.create_task(self._fly(path, key, request, flight))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            async with asyncio.timeout(remaining):
+                return await asyncio.shield(flight)
+        except TimeoutError:
+            raise UpstreamError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"podcache: the runtime at {self._forwarder.endpoint} did not answer "
+                f"{key.method} within the deadline ({remaining:g}s)",
+            ) from None
+
+    async def _fly(
+        self, path: str, key: StatusKey, request: bytes, flight: asyncio.Future[bytes]
+    ) -> None:
+        ticket = self.store.begin()
+        try:
+            data = self._rewritten(
+                path, await self._forwarder.call(path, request, None, keep=False)
+            )
+        except (UpstreamError, ValueError) as error:
+            if isinstance(error, ValueError):  # the rewrite could not read it: never passed on
+                error = UpstreamError(grpc.StatusCode.INTERNAL, f"podcache: {error}")
+            flight.set_exception(error)
+            flight.exception()  # retrieved: each waiter raises it itself
+        else:
+            self.store.keep(key, data, ticket)
+            flight.set_result(data)
+        finally:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+            if not flight.done():  # cancelled: the socket is stopping
+                flight.set_exception(
+                    UpstreamError(grpc.StatusCode.UNAVAILABLE, "podcache's CRI socket is stopping")
+                )
+                flight.exception()

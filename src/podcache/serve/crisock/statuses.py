@@ -1,0 +1,279 @@
+"""``ContainerStatus`` and ``PodSandboxStatus`` answers kept for the CRI socket; no I/O.
+
+``StatusStore`` holds the answers the socket may give without asking the runtime, and decides
+when one may be given (docs/architecture.md §10 rule 8). It is told three things: the event
+stream opened or ended (``stream_opened``, ``stream_ended``, on the cache's loop), each event's
+bytes (``event``, in the stream's reading thread, before any socket client sees the event),
+and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
+
+1. **Only while streaming.** An answer is given from the store only while the event stream is
+   open and has been since the answer was learnt (its ``epoch``): a stream that ended may have
+   lost events, so every kept answer goes with it.
+2. **An event ends the answers of what it names.** An event drops every kept answer of the
+   container it names, of its sandbox (``pod_sandbox_status``), and of each container whose
+   status it carries; then the statuses it carries are kept as the non-verbose answers of
+   their IDs, as they are (but the status of an item the event says was deleted).
+3. **Never older than the period.** A kept answer is given only while
+   ``clock() - learnt <= period``: what changes a status without an event
+   (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
+4. **An answer that an event may have overtaken is not kept.** ``begin()`` is taken before the
+   runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (each
+   ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
+   oldest forgotten one is dropped too) or the stream ended or reopened meanwhile.
+5. **Bounded.** At most ``max_answers`` answers and ``max_bytes`` of them; past either the
+   oldest kept goes first. The departed (``departed``) are bounded on their own.
+
+Costs: ``kept`` O(1); ``event`` O(the IDs and statuses it carries + the answers it drops);
+``keep`` O(1); nothing walks every pod or every kept answer. Thread-safe (one lock).
+
+Deliberately not here: gRPC, the runtime call and its sharing (``server``), the bytes
+(``statuswire``).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from podcache.serve.crisock.departedstatus import DepartedStatuses
+from podcache.serve.crisock.statuswire import (
+    DELETED,
+    EventFacts,
+    ProtobufError,
+    answer_id,
+    event_facts,
+    status_answer,
+)
+
+__all__ = [
+    "CONTAINER",
+    "MAX_ANSWERS",
+    "MAX_BYTES",
+    "RECENT_IDS",
+    "SANDBOX",
+    "StatusKey",
+    "StatusStore",
+    "Ticket",
+]
+
+CONTAINER, SANDBOX = "ContainerStatus", "PodSandboxStatus"
+MAX_ANSWERS = 50_000
+"""Kept answers at most: a verbose and a plain one of every item of a 5,000-pod node."""
+MAX_BYTES = 64 * 1024 * 1024
+"""Bytes of kept answers at most (a verbose containerd answer is 5-20 KB: its OCI spec)."""
+RECENT_IDS = 65_536
+"""IDs whose last event number is remembered (invariant 4)."""
+
+
+class StatusKey(NamedTuple):
+    """What an answer is kept under: the method's name, the ID as asked, ``verbose``."""
+
+    method: str
+    ident: str
+    verbose: bool
+
+
+class Ticket(NamedTuple):
+    """When an upstream call began: the stream's epoch and the last event's number."""
+
+    epoch: int
+    seq: int
+
+
+@dataclass(slots=True)
+class _Kept:
+    answer: bytes
+    learnt: float
+    epoch: int
+    ids: tuple[str, ...]
+
+
+class StatusStore:
+    """The kept answers (invariants above); ``period`` and ``clock`` are the all view cache's;
+    ``departed``: what ``--cri-keep-departed`` keeps (None: off)."""
+
+    def __init__(
+        self,
+        period: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        departed: DepartedStatuses | None = None,
+        max_answers: int = MAX_ANSWERS,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
+        self.period = period
+        self._clock = clock
+        self.departed = departed
+        self.max_answers, self.max_bytes = max_answers, max_bytes
+        self._lock = threading.Lock()
+        self._open = False
+        self._epoch = 0
+        self._seq = 0
+        self._answers: collections.OrderedDict[StatusKey, _Kept] = collections.OrderedDict()
+        self._bytes = 0
+        self._by_id: dict[str, set[StatusKey]] = {}
+        self._sandbox_of: dict[str, str] = {}  # container -> sandbox, from events
+        self._last_named: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._forgotten = 0  # the newest event number dropped from _last_named
+        self.unreadable = 0
+        """Events whose bytes could not be read (each ended every kept answer)."""
+
+    # -- the stream (invariant 1) --------------------------------------------------------------
+    @property
+    def streaming(self) -> bool:
+        """Whether answers may be given from the store at all."""
+        return self._open
+
+    def stream_opened(self) -> None:
+        with self._lock:
+            self._open = True
+            self._epoch += 1
+            self._drop_all()
+
+    def stream_ended(self) -> None:
+        with self._lock:
+            self._open = False
+            self._epoch += 1
+            self._drop_all()
+
+    def _drop_all(self) -> None:
+        self._answers.clear()
+        self._by_id.clear()
+        self._bytes = 0
+
+    # -- answers -------------------------------------------------------------------------------
+    @property
+    def size(self) -> tuple[int, int]:
+        """Answers kept now, and their bytes."""
+        return len(self._answers), self._bytes
+
+    def kept(self, key: StatusKey) -> bytes | None:
+        """The answer to give for ``key`` now, if the store may give one (invariants 1, 3)."""
+        held = self._answers.get(key)
+        if held is None or not self._open or held.epoch != self._epoch:
+            return None
+        if self._clock() - held.learnt > self.period:
+            return None
+        return held.answer
+
+    def begin(self) -> Ticket:
+        """Taken before the runtime is asked (invariant 4)."""
+        with self._lock:
+            return Ticket(self._epoch, self._seq)
+
+    def keep(self, key: StatusKey, answer: bytes, ticket: Ticket) -> None:
+        """Keep the runtime's ``answer`` for ``key``, asked at ``ticket`` (invariant 4)."""
+        try:
+            ident = answer_id(answer)
+        except ProtobufError:
+            return
+        with self._lock:
+            if not self._open or ticket.epoch != self._epoch or ticket.seq < self._forgotten:
+                return
+            ids = self._ids_of(key.method, ident, key.ident)
+            if any(self._last_named.get(each, -1) > ticket.seq for each in ids):
+                return
+            self._put(key, answer, ids)
+
+    def _ids_of(self, method: str, ident: str, asked: str) -> tuple[str, ...]:
+        ids = [ident]
+        if method == CONTAINER:
+            sandbox = self._sandbox_of.get(ident)
+            if sandbox:
+                ids.append(sandbox)
+        if asked != ident:
+            ids.append(asked)
+        return tuple(ids)
+
+    def _put(self, key: StatusKey, answer: bytes, ids: tuple[str, ...]) -> None:
+        self._forget(key)
+        self._answers[key] = _Kept(answer, self._clock(), self._epoch, ids)
+        self._bytes += len(answer)
+        for each in ids:
+            self._by_id.setdefault(each, set()).add(key)
+        while self._answers and (
+            len(self._answers) > self.max_answers or self._bytes > self.max_bytes
+        ):
+            self._forget(next(iter(self._answers)))
+
+    def _forget(self, key: StatusKey) -> None:
+        held = self._answers.pop(key, None)
+        if held is None:
+            return
+        self._bytes -= len(held.answer)
+        for each in held.ids:
+            keys = self._by_id.get(each)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_id[each]
+
+    # -- events (invariant 2) ------------------------------------------------------------------
+    def event(self, data: bytes) -> None:
+        """One event's bytes, in the runtime's order (the stream's reading thread)."""
+        try:
+            facts = event_facts(data)
+        except ProtobufError:
+            with self._lock:
+                self.unreadable += 1
+                self._epoch += 1  # what it named is unknown: nothing kept may be given
+                self._drop_all()
+            return
+        with self._lock:
+            self._seq += 1
+            self._apply(facts)
+
+    def _apply(self, facts: EventFacts) -> None:
+        named = {facts.container_id, facts.sandbox_id, *(i for i, _ in facts.container_statuses)}
+        named.discard("")
+        last = self._last_known(facts) if self.departed is not None else None
+        for ident in named:
+            self._named(ident)
+        if facts.sandbox_id and facts.container_id not in ("", facts.sandbox_id):
+            self._sandbox_of[facts.container_id] = facts.sandbox_id
+        gone = facts.container_id if facts.kind == DELETED else ""
+        if facts.sandbox_status is not None and facts.sandbox_id and facts.sandbox_id != gone:
+            self._learn(SANDBOX, facts.sandbox_id, facts.sandbox_status)
+        for ident, status in facts.container_statuses:
+            if ident and ident != gone:
+                self._learn(CONTAINER, ident, status)
+        if gone:
+            self._sandbox_of.pop(gone, None)
+            if self.departed is not None and last is not None:
+                self.departed.left(last[0], gone, last[1], last[2], facts.created_at)
+
+    def _last_known(self, facts: EventFacts) -> tuple[str, bytes, bytes | None] | None:
+        """For a DELETED event: the method, and the last plain and verbose answers known of
+        the item it names, before the event drops them (a sandbox's from the event itself
+        when nothing was kept: containerd 2.1 sends its last status on DELETED)."""
+        ident = facts.container_id
+        if facts.kind != DELETED or not ident:
+            return None
+        for method in (CONTAINER, SANDBOX):
+            plain = self._answers.get(StatusKey(method, ident, False))
+            if plain is not None:
+                verbose = self._answers.get(StatusKey(method, ident, True))
+                return method, plain.answer, None if verbose is None else verbose.answer
+        if facts.sandbox_status is not None and facts.sandbox_id == ident:
+            return SANDBOX, status_answer(facts.sandbox_status), None
+        return None
+
+    def _named(self, ident: str) -> None:
+        """An event named ``ident``: its answers go, its number is remembered."""
+        for key in tuple(self._by_id.get(ident, ())):
+            self._forget(key)
+        self._last_named[ident] = self._seq
+        self._last_named.move_to_end(ident)
+        while len(self._last_named) > RECENT_IDS:
+            _, seq = self._last_named.popitem(last=False)
+            self._forgotten = max(self._forgotten, seq)
+
+    def _learn(self, method: str, ident: str, status: bytes) -> None:
+        ids: tuple[str, ...] = (ident,)
+        if method == CONTAINER and self._sandbox_of.get(ident):
+            ids = (ident, self._sandbox_of[ident])
+        self._put(StatusKey(method, ident, False), status_answer(status), ids)

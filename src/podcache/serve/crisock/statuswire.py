@@ -1,0 +1,154 @@
+"""The status calls' bytes, read and written by hand; pure, no protobuf import.
+
+What the CRI socket's status answers need of the wire (docs/architecture.md §10 rule 8):
+
+- ``status_request``: a ``ContainerStatus`` / ``PodSandboxStatus`` request's ID (field 1) and
+  ``verbose`` (field 2), the key its answer is kept under; None for bytes that are not such a
+  request (the runtime then answers them itself);
+- ``event_facts``: what a ``ContainerEventResponse`` says, each status as the runtime's own
+  bytes (``pod_sandbox_status``, field 4; each of ``containers_statuses``, field 5), with the
+  ID each names (field 1 of a status);
+- ``status_answer``: a status's bytes as the non-verbose answer, ``{status: <bytes>}`` (an
+  empty ``info``: containerd 1.7 and 2.1 answer a non-verbose call so, with no ``timestamp``
+  and no ``containers_statuses``, measured);
+- ``answer_id``: the ID an answer's status names.
+
+Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
+wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes
+(no re-encoding): fields podcache's proto lacks (``resources``, ``mounts``, ``user``) stay.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from podcache.cri.wire.protobuf import ProtobufError, read_varint, varint
+
+__all__ = [
+    "EventFacts",
+    "ProtobufError",
+    "StatusRequest",
+    "answer_id",
+    "event_facts",
+    "status_answer",
+    "status_request",
+]
+
+_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
+DELETED = 3
+"""``ContainerEventType.CONTAINER_DELETED_EVENT``."""
+
+
+class StatusRequest(NamedTuple):
+    """A status request's known fields: the ID as asked (a prefix too) and ``verbose``."""
+
+    ident: str
+    verbose: bool
+
+
+class EventFacts(NamedTuple):
+    """One event: the ID it names (a container's, or the sandbox's for a sandbox event), its
+    type, its time (ns since the epoch, 0 when unset), the sandbox status's ID and bytes (""
+    and None when absent), and each container status as (ID, bytes)."""
+
+    container_id: str
+    kind: int
+    created_at: int
+    sandbox_id: str
+    sandbox_status: bytes | None
+    container_statuses: tuple[tuple[str, bytes], ...]
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """Each field of one message as (number, wire type, value: an int, or a length-delimited
+    body's bytes)."""
+    found: list[tuple[int, int, int | bytes]] = []
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = read_varint(data, pos)
+        number, kind = tag >> 3, tag & 7
+        value: int | bytes
+        if kind == _VARINT:
+            value, pos = read_varint(data, pos)
+        elif kind == _LEN:
+            length, pos = read_varint(data, pos)
+            value, pos = data[pos : pos + length], pos + length
+        elif kind in (_I64, _I32):
+            pos += 8 if kind == _I64 else 4
+            value = 0
+        else:
+            raise ProtobufError(f"wire type {kind} in field {number}")
+        if pos > end or number == 0:
+            raise ProtobufError(f"field {number} runs past the message's end")
+        found.append((number, kind, value))
+    return found
+
+
+def _text(value: int | bytes, what: str) -> str:
+    if not isinstance(value, bytes):
+        raise ProtobufError(f"{what} is not a string")
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        raise ProtobufError(f"{what} is not UTF-8") from None
+
+
+def _id_of(status: bytes) -> str:
+    """Field 1 (``id``) of a ContainerStatus or PodSandboxStatus ("" when absent)."""
+    ident = ""
+    for number, _, value in _fields(status):
+        if number == 1:
+            ident = _text(value, "a status's id")
+    return ident
+
+
+def status_request(data: bytes) -> StatusRequest | None:
+    """The request's ID and verbose flag; None when ``data`` is not a well-formed request of
+    those two fields (unknown fields are ignored, as the runtime ignores them)."""
+    ident, verbose = "", False
+    try:
+        for number, kind, value in _fields(data):
+            if number == 1:
+                ident = _text(value, "the request's ID")
+            elif number == 2 and kind == _VARINT:
+                verbose = bool(value)
+            elif number in (1, 2):
+                return None
+    except ProtobufError:
+        return None
+    return StatusRequest(ident, verbose)
+
+
+def event_facts(data: bytes) -> EventFacts:
+    """What the event ``data`` says (``ProtobufError`` for bytes that are not an event)."""
+    container_id, kind, created_at = "", 0, 0
+    sandbox_id, sandbox_status = "", None
+    statuses: list[tuple[str, bytes]] = []
+    for number, _, value in _fields(data):
+        if number == 1:
+            container_id = _text(value, "the event's container_id")
+        elif number in (2, 3) and isinstance(value, int):
+            if number == 2:
+                kind = value
+            else:
+                created_at = value - (1 << 64) if value >= 1 << 63 else value
+        elif number == 4 and isinstance(value, bytes):
+            sandbox_status, sandbox_id = value, _id_of(value)
+        elif number == 5 and isinstance(value, bytes):
+            statuses.append((_id_of(value), value))
+    return EventFacts(container_id, kind, created_at, sandbox_id, sandbox_status, tuple(statuses))
+
+
+def status_answer(status: bytes) -> bytes:
+    """The non-verbose answer carrying ``status``: field 1 alone."""
+    return b"\x0a" + varint(len(status)) + status
+
+
+def answer_id(answer: bytes) -> str:
+    """The ID the answer's status (field 1) names; ``ProtobufError`` when it names none."""
+    for number, _, value in _fields(answer):
+        if number == 1 and isinstance(value, bytes):
+            ident = _id_of(value)
+            if ident:
+                return ident
+    raise ProtobufError("the answer's status names no ID")

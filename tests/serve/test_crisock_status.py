@@ -1,0 +1,285 @@
+"""``ContainerStatus`` and ``PodSandboxStatus`` on ``serve --cri-listen``, answered from the
+cache (docs/architecture.md §10 rules 8 and 9), against the simulator's own answers.
+
+Real parts: the simulator's gRPC server in its own process' thread, ``podcache serve`` in its
+own process, grpcio clients on both sockets, serve's /metrics over HTTP. The simulator counts
+the calls it answers per method: the tests count what reached the runtime.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.serve.crisock.departedstatus import rfc3339
+from podcache.sim import SimRuntime
+from podcache.sim.population import SimEvent, SimEventType
+from tests.serve.conftest import Client, ServeProcess, free_port
+from tests.serve.test_crisock import Socket, until
+
+pytestmark = pytest.mark.timeout(300)
+
+CONTAINER = "/runtime.v1.RuntimeService/ContainerStatus"
+SANDBOX = "/runtime.v1.RuntimeService/PodSandboxStatus"
+DELETED = pb.CONTAINER_DELETED_EVENT
+
+
+class Served(NamedTuple):
+    path: str
+    client: Client
+    sim: SimRuntime
+    keeps: bool
+
+
+@pytest.fixture(scope="module", params=["off", "5m"], ids=["plain", "keep-departed"])
+def served(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Served]:
+    """A simulator (churn paused: the tests make every change) and ``podcache serve`` over it
+    with a CRI socket; with ``--cri-keep-departed 5m`` for the second parameter."""
+    keep: str = request.param
+    path = str(tmp_path_factory.mktemp("cri") / "cri.sock")
+    port = free_port()
+    with SimRuntime(30, seed=7) as sim, sim.pause_churn():
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+        args += ["--cri-listen", path]
+        if keep != "off":
+            args += ["--cri-keep-departed", keep]
+        server = ServeProcess(args)
+        with server:
+            client = Client(port=port)
+            # The caches follow the socket's one stream: subscribed, it is open (rule 8).
+            until(lambda: b'podcache_events_state{state="subscribed"} 1.0' in _metrics(client))
+            yield Served(path, client, sim, keep != "off")
+        assert server.returncode == 0, server.stderr
+        assert "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.fixture
+def proxy(served: Served) -> Iterator[Socket]:
+    socket = Socket(served.path)
+    yield socket
+    socket.close()
+
+
+@pytest.fixture
+def direct(served: Served) -> Iterator[Socket]:
+    socket = Socket(served.sim.endpoint.removeprefix("unix://"))
+    yield socket
+    socket.close()
+
+
+def _request(path: str, ident: str, verbose: bool) -> bytes:
+    if path == CONTAINER:
+        return pb.ContainerStatusRequest(container_id=ident, verbose=verbose).SerializeToString()
+    return pb.PodSandboxStatusRequest(pod_sandbox_id=ident, verbose=verbose).SerializeToString()
+
+
+def _parsed(path: str, data: bytes) -> Any:
+    kind = pb.ContainerStatusResponse if path == CONTAINER else pb.PodSandboxStatusResponse
+    return kind.FromString(data)
+
+
+def _metrics(client: Client) -> bytes:
+    body: bytes = client.get("/metrics").body
+    return body
+
+
+def _answers(served: Served, method: str, source: str) -> float:
+    body = _metrics(served.client).decode()
+    wanted = f'podcache_cri_status_answers_total{{method="{method}",source="{source}"}} '
+    for line in body.splitlines():
+        if line.startswith(wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {wanted.strip()} in /metrics")
+
+
+class Watcher:
+    """A GetContainerEvents client of the socket: the events it got, in order. serve reads each
+    event into its status store before any client gets it, so a status asked once the watcher
+    has an event is asked after serve knew of it."""
+
+    def __init__(self, socket: Socket) -> None:
+        self.events: list[pb.ContainerEventResponse] = []
+        self._stream = socket.events()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for data in self._stream:
+                self.events.append(pb.ContainerEventResponse.FromString(data))
+        except grpc.RpcError:
+            pass
+
+    def wait_for(self, events: list[SimEvent]) -> None:
+        """Until the last of ``events`` (the simulator's) has come."""
+        last = events[-1]
+        until(
+            lambda: any(
+                e.container_id == last.container_id and e.container_event_type == int(last.type)
+                for e in self.events
+            )
+        )
+
+    def close(self) -> None:
+        self._stream.cancel()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def watcher(proxy: Socket, served: Served) -> Iterator[Watcher]:
+    watching = Watcher(Socket(served.path))
+    until(lambda: _subscribed(served))
+    yield watching
+    watching.close()
+
+
+def _subscribed(served: Served) -> bool:
+    return b"podcache_cri_event_subscribers 1.0" in served.client.get("/metrics").body
+
+
+# -- rule 8: equality ------------------------------------------------------------------------------
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+@pytest.mark.parametrize("path", [CONTAINER, SANDBOX], ids=["container", "sandbox"])
+def test_a_status_is_the_runtimes_own_and_asked_again_comes_from_the_cache(
+    proxy: Socket, direct: Socket, served: Served, path: str, verbose: bool
+) -> None:
+    snapshot = served.sim.population.snapshot()
+    items = snapshot.containers if path == CONTAINER else snapshot.sandboxes
+    method = path.rsplit("/", 1)[1]
+    for item in items[:5]:
+        data = _request(path, item.id, verbose)
+        first = proxy.call(path, data)
+        before = _answers(served, method, "cache")
+        again = proxy.call(path, data)
+        assert _answers(served, method, "cache") == before + 1
+        theirs = _parsed(path, direct.call(path, data))
+        assert _parsed(path, first) == theirs
+        assert _parsed(path, again) == theirs
+        assert bool(theirs.info) is verbose
+
+
+def test_a_prefix_is_answered_as_the_runtime_answers_it(
+    proxy: Socket, direct: Socket, served: Served
+) -> None:
+    container = served.sim.population.snapshot().containers[0].id
+    data = _request(CONTAINER, container[:16], True)
+    assert _parsed(CONTAINER, proxy.call(CONTAINER, data)) == _parsed(
+        CONTAINER, direct.call(CONTAINER, data)
+    )
+
+
+def test_an_unknown_id_is_the_runtimes_not_found(proxy: Socket, direct: Socket) -> None:
+    data = _request(CONTAINER, "f" * 64, False)
+    failures = []
+    for socket in (proxy, direct):
+        with pytest.raises(grpc.RpcError) as caught:
+            socket.call(CONTAINER, data)
+        failures.append((caught.value.code(), caught.value.details()))
+    assert failures[0] == failures[1]
+    assert failures[0][0] is grpc.StatusCode.NOT_FOUND
+
+
+# -- rule 8: one upstream call per change --------------------------------------------------------
+def test_agents_asking_after_an_event_cost_at_most_one_runtime_call_between_them(
+    proxy: Socket, direct: Socket, served: Served, watcher: Watcher
+) -> None:
+    """A container crashes (a STOPPED event carrying its status): 8 agents each ask its plain
+    and its verbose status at once. The plain one is the event's (no runtime call); the
+    verbose ones share one runtime call; every answer is the runtime's own."""
+    sim = served.sim
+    uid = sim.population.pod_uids()[2]
+    events = sim.population.crash_container(uid)
+    watcher.wait_for(events)
+    stopped = next(e for e in events if e.type is SimEventType.STOPPED and e.containers)
+    target = stopped.container_id
+    sim.reset_call_counts()
+    sim.faults.latency = 0.3  # the verbose calls overlap: each waits this long at the runtime
+    answers: dict[bool, list[bytes]] = {False: [], True: []}
+    try:
+        threads = [
+            threading.Thread(
+                target=lambda v=verbose: answers[v].append(
+                    proxy.call(CONTAINER, _request(CONTAINER, target, v))
+                )
+            )
+            for verbose in (False, True)
+            for _ in range(8)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sim.faults.latency = 0.0
+    assert sim.calls().get("ContainerStatus", 0) == 1
+    for verbose, got in answers.items():
+        assert len(got) == 8
+        theirs = _parsed(CONTAINER, direct.call(CONTAINER, _request(CONTAINER, target, verbose)))
+        assert all(_parsed(CONTAINER, each) == theirs for each in got)
+        assert theirs.status.state == pb.CONTAINER_EXITED
+
+
+def test_an_event_ends_the_kept_answer_of_what_it_names(
+    proxy: Socket, direct: Socket, served: Served, watcher: Watcher
+) -> None:
+    sim = served.sim
+    uid, created = sim.population.create_pod()
+    watcher.wait_for(created)
+    container = sim.population.pod_records(uid)[1][0].id
+    data = _request(CONTAINER, container, True)
+    before = _parsed(CONTAINER, proxy.call(CONTAINER, data))
+    assert before.status.state == pb.CONTAINER_RUNNING
+    watcher.wait_for(sim.population.stop_pod(uid))
+    after = _parsed(CONTAINER, proxy.call(CONTAINER, data))
+    assert after.status.state == pb.CONTAINER_EXITED
+    assert after == _parsed(CONTAINER, direct.call(CONTAINER, data))
+
+
+# -- rule 9: --cri-keep-departed -------------------------------------------------------------------
+def test_a_deleted_container_is_not_found_or_its_last_status_with_when_it_left(
+    proxy: Socket, direct: Socket, served: Served, watcher: Watcher
+) -> None:
+    sim = served.sim
+    uid, created = sim.population.create_pod()
+    watcher.wait_for(created)
+    containers = sim.population.pod_records(uid)[1]
+    sandbox = sim.population.pod_records(uid)[0][-1].id
+    watcher.wait_for(sim.population.stop_pod(uid))
+    last = {
+        c.id: _parsed(CONTAINER, direct.call(CONTAINER, _request(CONTAINER, c.id, False)))
+        for c in containers
+    }
+    last_sandbox = _parsed(SANDBOX, direct.call(SANDBOX, _request(SANDBOX, sandbox, False)))
+    removal = sim.population.remove_pod(uid)
+    watcher.wait_for(removal)
+    assert any(e.type is SimEventType.DELETED for e in removal)
+    for ident, path, expected in [
+        *((c.id, CONTAINER, last[c.id]) for c in containers),
+        (sandbox, SANDBOX, last_sandbox),
+    ]:
+        data = _request(path, ident, False)
+        with pytest.raises(grpc.RpcError) as theirs:
+            direct.call(path, data)
+        if not served.keeps:
+            with pytest.raises(grpc.RpcError) as mine:
+                proxy.call(path, data)
+            assert mine.value.code() is theirs.value.code() is grpc.StatusCode.NOT_FOUND
+            assert mine.value.details() == theirs.value.details()
+            continue
+        answer, call = proxy.channel.unary_unary(
+            path, request_serializer=lambda b: b, response_deserializer=lambda b: b
+        ).with_call(data, timeout=10)
+        assert _parsed(path, answer) == expected
+        deleted = next(
+            e
+            for e in watcher.events
+            if e.container_id == ident and e.container_event_type == DELETED
+        )
+        assert dict(call.trailing_metadata())["podcache-departed"] == rfc3339(deleted.created_at)

@@ -1,0 +1,305 @@
+"""The CRI socket's status store (``serve/crisock/statuses.py``, docs/architecture.md §10 rules
+8 and 9) against a reference model, and its bounds at and past their limits.
+
+The model is the freshness rule itself, stated over a history: an answer the store gives for
+an item is the last thing learnt of that item (an event's status, or a runtime answer begun
+after the last event naming it), learnt within the period, while the stream stayed open.
+Hypothesis draws interleavings of events, runtime answers (begun before or after events),
+stream ends and reopenings, and the clock's advance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.serve.crisock.departedstatus import DepartedStatuses, rfc3339
+from podcache.serve.crisock.statuses import (
+    CONTAINER,
+    SANDBOX,
+    StatusKey,
+    StatusStore,
+    Ticket,
+)
+
+SANDBOX_ID = "s" * 64
+IDS = ["a" * 64, "b" * 64, "c" * 64]
+PERIOD = 10.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def status(ident: str, state: int, exit_code: int = 0) -> pb.ContainerStatus:
+    return pb.ContainerStatus(id=ident, state=state, exit_code=exit_code)  # type: ignore[arg-type]
+
+
+def event(ident: str, kind: int, *, statuses: list[pb.ContainerStatus], at: int = 0) -> bytes:
+    return pb.ContainerEventResponse(
+        container_id=ident,
+        container_event_type=kind,  # type: ignore[arg-type]
+        created_at=at,
+        pod_sandbox_status=pb.PodSandboxStatus(id=SANDBOX_ID, state=pb.SANDBOX_READY),
+        containers_statuses=statuses,
+    ).SerializeToString()
+
+
+def answer(ident: str, exit_code: int, verbose: bool) -> bytes:
+    info = {"info": f'{{"n":{exit_code}}}'} if verbose else {}
+    return pb.ContainerStatusResponse(
+        status=status(ident, pb.CONTAINER_RUNNING, exit_code), info=info
+    ).SerializeToString()
+
+
+@dataclass
+class Model:
+    """The freshness rule over a history: what may be answered per key, as (answer, learnt at,
+    epoch, the IDs it depends on: its own, and its sandbox once an event paired them)."""
+
+    clock: Clock
+    open: bool = True
+    epoch: int = 1
+    known: dict[StatusKey, tuple[bytes, float, int, frozenset[str]]] = field(default_factory=dict)
+    named_at: dict[str, int] = field(default_factory=dict)  # ID -> its last event's number
+    paired: set[str] = field(default_factory=set)  # containers an event put in SANDBOX_ID
+    seq: int = 0
+
+    def deps(self, ident: str) -> frozenset[str]:
+        return frozenset({ident, SANDBOX_ID} if ident in self.paired else {ident})
+
+    def learn(self, key: StatusKey, data: bytes, deps: frozenset[str]) -> None:
+        self.known[key] = (data, self.clock.now, self.epoch, deps)
+
+    def event(self, ident: str, state: int, code: int) -> None:
+        self.seq += 1
+        named = {ident, SANDBOX_ID}
+        for each in named:
+            self.named_at[each] = self.seq
+        self.known = {k: v for k, v in self.known.items() if not v[3] & named}
+        self.paired.add(ident)
+        body = pb.ContainerStatusResponse(status=status(ident, state, code))
+        self.learn(StatusKey(CONTAINER, ident, False), body.SerializeToString(), self.deps(ident))
+        sandbox = pb.PodSandboxStatus(id=SANDBOX_ID, state=pb.SANDBOX_READY)
+        self.learn(
+            StatusKey(SANDBOX, SANDBOX_ID, False),
+            pb.PodSandboxStatusResponse(status=sandbox).SerializeToString(),
+            frozenset({SANDBOX_ID}),
+        )
+
+    def answered(self, key: StatusKey, data: bytes, seq: int, epoch: int) -> None:
+        deps = self.deps(key.ident)
+        if self.open and epoch == self.epoch and all(self.named_at.get(d, 0) <= seq for d in deps):
+            self.learn(key, data, deps)
+
+    def end(self, reopen: bool) -> None:
+        self.open, self.epoch, self.known = reopen, self.epoch + (2 if reopen else 1), {}
+
+    def expected(self, key: StatusKey) -> bytes | None:
+        held = self.known.get(key)
+        if held is None or not self.open or held[2] != self.epoch:
+            return None
+        return None if self.clock.now - held[1] > PERIOD else held[0]
+
+
+Step = tuple[str, object, object, object]
+steps = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("event"), st.sampled_from(IDS), st.sampled_from([0, 1, 2]), st.integers(0, 9)
+        ),
+        st.tuples(st.just("ask"), st.sampled_from(IDS), st.booleans(), st.integers(0, 9)),
+        st.tuples(st.just("answer"), st.integers(0, 5), st.just(0), st.just(0)),
+        st.tuples(st.just("tick"), st.floats(0, 8), st.just(0), st.just(0)),
+        st.tuples(st.just("end"), st.booleans(), st.just(0), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+class Run:
+    """One history applied to the store and the model side by side."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.store = StatusStore(PERIOD, clock=self.clock)
+        self.store.stream_opened()
+        self.model = Model(self.clock)
+        self.asked: list[tuple[StatusKey, bytes, Ticket, int, int]] = []  # in flight
+
+    def event(self, ident: str, state: int, code: int) -> None:
+        self.store.event(event(ident, state, statuses=[status(ident, state, code)]))
+        self.model.event(ident, state, code)
+
+    def ask(self, ident: str, verbose: bool, code: int) -> None:
+        key = StatusKey(CONTAINER, ident, verbose)
+        data = answer(ident, code, verbose)
+        self.asked.append((key, data, self.store.begin(), self.model.seq, self.model.epoch))
+
+    def answer(self, which: int, _: object, __: object) -> None:
+        if self.asked:
+            key, data, ticket, seq, epoch = self.asked.pop(which % len(self.asked))
+            self.store.keep(key, data, ticket)
+            self.model.answered(key, data, seq, epoch)
+
+    def tick(self, seconds: float, _: object, __: object) -> None:
+        self.clock.now += seconds
+
+    def end(self, reopen: bool, _: object, __: object) -> None:
+        self.store.stream_ended()
+        if reopen:
+            self.store.stream_opened()
+        self.model.end(reopen)
+
+    def check(self) -> None:
+        for ident in IDS:
+            for verbose in (False, True):
+                key = StatusKey(CONTAINER, ident, verbose)
+                assert self.store.kept(key) == self.model.expected(key), key
+        key = StatusKey(SANDBOX, SANDBOX_ID, False)
+        assert self.store.kept(key) == self.model.expected(key), key
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps)
+def test_the_store_gives_what_the_freshness_rule_allows_and_nothing_else(
+    history: list[Step],
+) -> None:
+    run = Run()
+    for kind, a, b, c in history:
+        getattr(run, kind)(a, b, c)
+        run.check()
+
+
+def _decoded(data: bytes | None) -> pb.ContainerStatusResponse | None:
+    return None if data is None else pb.ContainerStatusResponse.FromString(data)
+
+
+def test_an_answer_the_runtime_gave_before_an_event_is_not_kept() -> None:
+    store = StatusStore(PERIOD, clock=Clock())
+    store.stream_opened()
+    key = StatusKey(CONTAINER, IDS[0], True)
+    ticket = store.begin()
+    store.event(event(IDS[1], pb.CONTAINER_STARTED_EVENT, statuses=[]))
+    store.keep(StatusKey(CONTAINER, IDS[1], True), answer(IDS[1], 1, True), ticket)
+    store.keep(key, answer(IDS[0], 1, True), ticket)
+    assert store.kept(StatusKey(CONTAINER, IDS[1], True)) is None  # overtaken by the event
+    assert store.kept(key) == answer(IDS[0], 1, True)  # the event named another
+
+
+def test_without_a_stream_nothing_is_kept() -> None:
+    store = StatusStore(PERIOD, clock=Clock())
+    key = StatusKey(CONTAINER, IDS[0], False)
+    store.keep(key, answer(IDS[0], 0, False), store.begin())
+    store.event(event(IDS[0], pb.CONTAINER_STARTED_EVENT, statuses=[status(IDS[0], 1)]))
+    assert not store.streaming
+    assert store.kept(key) is None
+
+
+def test_unreadable_event_bytes_end_every_kept_answer() -> None:
+    store = StatusStore(PERIOD, clock=Clock())
+    store.stream_opened()
+    key = StatusKey(CONTAINER, IDS[0], False)
+    store.keep(key, answer(IDS[0], 0, False), store.begin())
+    assert store.kept(key) is not None
+    store.event(b"\x0a\xff")  # a length past the end
+    assert store.kept(key) is None
+    assert store.unreadable == 1
+
+
+def test_the_answers_are_bounded_in_count_at_and_past_the_limit() -> None:
+    store = StatusStore(PERIOD, clock=Clock(), max_answers=3)
+    store.stream_opened()
+    ids = [f"{n:064x}" for n in range(4)]
+    for ident in ids[:3]:
+        store.keep(StatusKey(CONTAINER, ident, False), answer(ident, 0, False), store.begin())
+    assert store.size[0] == 3  # at the bound: all kept
+    assert all(store.kept(StatusKey(CONTAINER, i, False)) for i in ids[:3])
+    store.keep(StatusKey(CONTAINER, ids[3], False), answer(ids[3], 0, False), store.begin())
+    assert store.size[0] == 3  # past it: the oldest went
+    assert store.kept(StatusKey(CONTAINER, ids[0], False)) is None
+    assert all(store.kept(StatusKey(CONTAINER, i, False)) for i in ids[1:])
+
+
+def test_the_answers_are_bounded_in_bytes_at_and_past_the_limit() -> None:
+    one = len(answer(IDS[0], 0, False))
+    store = StatusStore(PERIOD, clock=Clock(), max_bytes=2 * one)
+    store.stream_opened()
+    for ident in IDS[:2]:
+        store.keep(StatusKey(CONTAINER, ident, False), answer(ident, 0, False), store.begin())
+    assert store.size == (2, 2 * one)
+    store.keep(StatusKey(CONTAINER, IDS[2], False), answer(IDS[2], 0, False), store.begin())
+    assert store.size == (2, 2 * one)
+    assert store.kept(StatusKey(CONTAINER, IDS[0], False)) is None
+
+
+# -- rule 9: the departed --------------------------------------------------------------------------
+def _departing(
+    keep_for: float = 60.0, max_items: int = 10_000, max_bytes: int = 1 << 20
+) -> tuple[StatusStore, Clock]:
+    clock = Clock()
+    departed = DepartedStatuses(keep_for, clock=clock, max_items=max_items, max_bytes=max_bytes)
+    store = StatusStore(PERIOD, clock=clock, departed=departed)
+    store.stream_opened()
+    return store, clock
+
+
+def _leave(store: StatusStore, ident: str, at: int) -> None:
+    store.event(
+        event(ident, pb.CONTAINER_STOPPED_EVENT, statuses=[status(ident, pb.CONTAINER_EXITED, 3)])
+    )
+    store.event(event(ident, pb.CONTAINER_DELETED_EVENT, statuses=[], at=at))
+
+
+def test_a_deleted_container_answers_its_last_status_and_when_it_left() -> None:
+    store, clock = _departing(keep_for=60.0)
+    _leave(store, IDS[0], at=1_700_000_000_123_456_789)
+    assert store.kept(StatusKey(CONTAINER, IDS[0], False)) is None
+    assert store.departed is not None
+    found = store.departed.answer(CONTAINER, IDS[0], verbose=True)
+    assert found is not None
+    data, left = found
+    assert _decoded(data) == pb.ContainerStatusResponse(
+        status=status(IDS[0], pb.CONTAINER_EXITED, 3)
+    )
+    assert left == "2023-11-14T22:13:20.123456789Z" == rfc3339(1_700_000_000_123_456_789)
+    clock.now += 60.0
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is not None  # at the limit
+    clock.now += 0.001
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None  # past it
+
+
+def test_the_departed_are_bounded_in_count_at_and_past_the_limit() -> None:
+    store, _ = _departing(max_items=2)
+    assert store.departed is not None
+    _leave(store, IDS[0], at=1)
+    _leave(store, IDS[1], at=2)
+    assert store.departed.size[0] == 2
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is not None
+    _leave(store, IDS[2], at=3)
+    assert store.departed.size[0] == 2
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
+    assert store.departed.answer(CONTAINER, IDS[2], verbose=False) is not None
+
+
+def test_the_departed_are_bounded_in_bytes_at_and_past_the_limit() -> None:
+    one = len(
+        pb.ContainerStatusResponse(
+            status=status(IDS[0], pb.CONTAINER_EXITED, 3)
+        ).SerializeToString()
+    )
+    store, _ = _departing(max_bytes=2 * one)
+    assert store.departed is not None
+    _leave(store, IDS[0], at=1)
+    _leave(store, IDS[1], at=2)
+    assert store.departed.size == (2, 2 * one)
+    _leave(store, IDS[2], at=3)
+    assert store.departed.size == (2, 2 * one)
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
