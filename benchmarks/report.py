@@ -1198,6 +1198,16 @@ def perpod_section(data: Json) -> Section:
     return Section(targets, lines)
 
 
+def reasons_section(data: Json) -> Section:
+    """An own part against the library beside it: the benchmark's own table, and one target
+    per figure that matters, met while every library costs at least 1.10x ours there."""
+    targets = [
+        Target(r["name"], "reasons", r["measured"], _x(r["ratio"]), r["holds"])
+        for r in data["reasons"]
+    ]
+    return Section(targets, list(data["markdown"]))
+
+
 # -- the report ------------------------------------------------------------------------------
 SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
     "hit": ("1. Hit path", hit_section),
@@ -1211,6 +1221,10 @@ SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
     "events": ("8. Container events on containerd 1.7", events_section),
     "watch": ("9. Watch", watch_section),
     "perpod": ("10. One pod change at scale (events)", perpod_section),
+    "reasons_http1": ("11. Why our own: the HTTP/1.1 server vs uvicorn", reasons_section),
+    "reasons_h2": ("12. Why our own: the HTTP/2 client vs h2 and grpcio", reasons_section),
+    "reasons_upb": ("13. Why our own: the C reader vs upb", reasons_section),
+    "reasons_hpack": ("14. Why our own: the HPACK decoder vs hpack", reasons_section),
 }
 PLANNED_TARGETS = {
     "watch": WATCH_TARGETS,

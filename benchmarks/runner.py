@@ -2,7 +2,7 @@
 
     benchmarks/run [--quick]
                    [--only hit,contention,refresh,calls_saved,pids,ips,serve,loop_stall,events,
-                           perpod]
+                           perpod,reasons_http1,reasons_h2,reasons_upb,reasons_hpack]
                    [--wait-load 1.0 --wait-max 1200] [--out benchmarks/results]
 
 Each benchmark runs as a subprocess of its own (``bench_*.py``, in its ``--json`` mode where it
@@ -231,6 +231,39 @@ BENCHMARKS = (
         lambda quick: ["--json", *(["--quick"] if quick else [])],
         _json,
         (300, 900),
+    ),
+    # Each own part against the library beside it (docs/architecture.md's "why our own").
+    Benchmark(
+        "reasons_http1",
+        "HTTP/1.1 server vs uvicorn",
+        "bench_http1_uvicorn.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (240, 1500),
+    ),
+    Benchmark(
+        "reasons_h2",
+        "HTTP/2 client vs h2 and grpcio",
+        "bench_h2_client.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (120, 600),
+    ),
+    Benchmark(
+        "reasons_upb",
+        "C reader vs upb",
+        "bench_upb.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (120, 600),
+    ),
+    Benchmark(
+        "reasons_hpack",
+        "HPACK decoder vs hpack",
+        "bench_hpack.py",
+        lambda quick: ["--json", *(["--calls", "200", "--rounds", "2"] if quick else [])],
+        _json,
+        (120, 300),
     ),
 )
 

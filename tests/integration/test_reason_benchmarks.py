@@ -31,7 +31,24 @@ def _run(script: str, *args: str) -> Any:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    figures = json.loads(done.stdout)
+    # What benchmarks/run reports of it: its table, and a verdict per figure that matters.
+    assert figures["markdown"][-1].startswith("|")
+    assert figures["reasons"]
+    assert all(isinstance(reason["holds"], bool) for reason in figures["reasons"])
+    return figures
+
+
+def test_benchmarks_run_runs_and_reports_each_of_them() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import report
+        import runner
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    keys = {"reasons_http1", "reasons_h2", "reasons_upb", "reasons_hpack"}
+    assert keys <= {bench.key for bench in runner.BENCHMARKS}
+    assert keys <= set(report.SECTIONS)
 
 
 @pytest.mark.timeout(660)
@@ -83,6 +100,6 @@ def test_the_c_reader_is_measured_against_upb() -> None:
 
 @pytest.mark.timeout(120)
 def test_the_hpack_decoder_is_measured_against_hpack() -> None:
-    figures = _run("bench_hpack.py", "--calls", "20")
+    figures = _run("bench_hpack.py", "--calls", "20", "--rounds", "2")
     assert set(figures["decode_us_per_call"]) == {"podcache", "hpack"}
     assert set(figures["import_ms"]) == {"podcache", "hpack"}
