@@ -1,0 +1,290 @@
+"""``ContainerStatus`` and ``PodSandboxStatus`` through ``podcache serve --cri-listen`` over real
+containerd 1.7 and 2.1 (docs/architecture.md §10 rules 8 and 9): equal to containerd's own
+answers at quiescence, verbose ``info`` included; what changes a status without an event
+(``UpdateContainerResources``) is seen within the period; an event's change at once; and with
+``--cri-keep-departed`` a container removed right after it exited still answers its last
+status, with the time it left.
+
+Every pod made here is removed here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.serve.crisock.departedstatus import rfc3339
+from tests.containerd import criwire
+from tests.containerd.conftest import EVENT_VERSIONS, Containerd
+from tests.containerd.harness import EXITING_COMMAND, CRIHarness, SandboxRecord
+from tests.containerd.test_crisock import Socket, until
+from tests.serve.conftest import Client, ServeProcess
+
+pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
+with_events = pytest.mark.parametrize("containerd", EVENT_VERSIONS, indirect=True)
+
+PERIOD = 2.0
+"""serve's --cache-period here: the bound on what changes a status without an event."""
+RESOURCES = 16  # ContainerStatus.resources, a field podcache's proto lacks (criwire reads it)
+
+
+class Served(NamedTuple):
+    proxy: Socket
+    direct: Socket
+    http: Client
+
+
+def _serve(containerd: Containerd, *extra: str) -> Iterator[Served]:
+    with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+        path = os.path.join(tmp, "cri.sock")
+        http = Client(path=f"{tmp}/http.sock")
+        args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+        args += ["--cache-period", f"{PERIOD:g}s", "--cri-listen", path, *extra]
+        with ServeProcess(args) as server:
+            proxy, direct = Socket(path), Socket(containerd.socket_path)
+            try:
+                until(lambda: b'podcache_events_state{state="subscribed"} 1.0' in _metrics(http))
+                yield Served(proxy, direct, http)
+            finally:
+                proxy.close()
+                direct.close()
+        assert "Traceback" not in server.stderr, server.stderr
+
+
+@pytest.fixture
+def served(containerd: Containerd) -> Iterator[Served]:
+    yield from _serve(containerd)
+
+
+@pytest.fixture
+def keeping(containerd: Containerd) -> Iterator[Served]:
+    yield from _serve(containerd, "--cri-keep-departed", "5m")
+
+
+def _metrics(http: Client) -> bytes:
+    body: bytes = http.get("/metrics").body
+    return body
+
+
+def _from_cache(served: Served, method: str) -> float:
+    wanted = f'podcache_cri_status_answers_total{{method="{method}",source="cache"}} '
+    for line in _metrics(served.http).decode().splitlines():
+        if line.startswith(wanted):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {wanted}")
+
+
+def _container(ident: str, verbose: bool = False) -> bytes:
+    return pb.ContainerStatusRequest(container_id=ident, verbose=verbose).SerializeToString()
+
+
+def _sandbox(ident: str, verbose: bool = False) -> bytes:
+    return pb.PodSandboxStatusRequest(pod_sandbox_id=ident, verbose=verbose).SerializeToString()
+
+
+def _same(mine: bytes, theirs: bytes, kind: Any) -> bool:
+    """Protobuf-equal: both parsed (fields podcache's proto lacks kept as they came)."""
+    return bool(kind.FromString(mine) == kind.FromString(theirs)) and _unknown(mine, kind) == (
+        _unknown(theirs, kind)
+    )
+
+
+def _unknown(data: bytes, kind: Any) -> bytes:
+    """The status's fields podcache's proto lacks (resources, mounts, user...), as bytes."""
+    status = criwire.read_fields(data).get(1, [b""])[0]
+    assert isinstance(status, bytes)
+    fields = criwire.read_fields(status)
+    known = {f.number for f in kind.DESCRIPTOR.fields_by_name["status"].message_type.fields}
+    return repr(sorted((n, v) for n, v in fields.items() if n not in known)).encode()
+
+
+class Watcher:
+    """A GetContainerEvents client of podcache's socket (serve reads each event into its status
+    store before any client gets it)."""
+
+    def __init__(self, socket: Socket) -> None:
+        self.events: list[pb.ContainerEventResponse] = []
+        self._stream = socket.events()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        try:
+            for data in self._stream:
+                self.events.append(pb.ContainerEventResponse.FromString(data))
+        except grpc.RpcError:
+            pass
+
+    def got(self, ident: str, kind: int) -> pb.ContainerEventResponse | None:
+        return next(
+            (e for e in self.events if e.container_id == ident and e.container_event_type == kind),
+            None,
+        )
+
+    def wait_for(self, ident: str, kind: int) -> pb.ContainerEventResponse:
+        until(lambda: self.got(ident, kind) is not None)
+        found = self.got(ident, kind)
+        assert found is not None
+        return found
+
+    def close(self) -> None:
+        self._stream.cancel()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def pod(cri_harness: CRIHarness) -> Iterator[SandboxRecord]:
+    sandbox = cri_harness.run_pod("status", "crisock-status")
+    yield sandbox
+    cri_harness.remove_all([sandbox.id])
+
+
+@with_events
+def test_statuses_equal_containerds_verbose_included_and_come_from_the_cache(
+    served: Served, pod: SandboxRecord, cri_harness: CRIHarness
+) -> None:
+    watcher = Watcher(served.proxy)
+    try:
+        running = cri_harness.create_container(pod, "app")
+        done = cri_harness.create_container(pod, "done", command=EXITING_COMMAND)
+        cri_harness.wait_exited(done, timeout=120)
+        watcher.wait_for(done.id, pb.CONTAINER_STOPPED_EVENT)
+    finally:
+        watcher.close()
+    calls = [
+        ("ContainerStatus", _container(c.id, v), pb.ContainerStatusResponse)
+        for c in (running, done)
+        for v in (False, True)
+    ] + [
+        ("PodSandboxStatus", _sandbox(pod.id, v), pb.PodSandboxStatusResponse)
+        for v in (False, True)
+    ]
+    for method, request, kind in calls:
+        path = f"/runtime.v1.RuntimeService/{method}"
+        first = served.proxy.call(method, request)
+        before = _from_cache(served, method)
+        again = served.proxy.call(method, request)
+        theirs = served.direct.call(method, request)
+        assert _same(first, theirs, kind), (path, kind.FromString(first), kind.FromString(theirs))
+        assert _same(again, theirs, kind), path
+        assert _from_cache(served, method) == before + 1, path
+
+
+def _resources(answer: bytes) -> bytes:
+    status = criwire.read_fields(answer)[1][0]
+    assert isinstance(status, bytes)
+    value = criwire.read_fields(status).get(RESOURCES, [b""])[0]
+    assert isinstance(value, bytes)
+    return value
+
+
+@with_events
+def test_a_resize_sends_no_event_and_shows_within_the_period_a_stop_at_once(
+    served: Served, pod: SandboxRecord, cri_harness: CRIHarness
+) -> None:
+    """UpdateContainerResources (in-place resize) changes the status's resources and sends no
+    event: the socket shows it once its kept answer is older than the period. A stop sends
+    STOPPED: the socket's next answer after the event shows it, with no wait."""
+    watcher = Watcher(served.proxy)
+    try:
+        app = cri_harness.create_container(pod, "app")
+        watcher.wait_for(app.id, pb.CONTAINER_STARTED_EVENT)
+        request = _container(app.id, verbose=True)
+        before = served.proxy.call("ContainerStatus", request)
+        learnt = time.monotonic()
+        seen = len(watcher.events)
+        update = criwire.str_field(1, app.id) + criwire.message_field(
+            2, criwire.int_field(3, 512), criwire.int_field(4, 256 * 1024 * 1024)
+        )
+        served.direct.call("UpdateContainerResources", update)
+        theirs = served.direct.call("ContainerStatus", request)
+        assert _resources(theirs) != _resources(before)  # the resize changed the status
+        # A marker event after the resize: every event of the resize would have come before it.
+        marker = cri_harness.create_container(pod, "marker", command=EXITING_COMMAND, start=False)
+        watcher.wait_for(marker.id, pb.CONTAINER_CREATED_EVENT)
+        assert [e for e in watcher.events[seen:] if e.container_id == app.id] == []
+        until(lambda: time.monotonic() - learnt > PERIOD)
+        after = served.proxy.call("ContainerStatus", request)
+        assert _same(after, theirs, pb.ContainerStatusResponse)
+        cri_harness.stop_container(app)
+        watcher.wait_for(app.id, pb.CONTAINER_STOPPED_EVENT)
+        stopped = pb.ContainerStatusResponse.FromString(
+            served.proxy.call("ContainerStatus", request)
+        )
+        assert stopped.status.state == pb.CONTAINER_EXITED
+    finally:
+        watcher.close()
+
+
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z")
+
+
+@with_events
+def test_twenty_containers_removed_as_they_exit_still_answer_their_last_status(
+    keeping: Served, pod: SandboxRecord, cri_harness: CRIHarness
+) -> None:
+    """20 containers whose command exits at once, each removed right after it exits: with
+    --cri-keep-departed, ContainerStatus (verbose, what ``crictl inspect ID`` asks) through the
+    socket answers each one's last status, EXITED, with podcache-departed: the time containerd
+    says it was deleted; containerd itself answers NotFound."""
+    watcher = Watcher(keeping.proxy)
+    gone = []
+    try:
+        for n in range(20):
+            container = cri_harness.create_container(pod, f"short-{n}", command=EXITING_COMMAND)
+            cri_harness.wait_exited(container, timeout=120)
+            cri_harness.remove_container(container)
+            gone.append(container)
+        for container in gone:
+            deleted = watcher.wait_for(container.id, pb.CONTAINER_DELETED_EVENT)
+            request = _container(container.id, verbose=True)
+            with pytest.raises(grpc.RpcError) as theirs:
+                keeping.direct.call("ContainerStatus", request)
+            assert theirs.value.code() is grpc.StatusCode.NOT_FOUND
+            method = keeping.proxy.channel.unary_unary(
+                "/runtime.v1.RuntimeService/ContainerStatus",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )
+            data, call = method.with_call(request, timeout=10)
+            answer = pb.ContainerStatusResponse.FromString(data)
+            assert answer.status.id == container.id
+            assert answer.status.state == pb.CONTAINER_EXITED
+            assert answer.status.exit_code == 0
+            assert answer.status.metadata.name == container.name
+            assert answer.status.image.image or answer.status.image_ref
+            left = str(dict(call.trailing_metadata())["podcache-departed"])
+            assert RFC3339.fullmatch(left)
+            assert left == rfc3339(deleted.created_at)
+    finally:
+        watcher.close()
+
+
+@with_events
+def test_without_keep_departed_a_removed_container_is_containerds_not_found(
+    served: Served, pod: SandboxRecord, cri_harness: CRIHarness
+) -> None:
+    watcher = Watcher(served.proxy)
+    try:
+        container = cri_harness.create_container(pod, "short", command=EXITING_COMMAND)
+        cri_harness.wait_exited(container, timeout=120)
+        cri_harness.remove_container(container)
+        watcher.wait_for(container.id, pb.CONTAINER_DELETED_EVENT)
+    finally:
+        watcher.close()
+    failures = []
+    for socket in (served.proxy, served.direct):
+        with pytest.raises(grpc.RpcError) as caught:
+            socket.call("ContainerStatus", _container(container.id, verbose=True))
+        failures.append((caught.value.code(), caught.value.details()))
+    assert failures[0] == failures[1]
+    assert failures[0][0] is grpc.StatusCode.NOT_FOUND
