@@ -1,0 +1,124 @@
+"""A Falco-pattern client (falcosecurity/plugins, container plugin, cri.go) on real containerd 1.7
+and 2.1, through ``podcache serve --cri-listen`` and straight at containerd: at quiescence every
+answer it gets is protobuf-equal on both paths, the verbose ``info`` included, at start (its
+ListContainers, then each container's ContainerStatus(verbose) and its sandbox's
+PodSandboxStatus) and again once containers were created, exited and removed under it.
+
+``PodSandboxStatusResponse.timestamp`` is the time of the answer (two calls straight at
+containerd differ in it), so it is left out of the comparison; the test shows first that
+nothing else differs between two direct calls. Every pod made here is removed here.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import pytest
+
+from podcache.cri.proto import api_pb2 as pb
+from tests.containerd.conftest import EVENT_VERSIONS, Containerd
+from tests.containerd.harness import CRIHarness, SandboxRecord
+from tests.containerd.test_crisock import Socket, until
+from tests.serve.conftest import ServeProcess
+
+pytestmark = [
+    pytest.mark.containerd,
+    pytest.mark.timeout(300),
+    pytest.mark.parametrize("containerd", EVENT_VERSIONS, indirect=True),
+]
+
+
+class Sides(NamedTuple):
+    socket: Socket
+    direct: Socket
+
+
+@pytest.fixture
+def sides(containerd: Containerd) -> Iterator[Sides]:
+    """``podcache serve --cri-listen`` over the instance (a 60 s period: events keep it)."""
+    with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
+        path = os.path.join(tmp, "cri.sock")
+        args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+        with ServeProcess([*args, "--cache-period", "60s", "--cri-listen", path]) as server:
+            socket, direct = Socket(path), Socket(containerd.socket_path)
+            try:
+                yield Sides(socket, direct)
+            finally:
+                socket.close()
+                direct.close()
+        assert "Traceback" not in server.stderr, server.stderr
+
+
+def _containers(side: Socket) -> list[Any]:
+    answer = pb.ListContainersResponse.FromString(side.call("ListContainers", b""))
+    return sorted(answer.containers, key=lambda c: c.id)
+
+
+def _listing(side: Socket) -> list[bytes]:
+    return [c.SerializeToString(deterministic=True) for c in _containers(side)]
+
+
+def falco_answers(side: Socket) -> dict[tuple[str, str, bool], bytes]:
+    """What the plugin's start asks, by (method, ID, verbose): every listed container's
+    ContainerStatus(verbose=true) and its sandbox's PodSandboxStatus (the plugin says
+    verbose=false; verbose=true is asked too, for its ``info``); each answer serialized
+    deterministically, a sandbox status's answer time cleared."""
+    answers: dict[tuple[str, str, bool], bytes] = {}
+    for container in _containers(side):
+        request = pb.ContainerStatusRequest(container_id=container.id, verbose=True)
+        data = side.call("ContainerStatus", request.SerializeToString())
+        answers["ContainerStatus", container.id, True] = pb.ContainerStatusResponse.FromString(
+            data
+        ).SerializeToString(deterministic=True)
+        for verbose in (False, True):
+            sandbox = pb.PodSandboxStatusRequest(
+                pod_sandbox_id=container.pod_sandbox_id, verbose=verbose
+            )
+            status = pb.PodSandboxStatusResponse.FromString(
+                side.call("PodSandboxStatus", sandbox.SerializeToString())
+            )
+            status.ClearField("timestamp")
+            key = ("PodSandboxStatus", container.pod_sandbox_id, verbose)
+            answers[key] = status.SerializeToString(deterministic=True)
+    return answers
+
+
+def _at_rest(sides: Sides) -> dict[tuple[str, str, bool], bytes]:
+    """Once the socket lists what containerd lists: containerd's answers, checked equal to a
+    second round of its own and to the socket's."""
+    until(lambda: _listing(sides.socket) == _listing(sides.direct))
+    direct = falco_answers(sides.direct)
+    assert falco_answers(sides.direct) == direct  # nothing but the timestamp varies
+    assert falco_answers(sides.socket) == direct
+    return direct
+
+
+def test_a_falco_pattern_client_gets_containerds_answers_through_the_socket(
+    sides: Sides, cri_harness: CRIHarness
+) -> None:
+    running = cri_harness.run_pod("falco-running", "agents", labels={"app": "web"})
+    app = cri_harness.create_container(running, "app", envs={"MODE": "serve"})
+    done = cri_harness.create_container(running, "done", command=("true",))
+    cri_harness.wait_exited(done, timeout=120)
+    stopped: SandboxRecord = cri_harness.run_pod("falco-stopped", "agents")
+    cri_harness.create_container(stopped, "job")
+    cri_harness.stop_pod(stopped)
+    try:
+        first = _at_rest(sides)
+        verbose = pb.ContainerStatusResponse.FromString(first["ContainerStatus", app.id, True])
+        assert verbose.info, "containerd gave no verbose info to compare"
+        assert len([key for key in first if key[0] == "ContainerStatus"]) == 3
+
+        late = cri_harness.create_container(running, "late", command=("true",))
+        cri_harness.wait_exited(late, timeout=120)
+        cri_harness.remove_container(done)
+        cri_harness.stop_container(app)
+        after = _at_rest(sides)
+        assert ("ContainerStatus", late.id, True) in after
+        assert ("ContainerStatus", done.id, True) not in after
+        assert after["ContainerStatus", app.id, True] != first["ContainerStatus", app.id, True]
+    finally:
+        cri_harness.remove_all([running.id, stopped.id])
