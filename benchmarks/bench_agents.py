@@ -28,11 +28,12 @@ when this podcache has it), **socket, warm** (the agents restarted on the same p
 
 What is reported, per phase: the runtime's calls by method (and bytes); the upstream status
 calls, and per event the upstream status calls naming its container (``ContainerStatus``) or
-its sandbox (``PodSandboxStatus``) within ``WINDOW`` s of it, before the next event naming
+its sandbox (``PodSandboxStatus``) within serve's cache period after it (the freshness rule:
+a status learnt from an event is given for that long), before the next event naming
 the same; how many came after an event that carried the status asked for (the simulator's
-events carry the sandbox's status and every remaining container's, and its verbose ``info``
-is empty, so every status but a deleted container's is carried); the share of DELETED
-containers' ``ContainerStatus`` answered; the agents' latencies.
+events carry the sandbox's status and every remaining container's, as containerd's do, so a
+plain status is carried unless the event deleted it; a verbose one, with its ``info``, never
+is); the share of DELETED containers' ``ContainerStatus`` answered; the agents' latencies.
 
 Answers compared: at quiescence (churn stopped, the socket's ListContainers equal to the
 runtime's), every container's ``ContainerStatus`` (verbose and not), every sandbox's
@@ -52,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import json
 import math
 import os
@@ -64,13 +66,13 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
 from podcache.cri.proto import api_pb2 as pb
+from podcache.duration import parse_duration
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = str(Path(__file__).resolve())
@@ -81,8 +83,8 @@ LIST_METHODS = ("ListPodSandbox", "ListContainers", "StreamPodSandboxes", "Strea
 IMAGE_STATUS_PATH = IMAGES + "ImageStatus"
 CHURN = 5.0
 """Pods replaced per second while the agents run."""
-WINDOW = 5.0
-"""Seconds after an event in which an upstream status call naming it counts as its."""
+SERVE_PERIOD = "2s"
+"""serve's default --cache-period, as deployed (deploy/base/daemonset.yaml)."""
 QUIET = 1.0
 """Seconds without an event after which an agent past its end stops reading."""
 PAIR_EVERY = 4
@@ -93,7 +95,7 @@ PAIR_AGENT = "bench-pair"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Mode:
     """The sizes of one run."""
 
@@ -104,6 +106,8 @@ class Mode:
     latency_samples: int
     grace: float
     """Seconds an agent may take past the end for what it already received."""
+    cache_period: str | None = None
+    """serve's --cache-period (None: its default, as deployed)."""
 
 
 FULL = Mode(
@@ -144,7 +148,7 @@ def normalized(method: str, data: bytes) -> bytes:
     return result
 
 
-@dataclass
+@dataclasses.dataclass
 class Answer:
     """One call's outcome: the answer's bytes (None on an error), its code and the departed
     header's value."""
@@ -252,14 +256,14 @@ class RuntimeLog:
         def logged(servicer: Any, request: Any, context: grpc.ServicerContext) -> Any:
             agent = str(dict(context.invocation_metadata()).get("user-agent", ""))
             caller = agent.split(maxsplit=1)[0] if agent.startswith("bench-") else "podcache"
-            at = time.monotonic()
+            at, verbose = time.monotonic(), bool(request.verbose)
             try:
                 answer = handler(servicer, request, context)
             except BaseException:
-                self.log_call([at, method, getattr(request, field), False, 0, caller])
+                self.log_call([at, method, getattr(request, field), False, 0, caller, verbose])
                 raise
             size = len(answer) if isinstance(answer, bytes) else answer.ByteSize()
-            self.log_call([at, method, getattr(request, field), True, size, caller])
+            self.log_call([at, method, getattr(request, field), True, size, caller, verbose])
             return answer
 
         return logged
@@ -508,9 +512,9 @@ def serve_has(flag: str) -> bool:
 
 
 @contextmanager
-def serve(endpoint: str, socket_path: str, keep_departed: bool) -> Iterator[subprocess.Popen[str]]:
-    """``podcache serve --cri-listen`` over ``endpoint``; yields once its socket answers."""
-    extra = ["--cri-keep-departed", KEEP_DEPARTED] if keep_departed else []
+def serve(endpoint: str, socket_path: str, extra: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``podcache serve --cri-listen`` over ``endpoint`` with ``extra`` arguments; yields once
+    its socket answers."""
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "podcache.serve", "-r", endpoint),
@@ -596,21 +600,28 @@ def phase(
     agents = agent_results(procs)
     after = runtime.ask(op="take")
     upstream_of = "podcache" if pair_with else None
-    return summary(before, after, agents, upstream_of)
+    window = parse_duration(mode.cache_period or SERVE_PERIOD)
+    return summary(before, after, agents, upstream_of, window)
 
 
 def summary(
-    before: dict[str, Any], after: dict[str, Any], agents: list[dict[str, Any]], via: str | None
+    before: dict[str, Any],
+    after: dict[str, Any],
+    agents: list[dict[str, Any]],
+    via: str | None,
+    window: float,
 ) -> dict[str, Any]:
     """A phase's figures from the runtime's logs and counts and the agents' results;
-    ``via``: the caller whose status calls are upstream (None: every agent's)."""
+    ``via``: the caller whose status calls are upstream (None: every agent's); ``window``:
+    how long after an event a call naming it counts as its."""
     calls = [c for c in after["status"] if (c[5] == via if via else c[5] != PAIR_AGENT)]
     events = after["events"]
     return {
         "runtime_calls": runtime_calls(before, after, calls),
         "upstream_status": dict(Counter(c[1] for c in calls)),
+        "upstream_verbose": dict(Counter(c[1] for c in calls if c[6])),
         "agent_calls": agent_calls(agents),
-        "per_event": per_event(events, calls),
+        "per_event": per_event(events, calls, window),
         "events": len(events),
         "deleted": dict(sum((Counter(a["deleted"]) for a in agents), Counter())),
         "agent_events": {a["name"]: _events_of(a) for a in agents},
@@ -675,11 +686,13 @@ def latency(agents: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 
 # -- per event -------------------------------------------------------------------------------
-def per_event(events: list[list[Any]], calls: list[list[Any]]) -> dict[str, dict[str, Any]]:
+def per_event(
+    events: list[list[Any]], calls: list[list[Any]], window: float
+) -> dict[str, dict[str, Any]]:
     """Per status method: the upstream calls naming an event's container (its sandbox for
-    PodSandboxStatus) within ``WINDOW`` s after it and before the next event naming the same,
-    per event; the most any one ID drew per event; the calls after events that carried the
-    status asked for."""
+    PodSandboxStatus) within ``window`` s after it and before the next event naming the same,
+    per event; the most any one ID drew per event; the plain calls after events that carried
+    the status asked for (an event carries no verbose ``info``)."""
     out = {}
     for method in STATUS_METHODS:
         windows: dict[str, list[tuple[float, bool]]] = defaultdict(list)
@@ -690,13 +703,13 @@ def per_event(events: list[list[Any]], calls: list[list[Any]]) -> dict[str, dict
                 windows[sandbox_id].append((at, True))
         drawn: Counter[str] = Counter()
         after_carried = 0
-        for at, called, named, *_ in calls:
+        for at, called, named, _, _, _, verbose in calls:
             if called != method or named not in windows:
                 continue
-            found = _window_of(windows[named], at)
+            found = _window_of(windows[named], at, window)
             if found is not None:
                 drawn[named] += 1
-                after_carried += found[1]
+                after_carried += found[1] and not verbose
         ratios = [drawn[key] / len(times) for key, times in windows.items()]
         out[method] = {
             "events": sum(len(times) for times in windows.values()),
@@ -708,10 +721,12 @@ def per_event(events: list[list[Any]], calls: list[list[Any]]) -> dict[str, dict
     return out
 
 
-def _window_of(times: list[tuple[float, bool]], at: float) -> tuple[float, bool] | None:
-    """The last event at or before ``at``, if ``at`` is within ``WINDOW`` s of it."""
+def _window_of(
+    times: list[tuple[float, bool]], at: float, window: float
+) -> tuple[float, bool] | None:
+    """The last event at or before ``at``, if ``at`` is within ``window`` s of it."""
     index = bisect.bisect_right(times, (at, True)) - 1
-    if index < 0 or at - times[index][0] > WINDOW:
+    if index < 0 or at - times[index][0] > window:
         return None
     return times[index]
 
@@ -802,7 +817,7 @@ def latency_side_by_side(socket_target: str, direct_target: str, samples: int) -
 
 
 # -- podcache's own start --------------------------------------------------------------------
-def start_cost(pods: int, keep_departed: bool) -> dict[str, Any]:
+def start_cost(pods: int, extra: list[str]) -> dict[str, Any]:
     """podcache serve's start on a node of ``pods`` pods: its upstream calls by method until
     they stop (no call for 2 s, at most 120 s), its CPU and memory then."""
     runtime = Runtime(pods, seed=13)
@@ -810,7 +825,7 @@ def start_cost(pods: int, keep_departed: bool) -> dict[str, Any]:
         with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
             before = runtime.ask(op="take")
             began = time.monotonic()
-            with serve(runtime.endpoint, os.path.join(tmp, "cri.sock"), keep_departed) as proc:
+            with serve(runtime.endpoint, os.path.join(tmp, "cri.sock"), extra) as proc:
                 answering = time.monotonic() - began
                 calls, after = _until_quiet(runtime, began)
                 usage = process_usage(proc.pid)
@@ -842,6 +857,8 @@ def _until_quiet(runtime: Runtime, began: float) -> tuple[list[list[Any]], float
 def measure(mode: Mode) -> dict[str, Any]:
     """Direct, then through a cold and a warm podcache; compare at rest; podcache's start."""
     keep = serve_has("--cri-keep-departed")
+    extra = ["--cri-keep-departed", KEEP_DEPARTED] if keep else []
+    extra += ["--cache-period", mode.cache_period] if mode.cache_period else []
     runtime = Runtime(mode.pods)
     try:
         with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
@@ -849,7 +866,7 @@ def measure(mode: Mode) -> dict[str, Any]:
             socket_path = os.path.join(tmp, "cri.sock")
             target = f"unix://{socket_path}"
             before = runtime.ask(op="take")
-            with serve(runtime.endpoint, socket_path, keep):
+            with serve(runtime.endpoint, socket_path, extra):
                 began = time.monotonic()
                 status, _ = _until_quiet(runtime, began)
                 result["serve_start"] = runtime_calls(before, runtime.ask(op="take"), status)
@@ -861,7 +878,7 @@ def measure(mode: Mode) -> dict[str, Any]:
                 )
     finally:
         runtime.stop()
-    result["start_cost"] = start_cost(mode.start_cost_pods, keep)
+    result["start_cost"] = start_cost(mode.start_cost_pods, extra)
     result["config"] = {
         "pods": mode.pods,
         "seconds": mode.seconds,
@@ -869,6 +886,7 @@ def measure(mode: Mode) -> dict[str, Any]:
         "agents": list(AGENTS),
         "poll_period": mode.poll_period,
         "keep_departed": KEEP_DEPARTED if keep else None,
+        "cache_period": mode.cache_period or "serve's default",
         "load_average": os.getloadavg(),
     }
     result["targets"] = targets(result)
@@ -975,7 +993,8 @@ def print_tables(result: dict[str, Any]) -> None:
     config = result["config"]
     print(
         f"{config['pods']:,} pods, churn {config['churn']:g}/s, {config['seconds']:g} s a phase, "
-        f"agents {', '.join(config['agents'])}, --cri-keep-departed {config['keep_departed']}\n"
+        f"agents {', '.join(config['agents'])}, --cri-keep-departed {config['keep_departed']}, "
+        f"--cache-period {config['cache_period']}\n"
     )
     print("| | " + " | ".join(PHASES) + " |")
     print("|---|" + "---:|" * len(PHASES))
@@ -985,6 +1004,9 @@ def print_tables(result: dict[str, Any]) -> None:
     _row("upstream status calls", [f"{upstream(result[p]):,}" for p in PHASES])
     _row("agents' status calls", [f"{asked(result[p]):,}" for p in PHASES])
     _row("upstream per agent call", [f"{forwarded_share(result[p]):.3f}" for p in PHASES])
+    for method in STATUS_METHODS:
+        cells = [f"{result[p]['upstream_verbose'].get(method, 0):,}" for p in PHASES]
+        _row(f"upstream {method} verbose calls", cells)
     for method in STATUS_METHODS:
         cells = [_per_event_cell(result[p]["per_event"][method]) for p in PHASES]
         _row(f"{method}: upstream per event (most for one ID; after a carrying event)", cells)
@@ -1024,6 +1046,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100 pods, 8 s a phase")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--cache-period", metavar="DURATION", help="serve's --cache-period (default: its own)"
+    )
     parser.add_argument("--role", choices=("runtime", "agent"), help=argparse.SUPPRESS)
     for hidden in (
         "--grace",
@@ -1049,7 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         agent_child(args)
         return 0
-    result = measure(QUICK if args.quick else FULL)
+    mode = dataclasses.replace(QUICK if args.quick else FULL, cache_period=args.cache_period)
+    result = measure(mode)
     if args.json:
         print(json.dumps(result, indent=2))
     else:

@@ -109,24 +109,27 @@ def test_a_different_answer_is_told_apart_and_the_answer_time_is_not() -> None:
 
 
 def test_upstream_calls_are_counted_to_the_event_before_them_within_the_window() -> None:
-    window = bench.WINDOW
+    window = 2.0
     events = [[10.0, 0, "c1", "s1", True], [20.0, 3, "c1", "s1", False]]
     calls = [
-        [9.0, "ContainerStatus", "c1"],  # before any event: not the event's
-        [10.1, "ContainerStatus", "c1"],
-        [10.2, "ContainerStatus", "c1"],
-        [10.0 + window + 0.1, "ContainerStatus", "c1"],  # past the window
-        [20.1, "ContainerStatus", "c1"],
-        [20.2, "PodSandboxStatus", "s1"],
-        [20.3, "ContainerStatus", "other"],
+        [at, method, named, True, 100, "podcache", verbose]
+        for at, method, named, verbose in (
+            (9.0, "ContainerStatus", "c1", False),  # before any event: not the event's
+            (10.1, "ContainerStatus", "c1", False),
+            (10.2, "ContainerStatus", "c1", True),  # verbose: the event did not carry it
+            (10.0 + window + 0.1, "ContainerStatus", "c1", False),  # past the window
+            (20.1, "ContainerStatus", "c1", False),
+            (20.2, "PodSandboxStatus", "s1", False),
+            (20.3, "ContainerStatus", "other", False),
+        )
     ]
-    found = bench.per_event(events, calls)
+    found = bench.per_event(events, calls, window)
     assert found["ContainerStatus"] == {
         "events": 2,
         "calls": 3,
         "max_per_event": 1.5,
         "ids_over_one": 1,
-        "after_carrying_event": 2,
+        "after_carrying_event": 1,
     }
     assert found["PodSandboxStatus"]["calls"] == 1
     assert found["PodSandboxStatus"]["after_carrying_event"] == 1
