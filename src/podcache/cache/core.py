@@ -212,6 +212,18 @@ class CacheStats:
     """Seconds since the last container event was received (None: none yet, or events off)."""
 
 
+def _period_and_ahead(
+    cache_period: float | timedelta, refresh_ahead: float | timedelta | None
+) -> tuple[float, float]:
+    """The period and the refresh-ahead margin in seconds (0 when None); a margin longer than
+    the period is a ValueError."""
+    period = period_seconds(cache_period, "cache_period")
+    ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
+    if ahead > period:
+        raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
+    return period, ahead
+
+
 class FreshnessCore(Generic[S]):
     """State and decisions of one runtime cache; drivers call it under their own mutual exclusion.
 
@@ -233,17 +245,11 @@ class FreshnessCore(Generic[S]):
     ) -> None:
         """Validate the durations and bounds (clear ValueError / TypeError naming the
         argument); ``history``, ``history_age`` and ``max_lag`` go to the change log."""
-        period = period_seconds(cache_period, "cache_period")
-        ahead = 0.0 if refresh_ahead is None else period_seconds(refresh_ahead, "refresh_ahead")
-        if ahead > period:
-            raise ValueError(f"refresh_ahead ({ahead} s) must not exceed cache_period ({period} s)")
+        period, ahead = _period_and_ahead(cache_period, refresh_ahead)
         self.period = period
         self.max_stale = None if max_stale is None else period_seconds(max_stale, "max_stale")
-        self.min_refresh_interval = (
-            0.0
-            if min_refresh_interval is None
-            else period_seconds(min_refresh_interval, "min_refresh_interval")
-        )
+        interval = 0.0 if min_refresh_interval is None else min_refresh_interval
+        self.min_refresh_interval = period_seconds(interval, "min_refresh_interval")
         self.last_forced_start = NEVER
         # The last successful listing: when it ended and how long it took (the event budget).
         self.last_listing_end = NEVER

@@ -12,8 +12,9 @@ when it is used.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import click
@@ -131,6 +132,33 @@ def _start_sim(pods: int, churn: float | None, stack: ExitStack, why: str = "") 
     return sim.endpoint
 
 
+def _runtime_or_fallback(
+    settings: RuntimeSettings,
+    endpoint: str | None,
+    runtime_at: Callable[..., Runtime],
+    start_fallback: Callable[[], str],
+) -> tuple[Runtime, bool]:
+    """The runtime at ``endpoint`` (the simulated one with ``--sim``), made by
+    ``runtime_at(endpoint, config_path=...)``, and whether it is simulated. None found: with
+    ``--sim-fallback``, the simulated runtime ``start_fallback`` starts (its endpoint), else
+    the error naming the places tried; a bad endpoint or config is a usage error naming it."""
+    try:
+        return runtime_at(endpoint, config_path=settings.config), settings.sim
+    except EndpointNotFoundError as e:
+        if not settings.sim_fallback:
+            raise CLIError(
+                str(e),
+                hints=["pass --sim to read pods from the built-in simulated runtime"],
+            ) from None
+        return runtime_at(start_fallback(), config_path=None), True
+    except FileNotFoundError as e:  # an explicit --config that vanished since we read it
+        raise click.BadParameter(f"{e.filename}: no such file", param_hint=_CONFIG_HINT) from None
+    except ValueError as e:
+        if settings.endpoint is not None and not settings.sim:
+            raise click.BadParameter(str(e), param_hint=_ENDPOINT_HINT) from None
+        raise CLIError(str(e)) from None
+
+
 @contextmanager
 def open_source(
     settings: RuntimeSettings,
@@ -160,31 +188,14 @@ def open_source(
     timeout = settings.timeout or config_timeout or DEFAULT_TIMEOUT
     pods = DEFAULT_SIM_PODS if settings.sim_pods is None else settings.sim_pods
     with ExitStack() as stack:
-        simulated = settings.sim
-        if simulated:
-            endpoint: str | None = _start_sim(pods, sim_churn, stack)
-        else:
-            endpoint = settings.endpoint
-        try:
-            runtime = _runtime(endpoint, timeout, settings.config, one_shot, ips)
-        except EndpointNotFoundError as e:
-            if not settings.sim_fallback:
-                raise CLIError(
-                    str(e),
-                    hints=["pass --sim to read pods from the built-in simulated runtime"],
-                ) from None
-            endpoint = _start_sim(
+        endpoint = _start_sim(pods, sim_churn, stack) if settings.sim else settings.endpoint
+        runtime, simulated = _runtime_or_fallback(
+            settings,
+            endpoint,
+            partial(_runtime, timeout=timeout, one_shot=one_shot, ips=ips),
+            lambda: _start_sim(
                 pods, sim_churn, stack, "no container runtime configured or found; "
-            )
-            simulated = True
-            runtime = _runtime(endpoint, timeout, None, one_shot, ips)
-        except FileNotFoundError as e:  # an explicit --config that vanished since we read it
-            raise click.BadParameter(
-                f"{e.filename}: no such file", param_hint=_CONFIG_HINT
-            ) from None
-        except ValueError as e:
-            if settings.endpoint is not None and not simulated:
-                raise click.BadParameter(str(e), param_hint=_ENDPOINT_HINT) from None
-            raise CLIError(str(e)) from None
+            ),
+        )
         stack.callback(runtime.close)
         yield Source(runtime, runtime.endpoint, simulated)

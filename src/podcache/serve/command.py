@@ -17,7 +17,7 @@ import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -31,6 +31,9 @@ from podcache.serve.server import (
     allowed_hosts,
     parse_listen,
 )
+
+if TYPE_CHECKING:
+    from podcache.serve.auth import BearerAuth
 
 __all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "parse_size", "serve_command"]
 
@@ -94,12 +97,46 @@ class _Size(click.ParamType[int, Any]):
         return size
 
 
-class _Freshness(NamedTuple):
-    """The cache options of ``podcache serve`` (seconds; refresh_ahead None: period / 4)."""
+class _AppSettings(NamedTuple):
+    """What ``podcache serve``'s App is made with: the cache options (seconds; refresh_ahead
+    None: period / 4), the bearer auth (None: none), where ``/proc`` is, the events mode and
+    the watches' bookmark interval."""
 
+    cache_period: float
     min_refresh_interval: float
     max_stale: float
     refresh_ahead: float | None
+    auth: BearerAuth | None
+    proc_root: str
+    events: str
+    bookmark_interval: float
+
+    def checked(self) -> _AppSettings:
+        """These settings; a usage error when ``--refresh-ahead`` passes the period."""
+        if self.refresh_ahead is not None and self.refresh_ahead > self.cache_period:
+            raise click.BadParameter(
+                f"{self.refresh_ahead:g}s is longer than --cache-period ({self.cache_period:g}s)",
+                param_hint="--refresh-ahead",
+            )
+        return self
+
+    def app_factory(self, getter: Any, wait: float) -> Callable[[], Any]:
+        """What makes the App over ``getter`` (``wait``: seconds a request waits for pods)."""
+        from podcache.serve.app import App
+
+        return functools.partial(
+            App,
+            getter,
+            self.cache_period,
+            auth=self.auth,
+            wait=wait,
+            proc_root=self.proc_root,
+            min_refresh_interval=self.min_refresh_interval,
+            max_stale=self.max_stale,
+            refresh_ahead=self.refresh_ahead,
+            events=self.events != "off",
+            bookmark_interval=self.bookmark_interval,
+        )
 
 
 def _log_to_stderr(level: str) -> str:
@@ -357,39 +394,40 @@ def serve_command(
     **cri: Any,
 ) -> None:
     """Serve the node's pods over HTTP until SIGTERM or SIGINT (``cri``: the --cri-* options)."""
-    source = ctx.get_parameter_source("runtime_endpoint")
-    if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
-        raise click.UsageError("give either --sim or -r/--runtime-endpoint, not both")
+    endpoint = _endpoint(ctx, runtime_endpoint, sim=sim)
     auth = _bearer(token_file)
-    if refresh_ahead is not None and refresh_ahead > cache_period:
-        raise click.BadParameter(
-            f"{refresh_ahead:g}s is longer than --cache-period ({cache_period:g}s)",
-            param_hint="--refresh-ahead",
-        )
     _check_listeners(listen, token=auth is not None)
+    app = _AppSettings(
+        cache_period,
+        min_refresh_interval,
+        max_stale,
+        refresh_ahead,
+        auth,
+        proc_root,
+        events,
+        bookmark_interval,
+    ).checked()
     _run(
-        endpoint=None if sim else runtime_endpoint,
-        sim=sim,
-        sim_pods=sim_pods,
-        sim_churn=sim_churn,
-        cache_period=cache_period,
-        freshness=_Freshness(min_refresh_interval, max_stale, refresh_ahead),
-        auth=auth,
+        endpoint=endpoint,
+        simulated=(sim_pods, sim_churn) if sim else None,
+        app=app,
         timeout=timeout,
-        limits=ConnectionLimits(
-            idle_timeout=idle_timeout,
-            max_connections=max_connections,
-            max_buffered=max_buffered,
-        ),
+        limits=ConnectionLimits(idle_timeout, max_connections, max_buffered),
         listeners=[
             Listener(address, allowed_hosts(address, allow_hosts, token=auth is not None))
             for address in listen
         ],
-        events=events,
-        proc_root=proc_root,
-        bookmark_interval=bookmark_interval,
         cri=_cri_options(**cri),
     )
+
+
+def _endpoint(ctx: click.Context, runtime_endpoint: str | None, *, sim: bool) -> str | None:
+    """The runtime endpoint to serve (None with ``--sim``); a usage error when both are given
+    on the command line (an endpoint from the environment yields to ``--sim``)."""
+    source = ctx.get_parameter_source("runtime_endpoint")
+    if sim and runtime_endpoint and source is click.core.ParameterSource.COMMANDLINE:
+        raise click.UsageError("give either --sim or -r/--runtime-endpoint, not both")
+    return None if sim else runtime_endpoint
 
 
 class _CRIOptions(NamedTuple):
@@ -425,6 +463,21 @@ def _cri_options(
     absolute = [os.path.abspath(path) for path in paths]
     if len(set(absolute)) != len(absolute):
         raise click.BadParameter("a path is given twice", param_hint="--cri-listen")
+    mode_bits = _cri_mode(mode)
+    gid = None if group is None else _cri_group(group)
+    from podcache.serve.crisock.server import mode_warning
+
+    warning = mode_warning(mode_bits)
+    if warning is not None:
+        _say(f"warning: {warning}")
+    events, size = _cri_buffer(buffer)
+    return _CRIOptions(
+        absolute, mode_bits, gid, events, size, cri_redact_env, float(cri_keep_departed)
+    )
+
+
+def _cri_mode(mode: str) -> int:
+    """``--cri-socket-mode`` as a file mode's bits (usage errors)."""
     try:
         mode_bits = int(mode, 8)
     except ValueError:
@@ -433,12 +486,11 @@ def _cri_options(
         ) from None
     if not 0 <= mode_bits <= 0o777:
         raise click.BadParameter(f"{mode!r} is not a file mode", param_hint="--cri-socket-mode")
-    gid = None if group is None else _cri_group(group)
-    from podcache.serve.crisock.server import mode_warning
+    return mode_bits
 
-    warning = mode_warning(mode_bits)
-    if warning is not None:
-        _say(f"warning: {warning}")
+
+def _cri_buffer(buffer: str) -> tuple[int, int]:
+    """``--cri-event-buffer`` as (events, bytes), both above 0 (usage errors)."""
     events_text, _, size_text = buffer.partition(",")
     try:
         events, size = int(events_text), parse_size(size_text or "16MiB")
@@ -450,9 +502,7 @@ def _cri_options(
         raise click.BadParameter(
             f"{buffer!r}: both must be above 0", param_hint="--cri-event-buffer"
         )
-    return _CRIOptions(
-        absolute, mode_bits, gid, events, size, cri_redact_env, float(cri_keep_departed)
-    )
+    return events, size
 
 
 def _cri_group(group: str) -> int:
@@ -612,51 +662,33 @@ def _lifecycle(
 def _run(
     *,
     endpoint: str | None,
-    sim: bool,
-    sim_pods: int,
-    sim_churn: float,
+    simulated: tuple[int, float] | None,
+    app: _AppSettings,
     listeners: list[Listener],
-    cache_period: float,
-    freshness: _Freshness,
-    auth: object,
     timeout: float,
     limits: ConnectionLimits,
-    events: str = "auto",
-    proc_root: str = "/proc",
-    bookmark_interval: float = 15.0,
     cri: _CRIOptions | None = None,
 ) -> None:
-    from podcache.serve.app import App
-    from podcache.serve.auth import BearerAuth
+    """Serve until stopped: the runtime at ``endpoint``, or a simulated one of ``simulated``
+    (pods, churn a second) run in this process and stopped after."""
     from podcache.serve.server import ServeError, run
 
-    assert auth is None or isinstance(auth, BearerAuth)
     _warn_if_slow_decoder()
     # Refreshes run in worker threads that hold the GIL while they convert; the event loop
     # gets it back after at most this long (CPython's default is 5 ms per hand-over).
     sys.setswitchinterval(SWITCH_INTERVAL)
-    simulation = _simulation(sim_pods, sim_churn) if sim else None
+    simulation = None if simulated is None else _simulation(*simulated)
     if simulation is not None:
         endpoint = simulation.endpoint
     try:
-        runtime = _runtime(endpoint, timeout, events)
+        runtime = _runtime(endpoint, timeout, app.events)
         wait = 2 * timeout + 1.0  # a refresh in flight, then the request's own
         cri_setup = None if cri is None else _cri_setup(runtime, cri, timeout, wait)
         getter = runtime if cri_setup is None else cri_setup.getter  # events shared (§10)
-        make_app = functools.partial(
-            App,
-            getter,
-            cache_period,
-            auth=auth,
-            wait=wait,
-            proc_root=proc_root,
-            min_refresh_interval=freshness.min_refresh_interval,
-            max_stale=freshness.max_stale,
-            refresh_ahead=freshness.refresh_ahead,
-            events=events != "off",
-            bookmark_interval=bookmark_interval,
+        make_app = app.app_factory(getter, wait)
+        started = _listening(
+            listeners, runtime.endpoint, app.cache_period, app.events, app.auth is not None
         )
-        started = _listening(listeners, runtime.endpoint, cache_period, events, auth is not None)
         listening, cleanup = _lifecycle(runtime, cri_setup, started)
         try:
             run(make_app, listeners, limits=limits, on_listening=listening, on_warm=_warmed,

@@ -6,10 +6,11 @@ cache's age and refresh latency in its footer; the command and its screen only (
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 import click
@@ -91,30 +92,35 @@ def watch_command(
     from podcache.cli.follow import require_events
     from podcache.cli.source import open_source
 
+    with _ended_as_by_ctrl_c(), open_source(runtime, sim_churn=sim_churn) as source:
+        if events == "on":
+            require_events(source)
+        if not sys.stdout.isatty():
+            _lines(source, all_=all_, period=period, where=where, no_trunc=no_trunc, events=events)
+            return
+        _run(
+            source,
+            events=events != "off",
+            all_=all_,
+            period=period,
+            interval=interval,
+            where=where,
+            out=OutputOptions("table", False, no_trunc),
+        )
+
+
+@contextlib.contextmanager
+def _ended_as_by_ctrl_c() -> Iterator[None]:
+    """Ctrl-C ends the block quietly, and so do SIGTERM and SIGHUP (the terminal closed):
+    whatever the block opened is closed on the way out (the terminal restored, a simulated
+    runtime stopped and its directory removed); the signals' handlers are restored after."""
+
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    # SIGTERM and SIGHUP (the terminal closed) end it as Ctrl-C does: the terminal restored,
-    # a simulated runtime stopped and its directory removed.
     previous = {signum: signal.signal(signum, on_term) for signum in _ENDING_SIGNALS}
     try:
-        with open_source(runtime, sim_churn=sim_churn) as source:
-            if events == "on":
-                require_events(source)
-            if not sys.stdout.isatty():
-                _lines(
-                    source, all_=all_, period=period, where=where, no_trunc=no_trunc, events=events
-                )
-                return
-            _run(
-                source,
-                events=events != "off",
-                all_=all_,
-                period=period,
-                interval=interval,
-                where=where,
-                out=OutputOptions("table", False, no_trunc),
-            )
+        yield
     except KeyboardInterrupt:
         pass
     finally:
