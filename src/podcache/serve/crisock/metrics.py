@@ -130,6 +130,12 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
         "List calls forwarded because the bytes of an item were not held.",
         value=socket.list_forwards,
     )
+    yield from _events(socket)
+
+
+def _events(socket: CRISocket) -> Iterator[Metric]:
+    """The event hub: GetContainerEvents streams served, held, cut off; streams opened to the
+    runtime."""
     hub = socket.hub
     yield GaugeMetricFamily(
         "podcache_cri_event_subscribers",
