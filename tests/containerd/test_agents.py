@@ -6,7 +6,9 @@ PodSandboxStatus) and again once containers were created, exited and removed und
 
 ``PodSandboxStatusResponse.timestamp`` is the time of the answer (two calls straight at
 containerd differ in it), so it is left out of the comparison; the test shows first that
-nothing else differs between two direct calls. Every pod made here is removed here.
+nothing else differs between two direct calls. The client's second round through the socket is
+answered from the cache alone (``podcache_cri_status_answers_total{source="cache"}``). Every pod
+made here is removed here.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from podcache.cri.proto import api_pb2 as pb
 from tests.containerd.conftest import EVENT_VERSIONS, Containerd
 from tests.containerd.harness import CRIHarness, SandboxRecord
 from tests.containerd.test_crisock import Socket, until
-from tests.serve.conftest import ServeProcess
+from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [
     pytest.mark.containerd,
@@ -34,22 +36,41 @@ pytestmark = [
 class Sides(NamedTuple):
     socket: Socket
     direct: Socket
+    http: Client
 
 
 @pytest.fixture
 def sides(containerd: Containerd) -> Iterator[Sides]:
-    """``podcache serve --cri-listen`` over the instance (a 60 s period: events keep it)."""
+    """``podcache serve --cri-listen`` over the instance (a 60 s period: events keep it),
+    once its event stream is open."""
     with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
         path = os.path.join(tmp, "cri.sock")
         args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
         with ServeProcess([*args, "--cache-period", "60s", "--cri-listen", path]) as server:
             socket, direct = Socket(path), Socket(containerd.socket_path)
+            http = Client(path=f"{tmp}/http.sock")
             try:
-                yield Sides(socket, direct)
+                until(lambda: b'podcache_events_state{state="subscribed"} 1.0' in _metrics(http))
+                yield Sides(socket, direct, http)
             finally:
                 socket.close()
                 direct.close()
         assert "Traceback" not in server.stderr, server.stderr
+
+
+def _metrics(http: Client) -> bytes:
+    body: bytes = http.get("/metrics").body
+    return body
+
+
+def from_cache(sides: Sides) -> dict[str, float]:
+    """The socket's status answers from the cache so far, by method."""
+    found = {}
+    for line in _metrics(sides.http).decode().splitlines():
+        if line.startswith("podcache_cri_status_answers_total{") and 'source="cache"' in line:
+            method = line.split('method="', 1)[1].split('"', 1)[0]
+            found[method] = float(line.rsplit(" ", 1)[1])
+    return found
 
 
 def _containers(side: Socket) -> list[Any]:
@@ -88,11 +109,20 @@ def falco_answers(side: Socket) -> dict[tuple[str, str, bool], bytes]:
 
 def _at_rest(sides: Sides) -> dict[tuple[str, str, bool], bytes]:
     """Once the socket lists what containerd lists: containerd's answers, checked equal to a
-    second round of its own and to the socket's."""
+    second round of its own and to two rounds through the socket (the second answered from
+    the statuses the first left in the cache, every one of them)."""
     until(lambda: _listing(sides.socket) == _listing(sides.direct))
     direct = falco_answers(sides.direct)
     assert falco_answers(sides.direct) == direct  # nothing but the timestamp varies
     assert falco_answers(sides.socket) == direct
+    before = from_cache(sides)
+    assert falco_answers(sides.socket) == direct
+    after = from_cache(sides)
+    for method in ("ContainerStatus", "PodSandboxStatus"):
+        asked = sum(1 for key in direct if key[0] == method)
+        if method == "PodSandboxStatus":
+            asked = len(_containers(sides.direct)) * 2
+        assert after.get(method, 0) - before.get(method, 0) == asked
     return direct
 
 
