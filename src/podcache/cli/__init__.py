@@ -64,6 +64,19 @@ def _closed_pipe() -> int:
     return EXIT_RUNTIME
 
 
+def _aborted(abort: Exception) -> int:
+    """The status of a command click aborted: interrupted by Ctrl-C (said nothing), or by
+    click itself (said so)."""
+    import click
+
+    from podcache.cli.exits import EXIT_INTERRUPTED, EXIT_RUNTIME
+
+    if isinstance(abort.__cause__, KeyboardInterrupt):
+        return EXIT_INTERRUPTED
+    click.echo("Aborted!", err=True)
+    return EXIT_RUNTIME
+
+
 def run(argv: Sequence[str] | None = None) -> int:
     """Run ``podcache`` with ``argv`` and return the exit status instead of exiting."""
     import click
@@ -84,11 +97,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as e:
         status = e.exit_code
     except click.Abort as e:
-        if isinstance(e.__cause__, KeyboardInterrupt):
-            status = EXIT_INTERRUPTED
-        else:
-            click.echo("Aborted!", err=True)
-            status = EXIT_RUNTIME
+        status = _aborted(e)
     except KeyboardInterrupt:
         click.echo(err=True)
         status = EXIT_INTERRUPTED

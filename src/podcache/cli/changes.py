@@ -54,20 +54,27 @@ def _container_change(before: Container | None, after: Container | None) -> str 
 
 
 def _pod_changes(before: Pod, after: Pod) -> list[str]:
+    """What changed from ``before`` to ``after``: the sandbox's readiness, each container
+    (the new pod's first, then those gone), the labels."""
     words: list[str] = []
-    if _ready(before) and not _ready(after):
-        words.append("the sandbox became not ready")
-    elif _ready(after) and not _ready(before):
-        words.append("the sandbox became ready")
-    old = {c.id: c for c in before.containers}
-    new = {c.id: c for c in after.containers}
-    for ident in [*new, *(i for i in old if i not in new)]:
-        said = _container_change(old.get(ident), new.get(ident))
-        if said is not None:
-            words.append(said)
+    if _ready(before) != _ready(after):
+        words.append(
+            "the sandbox became ready" if _ready(after) else "the sandbox became not ready"
+        )
+    words += _containers_changes(before, after)
     if before.labels != after.labels:
         words.append("its labels changed")
     return words
+
+
+def _containers_changes(before: Pod, after: Pod) -> list[str]:
+    """What happened to each container: those of ``after`` in its order, then those gone."""
+    old = {c.id: c for c in before.containers}
+    new = {c.id: c for c in after.containers}
+    said = (
+        _container_change(old.get(i), new.get(i)) for i in [*new, *(i for i in old if i not in new)]
+    )
+    return [words for words in said if words is not None]
 
 
 def describe(change: PodChange) -> str:

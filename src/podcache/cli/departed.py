@@ -166,13 +166,24 @@ def ask_departed(
         status, document = _get(
             server, f"/{kind}/{quote(ident, safe='')}?departed=1", token, deadline, timeout
         )
-        if status == 200 and isinstance(document, dict) and isinstance(document.get("pod"), dict):
-            return document
-        if status == 401:
-            raise CLIError(f"podcache serve at {server} wants a token (--token-file)")
-        if status == 409 and kind == "containers":
-            raise _ambiguous(ident, document)
-        if status not in (400, 404):
-            message = document.get("error") if isinstance(document, dict) else None
-            raise CLIError(f"podcache serve at {server} answered {status}: {message}")
+        found = _departed_answer(server, ident, kind, status, document)
+        if found is not None:
+            return found
+    return None
+
+
+def _departed_answer(
+    server: str, ident: str, kind: str, status: int, document: object
+) -> dict[str, Any] | None:
+    """One answer of ``ask_departed``'s: the pod found, None when that kind of ID names none
+    (400, 404), or the error it is (401, an ambiguous container prefix, any other status)."""
+    if status == 200 and isinstance(document, dict) and isinstance(document.get("pod"), dict):
+        return document
+    if status == 401:
+        raise CLIError(f"podcache serve at {server} wants a token (--token-file)")
+    if status == 409 and kind == "containers":
+        raise _ambiguous(ident, document)
+    if status not in (400, 404):
+        message = document.get("error") if isinstance(document, dict) else None
+        raise CLIError(f"podcache serve at {server} answered {status}: {message}")
     return None

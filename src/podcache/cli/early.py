@@ -60,21 +60,40 @@ def read_form(argv: Sequence[str]) -> EarlyRead | None:
     """The read ``argv`` will make, when it is in the form of the module rules; else None."""
     if not argv or argv[0] != "which":
         return None
+    endpoints, ips = _which_arguments(argv[1:])
+    endpoint = _one_endpoint(endpoints)
+    if endpoint is None or not ips:
+        return None
+    return EarlyRead(endpoint or None, frozenset(ips))
+
+
+def _which_arguments(arguments: Sequence[str]) -> tuple[list[str | None], list[str] | None]:
+    """``which``'s arguments as the endpoints given (None: a flag without its value) and the
+    IPs asked (None when any other argument is a PID, an option, or anything but an IP)."""
     endpoints: list[str | None] = []
-    ips: list[str | None] = []
-    rest = list(argv[1:])
+    ips: list[str] = []
+    every_ip = True
+    rest = list(arguments)
     while rest:
         token = rest.pop(0)
         if token in _ENDPOINT_FLAGS:
             endpoints.append(rest.pop(0) if rest else None)
         elif token.startswith("--runtime-endpoint="):
             endpoints.append(token.partition("=")[2])
+        elif (ip := None if token.startswith("-") else _ip(token)) is not None:
+            ips.append(ip)
         else:
-            ips.append(None if token.startswith("-") else _ip(token))
+            every_ip = False
+    return endpoints, ips if every_ip else None
+
+
+def _one_endpoint(endpoints: list[str | None]) -> str | None:
+    """The endpoint given ("" for none); None when a flag lacks its value (or has an option
+    for one) or several are given."""
     given = [e for e in endpoints if e and not e.startswith("-")]
-    if len(given) != len(endpoints) or len(given) > 1 or not ips or None in ips:
+    if len(given) != len(endpoints) or len(given) > 1:
         return None
-    return EarlyRead(given[0] if given else None, frozenset(ip for ip in ips if ip))
+    return given[0] if given else ""
 
 
 def which_argument(text: str) -> int | str | None:

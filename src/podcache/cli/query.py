@@ -62,16 +62,27 @@ def find(pods: PodList, ident: str, *, param_hint: str = "'ID'") -> tuple[Pod, C
     if not ident:
         raise click.BadParameter("an empty ID names nothing", param_hint=param_hint)
     if "://" in ident:
-        try:
-            found = pods.by_container_id(ident)
-        except ValueError as e:
-            raise click.BadParameter(str(e), param_hint=param_hint) from None
-        if found is None:
-            raise NotFoundError(f"no container or sandbox {ident} (among {len(pods)} pods)")
-        return found
+        return _by_typed_id(pods, ident, param_hint)
     pod = pods.by_uid(ident) or pods.by_full_name(ident)
     if pod is not None:
         return pod, None
+    return _by_id_or_prefix(pods, ident, param_hint)
+
+
+def _by_typed_id(pods: PodList, ident: str, param_hint: str) -> tuple[Pod, Container | None]:
+    """The pod holding the container or sandbox ``type://id`` names (errors as ``find``'s)."""
+    try:
+        found = pods.by_container_id(ident)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint=param_hint) from None
+    if found is None:
+        raise NotFoundError(f"no container or sandbox {ident} (among {len(pods)} pods)")
+    return found
+
+
+def _by_id_or_prefix(pods: PodList, ident: str, param_hint: str) -> tuple[Pod, Container | None]:
+    """The pod holding the container or sandbox a bare ID or prefix names (errors as
+    ``find``'s)."""
     try:
         found = pods.by_container_id(ident)
     except AmbiguousContainerIDError as e:

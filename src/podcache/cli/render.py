@@ -135,14 +135,26 @@ class TableData(msgspec.Struct):
         assert len(cells) == len(self.columns), (cells, self.columns)
         self.rows.append(list(cells))
 
+    def natural_widths(self) -> list[int]:
+        """Each column's width with every cell shown whole (the header's too, when shown)."""
+        shown = [self.columns, *self.rows] if self.show_header else self.rows
+        return [max((len(row[i]) for row in shown), default=0) for i in range(len(self.columns))]
+
+    def fitted_widths(self, width: int) -> list[int]:
+        """Each column's width in a terminal ``width`` characters wide (``fit_widths``)."""
+        flexible = [column in self.flexible for column in self.columns]
+        return fit_widths(self.natural_widths(), flexible, width)
+
+    def state_columns(self) -> list[bool]:
+        """Whether each column's cells are states (styled)."""
+        return [column in self.styled for column in self.columns]
+
     def plain_lines(self, widths: Sequence[int] | None = None) -> list[str]:
         """The table as text lines: every cell whole (or cut with "…" to ``widths``), columns
         COLUMN_GAP apart, no trailing spaces."""
         shown = [self.columns, *self.rows] if self.show_header else self.rows
         if widths is None:
-            widths = [
-                max((len(row[i]) for row in shown), default=0) for i in range(len(self.columns))
-            ]
+            widths = self.natural_widths()
         gap = " " * COLUMN_GAP
         return [
             gap.join(
@@ -329,13 +341,10 @@ def rich_table(data: TableData, width: int | None = None) -> Table:
         show_header=data.show_header,
         header_style="bold",
     )
-    shown = [data.columns, *data.rows] if data.show_header else data.rows
-    natural = [max((len(row[i]) for row in shown), default=0) for i in range(len(data.columns))]
-    flexible = [column in data.flexible for column in data.columns]
-    widths = natural if width is None else fit_widths(natural, flexible, width)
+    widths = data.natural_widths() if width is None else data.fitted_widths(width)
     for column, column_width in zip(data.columns, widths, strict=True):
         table.add_column(column, no_wrap=True, overflow="ellipsis", width=column_width)
-    styled = [column in data.styled for column in data.columns]
+    styled = data.state_columns()
     for row in data.rows:
         table.add_row(
             *(
@@ -363,11 +372,7 @@ def terminal_lines(data: TableData, width: int, color: bool) -> list[str]:
     """The table as a terminal shows it, without rich: columns fitted to ``width``
     (``fit_widths``), cells cut with "…", COLUMN_GAP spaces between columns; with ``color``,
     a bold header and state cells in ``STATE_STYLES`` (SGR codes, as rich draws them)."""
-    shown = [data.columns, *data.rows] if data.show_header else data.rows
-    natural = [max((len(row[i]) for row in shown), default=0) for i in range(len(data.columns))]
-    flexible = [column in data.flexible for column in data.columns]
-    widths = fit_widths(natural, flexible, width)
-    styled = [column in data.styled for column in data.columns]
+    widths = data.fitted_widths(width)
     gap = " " * COLUMN_GAP
     if sum(widths) + COLUMN_GAP * (len(widths) - 1) > width:  # narrower than the minimums:
         return [_cut(line, width) for line in data.plain_lines(widths)]  # cut, uncoloured
@@ -375,14 +380,21 @@ def terminal_lines(data: TableData, width: int, color: bool) -> list[str]:
     if data.show_header:
         cells = [_cut(c, w).ljust(w) for c, w in zip(data.columns, widths, strict=True)]
         lines.append(_styled(gap.join(cells).rstrip(), "bold", color))
+    styled = data.state_columns()
     for row in data.rows:
-        cells = []
-        for cell, cell_width, is_state in zip(row, widths, styled, strict=True):
-            text = _cut(cell, cell_width)
-            style = STATE_STYLES.get(cell, "") if is_state else ""
-            cells.append(_styled(text, style, color) + " " * (cell_width - len(text)))
+        cells = [
+            _styled_cell(cell, cell_width, is_state, color)
+            for cell, cell_width, is_state in zip(row, widths, styled, strict=True)
+        ]
         lines.append(gap.join(cells).rstrip())
     return lines
+
+
+def _styled_cell(cell: str, width: int, is_state: bool, color: bool) -> str:
+    """A cell cut to ``width`` and padded to it; a state in its style (with ``color``)."""
+    text = _cut(cell, width)
+    style = STATE_STYLES.get(cell, "") if is_state else ""
+    return _styled(text, style, color) + " " * (width - len(text))
 
 
 def _colors_wanted() -> bool:

@@ -275,11 +275,15 @@ class ContainerEventStream:
                 return
             raise self._broke(violation) from None
         if ended is not None and not self._closed:
-            code, details = ended
-            if code is grpc.StatusCode.OK and not call.has_message():
-                raise EventsUnsupportedError(self._url, NO_EVENTS)
-            if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
-                raise self._error(code, details) from None
+            self._check_end(call, *ended)
+
+    def _check_end(self, call: StreamCall, code: grpc.StatusCode | None, details: str) -> None:
+        """A stream that ended while it was confirmed: a runtime without events (OK, no
+        message), or its error; one the server ended is read as an ordinary end."""
+        if code is grpc.StatusCode.OK and not call.has_message():
+            raise EventsUnsupportedError(self._url, NO_EVENTS)
+        if code is not grpc.StatusCode.OK and not _ended_by_server(code, details):
+            raise self._error(code, details) from None
 
     def __iter__(self) -> Self:
         return self
@@ -287,21 +291,11 @@ class ContainerEventStream:
     def __next__(self) -> ContainerEvent:
         if self._call is None:
             self.open()
-        with self._lock:
-            call = self._call
-            if self._closed or call is None:
-                raise StopIteration
-            self._reading = True
+        call = self._reading_call()
         try:
             response = call.next_message()
         except CallFailedError as e:
-            self._done_reading(call)
-            call.close()  # the call is over: its connection too
-            if self._closed or _ended_by_server(e.code, e.details):
-                raise StopIteration from None
-            if isinstance(e, WireViolationError):
-                raise self._broke(e) from e
-            raise self._error(e.code, e.details) from e
+            raise self._read_failed(call, e) from e
         if self._done_reading(call) or response is None:
             call.close()
             if response is None and not self._closed and self._sends_none():
@@ -312,6 +306,26 @@ class ContainerEventStream:
         if self.raw_sink is not None:
             self.raw_sink(response)
         return event
+
+    def _reading_call(self) -> StreamCall:
+        """The call, marked as being read (StopIteration once the stream is closed)."""
+        with self._lock:
+            call = self._call
+            if self._closed or call is None:
+                raise StopIteration
+            self._reading = True
+        return call
+
+    def _read_failed(self, call: StreamCall, failure: CallFailedError) -> Exception:
+        """What ends the iteration when a read failed (the call and its connection closed):
+        the stream's end when it was closed or the server ended it, else its error."""
+        self._done_reading(call)
+        call.close()  # the call is over: its connection too
+        if self._closed or _ended_by_server(failure.code, failure.details):
+            return StopIteration()
+        if isinstance(failure, WireViolationError):
+            return self._broke(failure)
+        return self._error(failure.code, failure.details)
 
     def _sends_none(self) -> bool:
         """Whether the clean end just read is a runtime that sends no events (rule above)."""

@@ -5,6 +5,8 @@ command only (lookups in ``query``, printing in ``render``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from podcache.cli.options import (
@@ -15,6 +17,9 @@ from podcache.cli.options import (
     output_options,
     runtime_options,
 )
+
+if TYPE_CHECKING:
+    from podcache.model import Container, Pod, PodList
 
 __all__ = ["ps_command"]
 
@@ -62,7 +67,6 @@ def ps_command(
         listed = source.runtime.get_pods(all_)
     # Imported once the listing came (the model with it, while the runtime answered): the
     # calls go out first (docs/architecture.md §6 rule 1).
-    from podcache.cli.query import find_pod, select
     from podcache.cli.render import (
         containers_document,
         containers_table,
@@ -70,20 +74,30 @@ def ps_command(
         print_tables,
     )
 
-    pods = select(listed, PodFilter(where.namespace, None, where.labels))
-    if pod_ref is not None:
-        chosen = find_pod(listed, pod_ref, param_hint="'-p' / '--pod'")
-        pods = [pod for pod in pods if pod is chosen]
-    name = where.name
-    rows = [
-        (pod, container)
-        for pod in pods
-        for container in pod.containers
-        if name is None or name.search(container.name)
-    ]
+    rows = _chosen_containers(listed, pod_ref, where)
     if out.quiet:
         click.echo("".join(f"{container.id.id}\n" for _, container in rows), nl=False)
     elif out.format in ("json", "yaml"):
         print_document(containers_document(rows), out.format)
     else:
         print_tables([containers_table(rows, out)])
+
+
+def _chosen_containers(
+    listed: PodList, pod_ref: str | None, where: PodFilter
+) -> list[tuple[Pod, Container]]:
+    """The containers ``-p``, ``-n``, ``-l`` and ``--name`` choose, each with its pod, in the
+    listing's order."""
+    from podcache.cli.query import find_pod, select
+
+    pods = select(listed, PodFilter(where.namespace, None, where.labels))
+    if pod_ref is not None:
+        chosen = find_pod(listed, pod_ref, param_hint="'-p' / '--pod'")
+        pods = [pod for pod in pods if pod is chosen]
+    name = where.name
+    return [
+        (pod, container)
+        for pod in pods
+        for container in pod.containers
+        if name is None or name.search(container.name)
+    ]

@@ -97,19 +97,12 @@ def which_command(
     from podcache.cli.exits import EXIT_NOT_FOUND, show_error
     from podcache.cli.source import open_source
 
-    rows: list[_Row] = []
-    # IPs are asked for when shown (JSON carries the pod) or looked up (an IP argument); with
-    # IP arguments only, until each is found (the pods shown are the ones found).
-    ips: bool | frozenset[str] = out.format == "json" or any(isinstance(p, str) for p in pids)
-    if all(isinstance(pid, str) for pid in pids):
-        ips = frozenset(str(pid) for pid in pids)
-    with open_source(runtime, one_shot=True, ips=ips) as source:
+    with open_source(runtime, one_shot=True, ips=_ips_asked(pids, out)) as source:
         cache = _lookups(source.runtime, pids)
-        for pid in pids:
-            if isinstance(pid, str):
-                rows.append(_find_ip(cache, pid))
-            else:
-                rows.append(_find(cache, pid, proc_root))
+        rows = [
+            _find_ip(cache, pid) if isinstance(pid, str) else _find(cache, pid, proc_root)
+            for pid in pids
+        ]
     _print(rows, out)
     missing = [row for row in rows if row.problem is not None]
     for row in missing:
@@ -117,6 +110,15 @@ def which_command(
         show_error(f"{what} {row.pid} {row.problem}")
     if missing:
         click.get_current_context().exit(EXIT_NOT_FOUND)
+
+
+def _ips_asked(pids: tuple[int | str, ...], out: OutputOptions) -> bool | frozenset[str]:
+    """Whether the pods' IPs are asked for: when shown (JSON carries the pod) or looked up
+    (an IP argument); with IP arguments only, those IPs, until each is found (the pods shown
+    are the ones found)."""
+    if all(isinstance(pid, str) for pid in pids):
+        return frozenset(str(pid) for pid in pids)
+    return out.format == "json" or any(isinstance(p, str) for p in pids)
 
 
 class _OneListing:
@@ -199,20 +201,25 @@ def _first_column(rows: list[_Row]) -> str:
 
 
 def _print(rows: list[_Row], out: OutputOptions) -> None:
-    from podcache.cli.render import TableData, print_document, print_tables, short_id
+    from podcache.cli.render import TableData, print_document, print_tables
 
     if out.format == "json":
         print_document({"items": [_item(row) for row in rows]}, "json")
         return
     table = TableData([_first_column(rows), "CONTAINER", "POD", "NAMESPACE", "STATE"])
     for row in rows:
-        found = row.process
-        container = None if found is None else found.container
-        table.add(
-            str(row.pid),
-            "-" if container is None else short_id(container.id.id, out.no_trunc),
-            "-" if found is None else found.pod.name or "-",
-            "-" if found is None else found.pod.namespace or "-",
-            "-" if container is None else container.state.value.capitalize(),
-        )
+        table.add(str(row.pid), *_found_cells(row.process, out.no_trunc))
     print_tables([table])
+
+
+def _found_cells(found: Any, no_trunc: bool) -> tuple[str, str, str, str]:
+    """The CONTAINER, POD, NAMESPACE and STATE cells of what was found ("-": nothing)."""
+    from podcache.cli.render import short_id
+
+    if found is None:
+        return "-", "-", "-", "-"
+    pod, container = found.pod, found.container
+    if container is None:
+        return "-", pod.name or "-", pod.namespace or "-", "-"
+    state = container.state.value.capitalize()
+    return short_id(container.id.id, no_trunc), pod.name or "-", pod.namespace or "-", state
