@@ -303,3 +303,17 @@ def test_the_departed_are_bounded_in_bytes_at_and_past_the_limit() -> None:
     _leave(store, IDS[2], at=3)
     assert store.departed.size == (2, 2 * one)
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
+
+
+def test_the_containers_sandboxes_are_bounded_at_and_past_the_limit() -> None:
+    store = StatusStore(PERIOD, clock=Clock(), max_pairs=2)
+    store.stream_opened()
+    for ident in IDS[:2]:
+        store.event(event(ident, pb.CONTAINER_CREATED_EVENT, statuses=[]))
+    assert store.pairs == 2
+    store.event(event(IDS[2], pb.CONTAINER_CREATED_EVENT, statuses=[]))
+    assert store.pairs == 2
+    # The oldest told went: an answer of it no longer depends on the sandbox.
+    store.keep(StatusKey(CONTAINER, IDS[0], True), answer(IDS[0], 0, True), store.begin())
+    store.event(event(IDS[1], pb.CONTAINER_STARTED_EVENT, statuses=[]))
+    assert store.kept(StatusKey(CONTAINER, IDS[0], True)) is not None

@@ -21,7 +21,8 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
    oldest forgotten one is dropped too) or the stream ended or reopened meanwhile.
 5. **Bounded.** At most ``max_answers`` answers and ``max_bytes`` of them; past either the
-   oldest kept goes first. The departed (``departed``) are bounded on their own.
+   oldest kept goes first. At most ``max_pairs`` containers' sandboxes and ``RECENT_IDS``
+   IDs' last events are remembered. The departed (``departed``) are bounded on their own.
 
 Costs: ``kept`` O(1); ``event`` O(the IDs and statuses it carries + the answers it drops);
 ``keep`` O(1); nothing walks every pod or every kept answer. Thread-safe (one lock).
@@ -53,6 +54,7 @@ __all__ = [
     "CONTAINER",
     "MAX_ANSWERS",
     "MAX_BYTES",
+    "MAX_PAIRS",
     "RECENT_IDS",
     "SANDBOX",
     "StatusKey",
@@ -67,6 +69,9 @@ MAX_BYTES = 64 * 1024 * 1024
 """Bytes of kept answers at most (a verbose containerd answer is 5-20 KB: its OCI spec)."""
 RECENT_IDS = 65_536
 """IDs whose last event number is remembered (invariant 4)."""
+MAX_PAIRS = 65_536
+"""Containers whose sandbox the events told, remembered at most (the oldest told goes first:
+a runtime that sends no DELETED, CRI-O, would otherwise grow the table for ever)."""
 
 
 class StatusKey(NamedTuple):
@@ -104,8 +109,10 @@ class StatusStore:
         departed: DepartedStatuses | None = None,
         max_answers: int = MAX_ANSWERS,
         max_bytes: int = MAX_BYTES,
+        max_pairs: int = MAX_PAIRS,
     ) -> None:
         self.period = period
+        self.max_pairs = max_pairs
         self._clock = clock
         self.departed = departed
         self.max_answers, self.max_bytes = max_answers, max_bytes
@@ -234,7 +241,7 @@ class StatusStore:
         for ident in named:
             self._named(ident)
         if facts.sandbox_id and facts.container_id not in ("", facts.sandbox_id):
-            self._sandbox_of[facts.container_id] = facts.sandbox_id
+            self._pair(facts.container_id, facts.sandbox_id)
         gone = facts.container_id if facts.kind == DELETED else ""
         if facts.sandbox_status is not None and facts.sandbox_id and facts.sandbox_id != gone:
             self._learn(SANDBOX, facts.sandbox_id, facts.sandbox_status)
@@ -245,6 +252,17 @@ class StatusStore:
             self._sandbox_of.pop(gone, None)
             if self.departed is not None and last is not None:
                 self.departed.left(last[0], gone, last[1], last[2], facts.created_at)
+
+    def _pair(self, container: str, sandbox: str) -> None:
+        self._sandbox_of.pop(container, None)
+        self._sandbox_of[container] = sandbox  # the newest last, for the bound
+        if len(self._sandbox_of) > self.max_pairs:
+            del self._sandbox_of[next(iter(self._sandbox_of))]
+
+    @property
+    def pairs(self) -> int:
+        """Containers whose sandbox is remembered now (``MAX_PAIRS``)."""
+        return len(self._sandbox_of)
 
     def _last_known(self, facts: EventFacts) -> tuple[str, bytes, bytes | None] | None:
         """For a DELETED event: the method, and the last plain and verbose answers known of

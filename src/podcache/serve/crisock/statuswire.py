@@ -94,12 +94,26 @@ def _text(value: int | bytes, what: str) -> str:
 
 
 def _id_of(status: bytes) -> str:
-    """Field 1 (``id``) of a ContainerStatus or PodSandboxStatus ("" when absent)."""
+    """Field 1 (``id``) of a ContainerStatus or PodSandboxStatus ("" when absent): read at the
+    start, where every runtime writes it (fields in number order), else found by a walk."""
+    if status[:1] == b"\x0a":
+        length, start = read_varint(status, 1)
+        if start + length <= len(status) and _no_more_ids(status, start + length):
+            return _text(status[start : start + length], "a status's id")
     ident = ""
     for number, _, value in _fields(status):
         if number == 1:
             ident = _text(value, "a status's id")
     return ident
+
+
+def _no_more_ids(status: bytes, after: int) -> bool:
+    """Whether the field at ``after`` is numbered past 1 (fields in number order: no later
+    ``id`` repeats the first, which protobuf's last-wins rule would make the one)."""
+    if after >= len(status):
+        return True
+    tag, _ = read_varint(status, after)
+    return tag >> 3 > 1
 
 
 def status_request(data: bytes) -> StatusRequest | None:

@@ -1,0 +1,71 @@
+"""The status calls' hand-read bytes (``serve/crisock/statuswire.py``) against protobuf's own
+reading: every event protobuf encodes reads to the same facts, and any bytes at all read to
+facts or ``ProtobufError``, never another exception (the runtime's bytes are hostile)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.serve.crisock.statuswire import (
+    ProtobufError,
+    answer_id,
+    event_facts,
+    status_answer,
+    status_request,
+)
+
+ids = st.text(alphabet="0123456789abcdef", min_size=0, max_size=64)
+labels = st.dictionaries(st.text(max_size=8), st.text(max_size=8), max_size=3)
+container_statuses = st.builds(
+    pb.ContainerStatus, id=ids, state=st.sampled_from([0, 1, 2, 3]), labels=labels
+)
+sandbox_statuses = st.builds(pb.PodSandboxStatus, id=ids, labels=labels)
+events = st.builds(
+    pb.ContainerEventResponse,
+    container_id=ids,
+    container_event_type=st.sampled_from([0, 1, 2, 3]),
+    created_at=st.integers(-(2**63), 2**63 - 1),
+    pod_sandbox_status=st.none() | sandbox_statuses,
+    containers_statuses=st.lists(container_statuses, max_size=3),
+)
+
+
+@given(events)
+def test_an_event_reads_as_protobuf_reads_it(event: pb.ContainerEventResponse) -> None:
+    facts = event_facts(event.SerializeToString())
+    assert facts.container_id == event.container_id
+    assert facts.kind == event.container_event_type
+    assert facts.created_at == event.created_at
+    if event.HasField("pod_sandbox_status"):
+        assert facts.sandbox_id == event.pod_sandbox_status.id
+        assert facts.sandbox_status is not None
+        assert pb.PodSandboxStatus.FromString(facts.sandbox_status) == event.pod_sandbox_status
+    else:
+        assert (facts.sandbox_id, facts.sandbox_status) == ("", None)
+    assert [i for i, _ in facts.container_statuses] == [s.id for s in event.containers_statuses]
+    for (_, data), status in zip(facts.container_statuses, event.containers_statuses, strict=True):
+        answer = pb.ContainerStatusResponse.FromString(status_answer(data))
+        assert answer == pb.ContainerStatusResponse(status=status)
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_read_to_facts_or_protobuf_error(data: bytes) -> None:
+    for read in (event_facts, answer_id):
+        with contextlib.suppress(ProtobufError):
+            read(data)
+    status_request(data)  # None for what is not a request, never an exception
+
+
+@given(ids, st.booleans())
+def test_a_request_reads_as_protobuf_reads_it(ident: str, verbose: bool) -> None:
+    for request in (
+        pb.ContainerStatusRequest(container_id=ident, verbose=verbose).SerializeToString(),
+        pb.PodSandboxStatusRequest(pod_sandbox_id=ident, verbose=verbose).SerializeToString(),
+    ):
+        asked = status_request(request)
+        assert asked is not None
+        assert (asked.ident, asked.verbose) == (ident, verbose)
