@@ -206,6 +206,11 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             return pods
         assert refresh is not None
         await self._wait(refresh, timeout)
+        return self._outcome(refresh)
+
+    def _outcome(self, refresh: Refresh[asyncio.Future[None]]) -> PodList:
+        """What the refresh a reader waited for gives it: its pods; when it failed, the last
+        pods if young enough (stale-if-error), else its error."""
         if refresh.error is not None:
             stale = self._core.stale_fallback(self._clock())
             if stale is not None:
@@ -323,6 +328,17 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             subscriber.cancel()
             await asyncio.gather(subscriber, return_exceptions=True)
         await self._refresher.wait_stopped()
+        await self._drained()
+        if self._timer is not None:  # nothing left for it to start
+            self._timer.cancel()
+            self._timer = None
+        if self._pod_timer is not None:  # no relist waits for it any more
+            self._pod_timer.cancel()
+            self._pod_timer = None
+
+    async def _drained(self) -> None:
+        """Once no refresh runs and none waits for its timer (refreshes started meanwhile
+        waited for too)."""
         while True:
             queued = self._core.queued
             if self._timer is not None and queued is not None:
@@ -330,13 +346,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             elif self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
             else:
-                break
-        if self._timer is not None:  # nothing left for it to start
-            self._timer.cancel()
-            self._timer = None
-        if self._pod_timer is not None:  # no relist waits for it any more
-            self._pod_timer.cancel()
-            self._pod_timer = None
+                return
 
     async def aclose(self) -> None:
         """``close()``: end the subscription, wait for refreshes still running or waiting."""

@@ -304,28 +304,48 @@ class Tracker:
         leaving = {pod.id: pod for pod in departures}
         if len(leaving) != len(departures):
             return None
-        coming: dict[str, Pod] = {}
-        for pod in arrivals:
-            uid = pod.id
-            if uid in coming or (uid in state and uid not in leaving):
-                return None  # a second pod with this UID
-            coming[uid] = pod
+        coming = _arriving(arrivals, state, leaving)
+        if coming is None:
+            return None
         deleted = [
             PodChange(ChangeType.DELETED, pod, revision)
             for uid, pod in leaving.items()
             if uid not in coming
         ]
-        changes: list[PodChange] = []
-        for uid, pod in coming.items():
-            was = leaving.get(uid)
-            if was is None:
-                changes.append(PodChange(ChangeType.ADDED, pod, revision))
-            elif was != pod:
-                changes.append(PodChange(ChangeType.MODIFIED, pod, revision, was))
+        changes = _added_or_modified(coming, leaving, revision)
         for change in deleted:
             del state[change.pod.id]
         state.update(coming)
         return deleted + changes
+
+
+def _arriving(
+    arrivals: list[Pod], state: dict[str, Pod], leaving: dict[str, Pod]
+) -> dict[str, Pod] | None:
+    """The pods arriving, by UID; None when a UID would be held twice (twice among them, or
+    by a pod of ``state`` not leaving)."""
+    coming: dict[str, Pod] = {}
+    for pod in arrivals:
+        uid = pod.id
+        if uid in coming or (uid in state and uid not in leaving):
+            return None  # a second pod with this UID
+        coming[uid] = pod
+    return coming
+
+
+def _added_or_modified(
+    coming: dict[str, Pod], leaving: dict[str, Pod], revision: int
+) -> list[PodChange]:
+    """Each arriving pod as a change: ADDED when no pod of its UID left, MODIFIED when the
+    one that left differs (an equal one is no change)."""
+    changes: list[PodChange] = []
+    for uid, pod in coming.items():
+        was = leaving.get(uid)
+        if was is None:
+            changes.append(PodChange(ChangeType.ADDED, pod, revision))
+        elif was != pod:
+            changes.append(PodChange(ChangeType.MODIFIED, pod, revision, was))
+    return changes
 
 
 class Cursor:

@@ -310,26 +310,35 @@ class FreshnessCore(Generic[S]):
         pods, timestamp, until = self.snapshot
         if pods is not None and self.accepts(timestamp, now, min_time):
             self.hits += 1
-            if min_time is None and self.refresh_ahead and self.inflight is None and now > until:
-                # A deferred forced refresh, if one waits, is the one started: its callers ride.
-                refresh = self.queued or self._new_refresh()
-                self.queued = None
-                refresh.need(forced=False)
-                return pods, self._begin(refresh, now), True
+            ahead = min_time is None and self.refresh_ahead and self.inflight is None
+            if ahead and now > until:
+                return pods, self._refresh_ahead(now), True
             return pods, None, False
         self.misses += 1
-        forced = min_time is not None
         inflight = self.inflight
         if inflight is None:
-            return self._start_or_defer(now, forced)
+            return self._start_or_defer(now, min_time is not None)
+        return None, self._behind(inflight, now, min_time), False
+
+    def _refresh_ahead(self, now: float) -> Refresh[S]:
+        """The refresh begun at ``now`` while readers keep the current pods: a deferred forced
+        refresh, if one waits, is the one started (its callers ride)."""
+        refresh = self.queued or self._new_refresh()
+        self.queued = None
+        refresh.need(forced=False)
+        return self._begin(refresh, now)
+
+    def _behind(self, inflight: Refresh[S], now: float, min_time: float | None) -> Refresh[S]:
+        """The refresh a caller who needs newer pods waits for while ``inflight`` runs: that
+        one when it meets the need (a join), else the one queued behind it."""
         assert inflight.started_at is not None
         if self.accepts(inflight.started_at, now, min_time):
             self.joins += 1
-            return None, inflight, False
+            return inflight
         queued = self.queued
         if queued is None:
             queued = self.queued = self._new_refresh()
-        return None, self._join(queued, forced), False
+        return self._join(queued, min_time is not None)
 
     def complete(
         self, refresh: Refresh[S], pods: PodList | None, error: BaseException | None, now: float

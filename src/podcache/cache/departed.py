@@ -211,14 +211,10 @@ def epoch_seconds(at: float | datetime | None) -> float | None:
         if at.tzinfo is None or at.utcoffset() is None:
             raise ValueError(f"at must be an aware datetime (with a time zone), not {at!r}")
         return at.timestamp()
-    if type(at) is float:
-        if math.isnan(at) or math.isinf(at):
-            raise ValueError(f"at must be a finite time, not {at!r}")
-        return at
-    if isinstance(at, bool) or not isinstance(at, int | float):
+    if type(at) is not float and (isinstance(at, bool) or not isinstance(at, int | float)):
         raise TypeError(f"at must be epoch seconds or an aware datetime, not {at!r}")
     seconds = float(at)
-    if math.isnan(seconds) or math.isinf(seconds):
+    if not math.isfinite(seconds):
         raise ValueError(f"at must be a finite time, not {at!r}")
     return seconds
 
@@ -281,30 +277,28 @@ def _merged(before: Pod, told: Pod) -> Pod:
 def _event_keys(event: ContainerEvent, pod: Pod) -> list[Key]:
     """The keys an event reports held: its pod's containers' and sandbox's IDs, the event's
     own container ID, its IPs (none on the host network), its UID last."""
-    keys: list[Key] = [("container_id", item.id.id) for item in pod.containers]
-    keys += [("container_id", item.id.id) for item in pod.sandboxes]
+    keys = _keys_of(pod)
     own: Key = ("container_id", event.container_id)
     if own not in keys:
-        keys.append(own)
-    if not pod.host_network:
-        keys += [("ip", ip) for ip in pod.ips]
-    keys.append(("uid", pod.id))
+        keys.insert(len(pod.containers) + len(pod.sandboxes), own)
     return keys
 
 
 def _check_bounds(departed_for: float, departed_max: int, departed_bytes: int) -> None:
-    if isinstance(departed_bytes, bool) or not isinstance(departed_bytes, int):
-        raise TypeError(f"departed_bytes must be an int, not {departed_bytes!r}")
-    if departed_bytes < 0:
-        raise ValueError(f"departed_bytes must be >= 0, got {departed_bytes!r}")
+    _check_count(departed_bytes, "departed_bytes")
     if isinstance(departed_for, bool) or not isinstance(departed_for, int | float):
         raise TypeError(f"departed_for must be seconds, not {departed_for!r}")
     if not departed_for >= 0 or math.isinf(departed_for):
         raise ValueError(f"departed_for must be >= 0 seconds and finite, got {departed_for!r}")
-    if isinstance(departed_max, bool) or not isinstance(departed_max, int):
-        raise TypeError(f"departed_max must be an int, not {departed_max!r}")
-    if departed_max < 0:
-        raise ValueError(f"departed_max must be >= 0, got {departed_max!r}")
+    _check_count(departed_max, "departed_max")
+
+
+def _check_count(value: int, name: str) -> None:
+    """``value`` is an int (not a bool) of at least 0; else an error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value!r}")
 
 
 class Departed:
@@ -358,19 +352,25 @@ class Departed:
                 cost = pod_cost(change.pod)
                 for key in _keys_of(change.pod):
                     self._release(key, change.pod, now, cost)
-                continue
-            kept = _keys_of(change.pod)
-            if self._reported_by_uid.get(change.pod.id):
-                self._listed(change.pod.id, kept)
-            before = change.previous if change.type is ChangeType.MODIFIED else None
-            self._held_again(change.pod.id, kept, before)
-            if before is not None:
-                held = set(kept)
-                gone = [key for key in _keys_of(before) if key not in held]
-                cost = pod_cost(before) if gone else 0
-                for key in gone:
-                    self._release(key, before, now, cost)
+            else:
+                before = change.previous if change.type is ChangeType.MODIFIED else None
+                self._holds(change.pod, before, now)
         self.prune(now)
+
+    def _holds(self, pod: Pod, before: Pod | None, now: float) -> None:
+        """The snapshot holds ``pod`` now (added, or modified from ``before``): its reports
+        end, the keys it holds again are marked, the keys only ``before`` held are released."""
+        kept = _keys_of(pod)
+        if self._reported_by_uid.get(pod.id):
+            self._listed(pod.id, kept)
+        self._held_again(pod.id, kept, before)
+        if before is None:
+            return
+        held = set(kept)
+        gone = [key for key in _keys_of(before) if key not in held]
+        cost = pod_cost(before) if gone else 0
+        for key in gone:
+            self._release(key, before, now, cost)
 
     def _held_again(self, uid: str, keys: list[Key], before: Pod | None) -> None:
         """Keys the snapshot holds now, newly, whose report a listing ended (the ready view does
@@ -415,10 +415,7 @@ class Departed:
             return
         pod = event.pod
         if pod is not None:
-            if pod.created_at > 0 and pod.id not in self._created:
-                self._created[pod.id] = pod.created_at / 1e9
-                if len(self._created) > self.departed_max:
-                    del self._created[next(iter(self._created))]
+            self._remember_created(pod)
             told, cost = self._described(pod, event.container_id)
             for key in _event_keys(event, pod):
                 self._report(key, told, cost, pods, happened)
@@ -426,6 +423,14 @@ class Departed:
             listed = pods.by_uid(pod.id) if pods is not None and pod is not None else None
             self._removed(("container_id", event.container_id), listed or pod, happened)
         self.prune(happened)
+
+    def _remember_created(self, pod: Pod) -> None:
+        """When an event's pod was created, once known (at most ``departed_max`` pods, the
+        oldest forgotten)."""
+        if pod.created_at > 0 and pod.id not in self._created:
+            self._created[pod.id] = pod.created_at / 1e9
+            if len(self._created) > self.departed_max:
+                del self._created[next(iter(self._created))]
 
     def _told_gone(self, key: Key, pod: Pod, happened: float) -> None:
         """A DELETED event for ``key`` that the snapshot lists (no report of it; ``pod``: as
@@ -457,17 +462,10 @@ class Departed:
         """``key`` reported held by ``pod`` (costing ``cost``) at ``happened`` (rule 1)."""
         entry = self._reported.get(key)
         if entry is not None and entry.pod.id == pod.id:
-            entry.reported = max(entry.reported, happened)
-            if entry.pod is not pod:
-                self.bytes += cost - entry.cost
-                entry.pod, entry.cost = pod, cost
+            self._report_again(entry, pod, cost, happened)
             return
-        listed = _in_snapshot(pods, key) if pods is not None else None
-        if listed is not None and listed.id == pod.id:
-            return  # the snapshot holds it: rule 12 remembers it
-        releases = self._holdings.get(key)
-        if releases and releases[-1].pod.id == pod.id:
-            return  # a late or repeated event of a holding remembered already
+        if self._remembered(key, pod, pods):
+            return
         if entry is not None:  # another pod held it (an IP): that holding ended by now
             self._end(entry, happened)
         start = pod.created_at / 1e9 if pod.created_at > 0 else happened
@@ -476,6 +474,23 @@ class Departed:
         self.bytes += cost
         if key[0] == "container_id" and key not in self._holdings:
             self._ids.add(key[1])
+
+    def _report_again(self, entry: Reported, pod: Pod, cost: int, happened: float) -> None:
+        """Another event of a key reported held by the same pod: the latest report, and the
+        pod as the latest events describe it."""
+        entry.reported = max(entry.reported, happened)
+        if entry.pod is not pod:
+            self.bytes += cost - entry.cost
+            entry.pod, entry.cost = pod, cost
+
+    def _remembered(self, key: Key, pod: Pod, pods: PodList | None) -> bool:
+        """Whether ``pod``'s holding of ``key`` is remembered already: the snapshot lists it
+        (rule 12 remembers it), or its release is (a late or repeated event)."""
+        listed = _in_snapshot(pods, key) if pods is not None else None
+        if listed is not None and listed.id == pod.id:
+            return True
+        releases = self._holdings.get(key)
+        return bool(releases and releases[-1].pod.id == pod.id)
 
     def _removed(self, key: Key, pod: Pod | None, happened: float) -> None:
         """A DELETED event for container or sandbox ``key`` (``pod``: the pod it described):
@@ -491,9 +506,14 @@ class Departed:
             if entry is not None:
                 self._end(entry, happened)
             return
-        uid: Key = ("uid", pod.id)
-        ending = [key for key in self._reported_by_uid.get(pod.id, ()) if key != uid]
-        for other in [*ending, uid] if uid in self._reported else ending:  # the UID last
+        self._end_pod(pod.id, happened)
+
+    def _end_pod(self, uid: str, happened: float) -> None:
+        """Every report of pod ``uid`` ends at ``happened`` (its sandbox was deleted), the UID
+        last."""
+        own: Key = ("uid", uid)
+        ending = [key for key in self._reported_by_uid.get(uid, ()) if key != own]
+        for other in [*ending, own] if own in self._reported else ending:
             self._end(self._reported[other], happened)
 
     def settle(
@@ -513,10 +533,7 @@ class Departed:
         for entry in candidates:
             if entry.reported >= began:
                 continue
-            if isinstance(listed, PodList):
-                holder = _in_snapshot(listed, entry.key)
-            else:
-                holder = listed if listed is not None and entry.key in _keys_of(listed) else None
+            holder = _holder(listed, entry.key)
             if holder is None or holder.id != entry.pod.id:
                 self._end(entry, now)
                 self._unlisted[entry.key] = None  # a view's word, weaker than an event's
@@ -634,16 +651,10 @@ class Departed:
     ) -> Found | None:
         """The holding of ``key`` that contains ``at``, the newest begun of several: the
         snapshot's, the one events report, or a release."""
-        best: Holding | Reported | None = None
         since = created_seconds(current) if current is not None else math.inf
         if since > at:
             since = -math.inf  # the snapshot's holder did not hold it yet
-        if told is not None and told.held_from <= at and told.held_from > since:
-            best, since = told, told.held_from
-        for held in self._holdings.get(key, ()):
-            start = held.held_from
-            if start <= at < held.held_until and start > since:
-                best, since = held, start
+        best = self._newest_at(key, at, since, told)
         if isinstance(best, Reported):
             return Found(best.pod, _item(best.pod, key), None)
         if best is not None:
@@ -651,6 +662,19 @@ class Departed:
         if current is not None and since != -math.inf:
             return Found(current, _item(current, key), None)
         return None
+
+    def _newest_at(
+        self, key: Key, at: float, since: float, told: Reported | None
+    ) -> Holding | Reported | None:
+        """Of the holding events report (``told``) and the releases of ``key``, the one that
+        contains ``at`` and began the latest after ``since``; None when none does."""
+        best: Holding | Reported | None = None
+        if told is not None and since < told.held_from <= at:
+            best, since = told, told.held_from
+        for held in self._holdings.get(key, ()):
+            if since < held.held_from <= at < held.held_until:
+                best, since = held, held.held_from
+        return best
 
     def _found(self, pods: PodList | None, held: Holding) -> Found:
         """``held`` as an answer: its pod departed unless ``pods`` lists the pod's UID or
@@ -687,6 +711,13 @@ class Departed:
         if len(matches) > 1:
             raise AmbiguousContainerIDError(ident, matches)
         return matches[0] if matches else None
+
+
+def _holder(listed: PodList | Pod | None, key: Key) -> Pod | None:
+    """The pod a call's answer shows holding ``key``: a listing's, or a relisted pod."""
+    if isinstance(listed, PodList):
+        return _in_snapshot(listed, key)
+    return listed if listed is not None and key in _keys_of(listed) else None
 
 
 def _in_snapshot(pods: PodList, key: Key) -> Pod | None:

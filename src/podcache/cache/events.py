@@ -226,10 +226,7 @@ class Subscription:
         """Record ``signal`` (``cause``: what failed, for a failure); the step to take. Unknown
         pairs stop (the table is the truth)."""
         if signal is Signal.CLOSE or self.state is EventState.OFF:
-            if self.state is not EventState.OFF and self._said is not None:
-                log.info("%s at %s: the subscription is closed", METHOD, self.endpoint)
-            self.state = EventState.OFF
-            return Step.STOP
+            return self._close()
         if signal is Signal.UNSUPPORTED and self._streamed:
             # A runtime that streamed events is not one without them: a stream it ends at once
             # (shutting down, or recovering from a restart) is an ordinary end, retried on the
@@ -240,6 +237,11 @@ class Subscription:
         if signal in _FAILURES:
             self.failures += 1
         self._report(signal, cause)
+        self._count(signal, before, cause)
+        return step
+
+    def _count(self, signal: Signal, before: EventState, cause: str | None) -> None:
+        """What ``signal`` (from state ``before``) adds to the counters and the outage."""
         if signal is Signal.OPENED:
             self._opened()
         elif signal is Signal.EVENT:
@@ -251,7 +253,13 @@ class Subscription:
             self._failed(before)
         elif signal is Signal.UNSUPPORTED:
             self._unsupported(cause)
-        return step
+
+    def _close(self) -> Step:
+        """Closed (or off already): nothing more is done, said once when it was running."""
+        if self.state is not EventState.OFF and self._said is not None:
+            log.info("%s at %s: the subscription is closed", METHOD, self.endpoint)
+        self.state = EventState.OFF
+        return Step.STOP
 
     def _opened(self) -> None:
         in_outage = self._same_outage

@@ -278,10 +278,8 @@ class PodRelists:
         self.listed_wall = started_wall
         kept = {uid: entry for uid, entry in self.fetched.items() if entry[0] > order}
         self.fetched = kept
-        if self.waiting:
-            self.waiting = {uid: mark for uid, mark in self.waiting.items() if mark >= order}
-        if self.queued:
-            self.queued = {uid: mark for uid, mark in self.queued.items() if mark >= order}
+        self.waiting = _marked_since(self.waiting, order)
+        self.queued = _marked_since(self.queued, order)
         self.gone = OrderedDict((uid, n) for uid, n in self.gone.items() if uid in kept)
         return {uid: entry[1] for uid, entry in kept.items()}
 
@@ -299,6 +297,14 @@ class PodRelists:
         self.budget_at = max(self.budget_at, now) + _SHARE * charged
         relist = self.inflight[uid] = PodRelist(uid, now, self.start(), charged)
         return relist
+
+
+def _marked_since(marks: dict[str, int], order: int) -> dict[str, int]:
+    """The pods of ``marks`` whose last event came at or after start number ``order`` (a
+    listing with that number began before it), in their order."""
+    if not marks:
+        return marks
+    return {uid: mark for uid, mark in marks.items() if mark >= order}
 
 
 def _order(pod: Pod) -> tuple[int, str]:

@@ -217,20 +217,26 @@ class PodWatch(Iterator[PodChange]):
             return batch
         if self._closed:
             return []
-        host = self._host
         cursor = self._handle.cursor or self._open()
         if cursor is None:
             return []  # closed while it opened
         deadline = None if timeout is None else time.monotonic() + timeout
-        with host.changed:
-            while True:
-                batch = self._read(host.log, cursor)
-                if batch or self._closed:
-                    return batch
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return []
-                host.changed.wait(remaining)
+        with self._host.changed:
+            return self._wait(cursor, deadline)
+
+    def _wait(self, cursor: Cursor, deadline: float | None) -> list[PodChange]:
+        """Under the host's lock: the changes past ``cursor`` once there are some, waiting for
+        publishes until ``deadline`` (``time.monotonic``; None: no end); [] when it passed or
+        the watch was closed."""
+        host = self._host
+        while True:
+            batch = self._read(host.log, cursor)
+            if batch or self._closed:
+                return batch
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return []
+            host.changed.wait(remaining)
 
     def read_nowait(self) -> list[PodChange]:
         """The changes not yet returned, without waiting ([] when there are none, before the
@@ -379,7 +385,6 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
             return batch
         if self._closed:
             return []
-        host = self._host
         cursor = self._handle.cursor or await self._open()
         if cursor is None:
             return []  # closed while it opened
@@ -387,6 +392,17 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
 
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        return await self._wait(cursor, loop, deadline)
+
+    async def _wait(
+        self, cursor: Cursor, loop: asyncio.AbstractEventLoop, deadline: float | None
+    ) -> list[PodChange]:
+        """The changes past ``cursor`` once there are some, waiting for publishes until
+        ``deadline`` (``loop.time()``; None: no end); [] when it passed or the watch was
+        closed."""
+        import asyncio  # noqa: PLC0415 -- asyncio only where used: the CLI's threads skip it
+
+        host = self._host
         while True:
             batch = self._read(host.log, cursor)
             if batch or self._closed:
