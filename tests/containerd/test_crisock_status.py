@@ -288,3 +288,32 @@ def test_without_keep_departed_a_removed_container_is_containerds_not_found(
         failures.append((caught.value.code(), caught.value.details()))
     assert failures[0] == failures[1]
     assert failures[0][0] is grpc.StatusCode.NOT_FOUND
+
+
+@with_events
+def test_a_removed_sandbox_answers_its_last_status_not_ready(
+    keeping: Served, cri_harness: CRIHarness
+) -> None:
+    watcher = Watcher(keeping.proxy)
+    try:
+        sandbox = cri_harness.run_pod("gone", "crisock-status")
+        cri_harness.remove_pod(sandbox)
+        deleted = watcher.wait_for(sandbox.id, pb.CONTAINER_DELETED_EVENT)
+    finally:
+        watcher.close()
+    request = _sandbox(sandbox.id)
+    with pytest.raises(grpc.RpcError) as theirs:
+        keeping.direct.call("PodSandboxStatus", request)
+    assert theirs.value.code() is grpc.StatusCode.NOT_FOUND
+    method = keeping.proxy.channel.unary_unary(
+        "/runtime.v1.RuntimeService/PodSandboxStatus",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    data, call = method.with_call(request, timeout=10)
+    answer = pb.PodSandboxStatusResponse.FromString(data)
+    assert answer.status.id == sandbox.id
+    assert answer.status.state == pb.SANDBOX_NOTREADY
+    assert answer.status.metadata.uid == sandbox.uid
+    assert answer.status.created_at == sandbox.created_at
+    assert dict(call.trailing_metadata())["podcache-departed"] == rfc3339(deleted.created_at)

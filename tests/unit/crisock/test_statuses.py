@@ -241,11 +241,21 @@ def test_the_answers_are_bounded_in_bytes_at_and_past_the_limit() -> None:
 
 
 # -- rule 9: the departed --------------------------------------------------------------------------
+NOW_NS = 1_700_000_100_123_456_789
+"""The wall clock's reading in the departed tests: 100 s after the deletions they make."""
+
+
 def _departing(
-    keep_for: float = 60.0, max_items: int = 10_000, max_bytes: int = 1 << 20
+    keep_for: float = 600.0, max_items: int = 10_000, max_bytes: int = 1 << 20
 ) -> tuple[StatusStore, Clock]:
     clock = Clock()
-    departed = DepartedStatuses(keep_for, clock=clock, max_items=max_items, max_bytes=max_bytes)
+    departed = DepartedStatuses(
+        keep_for,
+        clock=clock,
+        wall_clock=lambda: NOW_NS + int(clock.now * 1e9),
+        max_items=max_items,
+        max_bytes=max_bytes,
+    )
     store = StatusStore(PERIOD, clock=clock, departed=departed)
     store.stream_opened()
     return store, clock
@@ -259,8 +269,8 @@ def _leave(store: StatusStore, ident: str, at: int) -> None:
 
 
 def test_a_deleted_container_answers_its_last_status_and_when_it_left() -> None:
-    store, clock = _departing(keep_for=60.0)
-    _leave(store, IDS[0], at=1_700_000_000_123_456_789)
+    store, clock = _departing(keep_for=160.0)
+    _leave(store, IDS[0], at=1_700_000_000_123_456_789)  # 100 s before the wall clock
     assert store.kept(StatusKey(CONTAINER, IDS[0], False)) is None
     assert store.departed is not None
     found = store.departed.answer(CONTAINER, IDS[0], verbose=True)
@@ -270,20 +280,28 @@ def test_a_deleted_container_answers_its_last_status_and_when_it_left() -> None:
         status=status(IDS[0], pb.CONTAINER_EXITED, 3)
     )
     assert left == "2023-11-14T22:13:20.123456789Z" == rfc3339(1_700_000_000_123_456_789)
-    clock.now += 60.0
+    clock.now += 60.0  # 160 s after it left (100 s before the event was read)
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is not None  # at the limit
     clock.now += 0.001
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None  # past it
 
 
+def test_a_deletion_older_than_the_duration_when_read_is_not_kept() -> None:
+    store, _ = _departing(keep_for=99.0)  # the event is read 100 s after the deletion
+    _leave(store, IDS[0], at=1_700_000_000_123_456_789)
+    assert store.departed is not None
+    assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
+    assert store.departed.size == (0, 0)
+
+
 def test_the_departed_are_bounded_in_count_at_and_past_the_limit() -> None:
     store, _ = _departing(max_items=2)
     assert store.departed is not None
-    _leave(store, IDS[0], at=1)
-    _leave(store, IDS[1], at=2)
+    _leave(store, IDS[0], at=0)
+    _leave(store, IDS[1], at=0)
     assert store.departed.size[0] == 2
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is not None
-    _leave(store, IDS[2], at=3)
+    _leave(store, IDS[2], at=0)
     assert store.departed.size[0] == 2
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
     assert store.departed.answer(CONTAINER, IDS[2], verbose=False) is not None
@@ -297,10 +315,10 @@ def test_the_departed_are_bounded_in_bytes_at_and_past_the_limit() -> None:
     )
     store, _ = _departing(max_bytes=2 * one)
     assert store.departed is not None
-    _leave(store, IDS[0], at=1)
-    _leave(store, IDS[1], at=2)
+    _leave(store, IDS[0], at=0)
+    _leave(store, IDS[1], at=0)
     assert store.departed.size == (2, 2 * one)
-    _leave(store, IDS[2], at=3)
+    _leave(store, IDS[2], at=0)
     assert store.departed.size == (2, 2 * one)
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
 

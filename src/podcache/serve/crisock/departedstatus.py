@@ -10,8 +10,9 @@ verbose when one was kept), with the time it left (docs/architecture.md §10 rul
    last was, an empty ``info``).
 3. **Bounded**: at most ``max_items`` items and ``max_bytes`` of their answers; past either,
    and past ``keep_for``, the oldest departure goes first.
-4. **When it left** is the DELETED event's time (its ``created_at``), else the wall clock when
-   podcache read the event, written in RFC 3339 (UTC, nanoseconds).
+4. **When it left** is the DELETED event's time (its ``created_at``; the wall clock when
+   podcache read the event for a time unset or in the future), written in RFC 3339 (UTC,
+   nanoseconds); ``keep_for`` runs from then.
 
 Costs: ``left`` O(1) amortized (expired and excess items leave from the oldest end), ``answer``
 O(1). Thread-safe (one lock). Deliberately not here: when an item departs (``statuses``), the
@@ -80,13 +81,15 @@ class DepartedStatuses:
     def left(
         self, method: str, ident: str, plain: bytes, verbose: bytes | None, at_ns: int
     ) -> None:
-        """``ident`` (a ``method`` item) was deleted at ``at_ns`` (0: unknown, now)."""
-        item = _Departed(
-            plain,
-            verbose,
-            rfc3339(at_ns if at_ns > 0 else self._wall_clock()),
-            self._clock() + self.keep_for,
-        )
+        """``ident`` (a ``method`` item) was deleted at ``at_ns`` (0: unknown, now). It is kept
+        ``keep_for`` from its deletion (an event containerd 2.x replays to a new subscriber
+        tells of a deletion minutes old); one already older is not kept."""
+        now_ns = self._wall_clock()
+        at_ns = at_ns if 0 < at_ns <= now_ns else now_ns
+        remaining = self.keep_for - (now_ns - at_ns) / 1e9
+        if remaining < 0:
+            return
+        item = _Departed(plain, verbose, rfc3339(at_ns), self._clock() + remaining)
         with self._lock:
             old = self._items.pop((method, ident), None)
             if old is not None:
