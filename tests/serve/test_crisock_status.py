@@ -251,6 +251,10 @@ def test_a_deleted_container_is_not_found_or_its_last_status_with_when_it_left(
     watcher.wait_for(created)
     containers = sim.population.pod_records(uid)[1]
     sandbox = sim.population.pod_records(uid)[0][-1].id
+    running_info = {  # what an agent asked while they ran (crictl inspect)
+        c.id: _parsed(CONTAINER, proxy.call(CONTAINER, _request(CONTAINER, c.id, True))).info
+        for c in containers
+    }
     watcher.wait_for(sim.population.stop_pod(uid))
     last = {
         c.id: _parsed(CONTAINER, direct.call(CONTAINER, _request(CONTAINER, c.id, False)))
@@ -283,3 +287,7 @@ def test_a_deleted_container_is_not_found_or_its_last_status_with_when_it_left(
             if e.container_id == ident and e.container_event_type == DELETED
         )
         assert dict(call.trailing_metadata())["podcache-departed"] == rfc3339(deleted.created_at)
+        if path == CONTAINER:  # verbose: the last status, with the info last asked
+            verbose = _parsed(path, proxy.call(path, _request(path, ident, True)))
+            assert verbose.status == expected.status
+            assert verbose.info == running_info[ident]

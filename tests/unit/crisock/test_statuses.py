@@ -335,3 +335,25 @@ def test_the_containers_sandboxes_are_bounded_at_and_past_the_limit() -> None:
     store.keep(StatusKey(CONTAINER, IDS[0], True), answer(IDS[0], 0, True), store.begin())
     store.event(event(IDS[1], pb.CONTAINER_STARTED_EVENT, statuses=[]))
     assert store.kept(StatusKey(CONTAINER, IDS[0], True)) is not None
+
+
+def test_a_deleted_containers_verbose_answer_is_its_last_status_with_the_last_info() -> None:
+    """Asked verbose while it ran, then stopped and deleted: the departed verbose answer is the
+    STOPPED event's status with the info of the verbose answer given while it ran."""
+    store, _ = _departing()
+    verbose = StatusKey(CONTAINER, IDS[0], True)
+    store.event(event(IDS[0], pb.CONTAINER_STARTED_EVENT, statuses=[status(IDS[0], 1)]))
+    store.keep(verbose, answer(IDS[0], 7, True), store.begin())
+    _leave(store, IDS[0], at=0)
+    assert store.kept(verbose) is None  # never given once an event named it
+    assert store.departed is not None
+    found = store.departed.answer(CONTAINER, IDS[0], verbose=True)
+    assert found is not None
+    assert _decoded(found[0]) == pb.ContainerStatusResponse(
+        status=status(IDS[0], pb.CONTAINER_EXITED, 3), info={"info": '{"n":7}'}
+    )
+    plain = store.departed.answer(CONTAINER, IDS[0], verbose=False)
+    assert plain is not None
+    assert _decoded(plain[0]) == pb.ContainerStatusResponse(
+        status=status(IDS[0], pb.CONTAINER_EXITED, 3)
+    )

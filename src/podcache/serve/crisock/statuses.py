@@ -12,7 +12,9 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
 2. **An event ends the answers of what it names.** An event drops every kept answer of the
    container it names, of its sandbox (``pod_sandbox_status``), and of each container whose
    status it carries; then the statuses it carries are kept as the non-verbose answers of
-   their IDs, as they are (but the status of an item the event says was deleted).
+   their IDs, as they are (but the status of an item the event says was deleted). With the
+   departed kept, a verbose answer dropped so stays, marked stale (never given), for its
+   ``info``: a departed item's verbose answer is its last status with the last ``info``.
 3. **Never older than the period.** A kept answer is given only while
    ``clock() - learnt <= period``: what changes a status without an event
    (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
@@ -47,6 +49,7 @@ from podcache.serve.crisock.statuswire import (
     ProtobufError,
     answer_id,
     event_facts,
+    info_fields,
     status_answer,
 )
 
@@ -95,6 +98,8 @@ class _Kept:
     learnt: float
     epoch: int
     ids: tuple[str, ...]
+    stale: bool = False
+    """An event named it since: never given, kept for its ``info`` (rule 9's verbose)."""
 
 
 class StatusStore:
@@ -161,7 +166,7 @@ class StatusStore:
     def kept(self, key: StatusKey) -> bytes | None:
         """The answer to give for ``key`` now, if the store may give one (invariants 1, 3)."""
         held = self._answers.get(key)
-        if held is None or not self._open or held.epoch != self._epoch:
+        if held is None or held.stale or not self._open or held.epoch != self._epoch:
             return None
         if self._clock() - held.learnt > self.period:
             return None
@@ -275,15 +280,25 @@ class StatusStore:
             plain = self._answers.get(StatusKey(method, ident, False))
             if plain is not None:
                 verbose = self._answers.get(StatusKey(method, ident, True))
-                return method, plain.answer, None if verbose is None else verbose.answer
+                if verbose is None:
+                    return method, plain.answer, None
+                try:
+                    return method, plain.answer, plain.answer + info_fields(verbose.answer)
+                except ProtobufError:
+                    return method, plain.answer, None
         if facts.sandbox_status is not None and facts.sandbox_id == ident:
             return SANDBOX, status_answer(facts.sandbox_status), None
         return None
 
     def _named(self, ident: str) -> None:
-        """An event named ``ident``: its answers go, its number is remembered."""
+        """An event named ``ident``: its answers go (a verbose one stays, stale, for its
+        ``info``, while the departed are kept), its number is remembered."""
         for key in tuple(self._by_id.get(ident, ())):
-            self._forget(key)
+            held = self._answers[key]
+            if key.verbose and self.departed is not None:
+                held.stale = True
+            else:
+                self._forget(key)
         self._last_named[ident] = self._seq
         self._last_named.move_to_end(ident)
         while len(self._last_named) > RECENT_IDS:

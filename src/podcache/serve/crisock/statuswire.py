@@ -11,7 +11,7 @@ What the CRI socket's status answers need of the wire (docs/architecture.md §10
 - ``status_answer``: a status's bytes as the non-verbose answer, ``{status: <bytes>}`` (an
   empty ``info``: containerd 1.7 and 2.1 answer a non-verbose call so, with no ``timestamp``
   and no ``containers_statuses``, measured);
-- ``answer_id``: the ID an answer's status names.
+- ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes.
 
 Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
 wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes
@@ -30,6 +30,7 @@ __all__ = [
     "StatusRequest",
     "answer_id",
     "event_facts",
+    "info_fields",
     "status_answer",
     "status_request",
 ]
@@ -156,6 +157,29 @@ def event_facts(data: bytes) -> EventFacts:
 def status_answer(status: bytes) -> bytes:
     """The non-verbose answer carrying ``status``: field 1 alone."""
     return b"\x0a" + varint(len(status)) + status
+
+
+def info_fields(answer: bytes) -> bytes:
+    """The answer's ``info`` map (field 2: each entry's bytes with its tag), as it came."""
+    parts: list[bytes] = []
+    pos, end = 0, len(answer)
+    while pos < end:
+        start = pos
+        tag, pos = read_varint(answer, pos)
+        if tag & 7 == _LEN:
+            length, pos = read_varint(answer, pos)
+            pos += length
+        elif tag & 7 == _VARINT:
+            _, pos = read_varint(answer, pos)
+        elif tag & 7 in (_I64, _I32):
+            pos += 8 if tag & 7 == _I64 else 4
+        else:
+            raise ProtobufError(f"wire type {tag & 7} in field {tag >> 3}")
+        if pos > end:
+            raise ProtobufError(f"field {tag >> 3} runs past the message's end")
+        if tag == 2 << 3 | _LEN:
+            parts.append(answer[start:pos])
+    return b"".join(parts)
 
 
 def answer_id(answer: bytes) -> str:
