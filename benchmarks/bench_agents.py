@@ -1,6 +1,7 @@
 """Node agents' CRI patterns (Falco, Datadog) straight at the runtime and through podcache's socket.
 
-    .venv/bin/python benchmarks/bench_agents.py [--quick] [--json]
+    .venv/bin/python benchmarks/bench_agents.py [--quick] [--json] [--cache-period DURATION]
+    .venv/bin/python benchmarks/bench_agents.py --containerd 2.1 [--containerd-pods 100]
 
 The node: a simulated runtime (``SimRuntime``, 1,000 pods; quick: 100) in a process of its
 own, churning 5 pods a second while the agents run. Its status handlers are wrapped (in that
@@ -47,6 +48,11 @@ a departed container (``podcache-departed``) where the runtime says NOT_FOUND is
 apart. Latency side by side: at quiescence, each status call alternately through the socket
 and direct. Last, what podcache's own start costs the runtime at 5,000 pods (quick: 500):
 its upstream calls by method, its CPU and memory, until its calls stop.
+
+``--containerd VERSION`` measures instead, on a private real containerd (root; run it under
+``flock /tmp/podcache-containerd.lock``), every status request compared at rest and the
+status latency side by side: the simulator keeps its answers encoded, containerd builds each.
+``benchmarks/run`` reports the simulated node (``--json``: every figure, with ``markdown``).
 """
 
 from __future__ import annotations
@@ -362,6 +368,8 @@ class Agent:
         self.events = Counter[str]()
         self.sandboxes: set[str] = set()
         self.lag_ms: list[float] = []
+        self.unanswered: list[list[str]] = []
+        """DELETED containers whose ContainerStatus was not answered (ID, code), the first."""
         """Per event: from its arrival to the start of its calls."""
 
     def status(self, method: str, request: bytes, named: str) -> Answer:
@@ -393,6 +401,7 @@ class Agent:
             "deleted": dict(self.deleted),
             "events": dict(self.events),
             "lag_ms": self.lag_ms,
+            "unanswered": self.unanswered,
         }
 
 
@@ -462,6 +471,8 @@ def on_event(agent: Agent, event: Any) -> None:
         agent.deleted["asked"] += 1
         agent.deleted["answered"] += answer.data is not None
         agent.deleted["departed header"] += answer.departed is not None
+        if answer.data is None and len(agent.unanswered) < 20:
+            agent.unanswered.append([event.container_id, answer.code])
     if answer.data is not None:
         agent.status("PodSandboxStatus", sandbox_status(False, sandbox_id), sandbox_id)
 
@@ -620,14 +631,23 @@ def summary(
         "runtime_calls": runtime_calls(before, after, calls),
         "upstream_status": dict(Counter(c[1] for c in calls)),
         "upstream_verbose": dict(Counter(c[1] for c in calls if c[6])),
+        "upstream_not_found": dict(Counter(c[1] for c in calls if not c[3])),
+        "upstream_container_status_of_sandboxes": _of_sandboxes(events, calls),
         "agent_calls": agent_calls(agents),
         "per_event": per_event(events, calls, window),
         "events": len(events),
         "deleted": dict(sum((Counter(a["deleted"]) for a in agents), Counter())),
+        "deleted_unanswered": [u for a in agents for u in a["unanswered"]][:20],
         "agent_events": {a["name"]: _events_of(a) for a in agents},
         "latency_ms": latency(agents),
         "pairs": pair_verdicts(agents, events),
     }
+
+
+def _of_sandboxes(events: list[list[Any]], calls: list[list[Any]]) -> int:
+    """The ContainerStatus calls naming a sandbox (Falco asks one for each sandbox event)."""
+    sandboxes = {sandbox_id for _, _, _, sandbox_id, _ in events}
+    return sum(1 for c in calls if c[1] == "ContainerStatus" and c[2] in sandboxes)
 
 
 def _events_of(agent: dict[str, Any]) -> dict[str, Any]:
@@ -691,9 +711,12 @@ def per_event(
 ) -> dict[str, dict[str, Any]]:
     """Per status method: the upstream calls naming an event's container (its sandbox for
     PodSandboxStatus) within ``window`` s after it and before the next event naming the same,
-    per event; the most any one ID drew per event; the plain calls after events that carried
-    the status asked for (an event carries no verbose ``info``)."""
+    per event; the most any one ID drew per event (and any one not a sandbox's: Falco asks
+    ContainerStatus for a sandbox event's ID too, which the runtime answers NOT_FOUND); the
+    plain calls after events that carried the status asked for (an event carries no verbose
+    ``info``)."""
     out = {}
+    sandboxes = {sandbox_id for _, _, _, sandbox_id, _ in events}
     for method in STATUS_METHODS:
         windows: dict[str, list[tuple[float, bool]]] = defaultdict(list)
         for at, _, container_id, sandbox_id, carried in events:
@@ -710,12 +733,15 @@ def per_event(
             if found is not None:
                 drawn[named] += 1
                 after_carried += found[1] and not verbose
-        ratios = [drawn[key] / len(times) for key, times in windows.items()]
+        ratios = {key: drawn[key] / len(times) for key, times in windows.items()}
         out[method] = {
             "events": sum(len(times) for times in windows.values()),
             "calls": sum(drawn.values()),
-            "max_per_event": max(ratios, default=0.0),
-            "ids_over_one": sum(r > 1 for r in ratios),
+            "max_per_event": max(ratios.values(), default=0.0),
+            "max_per_event_not_sandbox": max(
+                (r for key, r in ratios.items() if key not in sandboxes), default=0.0
+            ),
+            "ids_over_one": sum(r > 1 for r in ratios.values()),
             "after_carrying_event": after_carried,
         }
     return out
@@ -853,6 +879,71 @@ def _until_quiet(runtime: Runtime, began: float) -> tuple[list[list[Any]], float
     return calls, last
 
 
+# -- on real containerd ----------------------------------------------------------------------
+CONTAINERD_DIR = Path(os.environ.get("BENCH_CONTAINERD_DIR", "/tmp/podcache-bench-agents"))
+
+
+def on_containerd(version: str, pods: int, samples: int) -> dict[str, Any]:
+    """A private containerd ``version`` (``scripts/containerd-up``) with ``pods`` pods of one
+    running container each, made as the kubelet makes them: every status request compared
+    through the socket and direct at rest, then the status latency side by side. containerd
+    builds each answer (the verbose one with its OCI spec as JSON); the simulator keeps its
+    answers encoded, so on its node both sides answer from kept bytes."""
+    sys.path[:0] = [str(HERE.parent), str(HERE)]
+    from bench_perpod_containerd import containerd_down, containerd_up
+
+    from tests.containerd.harness import CRIHarness
+
+    ctrd, reused = containerd_up(CONTAINERD_DIR, version)
+    try:
+        with CRIHarness(ctrd.socket_path, cgroup_parent="podcachebenchagents") as h:
+            h.remove_all()
+            for i in range(pods):
+                h.create_container(h.run_pod(f"agents-{i}", "bench"), "app")
+            try:
+                return {
+                    "containerd": version,
+                    "pods": pods,
+                    **_served_at_rest(ctrd.endpoint, samples),
+                }
+            finally:
+                h.remove_all()
+    finally:
+        ctrd.close()
+        if not reused:
+            containerd_down(CONTAINERD_DIR, version)
+
+
+def _served_at_rest(endpoint: str, samples: int) -> dict[str, Any]:
+    extra = ["--cri-keep-departed", KEEP_DEPARTED] if serve_has("--cri-keep-departed") else []
+    with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
+        socket_path = os.path.join(tmp, "cri.sock")
+        with serve(endpoint, socket_path, extra):
+            time.sleep(2.0)  # the event stream is open
+            target = f"unix://{socket_path}"
+            return {
+                "at_rest": compare_at_rest(target, endpoint),
+                "latency": latency_side_by_side(target, endpoint, samples),
+            }
+
+
+def containerd_markdown(result: dict[str, Any]) -> list[str]:
+    at_rest, latency = result["at_rest"], result["latency"]
+    compared = ", ".join(f"{n:,} {kind}" for kind, n in sorted(at_rest["compared"].items()))
+    return [
+        f"containerd {result['containerd']}, {result['pods']:,} pods: at rest (settled: "
+        f"{at_rest['settled']}): {compared}.",
+        "",
+        "| status latency at rest, side by side | socket p50 / p99 ms | containerd p50 / p99 ms |",
+        "|---|---:|---:|",
+        *(
+            f"| {m} | {_latency_cell(latency['socket'][m])} | "
+            f"{_latency_cell(latency['direct'][m])} |"
+            for m in STATUS_METHODS
+        ),
+    ]
+
+
 # -- the whole run ---------------------------------------------------------------------------
 def measure(mode: Mode) -> dict[str, Any]:
     """Direct, then through a cold and a warm podcache; compare at rest; podcache's start."""
@@ -946,6 +1037,10 @@ def _event_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         for method, figures in result[name]["per_event"].items():
             most = figures["max_per_event"]
             out.append(_target(f"{name}: {method} upstream calls per event <= 1", most, most <= 1))
+            if method == "ContainerStatus":
+                most = figures["max_per_event_not_sandbox"]
+                what = f"{name}: {method} upstream calls per event <= 1, sandbox IDs left out"
+                out.append(_target(what, most, most <= 1))
             carried = figures["after_carrying_event"]
             what = f"{name}: {method} upstream calls after an event that carried it = 0"
             out.append(_target(what, carried, carried == 0))
@@ -988,50 +1083,121 @@ def _target(name: str, value: float, met: bool) -> dict[str, Any]:
 
 
 # -- printing --------------------------------------------------------------------------------
-def print_tables(result: dict[str, Any]) -> None:
-    """The figures as markdown tables, then the targets."""
+def markdown(result: dict[str, Any]) -> list[str]:
+    """The figures as markdown: the phases side by side, then at rest, then the targets."""
     config = result["config"]
-    print(
+    lines = [
         f"{config['pods']:,} pods, churn {config['churn']:g}/s, {config['seconds']:g} s a phase, "
-        f"agents {', '.join(config['agents'])}, --cri-keep-departed {config['keep_departed']}, "
-        f"--cache-period {config['cache_period']}\n"
+        f"agents {', '.join(config['agents'])}, `--cri-keep-departed {config['keep_departed']}`, "
+        f"`--cache-period` {config['cache_period']}, load average "
+        + " / ".join(f"{x:.1f}" for x in config["load_average"]),
+        "",
+        "| | " + " | ".join(PHASES) + " |",
+        "|---|" + "---:|" * len(PHASES),
+        *_phase_rows(result),
+        "",
+        *_at_rest_lines(result),
+        "",
+        "| target | value | met |",
+        "|---|---:|---|",
+        *(
+            f"| {t['target']} | {t['value']:g} | {'yes' if t['met'] else '**no**'} |"
+            for t in result["targets"]
+        ),
+    ]
+    return lines
+
+
+def _phase_rows(result: dict[str, Any]) -> list[str]:
+    def row(name: str, cell: Any) -> str:
+        return f"| {name} | " + " | ".join(cell(result[p]) for p in PHASES) + " |"
+
+    rows = [
+        row(f"runtime {method} calls", lambda r, m=method: f"{r['runtime_calls'][m]['calls']:,}")
+        for method in (*LIST_METHODS, *STATUS_METHODS, "ImageStatus")
+    ]
+    rows += [
+        row("agents' status calls", lambda r: f"{asked(r):,}"),
+        row("upstream status calls", lambda r: f"{upstream(r):,}"),
+        row("upstream per agent status call", lambda r: f"{forwarded_share(r):.3f}"),
+        row(
+            "upstream verbose (ContainerStatus + PodSandboxStatus)",
+            lambda r: _count(r["upstream_verbose"]),
+        ),
+        row("upstream answered NOT_FOUND (the same)", lambda r: _count(r["upstream_not_found"])),
+        row("upstream ContainerStatus naming a sandbox", lambda r: _count(r, ALL_SANDBOXES)),
+    ]
+    for method in STATUS_METHODS:
+        what = (
+            f"{method} upstream per event (most for one ID, one not a sandbox; plain after a "
+            "carrying event)"
+        )
+        rows.append(row(what, lambda r, m=method: _per_event_cell(r["per_event"][m])))
+        rows.append(
+            row(
+                f"{method} agents' p50 / p99 ms",
+                lambda r, m=method: _latency_cell(r["latency_ms"][m]),
+            )
+        )
+    rows.append(
+        row("DELETED containers' ContainerStatus answered", lambda r: _deleted_cell(r["deleted"]))
     )
-    print("| | " + " | ".join(PHASES) + " |")
-    print("|---|" + "---:|" * len(PHASES))
-    for method in (*LIST_METHODS, *STATUS_METHODS, "ImageStatus"):
-        cells = [f"{result[p]['runtime_calls'][method]['calls']:,}" for p in PHASES]
-        print(f"| runtime {method} calls | " + " | ".join(cells) + " |")
-    _row("upstream status calls", [f"{upstream(result[p]):,}" for p in PHASES])
-    _row("agents' status calls", [f"{asked(result[p]):,}" for p in PHASES])
-    _row("upstream per agent call", [f"{forwarded_share(result[p]):.3f}" for p in PHASES])
-    for method in STATUS_METHODS:
-        cells = [f"{result[p]['upstream_verbose'].get(method, 0):,}" for p in PHASES]
-        _row(f"upstream {method} verbose calls", cells)
-    for method in STATUS_METHODS:
-        cells = [_per_event_cell(result[p]["per_event"][method]) for p in PHASES]
-        _row(f"{method}: upstream per event (most for one ID; after a carrying event)", cells)
-        cells = [_latency_cell(result[p]["latency_ms"][method]) for p in PHASES]
-        _row(f"{method}: agents' p50 / p99 ms", cells)
-    _row("DELETED containers answered", [_deleted_cell(result[p]["deleted"]) for p in PHASES])
-    _row("pairs during churn", ["-", *(str(result[p]["pairs"]) for p in SOCKET_PHASES)])
-    _row("agents' events", [str(result[p]["agent_events"]) for p in PHASES])
-    print(f"\npodcache's start before the first agents: {result['serve_start']}")
-    print(f"at rest: {result['at_rest']}")
-    print(f"latency side by side at rest: {result['latency']}")
-    print(f"podcache's start at {result['start_cost']['pods']:,} pods: {result['start_cost']}\n")
-    print("| target | value | met |")
-    print("|---|---:|---|")
-    for target in result["targets"]:
-        print(f"| {target['target']} | {target['value']:g} | {'yes' if target['met'] else 'NO'} |")
+    rows.append(row("during churn: pairs compared", lambda r: _pairs_cell(r.get("pairs", {}))))
+    rows.append(row("Falco agents' events handled; lag p99 ms", _events_cell))
+    return rows
 
 
-def _row(name: str, cells: list[str]) -> None:
-    print(f"| {name} | " + " | ".join(cells) + " |")
+ALL_SANDBOXES = "upstream_container_status_of_sandboxes"
+
+
+def _count(values: dict[str, Any], key: str | None = None) -> str:
+    if key is not None:
+        return f"{values[key]:,}"
+    return " + ".join(f"{values.get(m, 0):,}" for m in STATUS_METHODS)
+
+
+def _pairs_cell(pairs: dict[str, int]) -> str:
+    return ", ".join(f"{n:,} {kind}" for kind, n in sorted(pairs.items())) or "-"
+
+
+def _events_cell(phase_result: dict[str, Any]) -> str:
+    falcos = [e for name, e in phase_result["agent_events"].items() if name.startswith("falco")]
+    handled = " + ".join(str(e.get("processed", 0)) for e in falcos)
+    lag = max((e.get("lag_p99_ms", 0.0) for e in falcos), default=0.0)
+    return f"{handled}; {lag:,.0f}"
+
+
+def _at_rest_lines(result: dict[str, Any]) -> list[str]:
+    at_rest, latency, start = result["at_rest"], result["latency"], result["start_cost"]
+    compared = ", ".join(f"{n:,} {kind}" for kind, n in sorted(at_rest["compared"].items()))
+    calls = start["runtime_calls"]
+    start_calls = ", ".join(f"{m} {calls[m]['calls']:,}" for m in calls if calls[m]["calls"])
+    serve_calls = result["serve_start"]
+    before = ", ".join(
+        f"{m} {serve_calls[m]['calls']:,}" for m in serve_calls if serve_calls[m]["calls"]
+    )
+    return [
+        f"At rest (settled: {at_rest['settled']}): {compared}.",
+        "",
+        "| status latency at rest, side by side | socket p50 / p99 ms | runtime p50 / p99 ms |",
+        "|---|---:|---:|",
+        *(
+            f"| {m} | {_latency_cell(latency['socket'][m])} | "
+            f"{_latency_cell(latency['direct'][m])} |"
+            for m in STATUS_METHODS
+        ),
+        "",
+        f"podcache's start before the first agents, the runtime's calls: {before or 'none'}.",
+        f"podcache's start at {start['pods']:,} pods: answering after {start['answering_s']} s, "
+        f"its calls over after {start['quiet_after_s']} s ({start_calls}); serve then "
+        f"{start['cpu_s']:.2f} s of CPU, {start['rss_mib']:.0f} MiB resident.",
+    ]
 
 
 def _per_event_cell(figures: dict[str, Any]) -> str:
     per_event = figures["calls"] / max(1, figures["events"])
-    return f"{per_event:.2f} ({figures['max_per_event']:.2f}; {figures['after_carrying_event']})"
+    most = f"{figures['max_per_event']:.2f}, {figures['max_per_event_not_sandbox']:.2f}"
+    return f"{per_event:.2f} ({most}; {figures['after_carrying_event']})"
 
 
 def _latency_cell(figures: dict[str, float]) -> str:
@@ -1044,11 +1210,17 @@ def _deleted_cell(deleted: dict[str, int]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100 pods, 8 s a phase")
+    parser.add_argument("--quick", action="store_true", help="100 pods, 10 s a phase")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument(
         "--cache-period", metavar="DURATION", help="serve's --cache-period (default: its own)"
     )
+    parser.add_argument(
+        "--containerd",
+        metavar="VERSION",
+        help="instead: answers and status latency at rest on a private containerd (root)",
+    )
+    parser.add_argument("--containerd-pods", type=int, default=100, metavar="N")
     parser.add_argument("--role", choices=("runtime", "agent"), help=argparse.SUPPRESS)
     for hidden in (
         "--grace",
@@ -1075,11 +1247,16 @@ def main(argv: list[str] | None = None) -> int:
         agent_child(args)
         return 0
     mode = dataclasses.replace(QUICK if args.quick else FULL, cache_period=args.cache_period)
-    result = measure(mode)
+    if args.containerd:
+        result = on_containerd(args.containerd, args.containerd_pods, mode.latency_samples)
+        result["markdown"] = containerd_markdown(result)
+    else:
+        result = measure(mode)
+        result["markdown"] = markdown(result)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print_tables(result)
+        print("\n".join(result["markdown"]))
     return 0
 
 

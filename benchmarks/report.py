@@ -1208,6 +1208,16 @@ def reasons_section(data: Json) -> Section:
     return Section(targets, list(data["markdown"]))
 
 
+def agents_section(data: Json) -> Section:
+    """Falco- and Datadog-pattern agents straight at the runtime and through the CRI socket
+    (bench_agents.py): its own tables, and its targets as it judged them."""
+    targets = [
+        Target(t["target"], "agents", f"{t['value']:g}", "", bool(t["met"]))
+        for t in data["targets"]
+    ]
+    return Section(targets, list(data["markdown"]))
+
+
 # -- the report ------------------------------------------------------------------------------
 SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
     "hit": ("1. Hit path", hit_section),
@@ -1221,6 +1231,7 @@ SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
     "events": ("8. Container events on containerd 1.7", events_section),
     "watch": ("9. Watch", watch_section),
     "perpod": ("10. One pod change at scale (events)", perpod_section),
+    "agents": ("10b. Node agents' CRI patterns through the socket", agents_section),
     "reasons_http1": ("11. Why our own: the HTTP/1.1 server vs uvicorn", reasons_section),
     "reasons_h2": ("12. Why our own: the HTTP/2 client vs h2 and grpcio", reasons_section),
     "reasons_upb": ("13. Why our own: the C reader vs upb", reasons_section),
@@ -1228,6 +1239,13 @@ SECTIONS: dict[str, tuple[str, Callable[[Json], Section]]] = {
 }
 PLANNED_TARGETS = {
     "watch": WATCH_TARGETS,
+    "agents": [
+        "upstream status calls per agent call through the socket <= 1/2.5 of direct (first "
+        "agents), <= 1/10 (agents restarted)",
+        "per event <= 1 upstream status call between all agents, none where the event carried it",
+        "DELETED containers' ContainerStatus answered: 100% with --cri-keep-departed, 0% direct",
+        "no answer differs where both sides answer; status latency through the socket <= direct",
+    ],
     "perpod": [
         "5,000 pods: created visible median <= 10 ms, p99 <= 30 ms; removed gone the same",
         "5,000 pods: <= 64 KiB of list answers and <= 3 ms of library CPU per pod change",

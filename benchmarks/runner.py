@@ -232,6 +232,14 @@ BENCHMARKS = (
         _json,
         (300, 900),
     ),
+    Benchmark(
+        "agents",
+        "Node agents' CRI patterns",
+        "bench_agents.py",
+        lambda quick: ["--json", *(["--quick"] if quick else [])],
+        _json,
+        (300, 1200),
+    ),
     # Each own part against the library beside it (docs/architecture.md's "why our own").
     Benchmark(
         "reasons_http1",

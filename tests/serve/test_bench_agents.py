@@ -64,11 +64,15 @@ def test_through_the_socket_never_more_upstream_calls_than_asked(result: dict[st
 
 @pytest.mark.timeout(600)
 def test_departed_containers_answered_only_when_kept(result: dict[str, Any]) -> None:
+    """Every DELETED container's answer through the socket is a departed one (its header
+    says so), and there are some with ``--cri-keep-departed``, none without. (The share
+    answered is the benchmark's target, judged in its report.)"""
     kept = result["config"]["keep_departed"] is not None
     for name in bench.SOCKET_PHASES:
         deleted = result[name]["deleted"]
         answered = deleted.get("answered", 0)
-        assert answered == (deleted.get("asked", 0) if kept else 0)
+        assert answered == deleted.get("departed header", 0)
+        assert (answered > 0) == (kept and deleted.get("asked", 0) > 0)
 
 
 @pytest.mark.timeout(600)
@@ -128,6 +132,7 @@ def test_upstream_calls_are_counted_to_the_event_before_them_within_the_window()
         "events": 2,
         "calls": 3,
         "max_per_event": 1.5,
+        "max_per_event_not_sandbox": 1.5,
         "ids_over_one": 1,
         "after_carrying_event": 1,
     }
