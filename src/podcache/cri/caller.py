@@ -169,12 +169,17 @@ class SyncCaller:
             except ListStreamTooLongError as too_long:
                 raise CRIError(self._url, too_long.reason()) from None
             except grpc.RpcError as e:
-                if line.retired and not self.closed and e.code() is grpc.StatusCode.CANCELLED:
+                if self._replaced(line, e):
                     line = self.line  # replaced while this call waited on it
                     continue
                 took = time.monotonic() - deadline + self._timeout
                 raise self._rpc_failure(line, method, e, took) from e
             return _answer(self._url, method, result, response), line
+
+    def _replaced(self, line: _Line, error: grpc.RpcError) -> bool:
+        """Whether ``error`` is the cancel of a call on ``line`` because the line was replaced
+        (not closed by its owner): the call goes on on the new line."""
+        return line.retired and not self.closed and error.code() is grpc.StatusCode.CANCELLED
 
     def _rpc_failure(
         self, line: _Line, method: str, error: grpc.RpcError, took: float

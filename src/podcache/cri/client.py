@@ -453,12 +453,17 @@ class AsyncCRIRuntime(_Base):
                 line = self._current()  # closed or replaced while this task was suspended
                 continue
             except grpc.RpcError as e:
-                error = _rpc_error(self._endpoint, method, e)
-                if error is None:
-                    probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
-                    error = _deadline_error(self.endpoint, method, self._timeout, probe)
-                raise error from e
+                raise await self._failure(method, e) from e
             return _answer(self.endpoint, method, result, response), line
+
+    async def _failure(self, method: str, error: grpc.RpcError) -> Exception:
+        """What a call of ``method`` that failed with ``error`` raises: its status mapped, or,
+        past its deadline, the endpoint probed to say why."""
+        mapped = _rpc_error(self._endpoint, method, error)
+        if mapped is not None:
+            return mapped
+        probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
+        return _deadline_error(self.endpoint, method, self._timeout, probe)
 
     def _known_version(self) -> RuntimeVersion | None:
         """The Version answer still good: None when either channel (this one, or the list

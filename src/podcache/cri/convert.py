@@ -519,17 +519,10 @@ def _item_cuts_python(data: bytes | memoryview, piece: int) -> list[int] | None:
     while position < size:
         if data[position] != _LIST_ITEM_TAG:
             return None
-        position += 1
-        length = shift = 0
-        while True:
-            if position >= size or shift > _MAX_LENGTH_SHIFT:
-                return None
-            byte = data[position]
-            position += 1
-            length |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                break
-            shift += 7
+        read = _item_length(data, position + 1, size)
+        if read is None:
+            return None
+        length, position = read
         position += length
         if position > size:
             return None
@@ -539,6 +532,21 @@ def _item_cuts_python(data: bytes | memoryview, piece: int) -> list[int] | None:
     if start < size:
         cuts.append(size)
     return cuts
+
+
+def _item_length(data: bytes | memoryview, position: int, size: int) -> tuple[int, int] | None:
+    """An item's length varint at ``position`` (of at most 5 bytes, within ``size``) and where
+    it ends; None when it is cut short or longer."""
+    length = shift = 0
+    while True:
+        if position >= size or shift > _MAX_LENGTH_SHIFT:
+            return None
+        byte = data[position]
+        position += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length, position
+        shift += 7
 
 
 def read_sandboxes(data: bytes | memoryview) -> Listing:

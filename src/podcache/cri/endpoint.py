@@ -19,7 +19,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from podcache.errors import EndpointNotFoundError
 
@@ -183,19 +183,23 @@ def load_crictl_config(path: str) -> CrictlConfig:
     if endpoint is not None and not isinstance(endpoint, str):
         raise ValueError(f"crictl config {path}: runtime-endpoint must be a string: {endpoint!r}")
     timeout = data.get("timeout")
-    seconds: float | None = None
-    if timeout is not None:
-        try:
-            if isinstance(timeout, bool):
-                raise ValueError
-            seconds = float(timeout)
-        except (TypeError, ValueError):
-            raise ValueError(
-                f"crictl config {path}: timeout must be a number of seconds: {timeout!r}"
-            ) from None
-        if not seconds >= 0:  # also rejects NaN
-            raise ValueError(f"crictl config {path}: timeout must not be negative: {timeout!r}")
+    seconds = None if timeout is None else _config_seconds(path, timeout)
     return CrictlConfig(path=path, runtime_endpoint=endpoint or None, timeout=seconds)
+
+
+def _config_seconds(path: str, timeout: Any) -> float:
+    """A config's ``timeout`` as seconds, at least 0 (a ValueError naming the file)."""
+    try:
+        if isinstance(timeout, bool):
+            raise ValueError
+        seconds = float(timeout)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"crictl config {path}: timeout must be a number of seconds: {timeout!r}"
+        ) from None
+    if not seconds >= 0:  # also rejects NaN
+        raise ValueError(f"crictl config {path}: timeout must not be negative: {timeout!r}")
+    return seconds
 
 
 def _config_path(config_path: str | None, env: Mapping[str, str]) -> str:

@@ -388,14 +388,7 @@ class _Reading:
             field, wire, pos = _tag(data, pos, end)
             if wire == _LENGTH and field in (1, 2, 5, 6):
                 start, pos = _length(data, pos, end)
-                if field == 1:
-                    self.sandbox_id = _text(data, start, pos, "pod_sandbox_status.id")
-                elif field == 2:
-                    self.metadata(data, start, pos)
-                elif field == 5:
-                    self.network(data, start, pos)
-                else:
-                    self.linux(data, start, pos)
+                self._sandbox_part(field, data, start, pos)
             elif wire == _VARINT and field in (3, 4):
                 value, pos = _varint(data, pos, end)
                 if field == 3:
@@ -404,6 +397,18 @@ class _Reading:
                     self.sandbox_created_at = _signed(value, 64)
             else:
                 pos = _skip(data, field, wire, pos, end, depth=0)
+
+    def _sandbox_part(self, field: int, data: bytes | memoryview, start: int, end: int) -> None:
+        """A length-delimited field of the sandbox's status: its ID (1), metadata (2),
+        network (5) or Linux part (6)."""
+        if field == 1:
+            self.sandbox_id = _text(data, start, end, "pod_sandbox_status.id")
+        elif field == 2:
+            self.metadata(data, start, end)
+        elif field == 5:
+            self.network(data, start, end)
+        else:
+            self.linux(data, start, end)
 
     def top(self, data: bytes | memoryview, pos: int, end: int) -> None:
         while pos < end:

@@ -486,6 +486,16 @@ class Connection:
             self._on_data(frame)
             return
         self._spend(frame)
+        self._check_stream(frame)
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, frame)
+
+    def _check_stream(self, frame: _Frame) -> None:
+        """A frame other than DATA with a payload is on a stream its type may be on: the
+        connection's (0) for SETTINGS, PING, GOAWAY; a stream this client opened for the
+        others (PRIORITY: any stream but 0)."""
+        kind = frame.kind
         if frame.stream == 0:
             if kind in frames.STREAM_KINDS:
                 raise self._violation(f"a {frames.frame_name(kind)} frame on stream 0")
@@ -496,9 +506,6 @@ class Connection:
                 f"a {frames.frame_name(kind)} frame on stream {frame.stream}, "
                 "which this client never opened"
             )
-        handler = _HANDLERS.get(kind)
-        if handler is not None:
-            handler(self, frame)
 
     def _opened(self, stream_id: int) -> bool:
         """Whether this client opened ``stream_id`` (odd, below the next one it would open)."""
@@ -538,17 +545,22 @@ class Connection:
                 raise self._violation(f"a malformed SETTINGS frame ({len(frame.payload)} bytes)")
             return
         for key, value in pairs:
-            if key == frames.SETTING_WINDOW:
-                self._new_stream_window(value)
-            elif key == frames.SETTING_MAX_STREAMS:
-                self._peer_max_streams = value
-            elif key == frames.SETTING_MAX_FRAME and not MAX_FRAME_BYTES <= value <= (
-                frames.LARGEST_FRAME_SETTING
-            ):
-                raise self._violation(f"a SETTINGS frame with SETTINGS_MAX_FRAME_SIZE {value}")
-            elif key == frames.SETTING_ENABLE_PUSH and value != 0:
-                raise self._violation(f"a SETTINGS frame with SETTINGS_ENABLE_PUSH {value}")
+            self._setting(key, value)
         self._send(frames.frame(frames.SETTINGS, frames.ACK, 0))
+
+    def _setting(self, key: int, value: int) -> None:
+        """One setting of the runtime's SETTINGS: the ones this client acts on, the ones it
+        holds to RFC 9113 §6.5.2 (a violation), the rest ignored."""
+        if key == frames.SETTING_WINDOW:
+            self._new_stream_window(value)
+        elif key == frames.SETTING_MAX_STREAMS:
+            self._peer_max_streams = value
+        elif key == frames.SETTING_MAX_FRAME and not (
+            MAX_FRAME_BYTES <= value <= frames.LARGEST_FRAME_SETTING
+        ):
+            raise self._violation(f"a SETTINGS frame with SETTINGS_MAX_FRAME_SIZE {value}")
+        elif key == frames.SETTING_ENABLE_PUSH and value != 0:
+            raise self._violation(f"a SETTINGS frame with SETTINGS_ENABLE_PUSH {value}")
 
     def _new_stream_window(self, value: int) -> None:
         """SETTINGS_INITIAL_WINDOW_SIZE: every open stream's window moves by the difference

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import _socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple, Self
 
@@ -66,6 +66,7 @@ from podcache.cri.wire.methods import path, request
 from podcache.cri.wire.protobuf import version_fields
 
 if TYPE_CHECKING:
+    from podcache.cri._wire import SandboxRow
     from podcache.cri.client import CRIRuntime
     from podcache.cri.networks import NetworkMemo, SandboxNetwork
     from podcache.cri.values import RuntimeVersion
@@ -328,16 +329,20 @@ class _Connection:
         elif kind in (frames.WINDOW_UPDATE, frames.PRIORITY):
             return
         elif kind in (frames.HEADERS, frames.DATA) and stream in batch.streams:
-            call = batch.streams[stream]
-            if call.status is not None:
-                raise _UnexpectedAnswerError(f"a frame on stream {stream} after its trailers")
-            self._on_stream(kind, flags, payload, call)
-            if call.status is not None:
-                batch.open -= 1
-                if batch.ended is not None:
-                    batch.ended(call)
+            self._on_answer(batch, batch.streams[stream], kind, flags, payload)
         else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
             raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
+
+    def _on_answer(self, batch: _Batch, call: _Call, kind: int, flags: int, payload: bytes) -> None:
+        """A HEADERS or DATA frame of ``call``, one of ``batch``'s; the batch told when the
+        call ends."""
+        if call.status is not None:
+            raise _UnexpectedAnswerError(f"a frame after the trailers of {call.method}")
+        self._on_stream(kind, flags, payload, call)
+        if call.status is not None:
+            batch.open -= 1
+            if batch.ended is not None:
+                batch.ended(call)
 
     def _settings(self, payload: bytes) -> None:
         for key, value in frames.setting_pairs(payload):
@@ -629,16 +634,20 @@ def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
     sandboxes = next(call for call in lists.streams.values() if call.method == "ListPodSandbox")
     if sandboxes.status != 0:
         return None
-    newest: dict[str, tuple[int, str]] = {}
-    for row in _wire.sandboxes(_message(sandboxes)):
-        if row.state == _SANDBOX_READY and (row.created_at, row.id) > newest.get(row.uid, (-1, "")):
-            newest[row.uid] = (row.created_at, row.id)
-    chosen = [sid for _, sid in sorted(newest.values(), reverse=True)]
-    chosen = chosen[: connection.max_streams]
+    chosen = _newest_ready(_wire.sandboxes(_message(sandboxes)))[: connection.max_streams]
     if not chosen:
         return None
     batch = connection.send([request("PodSandboxStatus", sid) for sid in chosen])
     return _Ahead(batch, dict(zip(chosen, batch.streams.values(), strict=True)))
+
+
+def _newest_ready(rows: Iterable[SandboxRow]) -> list[str]:
+    """The ID of each pod's newest READY sandbox (by its UID label), newest first."""
+    newest: dict[str, tuple[int, str]] = {}
+    for row in rows:
+        if row.state == _SANDBOX_READY and (row.created_at, row.id) > newest.get(row.uid, (-1, "")):
+            newest[row.uid] = (row.created_at, row.id)
+    return [sid for _, sid in sorted(newest.values(), reverse=True)]
 
 
 class _Asking:
