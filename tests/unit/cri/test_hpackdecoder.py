@@ -213,3 +213,27 @@ def test_an_integer_of_its_most_bytes_is_read_and_one_more_fails() -> None:
     too_long = b"\x7f" + b"\x80" * (MAX_INTEGER_BYTES - 1) + b"\x00"
     with pytest.raises(HPACKError, match="integer of more than"):
         HPACKDecoder(1 << 20).decode(b"\x00" + too_long + name + b"\x00")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.binary(max_size=60), st.integers(min_value=0), st.integers(min_value=0, max_value=8))
+def test_huffman_strings_cut_or_flipped_fail_where_the_reference_fails(
+    text: bytes, where: int, cut: int
+) -> None:
+    """Near-valid strings (a valid one with one bit flipped, then up to 8 bytes cut off) reach
+    every path of the decoder: codes of every length, EOS, paddings long, short and wrong."""
+    encoded = bytearray(
+        hpack.huffman.HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH).encode(text)
+    )
+    if encoded:
+        encoded[where % len(encoded)] ^= 1 << (where % 8)
+    data = bytes(encoded[: max(0, len(encoded) - cut)])
+    try:
+        expected: bytes | None = hpack.huffman_table.decode_huffman(data)
+    except hpack.HPACKDecodingError:
+        expected = None
+    try:
+        got: bytes | None = huffman_decode(data)
+    except HPACKError:
+        got = None
+    assert got == expected

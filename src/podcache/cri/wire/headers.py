@@ -150,35 +150,77 @@ def _huffman_codes() -> dict[tuple[int, int], int]:
     return codes
 
 
-_HUFFMAN: dict[tuple[int, int], int] | None = None  # made on the first Huffman string
 _MAX_CODE_BITS = 30
+_PEEK_BITS = 8
+"""Codes of at most this many bits (every octet a header string usually holds: letters, digits,
+``/ - . _ :``) are found by one look at the next 8 bits; longer ones by their length."""
+
+
+class _HuffmanTables:
+    """The code as two lookups, made once on the first Huffman string: ``short[next 8 bits]``
+    is ``(symbol, length)`` of the code they begin with when it has at most 8 bits (else
+    ``None``), and ``long`` maps ``(length, code)`` of every code to its symbol."""
+
+    def __init__(self) -> None:
+        self.long = _huffman_codes()
+        self.short: list[tuple[int, int] | None] = [None] * (1 << _PEEK_BITS)
+        for (length, code), symbol in self.long.items():
+            if length <= _PEEK_BITS:
+                spare = _PEEK_BITS - length
+                for low in range(1 << spare):
+                    self.short[code << spare | low] = (symbol, length)
+
+
+_TABLES: _HuffmanTables | None = None
 
 
 def huffman_decode(data: bytes) -> bytes:
     """The octets a Huffman-coded string holds (RFC 7541 §5.2); ``HPACKError`` for EOS in
-    it, or a padding that is 8 bits or more, or not the leading bits of EOS (all ones)."""
-    global _HUFFMAN  # a table made once, on first need
-    if _HUFFMAN is None:
-        _HUFFMAN = _huffman_codes()
-    table = _HUFFMAN
+    it, or a padding that is 8 bits or more, or not the leading bits of EOS (all ones).
+
+    The string is one integer; each code is read where it starts, from the next 8 bits (the
+    bits past the end read as ones, EOS's), or bit by bit past 8. Bits left that begin no
+    whole code are the padding. Cost: O(octets) lookups."""
+    global _TABLES  # tables made once, on first need
+    if _TABLES is None:
+        _TABLES = _HuffmanTables()
+    tables = _TABLES
+    left = len(data) * 8
+    bits = int.from_bytes(data, "big")
     out = bytearray()
-    code = length = 0
-    for byte in data:
-        for shift in range(7, -1, -1):
-            code = code << 1 | (byte >> shift) & 1
-            length += 1
-            symbol = table.get((length, code))
-            if symbol is None:
-                if length >= _MAX_CODE_BITS:  # pragma: no cover - every 30-bit code is one
-                    raise HPACKError("an invalid Huffman code")
-                continue
-            if symbol == _EOS:
-                raise HPACKError("EOS in a Huffman string")
-            out.append(symbol)
-            code = length = 0
-    if length >= 8 or code != (1 << length) - 1:
+    while left:
+        ahead = _bits_ahead(bits, left)
+        found = tables.short[ahead]
+        if found is None:
+            found = _long_code(tables.long, bits, left)
+        if found is None or found[1] > left:  # what is left begins no code: the padding
+            break
+        symbol, length = found
+        out.append(symbol)
+        left -= length
+    if left >= 8 or bits & ((1 << left) - 1) != (1 << left) - 1:
         raise HPACKError("a Huffman string with an invalid padding")
     return bytes(out)
+
+
+def _bits_ahead(bits: int, left: int) -> int:
+    """The next 8 of the ``left`` low bits of ``bits``, ones past the end."""
+    if left >= _PEEK_BITS:
+        return (bits >> (left - _PEEK_BITS)) & 0xFF
+    spare = _PEEK_BITS - left
+    return ((bits & ((1 << left) - 1)) << spare) | ((1 << spare) - 1)
+
+
+def _long_code(codes: dict[tuple[int, int], int], bits: int, left: int) -> tuple[int, int] | None:
+    """``(symbol, length)`` of the code of more than 8 bits at the next of ``left`` bits, or
+    ``None`` when the bits left end before any code does; ``HPACKError`` for EOS."""
+    for length in range(_PEEK_BITS + 1, min(left, _MAX_CODE_BITS) + 1):
+        symbol = codes.get((length, (bits >> (left - length)) & ((1 << length) - 1)))
+        if symbol == _EOS:
+            raise HPACKError("EOS in a Huffman string")
+        if symbol is not None:
+            return symbol, length
+    return None
 
 
 class HPACKDecoder:
