@@ -215,6 +215,13 @@ def read_identity(pid: int, proc_root: str = "/proc") -> ProcessIdentity:
     return ProcessIdentity(pid, _parse_start(_reader(path, MAX_STAT_BYTES), path))
 
 
+def _pod_of_segment(segment: bytes) -> str | None:
+    """The pod UID a cgroup path segment names (systemd's slice with ``_`` for ``-``), or
+    None."""
+    pod = _POD_SEGMENT.fullmatch(segment) or _POD_SLICE.fullmatch(segment)
+    return None if pod is None else pod[1].replace(b"_", b"-").decode("ascii")
+
+
 def _owner_of_path(path: bytes) -> CgroupOwner:
     """The rule of the module docstring, for one path."""
     if path.endswith(_DELETED):
@@ -231,9 +238,7 @@ def _owner_of_path(path: bytes) -> CgroupOwner:
                 outer = found
             continue
         if pod_uid is None:
-            pod = _POD_SEGMENT.fullmatch(segment) or _POD_SLICE.fullmatch(segment)
-            if pod is not None:
-                pod_uid = pod[1].replace(b"_", b"-").decode("ascii")
+            pod_uid = _pod_of_segment(segment)
     if pod_uid is not None:
         return CgroupOwner(None, pod_uid, outer)
     return CgroupOwner(outer, None)

@@ -471,6 +471,20 @@ def _plan_main(
     return [*remains, item]
 
 
+def _check_arguments(
+    pods: int, annotation_bytes: int, host_network: float, namespaces: Sequence[str]
+) -> None:
+    """``Population``'s arguments, each a ValueError naming it when out of range."""
+    if pods < 0:
+        raise ValueError(f"pods must be >= 0, not {pods}")
+    if isinstance(annotation_bytes, bool) or annotation_bytes < 0:
+        raise ValueError(f"annotation_bytes must be >= 0, not {annotation_bytes!r}")
+    if not 0 <= host_network <= 1:
+        raise ValueError(f"host_network must be a fraction in [0, 1], not {host_network}")
+    if not namespaces:
+        raise ValueError("namespaces must not be empty")
+
+
 class Population:
     """A deterministic, churnable set of pods, safe to read and change from any thread.
 
@@ -494,21 +508,14 @@ class Population:
         annotation_bytes: int = 0,
         sandbox_labels: Mapping[str, str] | None = None,
     ) -> None:
-        if pods < 0:
-            raise ValueError(f"pods must be >= 0, not {pods}")
-        if isinstance(annotation_bytes, bool) or annotation_bytes < 0:
-            raise ValueError(f"annotation_bytes must be >= 0, not {annotation_bytes!r}")
+        _check_arguments(pods, annotation_bytes, host_network, namespaces)
         self._annotation_bytes = int(annotation_bytes)
         self._sandbox_labels = dict(sandbox_labels or {})  # the runtime's own, on every sandbox
-        if not 0 <= host_network <= 1:
-            raise ValueError(f"host_network must be a fraction in [0, 1], not {host_network}")
         self._addresses = AddressPool(pod_cidr)
         self._host_network = host_network
         # Networking draws from a generator of its own: the other draws (and so every
         # population a seed gave before pods had addresses) are unchanged.
         self._net_rng = random.Random(f"{seed}/network")
-        if not namespaces:
-            raise ValueError("namespaces must not be empty")
         self._rng = random.Random(seed)
         self._seed = seed
         self._namespaces = tuple(namespaces)
@@ -523,6 +530,10 @@ class Population:
         self._listeners: list[EventListener] = []
         self._generation = 0
         self._sandboxes_created = 0
+        self._generate(pods)
+
+    def _generate(self, pods: int) -> None:
+        """The first ``pods`` pods, drawn from the seed."""
         now = self._clock()
         previous: _Pod | None = None
         for index in range(pods):

@@ -38,16 +38,22 @@ def _address(
     if tcp:
         text = "tcp://127.0.0.1:0"
     if text is not None and text.startswith("tcp://"):
-        host, sep, port = text.removeprefix("tcp://").rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
-        return host, int(port), None
+        host, port = _tcp_address(text)
+        return host, port, None
     if text is not None:
         path = text.removeprefix("unix://")
         if not path:
             raise ValueError(f"malformed socket path {text!r}")
         return "", None, os.path.abspath(path)
     return "", None, None
+
+
+def _tcp_address(text: str) -> tuple[str, int]:
+    """The host and port of ``tcp://HOST:PORT`` (a ValueError naming ``text`` otherwise)."""
+    host, sep, port = text.removeprefix("tcp://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"malformed TCP address {text!r}: expected tcp://HOST:PORT")
+    return host, int(port)
 
 
 def _chunking(flavor: Flavor, seed: int, stream_items: int) -> StreamChunking:

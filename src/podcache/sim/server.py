@@ -33,7 +33,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
 from typing import Any, NoReturn, TypeVar
 
@@ -149,12 +149,14 @@ def _listed(
             continue
         if state is not None and item.state != state:
             continue
-        if selector and any(item.labels.get(k) != v for k, v in selector.items()):
-            continue
-        if keep is not None and not keep(item):
-            continue
-        parts.append(encoded)
+        if _selected(item.labels, selector) and (keep is None or keep(item)):
+            parts.append(encoded)
     return parts
+
+
+def _selected(labels: Mapping[str, str], selector: dict[str, str]) -> bool:
+    """Whether ``labels`` hold every label of a filter's ``selector``."""
+    return all(labels.get(k) == v for k, v in selector.items())
 
 
 class _Answer:

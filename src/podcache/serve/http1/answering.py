@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -109,18 +109,14 @@ class Answering(Lifecycle):
         """Write ``response`` to ``request``; True unless it is a stream (then STREAMING)."""
         transport = self._transport
         assert transport is not None
-        keep_alive = request.keep_alive
-        if self._server.closing and not any(type(item) is _Request for item in self._queue):
-            keep_alive = False
+        keep_alive = request.keep_alive and self._open_after()
         status = response.status
         head_only = request.method == "HEAD" or status in _NO_BODY or status < 200
         if response.stream is not None:
             if not head_only:
                 self._start_stream(response, keep_alive, request.http10)
                 return False
-            closing = self._loop.create_task(_close_iterator(response.stream))  # never iterated
-            _CLOSING.add(closing)  # a reference until it is done (the loop keeps a weak one)
-            closing.add_done_callback(_CLOSING.discard)
+            self._drop_stream(response.stream)
         head = self._head(response, keep_alive, request.http10)
         if head_only:
             transport.write(head)
@@ -135,6 +131,17 @@ class Answering(Lifecycle):
         if not keep_alive:
             self._end()
         return True
+
+    def _open_after(self) -> bool:
+        """Whether the connection may stay open after this answer: not once the server is
+        closing, unless another request waits for its answer."""
+        return not self._server.closing or any(type(item) is _Request for item in self._queue)
+
+    def _drop_stream(self, stream: AsyncIterator[bytes]) -> None:
+        """Close a stream never iterated (a HEAD's, or a status without a body)."""
+        closing = self._loop.create_task(_close_iterator(stream))
+        _CLOSING.add(closing)  # a reference until it is done (the loop keeps a weak one)
+        closing.add_done_callback(_CLOSING.discard)
 
     def _head(self, response: Response, keep_alive: bool, http10: bool) -> bytes:
         """The status line and header lines of ``response``, and the blank line."""

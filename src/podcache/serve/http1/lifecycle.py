@@ -191,18 +191,22 @@ class Lifecycle:
             if now - self._since >= server.idle_timeout:
                 self._end(half_close=False)
         elif state is HEAD:
-            began = self._head_began
-            if began is not None and now - began >= server.head_timeout:
-                self._queue.append(
-                    _Refusal(408, f"the request head took longer than {server.head_timeout:g} s")
-                )
-                self._stop_parsing()
-                self._next()
+            self._check_head(now)
         elif state in (BLOCKED, STREAMING, ENDING):
             limit = server.linger_timeout if state is ENDING else server.idle_timeout
             stuck = state is not STREAMING or self._unsent > 0
             if stuck and now - self._since >= limit:
                 self.abort(cut_off="stalled")
+
+    def _check_head(self, now: float) -> None:
+        """A request head that took longer than the server's head timeout is answered 408,
+        and nothing after it is read."""
+        began = self._head_began
+        timeout = self._server.head_timeout
+        if began is not None and now - began >= timeout:
+            self._queue.append(_Refusal(408, f"the request head took longer than {timeout:g} s"))
+            self._stop_parsing()
+            self._next()
 
     def shutdown(self) -> None:
         """The server stops: close now if idle, else after answering the requests queued (a

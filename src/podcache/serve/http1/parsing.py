@@ -114,6 +114,12 @@ class Parsing(Lifecycle):
             elif lower == b"transfer-encoding":
                 has_body = True
             headers.append((lower.decode("latin-1"), text))
+        self._check_host(host, hosts)
+        return headers, has_body
+
+    def _check_host(self, host: str | None, hosts: int) -> None:
+        """One Host header (400 otherwise), naming this server when it names its hosts (421
+        otherwise)."""
         if host is None or hosts > 1:
             self._stop(400, "no Host header" if host is None else "more than one Host header")
         allowed = self._allowed_hosts
@@ -123,7 +129,6 @@ class Parsing(Lifecycle):
                 f"Host {host[:100]!r} does not name this server: without a token it serves "
                 "only its own addresses and the names given with --allow-host",
             )
-        return headers, has_body
 
     def _feed(self, data: bytes) -> None:
         """Parse ``data``, in ``_FEED_STEP`` steps when larger; hold back what is left once
@@ -191,14 +196,19 @@ def _split_target(url: bytes) -> tuple[str, str] | None:
                 raw_path = raw_path.partition(b"#")[0]
     elif url == b"*":
         return "*", ""
-    elif b"://" in url:
-        try:
-            parsed = httptools.parse_url(url)
-        except httptools.HttpParserInvalidURLError:
-            return None
-        raw_path, raw_query = parsed.path or b"/", parsed.query or b""
+    elif b"://" in url and (parts := _url_parts(url)) is not None:
+        raw_path, raw_query = parts
     else:
         return None
     if _PERCENT in raw_path:
         raw_path = unquote_to_bytes(raw_path)
     return raw_path.decode("utf-8", "replace"), raw_query.decode("utf-8", "replace")
+
+
+def _url_parts(url: bytes) -> tuple[bytes, bytes] | None:
+    """The raw path ("/" when empty) and query of an absolute URL; None when it is none."""
+    try:
+        parsed = httptools.parse_url(url)
+    except httptools.HttpParserInvalidURLError:
+        return None
+    return parsed.path or b"/", parsed.query or b""
