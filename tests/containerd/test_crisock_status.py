@@ -317,3 +317,32 @@ def test_a_removed_sandbox_answers_its_last_status_not_ready(
     assert answer.status.metadata.uid == sandbox.uid
     assert answer.status.created_at == sandbox.created_at
     assert dict(call.trailing_metadata())["podcache-departed"] == rfc3339(deleted.created_at)
+
+
+@pytest.mark.parametrize("containerd", ["1.6"], indirect=True)
+def test_containerd_1_6_has_no_events_so_every_status_is_its_own_answer_forwarded(
+    containerd: Containerd, cri_harness: CRIHarness
+) -> None:
+    sandbox = cri_harness.run_pod("no-events", "crisock-status")
+    try:
+        app = cri_harness.create_container(sandbox, "app")
+        with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+            path = os.path.join(tmp, "cri.sock")
+            http = Client(path=f"{tmp}/http.sock")
+            args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+            with ServeProcess([*args, "--cri-listen", path]) as server:
+                proxy, direct = Socket(path), Socket(containerd.socket_path)
+                served = Served(proxy, direct, http)
+                try:
+                    request = _container(app.id, verbose=True)
+                    for _ in range(2):
+                        mine = proxy.call("ContainerStatus", request)
+                        theirs = direct.call("ContainerStatus", request)
+                        assert _same(mine, theirs, pb.ContainerStatusResponse)
+                    assert _from_cache(served, "ContainerStatus") == 0
+                finally:
+                    proxy.close()
+                    direct.close()
+            assert "Traceback" not in server.stderr, server.stderr
+    finally:
+        cri_harness.remove_all([sandbox.id])

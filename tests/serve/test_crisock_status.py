@@ -291,3 +291,30 @@ def test_a_deleted_container_is_not_found_or_its_last_status_with_when_it_left(
             verbose = _parsed(path, proxy.call(path, _request(path, ident, True)))
             assert verbose.status == expected.status
             assert verbose.info == running_info[ident]
+
+
+# -- rule 8: without an event stream, forwarded with sharing ------------------------------------
+def test_with_events_off_and_no_subscriber_every_status_is_asked_of_the_runtime(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    path = str(tmp_path_factory.mktemp("cri") / "cri.sock")
+    port = free_port()
+    with SimRuntime(10, seed=3) as sim, sim.pause_churn():
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--events", "off"]
+        with ServeProcess([*args, "--cri-listen", path]) as server:
+            served = Served(path, Client(port=port), sim, False)
+            proxy, direct = Socket(path), Socket(sim.endpoint.removeprefix("unix://"))
+            try:
+                container = sim.population.snapshot().containers[0].id
+                data = _request(CONTAINER, container, True)
+                sim.reset_call_counts()
+                answers = [proxy.call(CONTAINER, data) for _ in range(3)]
+                assert sim.calls().get("ContainerStatus", 0) == 3
+                theirs = _parsed(CONTAINER, direct.call(CONTAINER, data))
+                assert all(_parsed(CONTAINER, each) == theirs for each in answers)
+                assert _answers(served, "ContainerStatus", "upstream") == 3
+                assert _answers(served, "ContainerStatus", "cache") == 0
+            finally:
+                proxy.close()
+                direct.close()
+        assert "Traceback" not in server.stderr, server.stderr

@@ -294,8 +294,8 @@ class StatusStore:
         """An event named ``ident``: its answers go (a verbose one stays, stale, for its
         ``info``, while the departed are kept), its number is remembered."""
         for key in tuple(self._by_id.get(ident, ())):
-            held = self._answers[key]
-            if key.verbose and self.departed is not None:
+            held = self._answers.get(key)
+            if held is not None and key.verbose and self.departed is not None:
                 held.stale = True
             else:
                 self._forget(key)
