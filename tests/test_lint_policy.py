@@ -4,9 +4,10 @@ function length and radon's grades.
 ruff itself enforces the limits; these tests keep the limits from being quietly turned off: the
 complexity rules stay selected and out of the global ignore list, per-file ignores of them name
 the work that removes them, and every ``noqa`` says why on its own line. What ruff does not
-check is checked here: no function in src/ over 60 lines (but those listed with the work that
-removes them), no block radon grades D or worse (``radon cc -n D src/``), and every module's
-maintainability index graded A or B (``radon mi src/``).
+check is checked here: no function in src/ over 50 lines (but those listed with the work that
+removes them), no block radon grades D or worse (``radon cc -n D src/``), at most
+``MAX_C_BLOCKS`` graded C, and every module's maintainability index graded A or B
+(``radon mi src/``).
 """
 
 from __future__ import annotations
@@ -81,12 +82,18 @@ def test_the_noqa_check_tells_a_reason_from_none() -> None:
 
 
 # -- function length and radon's grades ---------------------------------------------------------
-MAX_FUNCTION_LINES = 60
+MAX_FUNCTION_LINES = 50
 """Most lines of a function in src/, from its ``def`` to its last line (decorators not
-counted, its signature and docstring counted): the project's rule, "no function over 60 lines
+counted, its signature and docstring counted): the project's rule, "no function over 50 lines
 except declarative data" (data goes in module-level constants, not in a function)."""
 
-LONG_FUNCTIONS: dict[str, str] = {}
+_ROUTE_TABLE = "serve's route table, which splits App by concern and builds the paths from it"
+LONG_FUNCTIONS: dict[str, str] = {
+    "src/podcache/serve/app.py::App.__init__": _ROUTE_TABLE,
+    "src/podcache/serve/app.py::App.respond_now": _ROUTE_TABLE,
+    "src/podcache/serve/app.py::App._begin": _ROUTE_TABLE,
+    "src/podcache/serve/openapi.py::_lookup_paths": _ROUTE_TABLE,
+}
 """Functions over the limit today, each with the work that removes it (an entry whose
 function is no longer over the limit fails, so the list only shrinks)."""
 
@@ -121,7 +128,7 @@ def _long_functions() -> dict[str, int]:
     }
 
 
-def test_no_function_is_over_60_lines() -> None:
+def test_no_function_is_over_50_lines() -> None:
     over = {name: lines for name, lines in _long_functions().items() if name not in LONG_FUNCTIONS}
     assert not over, (
         f"functions over {MAX_FUNCTION_LINES} lines (split them, or make their data a "
@@ -134,7 +141,7 @@ def test_every_long_function_excused_is_still_long() -> None:
     assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines: drop them from the list: {stale}"
 
 
-@pytest.mark.parametrize(("lines", "over"), [(60, False), (61, True)])
+@pytest.mark.parametrize(("lines", "over"), [(50, False), (51, True)])
 def test_the_length_check_counts_from_def_to_the_last_line(lines: int, over: bool) -> None:
     body = "".join(f"    x{n} = {n}\n" for n in range(lines - 1))
     source = f"class C:\n    @staticmethod\n    def f() -> None:\n{textwrap.indent(body, '    ')}"
@@ -154,6 +161,37 @@ def test_radon_grades_no_function_d_or_worse() -> None:
         if cc_rank(block.complexity) >= "D"
     ]
     assert not graded, f"radon grades these D or worse: {graded}"
+
+
+MAX_C_BLOCKS = 23
+"""Most blocks radon may grade C (cyclomatic complexity 11 to 20) in src/: a function past
+10 is split by concern, or stays one of these few."""
+
+
+def _c_blocks() -> list[str]:
+    from radon.complexity import cc_rank, cc_visit
+
+    return [
+        f"{path.relative_to(ROOT)}: {block.fullname} ({block.complexity})"
+        for path in _src_modules()
+        for block in cc_visit(path.read_text())
+        if cc_rank(block.complexity) == "C"
+    ]
+
+
+def test_radon_grades_few_blocks_c() -> None:
+    """``radon cc -n C src/`` lists at most ``MAX_C_BLOCKS`` blocks."""
+    graded = _c_blocks()
+    assert len(graded) <= MAX_C_BLOCKS, f"{len(graded)} blocks graded C: {graded}"
+
+
+def test_the_c_count_sees_a_c_block() -> None:
+    """The count reads radon's grade: a function of 11 branches is one C block."""
+    from radon.complexity import cc_rank, cc_visit
+
+    branches = "".join(f"    if x == {n}:\n        return {n}\n" for n in range(10))
+    (block,) = cc_visit(f"def f(x):\n{branches}    return -1\n")
+    assert (block.complexity, cc_rank(block.complexity)) == (11, "C")
 
 
 def test_radon_grades_every_module_a_or_b() -> None:

@@ -90,7 +90,15 @@ class PerInstance(Generic[F]):
 
 
 class HitPath(NamedTuple):
-    """The lock-free ``get_pods`` of one cache, and the two functions that share its cells."""
+    """The lock-free ``get_pods`` of one cache, and the functions that share its cells.
+
+    Measured choices (benchmarks/bench_hit.py): a closure reading cells beat a method reading
+    attributes; comparing the clock with the precomputed ``fresh_until`` saves a subtraction;
+    two cells (pods, then fresh_until) beat indexing a tuple; and a positional-or-keyword
+    ``timeout`` default is about 20 ns cheaper than a keyword-only one (CPython fills those
+    from a dict), so the closure accepts ``timeout`` either way while its declared type
+    (``GetPods``, what callers and mypy see) keeps it keyword-only.
+    """
 
     get_pods: GetPods
     publish: Callable[[Snapshot], None]
@@ -113,14 +121,7 @@ def make_hit_path(
     count_hits: bool,
 ) -> HitPath:
     """The lock-free ``get_pods`` as a closure (docs/architecture.md §3 rule 7), with its
-    ``publish`` and hit-count reader.
-
-    Measured choices (benchmarks/bench_hit.py): a closure reading cells beat a method reading
-    attributes; comparing the clock with the precomputed ``fresh_until`` saves a subtraction;
-    two cells (pods, then fresh_until) beat indexing a tuple; and a positional-or-keyword
-    ``timeout`` default is about 20 ns cheaper than a keyword-only one (CPython fills those
-    from a dict), so the closure accepts ``timeout`` either way while its declared type
-    (``GetPods``, what callers and mypy see) keeps it keyword-only.
+    ``publish`` and hit-count reader (``HitPath`` says why it is shaped so).
 
     ``publish`` stores the pods before ``fresh_until`` and a hit reads ``fresh_until`` before
     the pods, so a reader racing a publish gets the old pods or newer ones, never older pods

@@ -179,14 +179,9 @@ def sim_command(
     if socket_path is not None and tcp:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
     stop = threading.Event()
-    sim: SimRuntime | None = None
-
-    def on_stats_signal() -> None:
-        if sim is not None and stats_file is not None:
-            write_stats(sim, stats_file)
-
-    with _signals_handled(stop, on_stats_signal):
-        sim = SimRuntime(
+    on_stats = _StatsOnSignal(stats_file)
+    with _signals_handled(stop, on_stats):
+        sim = on_stats.sim = SimRuntime(
             pods,
             seed=seed,
             churn=churn,
@@ -205,6 +200,19 @@ def sim_command(
             pod_events=not no_events,
         )
         _serve_until(stop, sim, _banner(sim, pods, churn, seed, no_streaming), stats_file)
+
+
+class _StatsOnSignal:
+    """SIGUSR1's handler: the call counts written to ``--stats-file`` (when given), once the
+    runtime exists."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.sim: SimRuntime | None = None
+
+    def __call__(self) -> None:
+        if self.sim is not None and self.path is not None:
+            write_stats(self.sim, self.path)
 
 
 @contextmanager

@@ -208,6 +208,7 @@ class Faults:
         fail_rate: float = 0.0,
         unimplemented: Iterable[str] = (),
         malformed: Iterable[Malformed] = (),
+        bad_ips: Iterable[str] = (),
     ) -> None:
         self._lock = threading.Lock()
         self._rng = random.Random(seed)
@@ -226,6 +227,7 @@ class Faults:
         self.fail_rate = fail_rate
         self.unimplemented = frozenset(unimplemented)
         self.malformed = frozenset(malformed)
+        self.bad_ips = bad_ips
 
     @property
     def latency(self) -> float:

@@ -56,6 +56,12 @@ def _tcp_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _refused(unimplemented: Iterable[str], streaming: bool) -> frozenset[str]:
+    """The methods answered UNIMPLEMENTED: those named, and the streaming list calls of a
+    runtime that does not stream lists."""
+    return frozenset(unimplemented) | (frozenset() if streaming else STREAM_LIST_METHODS)
+
+
 def _chunking(flavor: Flavor, seed: int, stream_items: int) -> StreamChunking:
     """How ``flavor`` cuts a streamed list: CRI-O by a fixed count, containerd by draws."""
     fixed = flavor.fixed_stream_items
@@ -134,25 +140,31 @@ class SimRuntime:
             sandbox_labels=self.flavor.sandbox_labels(),
         )
         """The simulated pods; read ``population.snapshot()`` for the truth."""
-        refused = frozenset(unimplemented) | (frozenset() if streaming else STREAM_LIST_METHODS)
         self.faults = Faults(
             seed=seed,
             latency=latency,
             fail_rate=fail_rate,
             malformed=malformed,
-            unimplemented=refused,
+            unimplemented=_refused(unimplemented, streaming),
+            bad_ips=bad_ips,
         )
         """Faults injected into calls; change them at any time."""
         self.chunking = _chunking(self.flavor, seed, stream_items)
         """How streamed list answers are cut into messages (``max_items`` settable)."""
-        self.faults.bad_ips = bad_ips
+        self._init_serving(churn, max_workers, _address(socket, tcp))
+
+    def _init_serving(
+        self, churn: float, max_workers: int, address: tuple[str, int | None, str | None]
+    ) -> None:
+        """How it runs: ``churn`` pods replaced a second, ``max_workers`` server threads, where
+        it will listen (``_address``), and its server's state (none yet, new)."""
         self._churn = ChurnDriver(self.population, churn)
         self._max_workers = max_workers
         self._server: SimServer | None = None
         self._tempdir: str | None = None
         self._lock = threading.Lock()
         self._state = "new"
-        self._host, self._port, self._path = _address(socket, tcp)
+        self._host, self._port, self._path = address
         self._bound: BoundSocket | None = None
 
     # -- addresses ----------------------------------------------------------------------------
