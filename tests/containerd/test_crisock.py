@@ -2,7 +2,8 @@
 (docs/architecture.md §10): its lists equal containerd's own answers once the node is quiet,
 for every filter combination hypothesis draws; a RemovePodSandbox through it fails and the pod
 is still there; three subscribers of its GetContainerEvents each see every event, where direct
-subscribers of 1.7 would each see only some (containerd#7318).
+subscribers of 1.7 would each see only some (containerd#7318); a SIGKILL and restart of the
+runtime is one resubscription of the caches through the hub.
 
 Every pod made here is removed here.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 import threading
 import time
@@ -23,11 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podcache.cri.proto import api_pb2 as pb
-from tests.containerd.conftest import EVENT_VERSIONS, Containerd
+from tests.containerd.conftest import EVENT_VERSIONS, VERSIONS, Containerd
 from tests.containerd.harness import CRIHarness, SandboxRecord
-from tests.serve.conftest import ServeProcess
+from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
+LONG_PERIOD = 60.0
 with_events = pytest.mark.parametrize("containerd", EVENT_VERSIONS, indirect=True)
 
 LISTS: dict[str, tuple[Any, Any, str]] = {
@@ -346,3 +349,79 @@ def test_redact_env_takes_every_value_out_of_containerds_verbose_status_and_noth
     assert info == expected_redaction(json.loads(direct_answer.info["info"]))
     env = info["runtimeSpec"]["process"]["env"]
     assert {f"{name}=<redacted>" for name in SECRETS} <= set(env)
+
+
+# -- a runtime restart under the socket ----------------------------------------------------------
+
+
+class Subscriptions(NamedTuple):
+    """serve's event subscriptions as /metrics shows them."""
+
+    state: str
+    """The default view's cache's ``events_state``."""
+    resubscriptions: int
+    upstream: int
+    """Streams the hub opened to the runtime (every cache follows it)."""
+
+
+def _subscriptions(client: Client) -> Subscriptions:
+    metrics = client.get("/metrics").body.decode()
+    states = re.findall(r'^podcache_events_state\{state="(\w+)"\} 1\.0$', metrics, re.M)
+    counters = {
+        name: int(float(value))
+        for name, value in re.findall(r"^(podcache_\w+_total) (\S+)$", metrics, re.M)
+    }
+    return Subscriptions(
+        states[0],
+        counters["podcache_event_resubscriptions_total"],
+        counters["podcache_cri_event_subscriptions_total"],
+    )
+
+
+def _listed(client: Client, uid: str, target: str) -> bool:
+    reply = client.get(target)
+    return reply.status == 200 and uid in {pod["id"] for pod in reply.json()["items"]}
+
+
+@pytest.mark.parametrize("containerd", VERSIONS, indirect=True)
+def test_a_restart_is_one_resubscription_through_the_hub_and_1_6_stays_without_events(
+    containerd: Containerd, cri_harness: CRIHarness
+) -> None:
+    """serve --cri-listen (every cache follows the hub's one stream) through a SIGKILL and
+    restart of containerd with a pod running: on 1.7 and 2.1 the caches lose the stream and
+    subscribe again once (one resubscription), the hub opening another stream to the runtime,
+    and a pod made afterwards shows by its events (the period is 60 s); on 1.6 nothing
+    subscribes before or after."""
+    events = containerd.version in EVENT_VERSIONS
+    running = cri_harness.run_pod("cri-restart-running", "crisock")
+    made = [running]
+    try:
+        with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+            http = f"{tmp}/http.sock"
+            args = ["-r", containerd.endpoint, "--listen", f"unix:{http}", "--cache-period", "60s"]
+            with ServeProcess([*args, "--cri-listen", f"{tmp}/cri.sock"]) as server:
+                client = Client(path=http)
+                first = "subscribed" if events else "unsupported"
+                until(lambda: _subscriptions(client).state == first)
+                before = _subscriptions(client)
+                containerd.kill()
+                try:
+                    if events:  # the loss is seen before the runtime is back
+                        until(lambda: _subscriptions(client).state == "reconnecting")
+                finally:
+                    containerd.start()
+                late = cri_harness.run_pod("cri-restart-late", "crisock")
+                made.append(late)
+                # Without events only a reader's ?fresh=1 lists the node before the period.
+                target = "/pods" if events else "/pods?fresh=1"
+                until(lambda: _listed(client, late.uid, target), LONG_PERIOD / 2)
+                after = _subscriptions(client)
+        assert "Traceback" not in server.stderr, server.stderr
+    finally:
+        cri_harness.remove_all([s.id for s in made])
+    if events:
+        assert before == Subscriptions("subscribed", 0, 1)
+        assert (after.state, after.resubscriptions) == ("subscribed", 1)
+        assert after.upstream >= 2
+    else:
+        assert before == after == Subscriptions("unsupported", 0, 0)

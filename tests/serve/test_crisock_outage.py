@@ -10,7 +10,8 @@ Real parts: the simulator's gRPC server on a unix socket (stopped mid-test: the 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -117,3 +118,75 @@ def test_metrics_count_cache_answers_as_saved_time_each_call_and_count_connectio
     (connections,) = _samples(text, "podcache_cri_connections ").values()
     assert connections >= 1
     assert re.search(r"^# HELP podcache_cri_connections ", text, re.MULTILINE)
+
+
+class Subscriptions(NamedTuple):
+    state: str
+    """The default view's cache's ``events_state``."""
+    resubscriptions: int
+    upstream: int
+    """Streams the hub opened to the runtime (every cache follows the hub)."""
+
+
+def _subscriptions(client: Client) -> Subscriptions:
+    text = client.get("/metrics").body.decode()
+    (state,) = re.findall(r'^podcache_events_state\{state="(\w+)"\} 1\.0$', text, re.MULTILINE)
+    counters = dict(re.findall(r"^(podcache_\w+_total) (\S+)$", text, re.MULTILINE))
+    return Subscriptions(
+        state,
+        int(float(counters["podcache_event_resubscriptions_total"])),
+        int(float(counters["podcache_cri_event_subscriptions_total"])),
+    )
+
+
+def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait for ``check`` (the timeout is a safety net, never the property tested)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def _said(served: ServeProcess) -> list[str]:
+    return [line for line in served.stderr_lines if "GetContainerEvents" in line]
+
+
+def test_a_runtime_down_at_start_ends_with_the_first_subscription_and_a_restart_is_one_more(
+    tmp_socket_dir: Path,
+) -> None:
+    """The runtime comes only after serve --cri-listen started (as when it restarts while
+    serve's first stream is still being confirmed): its first subscription ends that outage,
+    said without "again" and counted as no resubscription, the hub's first stream; a restart
+    after it is one resubscription, the hub's second stream (docs/architecture.md §7)."""
+    runtime = str(tmp_socket_dir / "runtime.sock")
+    port = free_port()
+    args = ["-r", f"unix://{runtime}", "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+    args += ["--cri-listen", str(tmp_socket_dir / "cri.sock"), "--max-stale", "600s"]
+    sim: SimRuntime | None = None
+    try:
+        with ServeProcess(args) as served:
+            client = Client(port=port)
+            _until(lambda: _subscriptions(client).state == "reconnecting", "never tried")
+            sim = SimRuntime(5, seed=5, socket=runtime).start()
+            _until(lambda: _subscriptions(client).state == "subscribed", "never subscribed")
+            first = _subscriptions(client)
+            said_first = _said(served)
+            sim.stop()
+            _until(lambda: _subscriptions(client).state == "reconnecting", "the loss unseen")
+            sim = SimRuntime(5, seed=5, socket=runtime).start()
+            _until(lambda: _subscriptions(client).resubscriptions >= 1, "never resubscribed")
+            again = _subscriptions(client)
+            said_again = _said(served)[len(said_first) :]
+    finally:
+        if sim is not None:
+            sim.stop()
+    assert first == Subscriptions("subscribed", 0, 1)
+    assert again == Subscriptions("subscribed", 1, 2)
+    view = f"unix://{runtime}: "  # the default view's lines (the all view's say "?all=1 view")
+    mine = [line for line in said_first if view in line]
+    assert [("cannot subscribe" in line, "subscribed after" in line) for line in mine] == [
+        (True, False),
+        (False, True),
+    ], said_first
+    assert any(view in line and "subscribed again after" in line for line in said_again), said_again
+    assert "Traceback" not in served.stderr, served.stderr

@@ -29,7 +29,9 @@ Rules
    seconds, or sooner when a refresh succeeds after one failed (the runtime was restarted,
    perhaps reconfigured).
 4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
-   is one resubscription, however many attempts the outage took; ``failures`` counts every
+   is one resubscription, however many attempts the outage took, and one that came before
+   the first subscription was open (the stream still being confirmed) is none: the
+   subscription after it is the first; ``failures`` counts every
    failed attempt (a stream that could not be opened, failed, ended, or met an unreachable or
    unsupporting runtime), one each. A stream lost within
    ``BACKOFF_CAP`` seconds of a resubscription that ended an outage (the runtime was
@@ -39,7 +41,9 @@ Rules
 5. **What the operator is told** (``log``, the ``podcache.cache`` logger): each change of the
    state the log last reported, once, with its cause and naming the method and the endpoint:
    at WARNING when the subscription starts failing (the error that ended or refused the
-   stream), when it is subscribed again after failing (how many attempts, how long), when the
+   stream), when it is subscribed after failing (how many attempts, how long; "again" only
+   when a stream was open before: a runtime down or restarting before the first subscription
+   ends its outage with the first one, which is no resubscription, rule 4), when the
    runtime turns out to have no events (once per cache, rule 3) and when it streams again;
    at INFO the first subscription and the close. A failure that changes no reported state (the
    next attempt of an outage) is DEBUG: a restart is two WARNING lines, however long it lasts.
@@ -331,9 +335,10 @@ class Subscription:
             log.warning("runtime at %s now streams container events (%s)", self.endpoint, METHOD)
         else:
             log.warning(
-                "%s at %s: subscribed again after %d failed attempt%s in %.1f s",
+                "%s at %s: subscribed%s after %d failed attempt%s in %.1f s",
                 METHOD,
                 self.endpoint,
+                " again" if self.subscriptions > 0 else "",
                 self._outage_failures,
                 "" if self._outage_failures == 1 else "s",
                 self._clock() - self._outage_began,

@@ -29,6 +29,9 @@ CASES = [
     ([OPEN, F], ["stream lost: c1"], 1),
     ([F], ["cannot subscribe: c0"], 1),  # the first open fails: said, and counted
     ([F, F, U, U, F], ["cannot subscribe: c0"], 5),  # one outage: one line
+    # A runtime down (or restarted) before the first subscription: it ends with the first,
+    # never said to be subscribed "again" (rule 4: no resubscription either).
+    ([F, U, OPEN], ["cannot subscribe: c0", "subscribed after 2 failed attempts"], 2),
     ([OPEN, F, F, U, OPEN], ["stream lost: c1", "subscribed again after 3 failed attempts"], 3),
     (
         [OPEN, F, OPEN, F, OPEN],
