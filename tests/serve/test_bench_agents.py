@@ -114,7 +114,11 @@ def test_a_different_answer_is_told_apart_and_the_answer_time_is_not() -> None:
 
 def test_upstream_calls_are_counted_to_the_event_before_them_within_the_window() -> None:
     window = 2.0
-    events = [[10.0, 0, "c1", "s1", True], [20.0, 3, "c1", "s1", False]]
+    events = [
+        [10.0, 0, "c1", "s1", True],
+        [20.0, 3, "c1", "s1", False],
+        [30.0, 3, "s1", "s1", False],  # the sandbox deleted: its status not carried
+    ]
     calls = [
         [at, method, named, True, 100, "podcache", verbose]
         for at, method, named, verbose in (
@@ -125,16 +129,17 @@ def test_upstream_calls_are_counted_to_the_event_before_them_within_the_window()
             (20.1, "ContainerStatus", "c1", False),
             (20.2, "PodSandboxStatus", "s1", False),
             (20.3, "ContainerStatus", "other", False),
+            (30.1, "PodSandboxStatus", "s1", False),
         )
     ]
     found = bench.per_event(events, calls, window)
     assert found["ContainerStatus"] == {
-        "events": 2,
+        "events": 3,
         "calls": 3,
         "max_per_event": 1.5,
         "max_per_event_not_sandbox": 1.5,
         "ids_over_one": 1,
         "after_carrying_event": 1,
     }
-    assert found["PodSandboxStatus"]["calls"] == 1
+    assert found["PodSandboxStatus"]["calls"] == 2
     assert found["PodSandboxStatus"]["after_carrying_event"] == 1
