@@ -286,12 +286,14 @@ def test_runtime_cache_serves_one_object_until_the_period_passes(
     sim: SimRuntime, cri: CRIRuntime
 ) -> None:
     cri.get_pods()  # the getter learns every sandbox's IPs: the cache's refreshes make no call
-    cache = RuntimeCache(cri, 0.2)
+    now = [1000.0]  # the cache's clock, moved by the test (a loaded machine moves no period)
+    cache = RuntimeCache(cri, 0.2, clock=lambda: now[0])
     first = cache.get_pods()
     assert cache.get_pods() is first
     uid, _ = sim.population.create_pod(PodShape.RUNNING)
+    now[0] += 0.19
     assert cache.get_pods() is first  # still within the period: the new pod is not seen
-    time.sleep(0.25)
+    now[0] += 0.02
     refreshed = cache.get_pods()
     assert refreshed is not first
     assert refreshed.by_uid(uid) is not None
@@ -303,7 +305,9 @@ async def test_the_async_client_returns_the_same_pods(sim: SimRuntime) -> None:
     async with AsyncCRIRuntime(sim.endpoint, timeout=TIMEOUT) as cri:
         for all in (False, True):
             assert_same_pods(await cri.get_pods(all), expected_now(sim, all=all))
-        cache = AsyncRuntimeCache(cri, 0.2)  # the getter knows every sandbox's IPs already
+        # The getter knows every sandbox's IPs already; the clock stands still (a loaded
+        # machine's pause between the two reads must not end the period).
+        cache = AsyncRuntimeCache(cri, 0.2, clock=lambda: 1000.0)
         first = await cache.get_pods()
         assert await cache.get_pods() is first
         assert_same_pods(first, expected_now(sim, all=False))
