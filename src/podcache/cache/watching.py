@@ -164,17 +164,17 @@ class ThreadRefresher:
             stop.wait(delay)
 
 
-class PodWatch(Iterator[PodChange]):
-    """The changes of a ``RuntimeCache``, in order, as an iterator (see ``RuntimeCache.watch``).
+_Host = TypeVar("_Host", WatchHost, AsyncWatchHost)
 
-    ``next_batch(timeout)`` returns every change available (whole revisions), waiting at most
-    ``timeout`` seconds for the first ([] then). ``revision``: the revision the changes read so
-    far bring a consumer to. ``close()`` (or ``with``) ends it; iterating then stops.
-    """
 
-    def __init__(self, host: WatchHost, since: int | None) -> None:
+class _Watch(Generic[_Host]):
+    """What both watches hold and do alike: their host, the handle of their cursor, the
+    changes read and not yet handed out, whether they are closed, the revision reached; and
+    the read of the log that keeps the revision (or closes the watch on a resync)."""
+
+    def __init__(self, host: _Host, since: int | None) -> None:
         _check_since(since)
-        self._host = host
+        self._host: _Host = host
         self._since = since
         self._handle = _Handle()
         self._buffer: deque[PodChange] = deque()
@@ -187,6 +187,32 @@ class PodWatch(Iterator[PodChange]):
         """The revision reached by the changes returned so far (None before the first read of
         a watch opened without ``since``)."""
         return self._revision
+
+    def _take_buffered(self) -> list[PodChange]:
+        """The changes read and not yet handed out, handed out now."""
+        batch = list(self._buffer)
+        self._buffer.clear()
+        return batch
+
+    def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
+        try:
+            batch = log.read(cursor)
+        except ResyncRequiredError:
+            self._closed = True
+            self._host.closed()
+            raise
+        if batch:
+            self._revision = batch[-1].revision
+        return batch
+
+
+class PodWatch(_Watch[WatchHost], Iterator[PodChange]):
+    """The changes of a ``RuntimeCache``, in order, as an iterator (see ``RuntimeCache.watch``).
+
+    ``next_batch(timeout)`` returns every change available (whole revisions), waiting at most
+    ``timeout`` seconds for the first ([] then). ``revision``: the revision the changes read so
+    far bring a consumer to. ``close()`` (or ``with``) ends it; iterating then stops.
+    """
 
     def __iter__(self) -> PodWatch:
         return self
@@ -212,9 +238,7 @@ class PodWatch(Iterator[PodChange]):
         ``max_lag`` changes behind (the watch is then closed).
         """
         if self._buffer:
-            batch = list(self._buffer)
-            self._buffer.clear()
-            return batch
+            return self._take_buffered()
         if self._closed:
             return []
         cursor = self._handle.cursor or self._open()
@@ -243,22 +267,9 @@ class PodWatch(Iterator[PodChange]):
         first read has opened the watch, and once it is closed). ResyncRequiredError as
         ``next_batch``."""
         if self._buffer or self._closed or self._handle.cursor is None:
-            batch = list(self._buffer)
-            self._buffer.clear()
-            return batch
+            return self._take_buffered()
         with self._host.lock:
             return self._read(self._host.log, self._handle.cursor)
-
-    def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
-        try:
-            batch = log.read(cursor)
-        except ResyncRequiredError:
-            self._closed = True
-            self._host.closed()
-            raise
-        if batch:
-            self._revision = batch[-1].revision
-        return batch
 
     def _open(self) -> Cursor | None:
         host = self._host
@@ -333,24 +344,9 @@ class TaskRefresher:
             await asyncio.sleep(delay)
 
 
-class AsyncPodWatch(AsyncIterator[PodChange]):
+class AsyncPodWatch(_Watch[AsyncWatchHost], AsyncIterator[PodChange]):
     """The changes of an ``AsyncRuntimeCache``, in order, as an async iterator: the twin of
     ``PodWatch`` (``await next_batch(timeout)``, ``revision``, ``close()`` / ``async with``)."""
-
-    def __init__(self, host: AsyncWatchHost, since: int | None) -> None:
-        _check_since(since)
-        self._host = host
-        self._since = since
-        self._handle = _Handle()
-        self._buffer: deque[PodChange] = deque()
-        self._closed = False
-        self._revision = since
-        weakref.finalize(self, _abandon, self._handle)
-
-    @property
-    def revision(self) -> int | None:
-        """As ``PodWatch.revision``."""
-        return self._revision
 
     def __aiter__(self) -> AsyncPodWatch:
         return self
@@ -380,9 +376,7 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
     async def next_batch(self, timeout: float | None = None) -> list[PodChange]:
         """As ``PodWatch.next_batch``; cancelling the caller never cancels a refresh."""
         if self._buffer:
-            batch = list(self._buffer)
-            self._buffer.clear()
-            return batch
+            return self._take_buffered()
         if self._closed:
             return []
         cursor = self._handle.cursor or await self._open()
@@ -423,21 +417,8 @@ class AsyncPodWatch(AsyncIterator[PodChange]):
         two publishes (``serve.watchstream``'s broadcast does)."""
         cursor = self._handle.cursor
         if self._buffer or self._closed or cursor is None:
-            batch = list(self._buffer)
-            self._buffer.clear()
-            return batch
+            return self._take_buffered()
         return self._read(self._host.log, cursor)
-
-    def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
-        try:
-            batch = log.read(cursor)
-        except ResyncRequiredError:
-            self._closed = True
-            self._host.closed()
-            raise
-        if batch:
-            self._revision = batch[-1].revision
-        return batch
 
     async def _open(self) -> Cursor | None:
         host = self._host

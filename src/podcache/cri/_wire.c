@@ -1403,32 +1403,52 @@ static int ev_named(ev_reading *r, span m, uint32_t message, ev_container *c) {
     return 0;
 }
 
-/* ContainerStatus: id (1), metadata (2), state (3), created_at (4), image (8), image_ref (9). */
-static int ev_container_status(ev_reading *r, span m, ev_container *c) {
+/* Reads one length-delimited field of a status message into `into`. */
+typedef int (*ev_part_reader)(ev_reading *r, uint32_t field, span value, void *into);
+
+/* A status message (a container's or a sandbox's): state (3) and created_at (4) are varints
+ * stored in `state` and `created`; the length-delimited fields whose bit is set in `parts`
+ * (bit n: field n) are read by `read_part`; every other field is skipped by its length. */
+static inline int ev_status_fields(ev_reading *r, span m, int32_t *state, int64_t *created,
+                                   uint32_t parts, ev_part_reader read_part, void *into) {
     const uint8_t *p = m.p, *end = m.p + m.n;
     while (p < end) {
         uint32_t field;
-        int wire, failed;
+        int wire;
         uint64_t number;
         span value;
         if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
         if ((field == 3 || field == 4) && wire == EV_VARINT) {
             if (ev_varint(r, &p, end, &number) < 0) return -1;
-            if (field == 3) c->state = (int32_t)(uint32_t)number;
-            else c->created_at = (int64_t)number;
+            if (field == 3) *state = (int32_t)(uint32_t)number;
+            else *created = (int64_t)number;
             continue;
         }
-        if (wire != EV_LENGTH || (field != 1 && field != 2 && field != 8 && field != 9)) {
+        if (wire != EV_LENGTH || field >= 32 || !(parts & (UINT32_C(1) << field))) {
             if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
             continue;
         }
         if (ev_length(r, &p, end, &value) < 0) return -1;
-        if (field == 1) failed = ev_text(r, value, "containers_statuses.id", &c->id);
-        else if (field == 9) failed = ev_text(r, value, "containers_statuses.image_ref", &c->image_ref);
-        else failed = ev_named(r, value, field, c);
-        if (failed < 0) return -1;
+        if (read_part(r, field, value, into) < 0) return -1;
     }
     return 0;
+}
+
+#define EV_FIELDS4(a, b, c, d) \
+    ((UINT32_C(1) << (a)) | (UINT32_C(1) << (b)) | (UINT32_C(1) << (c)) | (UINT32_C(1) << (d)))
+
+/* ContainerStatus' id (1), metadata (2), image (8), image_ref (9). */
+static int ev_container_part(ev_reading *r, uint32_t field, span value, void *into) {
+    ev_container *c = into;
+    if (field == 1) return ev_text(r, value, "containers_statuses.id", &c->id);
+    if (field == 9) return ev_text(r, value, "containers_statuses.image_ref", &c->image_ref);
+    return ev_named(r, value, field, c);
+}
+
+/* ContainerStatus: id (1), metadata (2), state (3), created_at (4), image (8), image_ref (9). */
+static int ev_container_status(ev_reading *r, span m, ev_container *c) {
+    return ev_status_fields(r, m, &c->state, &c->created_at, EV_FIELDS4(1, 2, 8, 9),
+                            ev_container_part, c);
 }
 
 /* One of containers_statuses: kept while fewer than EV_MAX_CONTAINERS are, else read (and so
@@ -1444,34 +1464,20 @@ static int ev_container_item(ev_reading *r, span m) {
     return 0;
 }
 
+/* PodSandboxStatus' id (1), metadata (2), network (5), linux (6). */
+static int ev_sandbox_part(ev_reading *r, uint32_t field, span value, void *into) {
+    (void)into;
+    if (field == 1) return ev_text(r, value, "pod_sandbox_status.id", &r->sandbox_id);
+    if (field == 2) return ev_metadata(r, value);
+    if (field == 5) return ev_network(r, value);
+    return ev_linux(r, value);
+}
+
 /* PodSandboxStatus: id (1), metadata (2), state (3), network (5), linux (6); its labels and
  * annotations (7, 8: most of its bytes) skipped by their lengths. */
 static int ev_sandbox(ev_reading *r, span m) {
-    const uint8_t *p = m.p, *end = m.p + m.n;
-    while (p < end) {
-        uint32_t field;
-        int wire, failed;
-        uint64_t state;
-        span value;
-        if (ev_tag(r, &p, end, 0, &field, &wire) < 0) return -1;
-        if ((field == 3 || field == 4) && wire == EV_VARINT) {
-            if (ev_varint(r, &p, end, &state) < 0) return -1;
-            if (field == 3) r->state = (int32_t)(uint32_t)state;
-            else r->sandbox_created_at = (int64_t)state;
-            continue;
-        }
-        if (wire != EV_LENGTH || (field != 1 && field != 2 && field != 5 && field != 6)) {
-            if (ev_skip(r, field, wire, &p, end, 0) < 0) return -1;
-            continue;
-        }
-        if (ev_length(r, &p, end, &value) < 0) return -1;
-        if (field == 1) failed = ev_text(r, value, "pod_sandbox_status.id", &r->sandbox_id);
-        else if (field == 2) failed = ev_metadata(r, value);
-        else if (field == 5) failed = ev_network(r, value);
-        else failed = ev_linux(r, value);
-        if (failed < 0) return -1;
-    }
-    return 0;
+    return ev_status_fields(r, m, &r->state, &r->sandbox_created_at, EV_FIELDS4(1, 2, 5, 6),
+                            ev_sandbox_part, NULL);
 }
 
 /* ContainerEventResponse: container_id (1), container_event_type (2), created_at (3),
