@@ -37,7 +37,7 @@ from typing import IO, NoReturn
 import grpc
 import pytest
 
-from podcache.cri.proto import api_pb2, api_pb2_grpc
+from podcache.cri.proto import api_pb2, services
 from tests.containerd.harness import CRIHarness
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,7 +78,7 @@ def cri_answers(socket_path: str, timeout: float = 1.0) -> bool:
     """
     options = [("grpc.use_local_subchannel_pool", 1)]
     with grpc.insecure_channel("unix://" + socket_path, options=options) as channel:
-        stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+        stub = services.stub(channel)
         try:
             stub.Version(api_pb2.VersionRequest(version="0.1.0"), timeout=timeout)
             stub.ListPodSandbox(api_pb2.ListPodSandboxRequest(), timeout=timeout)

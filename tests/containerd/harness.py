@@ -25,7 +25,7 @@ from typing import Any
 
 import grpc
 
-from podcache.cri.proto import api_pb2, api_pb2_grpc
+from podcache.cri.proto import api_pb2, services
 from tests.containerd import criwire
 
 BUSYBOX_IMAGE = "localhost/busybox:test"
@@ -136,8 +136,8 @@ class CRIHarness:
             ],
         )
         # The generated stubs are untyped: results are typed where they are read below.
-        self.runtime: Any = api_pb2_grpc.RuntimeServiceStub(self._channel)  # type: ignore[no-untyped-call]
-        self.images: Any = api_pb2_grpc.ImageServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        self.runtime: Any = services.stub(self._channel)
+        self.images: Any = services.stub(self._channel, "ImageService")
         # CreateContainer with fields beyond the subset: the request is serialized here.
         self._create_raw: Any = self._channel.unary_unary(
             criwire.CREATE_CONTAINER,

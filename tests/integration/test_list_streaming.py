@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from podcache.cri import AsyncCRIRuntime, CRIRuntime, channels
 from podcache.cri.convert import pods_from_responses
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
+from podcache.cri.proto import services
 from podcache.errors import CRIError
 from podcache.model import PodList
 from podcache.sim import SimRuntime
@@ -52,7 +52,7 @@ def stub_of(sim: SimRuntime) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(
         sim.target, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
     )
-    return channel, api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+    return channel, services.stub(channel)
 
 
 def without_ips(pods: PodList) -> list[Any]:

@@ -17,7 +17,7 @@ import pytest
 
 from podcache.cri import CRIRuntime
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
+from podcache.cri.proto import services
 from podcache.sim import SimRuntime
 
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -36,7 +36,7 @@ def stub(sim: SimRuntime) -> Iterator[Any]:
         sim.target, options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
     )
     with channel:
-        yield api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+        yield services.stub(channel)
 
 
 def slot(sim: SimRuntime, method: str, kind: str) -> dict[str, int]:

@@ -17,7 +17,7 @@ import grpc
 import pytest
 
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
+from podcache.cri.proto import services
 from podcache.sim import (
     Faults,
     Malformed,
@@ -44,7 +44,7 @@ def connect(runtime: SimRuntime) -> tuple[grpc.Channel, Any]:
     channel = grpc.insecure_channel(
         runtime.target, options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
     )
-    return channel, api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+    return channel, services.stub(channel)
 
 
 @pytest.fixture
@@ -599,7 +599,7 @@ def test_five_thousand_pods_list_within_sixteen_mebibytes() -> None:
             sim.target, options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)]
         )
         with channel:
-            stub: Any = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub: Any = services.stub(channel)
             listed = list_containers(stub)
             sandboxes = list_sandboxes(stub)
         snapshot = sim.population.snapshot()
@@ -624,7 +624,7 @@ def test_the_command_serves_until_sigterm_and_cleans_up(tmp_path: Path) -> None:
             assert endpoint == f"unix://{path}"
             channel = grpc.insecure_channel(endpoint)
             with channel:
-                stub: Any = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+                stub: Any = services.stub(channel)
                 response: pb.ListPodSandboxResponse = stub.ListPodSandbox(
                     pb.ListPodSandboxRequest(), timeout=5
                 )

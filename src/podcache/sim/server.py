@@ -42,7 +42,6 @@ from google.protobuf.message import Message
 
 from podcache import __version__
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
 from podcache.sim.counters import CallCounters, is_filtered
 from podcache.sim.encoding import (
     TIMESTAMP_TAG,
@@ -424,7 +423,7 @@ class _FaultyStream:
         return self._encode(event)
 
 
-class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
+class SimServicer:
     """RuntimeService over a population, with faults applied to every unary call.
 
     Faults are applied in this order: UNIMPLEMENTED, hang, latency, UNAVAILABLE (list calls).
@@ -563,13 +562,12 @@ class SimServicer(api_pb2_grpc.RuntimeServiceServicer):
     def handlers(self) -> grpc.GenericRpcHandler[Any, Any]:
         """Handlers for the RPCs this servicer implements, faults applied, lists as bytes.
 
-        The RPCs it inherits from the generated servicer are left out: gRPC answers them
-        UNIMPLEMENTED, as the generated default would, without logging a traceback for each.
+        The RPCs it has no method for are left out: gRPC answers them UNIMPLEMENTED, without
+        logging a traceback for each.
         """
         table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
-        generated = api_pb2_grpc.RuntimeServiceServicer
         for method in _SERVICE.methods:
-            if getattr(type(self), method.name) is getattr(generated, method.name):
+            if not callable(getattr(type(self), method.name, None)):
                 continue
             request_type: type[Message] = getattr(pb, method.input_type.name)
             behaviour = getattr(self, method.name)

@@ -27,7 +27,7 @@ import grpc
 from google.protobuf.message import Message
 
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
+from podcache.cri.proto import services
 
 CONTAINERD_VERSION = pb.VersionResponse(
     version="0.1.0",
@@ -38,7 +38,7 @@ CONTAINERD_VERSION = pb.VersionResponse(
 
 
 @dataclass
-class CannedRuntime(api_pb2_grpc.RuntimeServiceServicer):
+class CannedRuntime:
     """A CRI runtime answering from fixed responses and recording every request it gets.
 
     ``stall``: Version waits until the test ends (a runtime that is up but does not answer).
@@ -89,7 +89,7 @@ class CannedRuntime(api_pb2_grpc.RuntimeServiceServicer):
         return [method for method, _ in self.requests]
 
 
-class SandboxesOnly(api_pb2_grpc.RuntimeServiceServicer):
+class SandboxesOnly:
     """A gRPC server that implements ListPodSandbox only: Version is UNIMPLEMENTED."""
 
     def ListPodSandbox(  # noqa: N802 (gRPC's method names)
@@ -99,10 +99,10 @@ class SandboxesOnly(api_pb2_grpc.RuntimeServiceServicer):
 
 
 @contextmanager
-def grpc_runtime(servicer: api_pb2_grpc.RuntimeServiceServicer, path: str) -> Iterator[str]:
+def grpc_runtime(servicer: object, path: str) -> Iterator[str]:
     """Serve ``servicer`` on the unix socket ``path``; yields the endpoint."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    api_pb2_grpc.add_RuntimeServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    services.add_servicer(servicer, server)
     server.add_insecure_port(f"unix:{path}")
     server.start()
     try:
@@ -233,7 +233,7 @@ def serve_until_killed(path: str, *, stall: bool) -> None:
     """The child's main: an announcing CannedRuntime on ``path``; prints "serving" when up."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     runtime = CannedRuntime(stall=stall, announce=True)
-    api_pb2_grpc.add_RuntimeServiceServicer_to_server(runtime, server)  # type: ignore[no-untyped-call]
+    services.add_servicer(runtime, server)
     server.add_insecure_port(f"unix:{path}")
     server.start()
     print("serving", flush=True)

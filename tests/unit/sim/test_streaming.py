@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podcache.cri.proto import api_pb2 as pb
-from podcache.cri.proto import api_pb2_grpc
+from podcache.cri.proto import services
 from podcache.sim import Population
 from podcache.sim.population import LAST_APPLIED_ANNOTATION
 from podcache.sim.server import STREAM_MESSAGE_BYTES, StreamChunking
@@ -112,7 +112,7 @@ def test_the_command_serves_no_streaming_and_sized_annotations_on_request(
         assert process.stdout is not None
         endpoint = process.stdout.readline().strip()
         with grpc.insecure_channel(endpoint) as channel:
-            stub = api_pb2_grpc.RuntimeServiceStub(channel)  # type: ignore[no-untyped-call]
+            stub = services.stub(channel)
             with pytest.raises(grpc.RpcError) as refused:
                 list(stub.StreamContainers(pb.StreamContainersRequest(), timeout=10))
             assert refused.value.code() is grpc.StatusCode.UNIMPLEMENTED
