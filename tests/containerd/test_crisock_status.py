@@ -15,7 +15,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import grpc
@@ -25,7 +25,7 @@ from podcache.cri.proto import api_pb2 as pb
 from podcache.serve.crisock.departedstatus import rfc3339
 from tests.containerd import criwire
 from tests.containerd.conftest import EVENT_VERSIONS, Containerd
-from tests.containerd.harness import EXITING_COMMAND, CRIHarness, SandboxRecord
+from tests.containerd.harness import EXITING_COMMAND, ContainerRecord, CRIHarness, SandboxRecord
 from tests.containerd.test_crisock import Socket, until
 from tests.serve.conftest import Client, ServeProcess
 
@@ -187,6 +187,39 @@ def _resources(answer: bytes) -> bytes:
     return value
 
 
+def _changed_without_event(
+    served: Served,
+    cri_harness: CRIHarness,
+    watcher: Watcher,
+    app: ContainerRecord,
+    change: Callable[[], object],
+) -> pb.ContainerStatusResponse:
+    """``change`` the running ``app`` after the socket's answer is kept: the runtime's status
+    changes and no event names the container (one made after the change has come, so every
+    event of the change would have come before it); once the kept answer is older than the
+    period, the socket answers as the runtime does. Returns that answer."""
+    request = _container(app.id, verbose=True)
+    before = served.proxy.call("ContainerStatus", request)
+    learnt = time.monotonic()  # the answer was learnt before it came back
+    seen = len(watcher.events)
+    change()
+    theirs = served.direct.call("ContainerStatus", request)
+    assert not _same(theirs, before, pb.ContainerStatusResponse)  # the change shows
+    marker = cri_harness.create_container(
+        cri_harness.sandboxes[app.sandbox_id],
+        f"marker-{seen}",
+        command=EXITING_COMMAND,
+        start=False,
+    )
+    watcher.wait_for(marker.id, pb.CONTAINER_CREATED_EVENT)
+    named = [e for e in watcher.events[seen:] if e.container_id == app.id]
+    assert named == [], [(e.container_event_type, list(e.containers_statuses)) for e in named]
+    until(lambda: time.monotonic() - learnt > PERIOD)
+    after = served.proxy.call("ContainerStatus", request)
+    assert _same(after, theirs, pb.ContainerStatusResponse)
+    return pb.ContainerStatusResponse.FromString(after)
+
+
 @with_events
 def test_a_resize_sends_no_event_and_shows_within_the_period_a_stop_at_once(
     served: Served, pod: SandboxRecord, cri_harness: CRIHarness
@@ -198,29 +231,54 @@ def test_a_resize_sends_no_event_and_shows_within_the_period_a_stop_at_once(
     try:
         app = cri_harness.create_container(pod, "app")
         watcher.wait_for(app.id, pb.CONTAINER_STARTED_EVENT)
-        request = _container(app.id, verbose=True)
-        before = served.proxy.call("ContainerStatus", request)
-        learnt = time.monotonic()
-        seen = len(watcher.events)
         update = criwire.str_field(1, app.id) + criwire.message_field(
             2, criwire.int_field(3, 512), criwire.int_field(4, 256 * 1024 * 1024)
         )
-        served.direct.call("UpdateContainerResources", update)
-        theirs = served.direct.call("ContainerStatus", request)
-        assert _resources(theirs) != _resources(before)  # the resize changed the status
-        # A marker event after the resize: every event of the resize would have come before it.
-        marker = cri_harness.create_container(pod, "marker", command=EXITING_COMMAND, start=False)
-        watcher.wait_for(marker.id, pb.CONTAINER_CREATED_EVENT)
-        assert [e for e in watcher.events[seen:] if e.container_id == app.id] == []
-        until(lambda: time.monotonic() - learnt > PERIOD)
-        after = served.proxy.call("ContainerStatus", request)
-        assert _same(after, theirs, pb.ContainerStatusResponse)
+        after = _changed_without_event(
+            served,
+            cri_harness,
+            watcher,
+            app,
+            lambda: served.direct.call("UpdateContainerResources", update),
+        )
+        assert _resources(after.SerializeToString()) != b""
         cri_harness.stop_container(app)
         watcher.wait_for(app.id, pb.CONTAINER_STOPPED_EVENT)
+        request = _container(app.id, verbose=True)
         stopped = pb.ContainerStatusResponse.FromString(
             served.proxy.call("ContainerStatus", request)
         )
         assert stopped.status.state == pb.CONTAINER_EXITED
+    finally:
+        watcher.close()
+
+
+@with_events
+def test_an_oom_kill_inside_a_running_container_sends_no_event_and_shows_within_the_period(
+    served: Served, pod: SandboxRecord, cri_harness: CRIHarness
+) -> None:
+    """A process of a running container killed for memory (here an exec past the container's
+    16 MiB) sets its status's reason to OOMKilled while it runs on, and sends no event (measured
+    on containerd 1.7 and 2.1; an OOM kill of the container's own process sends STOPPED with
+    the reason)."""
+    watcher = Watcher(served.proxy)
+    try:
+        limit = criwire.Resources(memory_limit_in_bytes=16 * 1024 * 1024)
+        app = cri_harness.create_container(
+            pod, "app", extras=criwire.ContainerExtras(resources=limit)
+        )
+        watcher.wait_for(app.id, pb.CONTAINER_STARTED_EVENT)
+        # The eater offers itself to the OOM killer first: the container's own process lives.
+        eat = [
+            "sh",
+            "-c",
+            "echo 1000 >/proc/self/oom_score_adj; x=$(head -c 99999999 /dev/zero | tr '\\0' x)",
+        ]
+        after = _changed_without_event(
+            served, cri_harness, watcher, app, lambda: cri_harness.exec_sync(app, eat)
+        )
+        assert after.status.state == pb.CONTAINER_RUNNING
+        assert after.status.reason == "OOMKilled"
     finally:
         watcher.close()
 
