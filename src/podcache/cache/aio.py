@@ -30,8 +30,8 @@ from podcache.cache.departed import (
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, PublishHook
-from podcache.cache.scheduling import Scheduling, Start
+from podcache.cache.publishing import PublishHook
+from podcache.cache.scheduling import Start, with_hooks
 from podcache.cache.shared import (
     Events,
     PodGetter,
@@ -53,6 +53,11 @@ class AsyncPodGetter(Protocol):
     """An asyncio pod lister such as ``podcache.cri.AsyncCRIRuntime``."""
 
     async def get_pods(self, all: bool) -> PodList: ...
+
+
+def _is_coroutine_function(getter: object, name: str) -> bool:
+    """Whether ``getter``'s method ``name`` is a coroutine function (False when it has none)."""
+    return inspect.iscoroutinefunction(getattr(getter, name, None))
 
 
 def _new_future() -> asyncio.Future[None]:
@@ -103,7 +108,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         check_getter(getter)
         self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
-        self._clock = clock
+        self._clock, self._wall = clock, wall_clock  # the cache's clock, and the wall clock
         self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
             cache_period,
             _new_future,
@@ -114,37 +119,30 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
             first_revision=first_revision,
             min_refresh_interval=min_refresh_interval,
         )
-        self._timer: asyncio.TimerHandle | None = None
-        self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
+        self._init_loop_parts(stats)
         self._refresher, self._watch_host = self._watch_parts()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._fast_hits, self._count_hits = 0, stats
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
-        # Keys pods stop holding are remembered (§3 rule 12).
-        self._departed = Departed(departed_for, departed_max, departed_bytes)
-        self._wall = wall_clock
+        self._departed = Departed(departed_for, departed_max, departed_bytes)  # §3 rule 12
         relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
-        self._pod_is_async = relists_pods and inspect.iscoroutinefunction(
-            getattr(getter, "get_pod", None)
-        )
-        self._steps = self._init_steps(relists_pods)
-        self._init_events(events, getter)
-
-    def _init_steps(self, relists_pods: bool) -> Scheduling[asyncio.Future[None]]:
-        """The scheduling steps and the publish hooks, the departed keys' first, so later ones
-        find them."""
-        steps: Scheduling[asyncio.Future[None]] = Scheduling(
+        self._pod_is_async = relists_pods and _is_coroutine_function(getter, "get_pod")
+        self._steps, self._hooks = with_hooks(
             self._core,
             self._departed,
-            self._clock,
-            self._wall,
+            clock,
+            wall_clock,
             self._published,
             relists_pods=relists_pods,
         )
-        self._hooks = Hooks()
-        self._hooks.add(steps.record_departures)
-        return steps
+        self._init_events(events, getter)
+
+    def _init_loop_parts(self, count_hits: bool) -> None:
+        """What lives on the loop: the refresh timer, the event set at every publish, the
+        refresh tasks; and the hits, counted only with ``count_hits``."""
+        self._timer: asyncio.TimerHandle | None = None
+        self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._fast_hits, self._count_hits = 0, count_hits
 
     def _init_events(self, events: Events, getter: AsyncPodGetter | PodGetter) -> None:
         """The event subscription's parts, and its task when events are wanted (now inside a

@@ -30,11 +30,11 @@ from podcache.cache.core import FreshnessCore, Refresh
 from podcache.cache.departed import Departed
 from podcache.cache.events import Signal, Step, Subscription
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Publication
+from podcache.cache.publishing import Hooks, Publication
 from podcache.cache.shared import event_pod, event_time, gone_unseen
 from podcache.model import Pod, PodList
 
-__all__ = ["Scheduling", "Start"]
+__all__ = ["Scheduling", "Start", "with_hooks"]
 
 S = TypeVar("S")
 
@@ -149,3 +149,20 @@ class Scheduling(Generic[S]):
         delay = self._core.arm(now)  # one waiting for the event budget
         subscription.counted_refresh(scheduled)
         return step, Start(full=refresh, delay=delay)
+
+
+def with_hooks(
+    core: FreshnessCore[S],
+    departed: Departed,
+    clock: Callable[[], float],
+    wall: Callable[[], float],
+    published: Callable[[], None],
+    *,
+    relists_pods: bool,
+) -> tuple[Scheduling[S], Hooks]:
+    """The steps of one cache (``Scheduling``'s arguments) and its publish hooks, the departed
+    keys' first, so later hooks find them."""
+    steps = Scheduling(core, departed, clock, wall, published, relists_pods=relists_pods)
+    hooks = Hooks()
+    hooks.add(steps.record_departures)
+    return steps, hooks

@@ -30,8 +30,8 @@ from podcache.cache.departed import (
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import Hooks, PublishHook
-from podcache.cache.scheduling import Scheduling, Start
+from podcache.cache.publishing import PublishHook
+from podcache.cache.scheduling import Start, with_hooks
 from podcache.cache.shared import (
     Events,
     EventStream,
@@ -203,7 +203,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
     ) -> None:
         check_getter(getter)
         self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
-        self._clock = clock
+        self._clock, self._wall = clock, wall_clock  # the cache's clock, and the wall clock
         self._lock = threading.Lock()
         self._core: FreshnessCore[threading.Event] = FreshnessCore(
             cache_period,
@@ -217,35 +217,29 @@ class RuntimeCache(CoreReadings[threading.Event]):
         )
         self._changed = threading.Condition(self._lock)  # notified at every publish
         self._refresher, self._watch_host = self._watch_parts()
-        # Counting hits is opt-in so the default hit path stays one read, one clock call.
-        hit_path = make_hit_path(clock, self._core.snapshot, self._get_slow, stats)
+        self._init_hit_path(stats)
+        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
+        self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
+        self._init_pod_relists()
+        self._departed = Departed(departed_for, departed_max, departed_bytes)  # §3 rule 12
+        self._steps, self._hooks = with_hooks(
+            self._core,
+            self._departed,
+            clock,
+            wall_clock,
+            self._published,
+            relists_pods=offers_pod(getter),
+        )
+        self._init_events(events, getter)
+
+    def _init_hit_path(self, count_hits: bool) -> None:
+        """The lock-free ``get_pods`` and the functions sharing its cells (``make_hit_path``).
+        Counting hits is opt-in so the default hit path stays one read, one clock call."""
+        hit_path = make_hit_path(self._clock, self._core.snapshot, self._get_slow, count_hits)
         self.get_pods = hit_path.get_pods
         self._publish = hit_path.publish
         self._fast_hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
-        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
-        self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
-        self._init_pod_relists()
-        # Keys pods stop holding are remembered (§3 rule 12).
-        self._departed = Departed(departed_for, departed_max, departed_bytes)
-        self._wall = wall_clock
-        self._steps = self._init_steps(offers_pod(getter))
-        self._init_events(events, getter)
-
-    def _init_steps(self, relists_pods: bool) -> Scheduling[threading.Event]:
-        """The scheduling steps and the publish hooks, the departed keys' first, so later ones
-        find them (``relists_pods``: events relist their pod alone, §7)."""
-        steps: Scheduling[threading.Event] = Scheduling(
-            self._core,
-            self._departed,
-            self._clock,
-            self._wall,
-            self._published,
-            relists_pods=relists_pods,
-        )
-        self._hooks = Hooks()
-        self._hooks.add(steps.record_departures)
-        return steps
 
     def _init_events(self, events: Events, getter: PodGetter) -> None:
         """The event subscription's parts, and its thread when events are wanted."""
