@@ -348,33 +348,52 @@ def test_without_keep_departed_a_removed_container_is_containerds_not_found(
     assert failures[0][0] is grpc.StatusCode.NOT_FOUND
 
 
+def _departed(served: Served, method: str, request: bytes) -> tuple[bytes, str]:
+    """The socket's answer and its podcache-departed trailer."""
+    call = served.proxy.channel.unary_unary(
+        f"/runtime.v1.RuntimeService/{method}",
+        request_serializer=lambda b: b,
+        response_deserializer=lambda b: b,
+    )
+    data, outcome = call.with_call(request, timeout=10)
+    return data, str(dict(outcome.trailing_metadata())["podcache-departed"])
+
+
 @with_events
-def test_a_removed_sandbox_answers_its_last_status_not_ready(
+def test_a_removed_pod_answers_the_last_status_of_its_sandbox_and_every_container(
     keeping: Served, cri_harness: CRIHarness
 ) -> None:
+    """The kubelet's teardown: StopPodSandbox stops every container (each STOPPED names the
+    sandbox, so each sibling's event ends the others' kept answers), RemovePodSandbox removes
+    them all: every container answers EXITED and the sandbox NOTREADY, with their deletion
+    times."""
     watcher = Watcher(keeping.proxy)
     try:
         sandbox = cri_harness.run_pod("gone", "crisock-status")
+        containers = [cri_harness.create_container(sandbox, f"c{n}") for n in range(3)]
         cri_harness.remove_pod(sandbox)
-        deleted = watcher.wait_for(sandbox.id, pb.CONTAINER_DELETED_EVENT)
+        deleted = {
+            ident: watcher.wait_for(ident, pb.CONTAINER_DELETED_EVENT)
+            for ident in [sandbox.id, *(c.id for c in containers)]
+        }
     finally:
         watcher.close()
+    for container in containers:
+        data, left = _departed(keeping, "ContainerStatus", _container(container.id, True))
+        last = pb.ContainerStatusResponse.FromString(data).status
+        assert (last.id, last.state) == (container.id, pb.CONTAINER_EXITED)
+        assert last.metadata.name == container.name
+        assert left == rfc3339(deleted[container.id].created_at)
     request = _sandbox(sandbox.id)
     with pytest.raises(grpc.RpcError) as theirs:
         keeping.direct.call("PodSandboxStatus", request)
     assert theirs.value.code() is grpc.StatusCode.NOT_FOUND
-    method = keeping.proxy.channel.unary_unary(
-        "/runtime.v1.RuntimeService/PodSandboxStatus",
-        request_serializer=lambda b: b,
-        response_deserializer=lambda b: b,
-    )
-    data, call = method.with_call(request, timeout=10)
-    answer = pb.PodSandboxStatusResponse.FromString(data)
-    assert answer.status.id == sandbox.id
-    assert answer.status.state == pb.SANDBOX_NOTREADY
-    assert answer.status.metadata.uid == sandbox.uid
-    assert answer.status.created_at == sandbox.created_at
-    assert dict(call.trailing_metadata())["podcache-departed"] == rfc3339(deleted.created_at)
+    data, left = _departed(keeping, "PodSandboxStatus", request)
+    pod = pb.PodSandboxStatusResponse.FromString(data).status
+    assert (pod.id, pod.state) == (sandbox.id, pb.SANDBOX_NOTREADY)
+    assert pod.metadata.uid == sandbox.uid
+    assert pod.created_at == sandbox.created_at
+    assert left == rfc3339(deleted[sandbox.id].created_at)
 
 
 @pytest.mark.parametrize("containerd", ["1.6"], indirect=True)

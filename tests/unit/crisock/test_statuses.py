@@ -357,3 +357,85 @@ def test_a_deleted_containers_verbose_answer_is_its_last_status_with_the_last_in
     assert _decoded(plain[0]) == pb.ContainerStatusResponse(
         status=status(IDS[0], pb.CONTAINER_EXITED, 3)
     )
+
+
+# A model of rule 9: what a departed container answers, over generated lives of the containers
+# of one pod (their events interleaved, verbose answers asked between them, time passing).
+KEEP_FOR = 5.5
+lives = st.lists(
+    st.one_of(
+        st.tuples(st.just("event"), st.sampled_from(IDS), st.sampled_from([0, 1, 2, 3])),
+        st.tuples(st.just("ask"), st.sampled_from(IDS), st.integers(0, 9)),
+        st.tuples(st.just("tick"), st.integers(1, 3), st.just(0)),
+    ),
+    max_size=40,
+)
+
+
+class DepartedRun:
+    """One generated history applied to the store, and the model beside it."""
+
+    def __init__(self) -> None:
+        self.clock = Clock()
+        self.store, _ = _departing(keep_for=KEEP_FOR)
+        assert self.store.departed is not None
+        self.store.departed._clock = self.clock  # one clock for the store and its departed
+        self.store.departed._wall_clock = lambda: NOW_NS + int(self.clock.now * 1e9)
+        self.store._clock = self.clock
+        self.status: dict[str, pb.ContainerStatus] = {}  # the last status an event carried
+        self.info: dict[str, str] = {}  # the info of the last verbose answer given
+        self.gone: dict[str, tuple[pb.ContainerStatusResponse, str | None, float]] = {}
+
+    def event(self, ident: str, kind: int) -> None:
+        if ident in self.gone:
+            return  # a runtime never names a deleted ID again
+        if kind != pb.CONTAINER_DELETED_EVENT:
+            carried = status(ident, kind, kind)
+            self.store.event(event(ident, kind, statuses=[carried]))
+            self.status[ident] = carried
+            return
+        self.store.event(event(ident, kind, statuses=[]))
+        if ident in self.status:
+            plain = pb.ContainerStatusResponse(status=self.status[ident])
+            self.gone[ident] = (plain, self.info.get(ident), self.clock.now)
+
+    def ask(self, ident: str, n: int) -> None:
+        if ident in self.gone:
+            return
+        self.store.keep(
+            StatusKey(CONTAINER, ident, True), answer(ident, n, True), self.store.begin()
+        )
+        self.info[ident] = f'{{"n":{n}}}'
+
+    def tick(self, seconds: int, _: object) -> None:
+        self.clock.now += seconds
+
+    def check(self) -> None:
+        departed = self.store.departed
+        assert departed is not None
+        for ident in IDS:
+            expected = self.gone.get(ident)
+            if expected is not None and self.clock.now - expected[2] > KEEP_FOR:
+                expected = None
+            for verbose in (False, True):
+                found = departed.answer(CONTAINER, ident, verbose)
+                if expected is None:
+                    assert found is None, ident
+                    continue
+                assert found is not None, ident
+                want = pb.ContainerStatusResponse()
+                want.CopyFrom(expected[0])
+                if verbose and expected[1] is not None:
+                    want.info["info"] = expected[1]
+                assert _decoded(found[0]) == want, (ident, verbose)
+
+
+@settings(max_examples=300, deadline=None)
+@given(lives)
+def test_a_departed_container_answers_the_last_status_its_events_carried(
+    history: list[tuple[str, object, object]],
+) -> None:
+    run = DepartedRun()
+    for kind, a, b in history:
+        getattr(run, kind)(a, b)
+        run.check()

@@ -13,8 +13,10 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    container it names, of its sandbox (``pod_sandbox_status``), and of each container whose
    status it carries; then the statuses it carries are kept as the non-verbose answers of
    their IDs, as they are (but the status of an item the event says was deleted). With the
-   departed kept, a verbose answer dropped so stays, marked stale (never given), for its
-   ``info``: a departed item's verbose answer is its last status with the last ``info``.
+   departed kept, an answer dropped so stays, marked stale (never given), as the last known
+   of its item: an event of a container's sibling names their sandbox and so ends the
+   container's answers, not what was last known of it; a departed item's verbose answer is
+   its last status with the last ``info``.
 3. **Never older than the period.** A kept answer is given only while
    ``clock() - learnt <= period``: what changes a status without an event
    (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
@@ -99,7 +101,7 @@ class _Kept:
     epoch: int
     ids: tuple[str, ...]
     stale: bool = False
-    """An event named it since: never given, kept for its ``info`` (rule 9's verbose)."""
+    """An event named it since: never given, kept as the last known of its item (rule 9)."""
 
 
 class StatusStore:
@@ -291,11 +293,11 @@ class StatusStore:
         return None
 
     def _named(self, ident: str) -> None:
-        """An event named ``ident``: its answers go (a verbose one stays, stale, for its
-        ``info``, while the departed are kept), its number is remembered."""
+        """An event named ``ident``: its answers go (while the departed are kept, they stay,
+        stale, as the last known of their items), its number is remembered."""
         for key in tuple(self._by_id.get(ident, ())):
             held = self._answers.get(key)
-            if held is not None and key.verbose and self.departed is not None:
+            if held is not None and self.departed is not None:
                 held.stale = True
             else:
                 self._forget(key)
