@@ -59,8 +59,18 @@ LAYERS: dict[str, set[str]] = {
     "sim": {"podcache", "cri.proto", "unixsocket", "defaults"},
     "serve.response": {"errors"},
     "serve.http1": {"serve.response"},
-    "serve.crisock": {"model", "errors", "unixsocket", "cache", "cri", "cri.wire", "cri.proto"},
-    "serve": _BELOW_SERVE | {"serve.http1", "serve.response", "serve.crisock"},
+    "serve.eventhub": {"model", "errors"},
+    "serve.crisock": {
+        "model",
+        "errors",
+        "unixsocket",
+        "cache",
+        "cri",
+        "cri.wire",
+        "cri.proto",
+        "serve.eventhub",
+    },
+    "serve": _BELOW_SERVE | {"serve.http1", "serve.response", "serve.eventhub", "serve.crisock"},
     "cli": _BELOW_SERVE,
 }
 """Layer -> the layers it may import (docs/architecture.md §2). Within a layer, imports are free."""
@@ -77,6 +87,7 @@ def layer_of(module: str) -> str:
         ["cri", "wire"],
         ["serve", "http1"],
         ["serve", "response"],
+        ["serve", "eventhub"],
         ["serve", "crisock"],
     ):
         return ".".join(parts[1:3])

@@ -12,6 +12,7 @@ what a reader sees.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +31,7 @@ from podcache import (
 from podcache.cri import AsyncCRIRuntime, ContainerEventStream, CRIRuntime
 from tests.containerd.conftest import EVENT_VERSIONS, Containerd
 from tests.containerd.harness import ContainerRecord, CRIHarness, SandboxRecord
+from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
 
@@ -478,3 +480,46 @@ def test_the_async_cache_reads_the_stream_while_a_refresh_is_held(
                     getter.release()
 
     asyncio.run(run())
+
+
+# -- podcache serve's views: one stream to the runtime -------------------------------------------
+
+
+def _running_in(client: Client, target: str) -> set[str]:
+    reply = client.get(target)
+    assert reply.status == 200, reply
+    return {
+        c["id"].partition("://")[2]
+        for pod in reply.json()["items"]
+        for c in pod["containers"]
+        if c["state"] == "running"
+    }
+
+
+def _shows(client: Client, target: str, containers: set[str]) -> Callable[[], bool]:
+    return lambda: containers <= _running_in(client, target)
+
+
+@with_events
+def test_serves_two_views_follow_one_stream_and_each_sees_every_change(
+    containerd: Containerd, cri_harness: CRIHarness, pods: list[SandboxRecord]
+) -> None:
+    """``podcache serve`` without --cri-listen: the default view's cache and the all view's
+    follow one GetContainerEvents stream, so on 1.7, which hands each event to one of its
+    subscribers (containerd#7318), each view still sees every container start by its events
+    (the period is 60 s); with a stream each, one view missed some until the period."""
+    with tempfile.TemporaryDirectory(prefix="pc-ev-") as tmp:
+        http = f"{tmp}/http.sock"
+        args = ["-r", containerd.endpoint, "--listen", f"unix:{http}"]
+        args += ["--cache-period", f"{LONG_PERIOD:g}s", "--log-level", "info"]
+        with ServeProcess(args) as server:
+            client = Client(path=http)
+            assert client.get("/pods?all=1").status == 200  # the all view, built by now
+            within(WAIT, lambda: server.stderr.count(": subscribed") >= 2)
+            started = []
+            for n in range(6):
+                sandbox = new_pod(cri_harness, pods, f"ev-views-{n}")
+                started.append(cri_harness.create_container(sandbox, "app").id)
+            for target in ("/pods", "/pods?all=1"):
+                within(BEFORE_THE_PERIOD, _shows(client, target, set(started)))
+        assert "Traceback" not in server.stderr, server.stderr

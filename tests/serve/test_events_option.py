@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,3 +109,30 @@ def test_on_refuses_a_runtime_without_events(runtime: dict[str, Any], said: str)
     assert done.returncode == 1
     assert "--events on" in done.stderr and said in done.stderr
     assert sim.endpoint in done.stderr
+
+
+@pytest.mark.parametrize("cri_listen", [False, True], ids=["plain", "cri-listen"])
+def test_both_views_follow_one_upstream_stream(tmp_socket_dir: Path, cri_listen: bool) -> None:
+    """The default view's cache and the all view's (``?all=1``) share one GetContainerEvents
+    stream to the runtime, with or without --cri-listen: containerd 1.7 hands each event to
+    one of its subscribers, so two streams would each miss some (docs/architecture.md §7)."""
+    with SimRuntime(5, seed=5) as sim:
+        port = free_port()
+        args = ["-r", sim.endpoint, "--listen", f"127.0.0.1:{port}", "--cache-period", "60s"]
+        args += ["--log-level", "info"]
+        if cri_listen:
+            args += ["--cri-listen", str(tmp_socket_dir / "cri.sock")]
+        with ServeProcess(args) as server:
+            client = Client(port=port)
+            settle_subscription(client)
+            assert client.get("/pods?all=1").status == 200  # the all view, built by now
+            deadline = time.monotonic() + 30
+            while "(?all=1 view): subscribed" not in server.stderr:
+                assert time.monotonic() < deadline, server.stderr
+                time.sleep(0.02)
+            assert (sim.event_calls, sim.event_subscribers) == (1, 1)
+            uid, _ = sim.population.create_pod(PodShape.RUNNING)
+            for target in ("/pods", "/pods?all=1"):  # each view sees it by the shared events
+                while uid not in {p["id"] for p in client.get(target).json()["items"]}:
+                    assert time.monotonic() < deadline, f"{target} never showed the new pod"
+                    time.sleep(0.01)

@@ -51,7 +51,7 @@ NOT_ERRORS = {
     "socket answers its client with that status, it never reaches Python callers",
     "podcache.serve.crisock.server._FailureError": "the status a CRI socket call answers with; "
     "never leaves the server",
-    "podcache.serve.crisock.fanout.SubscribersFullError": "the event hub's refusal of one more "
+    "podcache.serve.eventhub.SubscribersFullError": "the event hub's refusal of one more "
     "subscriber; the CRI socket answers its client RESOURCE_EXHAUSTED with its message",
     "podcache.serve.crisock.forward._QueueFullError": "the queue for an upstream slot is full; "
     "never leaves the forwarder, which raises an UpstreamError (RESOURCE_EXHAUSTED)",

@@ -519,17 +519,36 @@ def _cri_group(group: str) -> int:
     return gid
 
 
-def _cri_setup(runtime: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:
-    """``CRISocketSetup`` for ``--cri-listen``."""
-    from podcache.serve.crisock import CRISocketSetup, EventBuffer, SocketAccess
+def _event_hub(runtime: Any, cri: _CRIOptions | None) -> Any:
+    """The one GetContainerEvents stream every cache of serve follows (``serve.eventhub``,
+    docs/architecture.md §7), with or without --cri-listen: containerd 1.7 hands each event
+    to one of its subscribers, so a stream per cache would each miss some. The socket's
+    subscribers are its clients, each within ``--cri-event-buffer``."""
+    from podcache.serve.eventhub import EventBuffer, EventHub
+
+    if cri is None:
+        return EventHub(runtime)
+    return EventHub(runtime, EventBuffer(cri.buffer_events, cri.buffer_bytes))
+
+
+def _following(runtime: Any, hub: Any) -> Any:
+    """The caches' getter: ``runtime``, its events a follower of ``hub``'s one stream."""
+    from podcache.serve.eventhub import HubGetter
+
+    return HubGetter(runtime, hub)
+
+
+def _cri_setup(runtime: Any, hub: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:
+    """``CRISocketSetup`` for ``--cri-listen``, its subscribers ``hub``'s clients."""
+    from podcache.serve.crisock import CRISocketSetup, SocketAccess
 
     return CRISocketSetup(
         runtime,
+        hub,
         cri.paths,
         timeout=timeout,
         wait=wait,
         access=SocketAccess(cri.mode, cri.group),
-        buffer=EventBuffer(cri.buffer_events, cri.buffer_bytes),
         redact_env=cri.redact_env,
         keep_departed=cri.keep_departed,
     )
@@ -636,10 +655,10 @@ def _warmed(error: BaseException | None) -> None:
 
 
 def _lifecycle(
-    runtime: Any, cri_setup: Any, started: str
+    runtime: Any, hub: Any, cri_setup: Any, started: str
 ) -> tuple[Callable[[Any], None], Callable[[], Awaitable[None]]]:
     """What runs once serve listens (the CRI socket starts, then it says so) and after it
-    stopped (the CRI socket, then the runtime client)."""
+    stopped (the CRI socket, the event hub, then the runtime client)."""
 
     def listening(app: Any) -> None:
         # Start-up's objects (modules, classes, the in-process simulator's population) live as
@@ -654,6 +673,7 @@ def _lifecycle(
     async def cleanup() -> None:
         if cri_setup is not None:
             await cri_setup.stop()
+        await hub.aclose()
         await runtime.close()
 
     return listening, cleanup
@@ -683,13 +703,13 @@ def _run(
     try:
         runtime = _runtime(endpoint, timeout, app.events)
         wait = 2 * timeout + 1.0  # a refresh in flight, then the request's own
-        cri_setup = None if cri is None else _cri_setup(runtime, cri, timeout, wait)
-        getter = runtime if cri_setup is None else cri_setup.getter  # events shared (§10)
-        make_app = app.app_factory(getter, wait)
+        hub = _event_hub(runtime, cri)
+        cri_setup = None if cri is None else _cri_setup(runtime, hub, cri, timeout, wait)
+        make_app = app.app_factory(_following(runtime, hub), wait)
         started = _listening(
             listeners, runtime.endpoint, app.cache_period, app.events, app.auth is not None
         )
-        listening, cleanup = _lifecycle(runtime, cri_setup, started)
+        listening, cleanup = _lifecycle(runtime, hub, cri_setup, started)
         try:
             run(make_app, listeners, limits=limits, on_listening=listening, on_warm=_warmed,
                 cleanup=cleanup)  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import SLACK, WireItems
 from podcache.model import Container, ContainerID, ContainerState, Pod, PodList
-from podcache.serve.crisock.fanout import EventBuffer, EventClient
+from podcache.serve.eventhub import EventBuffer, EventClient
 
 
 class _NoHub:

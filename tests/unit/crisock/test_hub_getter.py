@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from podcache.cache.shared import endpoint_name
 from podcache.serve.allview import all_pods_getter
-from podcache.serve.crisock.fanout import EventHub, HubGetter
+from podcache.serve.eventhub import EventHub, HubGetter
 
 
 class _Runtime:

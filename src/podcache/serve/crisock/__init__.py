@@ -4,7 +4,8 @@
 (``WireItems``), every cache's events come from one ``EventHub``, and once the app exists
 the socket serves from the all view's cache. The modules: ``routes`` (the allow-list),
 ``lists`` (list answers from a snapshot), ``forward`` (calls forwarded to the runtime),
-``fanout`` (the one event subscription and its clients), ``server`` (gRPC) and ``metrics``.
+``server`` (gRPC) and ``metrics``; the one event subscription and its clients are
+``serve.eventhub``'s (every cache of serve follows it, with or without the socket).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any
 from podcache.cri.endpoint import parse_endpoint
 from podcache.cri.wireitems import WireItems
 from podcache.serve.crisock.departedstatus import DepartedStatuses
-from podcache.serve.crisock.fanout import DEFAULT_EVENT_BUFFER, EventBuffer, EventHub, HubGetter
 from podcache.serve.crisock.forward import Forwarder
 from podcache.serve.crisock.metrics import cri_metrics
 from podcache.serve.crisock.routes import READ_ONLY, Route, denial
@@ -27,6 +27,7 @@ from podcache.serve.crisock.server import (
     group_id,
 )
 from podcache.serve.crisock.statuses import StatusStore
+from podcache.serve.eventhub import EventBuffer, EventHub
 
 __all__ = [
     "READ_ONLY",
@@ -42,27 +43,27 @@ __all__ = [
 
 
 class CRISocketSetup:
-    """The socket's parts around one ``AsyncCRIRuntime`` (``runtime``): ``getter`` is what the
-    app's caches read (the runtime, its events shared through the hub); ``start(app)`` serves
-    ``paths`` from the app's all view; ``stop()`` ends it all."""
+    """The socket's parts around one ``AsyncCRIRuntime`` (``runtime``) and the ``hub`` every
+    cache of serve follows (the socket's subscribers become its clients): ``start(app)``
+    serves ``paths`` from the app's all view; ``stop()`` ends the socket and the hub."""
 
     def __init__(
         self,
         runtime: Any,
+        hub: EventHub,
         paths: list[str],
         *,
         timeout: float,
         wait: float,
         access: SocketAccess = DEFAULT_ACCESS,
-        buffer: EventBuffer = DEFAULT_EVENT_BUFFER,
         limits: CRILimits = DEFAULT_LIMITS,
         redact_env: bool = False,
         keep_departed: float = 0.0,
     ) -> None:
         self.items = WireItems()
         runtime.keep_wire_items(self.items)
-        self.hub = EventHub(runtime, buffer, limits.max_event_streams)
-        self.getter = HubGetter(runtime, self.hub)
+        self.hub = hub
+        hub.max_clients = limits.max_event_streams
         self.paths = paths
         self._wait, self._access, self._limits = wait, access, limits
         self._redact_env = redact_env
@@ -92,14 +93,13 @@ class CRISocketSetup:
         self.hub.watch(view.cache)  # serve's caches read time.monotonic
         # The socket's answers come from the all view: kept within its period as the default
         # view is (an idle serve answers through a runtime restart, and the hub knows the
-        # node's revision before an outage: rule 4 of fanout).
+        # node's revision before an outage: rule 4 of serve.eventhub).
         view.keep_fresh()
         app.metrics.sources.append(lambda: cri_metrics(socket))
 
     async def stop(self) -> None:
-        """Stop the socket, end the event clients and the shared stream."""
+        """Stop the socket (the hub's clients and stream are ended by serve after it)."""
         if self.socket is not None:
             await self.socket.stop()
         else:
             self._forwarder.close()
-        await self.hub.aclose()

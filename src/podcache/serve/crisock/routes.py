@@ -8,7 +8,7 @@ PERMISSION_DENIED with ``denial(path)``. A method of any other service is not se
 gRPC answers UNIMPLEMENTED, as the runtime does for a service it lacks.
 
 Deliberately not here: how a route is carried out (``server``, ``lists``, ``forward``,
-``fanout``).
+``serve.eventhub``).
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ Each method of the two CRI services is answered as ``routes.READ_ONLY`` says, or
   ``lists``; answers are kept per snapshot (``lists.AnswerMemo``). ``clock`` is the cache's.
 - Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
   environment values are redacted on the way (``redact``).
-- GetContainerEvents: ``fanout.EventHub``.
+- GetContainerEvents: ``serve.eventhub.EventHub``.
 
 Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. gRPC listens on a private
 socket (a directory of mode 0700); each ``--cri-listen`` socket is podcache's, its connections
 relayed to gRPC (``relay``). A unix socket is created mode 0600 (umask held during bind), then
 given ``mode`` and ``group``. Deliberately not
-here: the allow-list (``routes``), the answers' rules (``lists``, ``forward``, ``fanout``).
+here: the allow-list (``routes``), the answers' rules (``lists``, ``forward``, ``serve.eventhub``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from podcache.cri.wireitems import WireItems
 from podcache.errors import EventsUnsupportedError, PodcacheError, ServeError
 from podcache.model import PodList
 from podcache.serve.crisock.calls import CallStats
-from podcache.serve.crisock.fanout import EventClient, EventHub, SubscribersFullError
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.lists import (
     ANSWER_MEMO,
@@ -66,6 +65,7 @@ from podcache.serve.crisock.relay import Relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
+from podcache.serve.eventhub import EventClient, EventHub, SubscribersFullError
 from podcache.unixsocket import BoundSocket, claim_socket_path
 
 __all__ = [

@@ -1,9 +1,10 @@
 """One subscription to the runtime's container events, shared by the caches and the CRI socket.
 
-``EventHub`` holds podcache's one ``GetContainerEvents`` stream to the runtime and hands every
-event to every follower: the caches' streams (``follower()``: ``ContainerEvent`` values, for
-their subscriptions, docs/architecture.md §7) and the socket's clients (``attach()``: each
-event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
+``EventHub`` holds podcache serve's one ``GetContainerEvents`` stream to the runtime and hands
+every event to every follower: the caches' streams (``follower()``: ``ContainerEvent``
+values, for their subscriptions, docs/architecture.md §7; every cache of serve follows the
+hub, with or without ``--cri-listen``) and the CRI socket's clients (``attach()``: each
+event's bytes as the runtime sent them). Rules (docs/architecture.md §10 rule 5):
 
 1. **One upstream stream.** It is opened by the first follower that opens while none is open
    (later ones wait for that opening's outcome, and share its failure), kept while any
@@ -40,7 +41,8 @@ event's bytes as the runtime sent them). Rules (docs/architecture.md §10):
    ``call_soon_threadsafe``: no thread per client); ``attach``, on the socket's loop, asks
    the cache's to open the stream when none is.
 
-Deliberately not here: gRPC serving (``server``), the caches' subscription rules (``cache``).
+Deliberately not here: gRPC serving (``serve.crisock.server``), the caches' subscription rules
+(``cache``).
 """
 
 from __future__ import annotations
