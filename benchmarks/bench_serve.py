@@ -15,10 +15,15 @@ What it does (wrk: 1 thread, 50 connections, 10 s per run; servers interleaved; 
    2 s), 200 connections on /pods for 60 s; zero errors required, and the server's RSS is
    sampled every half second to show it stays flat.
 
-``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop, through its ASGI
-entry point) as a third column: the same parser and loop with a general ASGI server around
-them, for the record of what podcache's own server saves. wrk and nginx are installed with
-apt-get when missing. Exit status 1 when a target or the zero-error rule is missed.
+``--baseline SRC`` adds ``podcache serve`` run from another source tree (``SRC``, its ``src``
+directory, e.g. a worktree of the commit before a change) as another column, with the same
+simulation: its bodies must equal podcache's but for the age, and the table gives podcache's
+req/s over the baseline's in the same rounds (``--no-soak``: the comparison alone).
+
+``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop, through its
+ASGI entry point) as a third column: the same parser and loop with a general ASGI server
+around them, for the record of what podcache's own server saves. wrk and nginx are installed
+with apt-get when missing. Exit status 1 when a target or the zero-error rule is missed.
 """
 
 from __future__ import annotations
@@ -147,9 +152,11 @@ def fetch(url: str) -> bytes:
 
 
 @contextmanager
-def process(args: list[str], ready_url: str) -> Iterator[subprocess.Popen[bytes]]:
+def process(
+    args: list[str], ready_url: str, env: dict[str, str] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A server subprocess, up once ``ready_url`` answers; SIGTERM on the way out."""
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         wait_for(ready_url)
         yield proc
@@ -284,6 +291,19 @@ class Comparison:
     results: dict[tuple[str, str], list[WrkResult]]
     """(endpoint key, server) -> one result per round."""
 
+    def results_servers(self, key: str) -> set[str]:
+        """The servers measured on endpoint ``key``."""
+        return {name for endpoint, name in self.results if endpoint == key}
+
+    def ratio(self, key: str, name: str, reference: str) -> float:
+        """The median over rounds of ``name``'s req/s over ``reference``'s in the same round."""
+        return statistics.median(
+            run.requests_per_second / ref.requests_per_second
+            for run, ref in zip(
+                self.results[(key, name)], self.results[(key, reference)], strict=True
+            )
+        )
+
 
 @contextmanager
 def uvicorn_app(servers: dict[str, str]) -> Iterator[None]:
@@ -324,8 +344,37 @@ def run_rounds(
     return results
 
 
-def compare(rounds: int, seconds: float, *, with_uvicorn: bool) -> Comparison:
-    """podcache serve (a simulated runtime, cache period 1 h) against nginx serving its bodies."""
+_AGE = re.compile(rb'"age_seconds":[0-9.]+')
+
+
+@contextmanager
+def baseline_serve(
+    source: str | None, servers: dict[str, str], bodies: dict[str, bytes]
+) -> Iterator[None]:
+    """``podcache serve`` from the source tree ``source`` (None: none), added to ``servers``
+    while it runs; exits when its answers to ``bodies``' paths differ from them but for the
+    age."""
+    if source is None:
+        yield
+        return
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PYTHONPATH": source}
+    args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
+    with process(args, url + "/healthz", env):
+        for path, body in bodies.items():
+            if _AGE.sub(b"", fetch(url + path)) != _AGE.sub(b"", body):
+                sys.exit(f"the baseline's {path} differs from podcache's")
+        print(f"baseline ({source}): the same bodies but for the age", file=sys.stderr)
+        servers["baseline"] = url
+        yield
+
+
+def compare(
+    rounds: int, seconds: float, *, with_uvicorn: bool, baseline: str | None = None
+) -> Comparison:
+    """podcache serve (a simulated runtime, cache period 1 h) against nginx serving its bodies
+    (and the same from the ``baseline`` source tree)."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     serve_args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
@@ -342,7 +391,11 @@ def compare(rounds: int, seconds: float, *, with_uvicorn: bool) -> Comparison:
         paths = {"pods": ("/pods", "/pods.json"), "container": (container_path, "/container.json")}
         with nginx({"pods.json": pods, "container.json": container}) as nginx_port:
             servers["nginx"] = f"http://127.0.0.1:{nginx_port}"
-            with uvicorn_app(servers) if with_uvicorn else nullcontext():
+            bodies = {"/pods": pods, container_path: container}
+            with (
+                uvicorn_app(servers) if with_uvicorn else nullcontext(),
+                baseline_serve(baseline, servers, bodies),
+            ):
                 results = run_rounds(servers, paths, rounds, seconds)
     return Comparison(list(servers), {"pods": len(pods), "container": len(container)}, results)
 
@@ -358,6 +411,7 @@ def print_comparison(comparison: Comparison, rounds: int, seconds: float) -> boo
     print("|---|---:|---|---:|---:|---:|---:|---:|---|")
     for key, size in comparison.sizes.items():
         reference = comparison.results[(key, "nginx")]
+        label = "/pods" if key == "pods" else "/containers/{id}"
         for name in comparison.servers:
             runs = comparison.results[(key, name)]
             result = median(runs)
@@ -374,8 +428,12 @@ def print_comparison(comparison: Comparison, rounds: int, seconds: float) -> boo
                 ok = ok and met
             if result.errors:
                 ok = False
-            label = "/pods" if key == "pods" else "/containers/{id}"
             print(f"| {label} | {size} B | {name} | {fmt(result)} | {ratio:.2f}x | {target} |")
+        if "baseline" in comparison.results_servers(key):
+            print(
+                f"| {label} | | podcache / baseline | | | | | "
+                f"{comparison.ratio(key, 'podcache', 'baseline'):.3f}x | |"
+            )
     print(
         "\n*ratio: median over rounds of podcache (or uvicorn) req/s / nginx req/s in the same "
         "round; req/s, p50 and p99 are medians over rounds, errors a sum."
@@ -431,14 +489,18 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--soak-seconds", type=float, default=None)
     parser.add_argument("--with-uvicorn", action="store_true", help="also the app under uvicorn")
+    parser.add_argument("--baseline", metavar="SRC", help="also podcache from this src directory")
+    parser.add_argument("--no-soak", action="store_true", help="the comparison only")
     options = parser.parse_args()
     rounds = options.rounds or (1 if options.quick else 3)
     seconds = options.seconds or (3.0 if options.quick else 10.0)
     soak_seconds = options.soak_seconds or (10.0 if options.quick else 60.0)
     ensure_tools()
-    comparison = compare(rounds, seconds, with_uvicorn=options.with_uvicorn)
+    comparison = compare(
+        rounds, seconds, with_uvicorn=options.with_uvicorn, baseline=options.baseline
+    )
     compared_ok = print_comparison(comparison, rounds, seconds)
-    soaked_ok = soak(soak_seconds)
+    soaked_ok = options.no_soak or soak(soak_seconds)
     ok = compared_ok and soaked_ok
     print(f"\n{'all targets met' if ok else 'SOME TARGETS MISSED'}")
     return 0 if ok else 1

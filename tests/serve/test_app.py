@@ -557,7 +557,7 @@ async def test_a_replay_skips_routing_and_parsing(
     def no_routing(path: str) -> Any:
         raise AssertionError("routed")
 
-    monkeypatch.setattr(app, "_route", no_routing)
+    monkeypatch.setattr(app.router, "find", no_routing)
     response = app.respond_now("GET", "/pods", "namespace=data", [("host", "x")])
     assert isinstance(response, Response) and response.status == 200
     # If-None-Match is not replayed: the full path routes it (and fails here, as a 500).

@@ -82,11 +82,11 @@ async def test_an_idle_app_lists_by_its_period_and_answers_stale_when_the_runtim
 async def test_a_period_of_0_has_no_keeper_and_apps_not_warmed_have_none() -> None:
     runtime = AsyncFakeRuntime([])
     cold = App(runtime, PERIOD)
-    assert cold._keeper is None
+    assert not cold.keeper.running
     await cold.aclose()
     uncached = App(runtime, 0.0)
     await uncached.warm()
-    assert uncached._keeper is None
+    assert not uncached.keeper.running
     await uncached.aclose()
 
 

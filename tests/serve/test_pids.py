@@ -216,7 +216,7 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
     assert (await call(app, "/pids/100")).status == 200
     clocks.now += 11.0  # past the 10 s period
     runtime.error = RuntimeUnavailableError("unix:///x.sock", "gone")
-    lookup = app._lookup_pid
+    lookup = app.lookups.lookup_pid
 
     async def lookup_then_recover(pid: int) -> pids.LookupResult:
         result = await lookup(pid)  # answered from the last good (stale) snapshot
@@ -226,7 +226,7 @@ async def test_a_stale_answer_is_marked_whatever_other_requests_found_meanwhile(
         assert fresh.status == 200 and ("x-podcache-stale", "true") not in fresh.headers
         return result
 
-    monkeypatch.setattr(app, "_lookup_pid", lookup_then_recover)
+    monkeypatch.setattr(app.lookups, "lookup_pid", lookup_then_recover)
     reply = await call(app, "/pids/100")
     assert reply.status == 200, reply.body
     assert reply.headers.get("x-podcache-stale") == "true"

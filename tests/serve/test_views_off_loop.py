@@ -15,8 +15,8 @@ import pytest
 from podcache import AsyncFakeRuntime, Container, ContainerID, ContainerState, Pod, PodList
 from podcache.jsonview import pod_to_json
 from podcache.serve import App
-from podcache.serve import app as app_module
 from podcache.serve import snapshot as snapshot_module
+from podcache.serve import views as views_module
 from podcache.serve.snapshot import SnapshotView
 
 
@@ -97,7 +97,7 @@ async def test_the_app_builds_big_publishes_views_in_a_worker_thread_small_ones_
         original(self, body=body)
 
     monkeypatch.setattr(SnapshotView, "build", recording)
-    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 3)
+    monkeypatch.setattr(views_module, "BUILD_OFF_LOOP", 3)
     runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])
     app = App(runtime, 60.0)
     for path in ("/pods", "/pods/uid-1", "/containers/00000001", "/readyz"):
@@ -147,13 +147,13 @@ async def test_only_the_current_snapshots_view_keeps_its_body() -> None:
     25 listings). A view gives up its body and answers when a newer one takes over."""
     runtime = AsyncFakeRuntime([make_pod(n) for n in range(3)])
     app = App(runtime, 60.0)
-    for round in range(app_module.RECENT_VIEWS + 4):
+    for round in range(views_module.RECENT_VIEWS + 4):
         runtime.set_pods([make_pod(n) for n in range(3 + round % 2)])
         response = await app.respond("GET", "/pods", "fresh=1", [])
         again = await app.respond("GET", "/pods", "", [])  # kept in the memo
         assert response.status == again.status == 200
-    views = list(app._recent)
-    assert len(views) == app_module.RECENT_VIEWS
+    views = list(app.views.recent)
+    assert len(views) == views_module.RECENT_VIEWS
     current = app.memo
     assert current is views[-1] and current._items_head and current.answers
     assert [(bool(view._items_head), bool(view.answers)) for view in views[:-1]] == [
@@ -222,7 +222,7 @@ async def test_a_small_publish_during_a_big_ones_build_is_built_after_it_off_the
 
     loop_thread = threading.current_thread()
     monkeypatch.setattr(SnapshotView, "build", recording)
-    monkeypatch.setattr(app_module, "BUILD_OFF_LOOP", 3)  # 4 pods: off the loop; 3: not
+    monkeypatch.setattr(views_module, "BUILD_OFF_LOOP", 3)  # 4 pods: off the loop; 3: not
     encoded = counting_pod_to_json(monkeypatch)
     pods = [make_pod(n) for n in range(4)]
     runtime = AsyncFakeRuntime(pods)
@@ -232,7 +232,7 @@ async def test_a_small_publish_during_a_big_ones_build_is_built_after_it_off_the
         await asyncio.sleep(0)
     runtime.set_pods([*pods[:2], make_pod(9)])  # two of the same objects and a new one
     second = asyncio.ensure_future(app.respond("GET", "/pods", "fresh=1", []))
-    while len(app._recent) < 2:  # the small publish happened
+    while len(app.views.recent) < 2:  # the small publish happened
         await asyncio.sleep(0)
     gate.set()
     one, two = await first, await second

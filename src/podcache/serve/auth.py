@@ -1,8 +1,9 @@
-"""Bearer tokens: the token file, followed as it is rotated, and the Authorization check; not
-which routes need one.
+"""Bearer tokens: the token file, followed as it is rotated, the Authorization check, and the
+gate every request passes; not which routes need one.
 
 The comparison is constant-time (``hmac.compare_digest``). It holds no policy about which
-addresses need a token (``command``) or which routes are open (``app``).
+addresses need a token (``command``) or which routes are open (the route table, ``routes``,
+hands them to ``AuthGate``).
 
 Rotation. Kubernetes rotates a mounted Secret by replacing the file (a new inode behind the
 ``..data`` symlink), and node agents follow such credentials. ``BearerAuth.following`` does: at
@@ -28,11 +29,13 @@ import time
 from collections.abc import Callable
 
 from podcache.errors import TokenFileError
+from podcache.serve.response import HTTPError
 
 __all__ = [
     "MAX_TOKEN_FILE_BYTES",
     "MIN_TOKEN_LENGTH",
     "RELOAD_INTERVAL",
+    "AuthGate",
     "BearerAuth",
     "TokenFileError",
     "read_token_file",
@@ -206,3 +209,29 @@ class BearerAuth:
         if problem != self._problem:
             log.error("%s: every request needing the token gets 401 until it is fixed", problem)
             self._problem = problem
+
+
+_UNAUTHORIZED = [("www-authenticate", 'Bearer realm="podcache"')]
+
+
+class AuthGate:
+    """The token check of every request, replayed from the memo or not: it passes without a
+    token configured (``auth`` None), and for the ``open`` routes (by template)."""
+
+    def __init__(self, auth: BearerAuth | None, open_routes: frozenset[str]) -> None:
+        self._auth = auth
+        self._open = open_routes
+
+    def allowed(self, route: str, authorization: str | None) -> bool:
+        """Whether a request to ``route`` with this Authorization value may be answered."""
+        auth = self._auth
+        return auth is None or route in self._open or auth.check(authorization)
+
+    def check(self, route: str, authorization: str | None) -> None:
+        """``allowed``, or the 401 (with ``WWW-Authenticate``)."""
+        if not self.allowed(route, authorization):
+            raise HTTPError(
+                401,
+                "a valid bearer token is required (Authorization: Bearer <token>)",
+                headers=_UNAUTHORIZED,
+            )

@@ -23,6 +23,7 @@ import click
 
 from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES, LOG_LEVELS
 from podcache.duration import Duration, parse_duration
+from podcache.serve.routes import routes_help
 from podcache.serve.server import (
     DEFAULT_LISTEN,
     ConnectionLimits,
@@ -156,10 +157,9 @@ def _say(message: str) -> None:
     "serve",
     context_settings={"help_option_names": ["-h", "--help"]},
     help=(
-        "Serve the node's pods over HTTP (JSON): /pods, /pods/{uid}, "
-        "/namespaces/{ns}/pods/{name}, /containers/{id}, /ips/{ip}, /pids/{pid}, /healthz, "
-        "/readyz, /metrics, /openapi.json. Read-only. Listens on loopback or a unix socket "
-        "(mode 0600) unless --token-file is given. Stops cleanly on SIGTERM."
+        "Serve the node's pods over HTTP (JSON), read-only (GET, HEAD). Listens on loopback or "
+        "a unix socket (mode 0600) unless --token-file is given. Stops cleanly on SIGTERM.\n\n"
+        + routes_help()
     ),
 )
 @click.option(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from podcache.cache import AsyncRuntimeCache
 
-__all__ = ["KEEP_MIN", "keep_fresh", "next_read"]
+__all__ = ["KEEP_MIN", "Keeper", "keep_fresh", "next_read"]
 
 KEEP_MIN = 0.1
 """Least seconds between two of the keeper's reads (a refresh-ahead as long as the period)."""
@@ -56,3 +56,44 @@ async def keep_fresh(
         with contextlib.suppress(Exception):  # the readers' failure too, counted as theirs
             await cache.get_pods(timeout=wait)
         await asyncio.sleep(max(fresh_for, KEEP_MIN))
+
+
+class Keeper:
+    """The keeper of one cache: ``start`` starts ``keep_fresh`` as a task unless it runs or
+    the cache has no period (every answer is then fetched for its request); ``stop`` ends
+    it."""
+
+    def __init__(
+        self,
+        cache: AsyncRuntimeCache,
+        refresh_ahead: float,
+        wait: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self._cache = cache
+        self._refresh_ahead = refresh_ahead
+        self._wait = wait
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        """Whether the keeper was started and not stopped."""
+        return self._task is not None
+
+    def start(self) -> None:
+        """Start the keeper, unless it runs or the period is 0."""
+        period = self._cache.cache_period
+        if self._task is not None or period == 0:
+            return
+        fresh_for = max(period - self._refresh_ahead, 0.0)
+        self._task = asyncio.get_running_loop().create_task(
+            keep_fresh(self._cache, fresh_for, self._wait, self._clock), name="podcache-keeper"
+        )
+
+    async def stop(self) -> None:
+        """Cancel the keeper and wait for it to end."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

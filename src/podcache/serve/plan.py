@@ -1,4 +1,4 @@
-"""How a request will be answered: a ``Plan``, one of three kinds, made by ``App``'s handlers.
+"""How a request will be answered: a ``Plan``, one of three kinds, made by the route handlers.
 
 - ``Now``: the answer is known (an error, ``/healthz``, ``/metrics``): no snapshot needed.
 - ``FromSnapshot``: the answer is built from a snapshot (``build(view)``); ``App`` answers at
