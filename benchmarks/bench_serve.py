@@ -17,7 +17,7 @@ What it does (wrk: 1 thread, 50 connections, 10 s per run; servers interleaved; 
 
 ``--baseline SRC`` adds ``podcache serve`` run from another source tree (``SRC``, its ``src``
 directory, e.g. a worktree of the commit before a change) as another column, with the same
-simulation: its bodies must equal podcache's but for the age, and the table gives podcache's
+simulation: its bodies must equal podcache's but for the times, and the table gives podcache's
 req/s over the baseline's in the same rounds (``--no-soak``: the comparison alone).
 
 ``--with-uvicorn`` adds the same application under uvicorn (httptools, uvloop, through its
@@ -71,6 +71,9 @@ class WrkResult:
     p99_ms: float
     non_2xx: int
     socket_errors: int
+    cpu_us: float | None = None
+    """The server process's CPU time per request answered (user and system, microseconds),
+    when its process was known: unlike req/s, barely moved by other load on the machine."""
 
     @property
     def errors(self) -> int:
@@ -107,8 +110,17 @@ def _millis(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[unit]
 
 
-def wrk(url: str, *, connections: int, seconds: float) -> WrkResult:
-    """One wrk run (1 thread) with latency percentiles."""
+def cpu_seconds(pid: int) -> float:
+    """Process ``pid``'s CPU time so far (user and system), in seconds."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, *, connections: int, seconds: float, pid: int | None = None) -> WrkResult:
+    """One wrk run (1 thread) with latency percentiles; ``pid``: the server's process, whose
+    CPU time per request is measured."""
+    cpu_before = None if pid is None else cpu_seconds(pid)
     result = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", url],
         capture_output=True,
@@ -123,12 +135,17 @@ def wrk(url: str, *, connections: int, seconds: float) -> WrkResult:
     sockets = re.search(
         r"Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)", out
     )
+    cpu_us = None
+    if pid is not None and cpu_before is not None:
+        requests = int(re.search(r"([0-9]+) requests in", out)[1])  # type: ignore[index]
+        cpu_us = (cpu_seconds(pid) - cpu_before) * 1e6 / max(requests, 1)
     return WrkResult(
         rps,
         p50,
         p99,
         int(non_2xx[1]) if non_2xx else 0,
         sum(int(n) for n in sockets.groups()) if sockets else 0,
+        cpu_us,
     )
 
 
@@ -271,6 +288,11 @@ def fmt(result: WrkResult) -> str:
     )
 
 
+def median_cpu(results: list[WrkResult]) -> float:
+    """The median over rounds of the server's CPU time per request (microseconds)."""
+    return statistics.median(r.cpu_us for r in results if r.cpu_us is not None)
+
+
 def median(results: list[WrkResult]) -> WrkResult:
     return WrkResult(
         statistics.median(r.requests_per_second for r in results),
@@ -324,7 +346,11 @@ def uvicorn_app(servers: dict[str, str]) -> Iterator[None]:
 
 
 def run_rounds(
-    servers: dict[str, str], paths: dict[str, tuple[str, str]], rounds: int, seconds: float
+    servers: dict[str, str],
+    paths: dict[str, tuple[str, str]],
+    rounds: int,
+    seconds: float,
+    pids: dict[str, int] | None = None,
 ) -> dict[tuple[str, str], list[WrkResult]]:
     """A warm-up, then ``rounds`` rounds, each running every server back to back per path."""
     for name, url in servers.items():  # warm-up, not counted
@@ -335,25 +361,29 @@ def run_rounds(
         for key, (path, static) in paths.items():
             for name, url in servers.items():
                 target = url + (static if name == "nginx" else path)
-                result = wrk(target, connections=50, seconds=seconds)
+                pid = (pids or {}).get(name)
+                result = wrk(target, connections=50, seconds=seconds, pid=pid)
                 results.setdefault((key, name), []).append(result)
                 print(
-                    f"round {round_ + 1} {key:9} {name:8} {result.requests_per_second:9.0f} req/s",
+                    f"round {round_ + 1} {key:9} {name:8} {result.requests_per_second:9.0f} req/s"
+                    + ("" if result.cpu_us is None else f" {result.cpu_us:6.1f} us CPU/req"),
                     file=sys.stderr,
                 )
     return results
 
 
-_AGE = re.compile(rb'"age_seconds":[0-9.]+')
+_TIMES = re.compile(rb'"(?:age_seconds|cache_time|created_at|revision)":[0-9.]+')
+"""What two servers over the same simulation answer differently: when their simulations and
+caches started (the revisions count from the start, in ms)."""
 
 
 @contextmanager
 def baseline_serve(
-    source: str | None, servers: dict[str, str], bodies: dict[str, bytes]
+    source: str | None, servers: dict[str, str], bodies: dict[str, bytes], pids: dict[str, int]
 ) -> Iterator[None]:
     """``podcache serve`` from the source tree ``source`` (None: none), added to ``servers``
     while it runs; exits when its answers to ``bodies``' paths differ from them but for the
-    age."""
+    times (``_TIMES``)."""
     if source is None:
         yield
         return
@@ -361,12 +391,13 @@ def baseline_serve(
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PYTHONPATH": source}
     args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
-    with process(args, url + "/healthz", env):
+    with process(args, url + "/healthz", env) as proc:
         for path, body in bodies.items():
-            if _AGE.sub(b"", fetch(url + path)) != _AGE.sub(b"", body):
+            if _TIMES.sub(b"", fetch(url + path)) != _TIMES.sub(b"", body):
                 sys.exit(f"the baseline's {path} differs from podcache's")
-        print(f"baseline ({source}): the same bodies but for the age", file=sys.stderr)
+        print(f"baseline ({source}): the same bodies but for the times", file=sys.stderr)
         servers["baseline"] = url
+        pids["baseline"] = proc.pid
         yield
 
 
@@ -378,7 +409,8 @@ def compare(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     serve_args = podcache_serve(port, "--sim-pods", str(PODS), "--cache-period", "1h")
-    with process(serve_args, base + "/healthz"):
+    with process(serve_args, base + "/healthz") as proc:
+        pids = {"podcache": proc.pid}
         pods = fetch(base + "/pods")
         container_path = pick_container(base, pods)
         container = fetch(base + container_path)
@@ -394,9 +426,9 @@ def compare(
             bodies = {"/pods": pods, container_path: container}
             with (
                 uvicorn_app(servers) if with_uvicorn else nullcontext(),
-                baseline_serve(baseline, servers, bodies),
+                baseline_serve(baseline, servers, bodies, pids),
             ):
-                results = run_rounds(servers, paths, rounds, seconds)
+                results = run_rounds(servers, paths, rounds, seconds, pids)
     return Comparison(list(servers), {"pods": len(pods), "container": len(container)}, results)
 
 
@@ -433,6 +465,13 @@ def print_comparison(comparison: Comparison, rounds: int, seconds: float) -> boo
             print(
                 f"| {label} | | podcache / baseline | | | | | "
                 f"{comparison.ratio(key, 'podcache', 'baseline'):.3f}x | |"
+            )
+            mine, theirs = (
+                median_cpu(comparison.results[(key, n)]) for n in ("podcache", "baseline")
+            )
+            print(
+                f"| {label} | | server CPU per request, podcache / baseline | {mine:.1f} us / "
+                f"{theirs:.1f} us | | | | {mine / theirs:.3f}x | |"
             )
     print(
         "\n*ratio: median over rounds of podcache (or uvicorn) req/s / nginx req/s in the same "

@@ -54,7 +54,7 @@ from podcache.serve.reading import FRESHNESS_HEADER, Reader
 from podcache.serve.response import HTTPError, Response
 from podcache.serve.router import UNMATCHED, Router
 from podcache.serve.routes import ROUTES
-from podcache.serve.snapshot import Answer, SnapshotView
+from podcache.serve.snapshot import SnapshotView
 from podcache.serve.views import Views
 from podcache.serve.watchstream import BOOKMARK_INTERVAL, WatchCounters, WatchStreams
 
@@ -313,35 +313,20 @@ class App:
         if query and self._wants_all(query):
             return self._all_pods().respond_now(method, path, query, header_items)
         memo, started = self.views.memo, REQUEST_CLOCK()  # started: the duration histogram's
-        answer = None
         if memo is not None and method in _METHODS:
             answer = memo.answers.get(f"{path}?{query}" if query else path)
-        if answer is None:
-            plan = self._begin(method, path, query, header_items, started)
-            return self._carry_out(plan, method, path, started, None, looked=False)
-        pods = self.cache.get_pods_nowait()
-        if pods is cast(SnapshotView, memo).pods:
-            # get_pods_nowait hands out fresh snapshots only: never a stale answer
-            replayed = self._replayed(cast(SnapshotView, memo), answer, header_items, started)
-            if replayed is not None:
-                return replayed
+            if answer is not None:
+                pods = self.cache.get_pods_nowait()
+                if pods is memo.pods:  # get_pods_nowait hands out fresh snapshots only
+                    replayable, authorization = _replayable(header_items)
+                    if replayable and self.gate.allowed(answer.route, authorization):
+                        response = self.reader.from_answer(memo, answer, _NO_HEADERS)
+                        self.metrics.count(answer.route, response.status, started)
+                        return response
+                plan = self._begin(method, path, query, header_items, started)
+                return self._carry_out(plan, method, path, started, pods, looked=True)
         plan = self._begin(method, path, query, header_items, started)
-        return self._carry_out(plan, method, path, started, pods, looked=True)
-
-    def _replayed(
-        self,
-        memo: SnapshotView,
-        answer: Answer,
-        header_items: list[tuple[str, str]],
-        started: float,
-    ) -> Response | None:
-        """The memo's ``answer`` replayed when rules 3 and 4 of the replay rule hold."""
-        replayable, authorization = _replayable(header_items)
-        if not (replayable and self.gate.allowed(answer.route, authorization)):
-            return None
-        response = self.reader.from_answer(memo, answer, _NO_HEADERS)
-        self.metrics.count(answer.route, response.status, started)
-        return response
+        return self._carry_out(plan, method, path, started, None, looked=False)
 
     def _carry_out(
         self,
