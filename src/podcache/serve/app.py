@@ -40,6 +40,7 @@ from podcache.serve.keeper import Keeper
 from podcache.serve.lookups import Lookups
 from podcache.serve.metrics import REQUEST_CLOCK, Metrics
 from podcache.serve.openapi import document
+from podcache.serve.params import ALL
 from podcache.serve.plan import FromSnapshot, Later, Now, Plan
 from podcache.serve.query import (
     BOOLEANS,
@@ -49,6 +50,7 @@ from podcache.serve.query import (
     Query,
     check_path,
     collect_headers,
+    parse_query,
 )
 from podcache.serve.reading import FRESHNESS_HEADER, Reader
 from podcache.serve.response import HTTPError, Response
@@ -91,23 +93,23 @@ _OPEN_ROUTES = frozenset(route.template for route in ROUTES if route.open)
 _NO_HEADERS: dict[str, str] = {}
 
 
-def _replayable(header_items: list[tuple[str, str]]) -> tuple[bool, str | None]:
-    """``(True, authorization header or None)`` when the headers allow a replay (rule 3 in
-    ``App.respond_now``), else ``(False, ...)``."""
+def _replayable(header_items: list[tuple[str, str]], route: str, gate: AuthGate) -> bool:
+    """Whether a request with these headers to ``route`` may be answered from the memo: rules
+    3 and 4 in ``App.respond_now`` (the headers allow it, and ``gate`` lets it through)."""
     size = 0
     authorization = None
     for name, value in header_items:
         lower = name.lower()
         if lower == "authorization":
             if authorization is not None:
-                return False, None  # repeated: the full path answers 400
+                return False  # repeated: the full path answers 400
             authorization = value
         elif lower in ("if-none-match", FRESHNESS_HEADER):
-            return False, None
+            return False
         size += len(name) + len(value)
     if len(header_items) > MAX_HEADERS or size > MAX_HEADER_BYTES:
-        return False, None  # the full path answers 431
-    return True, authorization
+        return False  # the full path answers 431
+    return gate.allowed(route, authorization)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,7 +305,8 @@ class App:
         3. it carries no header that could change the answer or make it an error on the full
            path: no If-None-Match, no X-Podcache-Newer-Than, no repeated Authorization, and
            within the header limits (``_replayable``);
-        4. the token check passes: it runs on every request, replayed or not (``AuthGate``).
+        4. the token check passes: it runs on every request, replayed or not (``AuthGate``, in
+           ``_replayable``).
            The Host check is the HTTP server's, done before any request reaches the app.
 
         Anything else takes the full path (``_begin``, then ``_finish``), which answers at
@@ -313,24 +316,25 @@ class App:
         if query and self._wants_all(query):
             return self._all_pods().respond_now(method, path, query, header_items)
         memo, started = self.views.memo, REQUEST_CLOCK()  # started: the duration histogram's
+        pods: PodList | None = None
+        looked = False  # get_pods_nowait asked (a snapshot handed out counts one hit)
         if memo is not None and method in _METHODS:
             answer = memo.answers.get(f"{path}?{query}" if query else path)
             if answer is not None:
-                pods = self.cache.get_pods_nowait()
-                if pods is memo.pods:  # get_pods_nowait hands out fresh snapshots only
-                    replayable, authorization = _replayable(header_items)
-                    if replayable and self.gate.allowed(answer.route, authorization):
-                        response = self.reader.from_answer(memo, answer, _NO_HEADERS)
-                        self.metrics.count(answer.route, response.status, started)
-                        return response
-                plan = self._begin(method, path, query, header_items, started)
-                return self._carry_out(plan, method, path, started, pods, looked=True)
+                pods, looked = self.cache.get_pods_nowait(), True
+                # get_pods_nowait hands out fresh snapshots only: never a stale replay
+                if pods is memo.pods and _replayable(header_items, answer.route, self.gate):
+                    response = self.reader.from_answer(memo, answer, _NO_HEADERS)
+                    self.metrics.count(answer.route, response.status, started)
+                    return response
         plan = self._begin(method, path, query, header_items, started)
-        return self._carry_out(plan, method, path, started, None, looked=False)
+        if isinstance(plan, Now):
+            return plan.response
+        return self._carry_out(plan, method, path, started, pods, looked=looked)
 
     def _carry_out(
         self,
-        plan: Plan,
+        plan: FromSnapshot | Later,
         method: str,
         path: str,
         started: float,
@@ -339,17 +343,14 @@ class App:
         looked: bool,
     ) -> Response | Coroutine[Any, Any, Response]:
         """``plan`` answered now when it can be (``pods``: what ``get_pods_nowait`` handed
-        out, when ``looked``: a snapshot counts one hit per request), else its coroutine."""
-        match plan:
-            case Now():
-                return plan.response
-            case FromSnapshot(need=None):
-                if not looked:
-                    pods = self.cache.get_pods_nowait()
-                if pods is not None:
-                    view = self.views.view_of(pods)  # fresh: from get_pods_nowait
-                    if not self.views.building_now(view):
-                        return self._finish(plan, view, started)
+        out, when ``looked``), else the coroutine that answers it."""
+        if isinstance(plan, FromSnapshot) and plan.need is None:
+            if not looked:
+                pods = self.cache.get_pods_nowait()
+            if pods is not None:
+                view = self.views.view_of(pods)  # fresh: from get_pods_nowait
+                if not self.views.building_now(view):
+                    return self._finish(plan, view, started)
         return self._answer_later(plan, method, path, started)
 
     async def respond(
@@ -416,10 +417,13 @@ class App:
             matched, raw = self.router.find(path)
             route = matched.template
             self.gate.check(route, headers.get("authorization"))
-            params = matched.query(query)
-            plan = matched.route.handler(self.handlers, params, headers, matched.args(raw))
+            params = parse_query(query, matched.allowed, matched.repeatable) if query else {}
+            if "all" in params:  # true went to the all view (_wants_all): 0 or false, or a 400
+                ALL.parse(params["all"][0])
+            args = matched.args(raw) if raw else ()
+            plan = matched.route.handler(self.handlers, params, headers, args)
             target = f"{path}?{query}" if query else path
-            return self._completed(plan, route, target, params, headers=headers, started=started)
+            return self._completed(plan, route, target, params, headers, started=started)
         except HTTPError as error:
             return Now(self._failed(route, error, started))
         except Exception:
@@ -432,8 +436,8 @@ class App:
         route: str,
         target: str,
         params: Query,
-        *,
         headers: dict[str, str],
+        *,
         started: float,
     ) -> Plan:
         """The handler's ``plan`` with what the checks found: the route, the freshness need,

@@ -229,7 +229,8 @@ class AuthGate:
 
     def check(self, route: str, authorization: str | None) -> None:
         """``allowed``, or the 401 (with ``WWW-Authenticate``)."""
-        if not self.allowed(route, authorization):
+        auth = self._auth
+        if not (auth is None or route in self._open or auth.check(authorization)):
             raise HTTPError(
                 401,
                 "a valid bearer token is required (Authorization: Bearer <token>)",

@@ -56,15 +56,20 @@ class Handlers:
         self._openapi, self._openapi_etag = openapi
 
     def pods(self, query: Query, headers: dict[str, str], args: tuple[Any, ...]) -> Plan:
-        namespace = NAMESPACE.first(query)
-        labels = query.get(LABEL.name, ())
+        # dict lookups, not Param.first: a list off the memo takes this path
+        values = query.get("namespace")
+        namespace = NAMESPACE.parse(values[0]) if values else None
+        labels = query.get("label", ())
         if len(labels) > MAX_LABELS:
             raise HTTPError(400, f"more than {MAX_LABELS} label selectors")
         selectors = [LABEL.parse(text) for text in labels]
-        if WATCH.first(query):
+        values = query.get("watch")
+        if values and WATCH.parse(values[0]):
             request = _watch_request(query, namespace, tuple(selectors))
             return Later(lambda need: self._streams.open(request))
-        SINCE.first(query)  # checked, and without watch=1 ignored
+        values = query.get("since")
+        if values:
+            SINCE.parse(values[0])  # checked, and without watch=1 ignored
         if namespace is None and not selectors:
             return FromSnapshot(lambda view: _found(view.items_head))
 

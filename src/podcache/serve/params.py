@@ -5,13 +5,15 @@ A ``Param`` is both what the OpenAPI document says of a parameter and how its va
 so the two cannot disagree: the patterns in the schemas are ``query``'s, which the parsers
 use (ECMA-262 and Python read them alike). Which route takes which parameters is the route
 table's (``routes``). A parser takes one value as sent (a query value percent-decoded, a path
-segment as it arrived) and returns the value the handler uses, or raises a 400 naming it.
+segment as it arrived) and returns the value the handler uses, or raises a 400 naming it
+(a ``partial`` where it only names the parameter: no Python frame of its own).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import unquote
 
@@ -111,7 +113,13 @@ _NEWER = {"type": "number", "minimum": 0, "maximum": MAX_NEWER_THAN}
 
 
 def _yes_no(name: str, description: str) -> Param[bool]:
-    return Param(name, "query", description, _YES_NO, lambda text: parse_bool(text, name))
+    return Param(name, "query", description, _YES_NO, partial(parse_bool, where=name))
+
+
+def _parse_ip_segment(text: str) -> str:
+    """``/ips/{ip}``: the segment percent-decoded (``::ffff:...`` arrives as ``%3A``), then
+    ``parse_ip``."""
+    return parse_ip(unquote(text))
 
 
 def parse_since(text: str) -> int:
@@ -123,21 +131,21 @@ def parse_since(text: str) -> int:
 
 # -- path parameters --------------------------------------------------------------------------
 UID = Param(
-    "uid", "path", "The pod UID.", _name_schema(NAME_PATTERN), lambda s: check_name(s, "pod UID")
+    "uid", "path", "The pod UID.", _name_schema(NAME_PATTERN), partial(check_name, what="pod UID")
 )
 POD_NAMESPACE = Param(
     "namespace",
     "path",
     "The namespace (no '_').",
     _name_schema(POD_NAME_PATTERN),
-    lambda s: check_name(s, "namespace", underscore=False),
+    partial(check_name, what="namespace", underscore=False),
 )
 POD_NAME = Param(
     "name",
     "path",
     "The pod name (no '_').",
     _name_schema(POD_NAME_PATTERN),
-    lambda s: check_name(s, "pod name", underscore=False),
+    partial(check_name, what="pod name", underscore=False),
 )
 CONTAINER = Param(
     "id",
@@ -145,7 +153,7 @@ CONTAINER = Param(
     "A full ID type://id (URL-encoded or not), a bare ID, or a unique prefix of at least 4 "
     "characters.",
     _name_schema(CONTAINER_ID_PATTERN),
-    lambda s: check_name(s, "container ID"),
+    partial(check_name, what="container ID"),
     slashes=True,
 )
 IP = Param(
@@ -154,7 +162,7 @@ IP = Param(
     "An IPv4 or IPv6 address (any spelling; no zone, no prefix; an IPv4-mapped IPv6 address, "
     "::ffff:10.0.0.7, is its IPv4 one).",
     {"anyOf": [{"type": "string", "format": "ipv4"}, {"type": "string", "format": "ipv6"}]},
-    lambda s: parse_ip(unquote(s)),
+    _parse_ip_segment,
     slashes=True,
     empty=True,
 )
@@ -175,7 +183,7 @@ NAMESPACE = Param(
     "query",
     "Only pods in this namespace.",
     _name_schema(NAME_PATTERN),
-    lambda s: check_name(s, "namespace"),
+    partial(check_name, what="namespace"),
 )
 LABEL = Param(
     "label",
@@ -206,7 +214,7 @@ NEWER_THAN = Param(
     "now. Refreshes asked for this way start at most once per --min-refresh-interval: a "
     "request arriving sooner waits for the next one.",
     _NEWER,
-    lambda s: parse_newer_than(s, "newer_than"),
+    partial(parse_newer_than, where="newer_than"),
 )
 FRESH = _yes_no(
     "fresh",
@@ -218,7 +226,7 @@ NEWER_THAN_HEADER = Param(
     "header",
     "Same as newer_than (the later of the two wins when both are given).",
     _NEWER,
-    lambda s: parse_newer_than(s, "X-Podcache-Newer-Than"),
+    partial(parse_newer_than, where="X-Podcache-Newer-Than"),
 )
 IF_NONE_MATCH = Param(
     "If-None-Match",
@@ -248,7 +256,7 @@ DEPARTED = Param(
     "container that exited or was removed): 200, with departed_at, held_until and "
     "X-Podcache-Departed: true.",
     {"type": "string", "enum": ["1", "true", "0", "false"]},
-    lambda s: parse_bool(s, "departed"),
+    partial(parse_bool, where="departed"),
 )
 AT = Param(
     "at",

@@ -49,12 +49,14 @@ class Reader:
 
     def need(self, query: Query, headers: dict[str, str]) -> float | None:
         """The unix time the snapshot must have been read at or after, if the request says."""
-        need = NEWER_THAN.first(query)
+        values = query.get("newer_than")  # dict lookups, not Param.first: the full path's
+        need = NEWER_THAN.parse(values[0]) if values else None
         header = headers.get(FRESHNESS_HEADER)
         if header is not None:
             stated = NEWER_THAN_HEADER.parse(header)
             need = stated if need is None else max(need, stated)
-        if FRESH.first(query):
+        values = query.get("fresh")
+        if values and FRESH.parse(values[0]):
             now_wall = self.wall()
             need = now_wall if need is None else max(need, now_wall)
         return need

@@ -9,12 +9,12 @@ refuses). Cost: one dict lookup, and for a parameterised path one more and a spl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from operator import call, itemgetter
+from typing import Any, cast
 
-from podcache.serve.params import ALL, Param
-from podcache.serve.query import Query, parse_query
+from podcache.serve.params import Param
 from podcache.serve.response import HTTPError
 from podcache.serve.routes import ROUTES, Route
 
@@ -30,60 +30,98 @@ class Matched:
 
     route: Route
     template: str
-    parts: tuple[str | Param[Any], ...]
-    """The template after its first segment, one entry per segment: a literal, or the
-    parameter in its place."""
-    path_params: tuple[Param[Any], ...]
     allowed: frozenset[str]
     """The query parameters the route takes (any other is a 400)."""
     repeatable: frozenset[str]
+    parsers: tuple[Callable[[str], Any], ...]
+    """The path parameters' parsers, in the template's order."""
+    only: Param[Any] | None
+    """The template's one part after its first segment, when that is a parameter (every route
+    but one): matched without a split."""
+    shape: _Shape
+    """How the rest of the path is matched when ``only`` is None."""
 
     @classmethod
     def of(cls, route: Route) -> Matched:
         path_params = {p.name: p for p in route.params if p.where == "path"}
-        segments = route.template.split("/")[2:]
-        parts = tuple(path_params.get(s[1:-1], s) if s.startswith("{") else s for s in segments)
-        query = [p for p in route.params if p.where == "query"]
-        return cls(
-            route,
-            route.template,
-            parts,
-            tuple(path_params.values()),
-            frozenset(p.name for p in query),
-            frozenset(p.name for p in query if p.repeatable),
-        )
+        parts = [_part(s, path_params) for s in route.template.split("/")[2:]]
+        parsers = tuple(p.parse for p in path_params.values())
+        only = parts[0] if len(parts) == 1 and isinstance(parts[0], Param) else None
+        allowed, repeatable = _query_names(route)
+        return cls(route, route.template, allowed, repeatable, parsers, only, _Shape.of(parts))
 
     def match(self, rest: str) -> tuple[str, ...] | None:
         """The path's parameters as sent, from ``rest`` (the path after its first segment);
         None when it does not fit the template."""
-        parts = self.parts
-        last = parts[-1]
-        cuts = len(parts) - 1 if isinstance(last, Param) and last.slashes else -1
-        pieces = rest.split("/", cuts)
-        if len(pieces) != len(parts):
-            return None
-        args = []
-        for part, piece in zip(parts, pieces, strict=True):
-            if isinstance(part, str):
-                if piece != part:
-                    return None
-            elif piece or part.empty:
-                args.append(piece)
-            else:
-                return None
-        return tuple(args)
-
-    def query(self, text: str) -> Query:
-        """The query string checked against the route's names and parsed; ``all`` (which a
-        true value took to the all view before) checked too."""
-        params = parse_query(text, self.allowed, self.repeatable) if text else {}
-        if "all" in params:  # true went to the all view (App): 0 or false, or a 400
-            ALL.parse(params["all"][0])
-        return params
+        only = self.only
+        if only is None:
+            return self.shape.match(rest)
+        if rest:
+            return (rest,) if only.slashes or "/" not in rest else None
+        return (rest,) if only.empty else None
 
     def args(self, raw: tuple[str, ...]) -> tuple[Any, ...]:
         """The path's parameters parsed, in the template's order (the first bad one: 400)."""
-        return tuple(param.parse(text) for param, text in zip(self.path_params, raw, strict=True))
+        only = self.only
+        if only is not None:
+            return (only.parse(raw[0]),)
+        return tuple(map(call, self.parsers, raw))
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """A template's segments after the first, as matched: split ``cuts`` times (-1: at every
+    ``/``; fewer when the last parameter may hold ``/``) into ``count`` pieces, the
+    ``literals`` (position, text) equal, the pieces at ``required`` non-empty, and the
+    parameters' pieces picked (``pick``)."""
+
+    count: int
+    cuts: int
+    literals: tuple[tuple[int, str], ...]
+    required: tuple[int, ...]
+    pick: Callable[[list[str]], tuple[str, ...]]
+
+    @classmethod
+    def of(cls, parts: list[str | Param[Any]]) -> _Shape:
+        last = parts[-1] if parts else None
+        cuts = len(parts) - 1 if isinstance(last, Param) and last.slashes else -1
+        literals = tuple((i, part) for i, part in enumerate(parts) if isinstance(part, str))
+        at = [i for i, part in enumerate(parts) if isinstance(part, Param)]
+        required = tuple(i for i in at if not cast(Param[Any], parts[i]).empty)
+        return cls(len(parts), cuts, literals, required, _picker(at))
+
+    def match(self, rest: str) -> tuple[str, ...] | None:
+        pieces = rest.split("/", self.cuts)
+        if len(pieces) != self.count:
+            return None
+        for index, literal in self.literals:
+            if pieces[index] != literal:
+                return None
+        for index in self.required:
+            if not pieces[index]:
+                return None
+        return self.pick(pieces)
+
+
+def _picker(at: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
+    """The pieces at positions ``at``, as a tuple (``itemgetter`` of one gives the item)."""
+    if not at:
+        return lambda pieces: ()
+    if len(at) == 1:
+        only = at[0]
+        return lambda pieces: (pieces[only],)
+    return cast(Callable[[list[str]], tuple[str, ...]], itemgetter(*at))
+
+
+def _query_names(route: Route) -> tuple[frozenset[str], frozenset[str]]:
+    """The query parameters ``route`` takes, and those of them that may be repeated."""
+    query = [p for p in route.params if p.where == "query"]
+    return frozenset(p.name for p in query), frozenset(p.name for p in query if p.repeatable)
+
+
+def _part(segment: str, path_params: dict[str, Param[Any]]) -> str | Param[Any]:
+    """A template's segment: the parameter it names (``{name}``), or itself (a literal)."""
+    return path_params[segment[1:-1]] if segment.startswith("{") else segment
 
 
 class Router:
@@ -94,7 +132,7 @@ class Router:
         self._by_first: dict[str, list[Matched]] = {}
         for route in routes:
             matched = Matched.of(route)
-            if matched.path_params:
+            if matched.parsers:
                 first = "/" + route.template.split("/")[1] + "/"
                 self._by_first.setdefault(first, []).append(matched)
             else:
