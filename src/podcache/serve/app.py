@@ -305,9 +305,8 @@ class App:
         3. it carries no header that could change the answer or make it an error on the full
            path: no If-None-Match, no X-Podcache-Newer-Than, no repeated Authorization, and
            within the header limits (``_replayable``);
-        4. the token check passes: it runs on every request, replayed or not (``AuthGate``, in
-           ``_replayable``).
-           The Host check is the HTTP server's, done before any request reaches the app.
+        4. the token check passes, replayed or not (``AuthGate``, in ``_replayable``); the
+           Host check is the HTTP server's, done before any request reaches the app.
 
         Anything else takes the full path (``_begin``, then ``_finish``), which answers at
         once too when the snapshot is fresh and the request asks for nothing newer. A request
@@ -321,8 +320,7 @@ class App:
         if memo is not None and method in _METHODS:
             answer = memo.answers.get(f"{path}?{query}" if query else path)
             if answer is not None:
-                pods, looked = self.cache.get_pods_nowait(), True
-                # get_pods_nowait hands out fresh snapshots only: never a stale replay
+                pods, looked = self.cache.get_pods_nowait(), True  # fresh ones only
                 if pods is memo.pods and _replayable(header_items, answer.route, self.gate):
                     response = self.reader.from_answer(memo, answer, _NO_HEADERS)
                     self.metrics.count(answer.route, response.status, started)
