@@ -667,12 +667,18 @@ class Departed:
         self, key: Key, at: float, since: float, told: Reported | None
     ) -> Holding | Reported | None:
         """Of the holding events report (``told``) and the releases of ``key``, the one that
-        contains ``at`` and began the latest after ``since``; None when none does."""
+        contains ``at`` and began the latest after ``since`` (the snapshot holder's start);
+        None when none does. A release that began when the snapshot's holder did wins over
+        it: the holder's holding is dated by its pod's creation, and a key its pod released
+        and holds again was held anew only after that release ended. Of releases that began
+        together, the oldest."""
         best: Holding | Reported | None = None
         if told is not None and since < told.held_from <= at:
             best, since = told, told.held_from
         for held in self._holdings.get(key, ()):
-            if since < held.held_from <= at < held.held_until:
+            if not held.held_from <= at < held.held_until:
+                continue
+            if since < held.held_from or (best is None and since == held.held_from):
                 best, since = held, held.held_from
         return best
 
