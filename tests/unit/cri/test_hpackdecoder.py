@@ -158,6 +158,11 @@ def test_corrupted_blocks_fail_where_the_reference_fails(blocks: list[bytes]) ->
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=40))
 def test_huffman_strings_decode_as_the_reference_decodes_them(data: bytes) -> None:
+    assert_huffman_decoded_as_the_reference(data)
+
+
+def assert_huffman_decoded_as_the_reference(data: bytes) -> None:
+    """Ours reads ``data`` as hpack's table reads it, or both refuse it."""
     try:
         expected: bytes | None = hpack.huffman_table.decode_huffman(data)
     except hpack.HPACKDecodingError:
@@ -227,13 +232,4 @@ def test_huffman_strings_cut_or_flipped_fail_where_the_reference_fails(
     )
     if encoded:
         encoded[where % len(encoded)] ^= 1 << (where % 8)
-    data = bytes(encoded[: max(0, len(encoded) - cut)])
-    try:
-        expected: bytes | None = hpack.huffman_table.decode_huffman(data)
-    except hpack.HPACKDecodingError:
-        expected = None
-    try:
-        got: bytes | None = huffman_decode(data)
-    except HPACKError:
-        got = None
-    assert got == expected
+    assert_huffman_decoded_as_the_reference(bytes(encoded[: max(0, len(encoded) - cut)]))
