@@ -359,6 +359,22 @@ def test_a_deleted_containers_verbose_answer_is_its_last_status_with_the_last_in
     )
 
 
+def test_a_container_only_asked_verbose_answers_that_status_once_deleted() -> None:
+    """An agent's start-up asked verbose of a container no event named until it was deleted
+    (it exited before podcache subscribed): the verbose answer's status is its last one."""
+    store, _ = _departing()
+    store.keep(StatusKey(CONTAINER, IDS[0], True), answer(IDS[0], 4, True), store.begin())
+    store.event(event(IDS[0], pb.CONTAINER_DELETED_EVENT, statuses=[]))
+    assert store.departed is not None
+    last = pb.ContainerStatusResponse(status=status(IDS[0], pb.CONTAINER_RUNNING, 4))
+    plain = store.departed.answer(CONTAINER, IDS[0], verbose=False)
+    assert plain is not None and _decoded(plain[0]) == last
+    verbose = store.departed.answer(CONTAINER, IDS[0], verbose=True)
+    assert verbose is not None
+    last.info["info"] = '{"n":4}'
+    assert _decoded(verbose[0]) == last
+
+
 # A model of rule 9: what a departed container answers, over generated lives of the containers
 # of one pod (their events interleaved, verbose answers asked between them, time passing).
 KEEP_FOR = 5.5
@@ -383,6 +399,7 @@ class DepartedRun:
         self.store.departed._wall_clock = lambda: NOW_NS + int(self.clock.now * 1e9)
         self.store._clock = self.clock
         self.status: dict[str, pb.ContainerStatus] = {}  # the last status an event carried
+        self.asked: dict[str, pb.ContainerStatus] = {}  # the status of the last verbose answer
         self.info: dict[str, str] = {}  # the info of the last verbose answer given
         self.gone: dict[str, tuple[pb.ContainerStatusResponse, str | None, float]] = {}
 
@@ -395,8 +412,9 @@ class DepartedRun:
             self.status[ident] = carried
             return
         self.store.event(event(ident, kind, statuses=[]))
-        if ident in self.status:
-            plain = pb.ContainerStatusResponse(status=self.status[ident])
+        last = self.status.get(ident) or self.asked.get(ident)  # an event's first
+        if last is not None:
+            plain = pb.ContainerStatusResponse(status=last)
             self.gone[ident] = (plain, self.info.get(ident), self.clock.now)
 
     def ask(self, ident: str, n: int) -> None:
@@ -406,6 +424,7 @@ class DepartedRun:
             StatusKey(CONTAINER, ident, True), answer(ident, n, True), self.store.begin()
         )
         self.info[ident] = f'{{"n":{n}}}'
+        self.asked[ident] = status(ident, pb.CONTAINER_RUNNING, n)
 
     def tick(self, seconds: int, _: object) -> None:
         self.clock.now += seconds

@@ -52,6 +52,7 @@ from podcache.serve.crisock.statuswire import (
     answer_id,
     event_facts,
     info_fields,
+    plain_answer,
     status_answer,
 )
 
@@ -102,6 +103,22 @@ class _Kept:
     ids: tuple[str, ...]
     stale: bool = False
     """An event named it since: never given, kept as the last known of its item (rule 9)."""
+
+
+def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, bytes | None] | None:
+    """The last plain answer and the last verbose one (the plain one's status with the
+    verbose one's ``info``) of one item, from what is kept of it; None when nothing is."""
+    try:
+        if plain is not None:
+            if verbose is None:
+                return plain.answer, None
+            return plain.answer, plain.answer + info_fields(verbose.answer)
+        if verbose is not None:
+            status = plain_answer(verbose.answer)
+            return status, status + info_fields(verbose.answer)
+    except ProtobufError:
+        return (plain.answer, None) if plain is not None else None
+    return None
 
 
 class StatusStore:
@@ -274,20 +291,18 @@ class StatusStore:
     def _last_known(self, facts: EventFacts) -> tuple[str, bytes, bytes | None] | None:
         """For a DELETED event: the method, and the last plain and verbose answers known of
         the item it names, before the event drops them (a sandbox's from the event itself
-        when nothing was kept: containerd 2.1 sends its last status on DELETED)."""
+        when nothing was kept: containerd 2.1 sends its last status on DELETED). With only a
+        verbose answer kept (an agent's start-up asked verbose of a container no event named
+        until it was deleted), its status is the last plain one."""
         ident = facts.container_id
         if facts.kind != DELETED or not ident:
             return None
         for method in (CONTAINER, SANDBOX):
             plain = self._answers.get(StatusKey(method, ident, False))
-            if plain is not None:
-                verbose = self._answers.get(StatusKey(method, ident, True))
-                if verbose is None:
-                    return method, plain.answer, None
-                try:
-                    return method, plain.answer, plain.answer + info_fields(verbose.answer)
-                except ProtobufError:
-                    return method, plain.answer, None
+            verbose = self._answers.get(StatusKey(method, ident, True))
+            last = _last_answers(plain, verbose)
+            if last is not None:
+                return method, *last
         if facts.sandbox_status is not None and facts.sandbox_id == ident:
             return SANDBOX, status_answer(facts.sandbox_status), None
         return None

@@ -11,7 +11,8 @@ What the CRI socket's status answers need of the wire (docs/architecture.md §10
 - ``status_answer``: a status's bytes as the non-verbose answer, ``{status: <bytes>}`` (an
   empty ``info``: containerd 1.7 and 2.1 answer a non-verbose call so, with no ``timestamp``
   and no ``containers_statuses``, measured);
-- ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes.
+- ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes;
+  ``plain_answer``: a verbose answer's status as the non-verbose answer.
 
 Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
 wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes
@@ -31,6 +32,7 @@ __all__ = [
     "answer_id",
     "event_facts",
     "info_fields",
+    "plain_answer",
     "status_answer",
     "status_request",
 ]
@@ -157,6 +159,15 @@ def event_facts(data: bytes) -> EventFacts:
 def status_answer(status: bytes) -> bytes:
     """The non-verbose answer carrying ``status``: field 1 alone."""
     return b"\x0a" + varint(len(status)) + status
+
+
+def plain_answer(answer: bytes) -> bytes:
+    """The non-verbose answer of the same status as ``answer`` (its field 1 alone);
+    ``ProtobufError`` when it carries no status."""
+    for number, _, value in _fields(answer):
+        if number == 1 and isinstance(value, bytes):
+            return status_answer(value)
+    raise ProtobufError("the answer carries no status")
 
 
 def info_fields(answer: bytes) -> bytes:
