@@ -476,6 +476,10 @@ def test_a_removed_pod_leaves_by_its_events_or_at_the_period_on_crio(flavor: str
         eventually(lambda: uid in listed_uids(cache))
         sim.population.stop_pod(uid)
         eventually(lambda: stopped_in(cache, uid))
+        # Every relist the STOPPED events scheduled has run before the removal (a barrier
+        # pod's events come after theirs): only an event or the period can see it leave.
+        barrier, _ = sim.population.create_pod(PodShape.RUNNING)
+        eventually(lambda: barrier in listed_uids(cache) and _relists_idle(cache))
         sim.population.remove_pod(uid)
         marker, _ = sim.population.create_pod(PodShape.RUNNING)
         eventually(lambda: marker in listed_uids(cache))  # events after the removal arrived
@@ -485,6 +489,12 @@ def test_a_removed_pod_leaves_by_its_events_or_at_the_period_on_crio(flavor: str
         assert uid in listed_uids(cache)  # no event said it left
         clock.advance(60.001)
         assert uid not in listed_uids(cache)  # the period's listing did
+
+
+def _relists_idle(cache: RuntimeCache) -> bool:
+    """No pod relist running, queued or waiting (the cache's own bookkeeping)."""
+    relists = cache._core.pod_relists
+    return not relists.pending() and not relists.inflight
 
 
 def test_the_start_up_check_refuses_crio_without_events_even_when_its_end_comes_late(
