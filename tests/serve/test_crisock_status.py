@@ -226,6 +226,44 @@ def test_agents_asking_after_an_event_cost_at_most_one_runtime_call_between_them
         assert theirs.status.state == pb.CONTAINER_EXITED
 
 
+def test_agents_asking_a_sandbox_id_as_a_container_cost_one_runtime_call_between_them(
+    proxy: Socket, direct: Socket, served: Served, watcher: Watcher
+) -> None:
+    """Falco asks ContainerStatus of a sandbox event's ID: the runtime answers NOT_FOUND. After
+    one event, 8 agents asking it cost one runtime call, each answered as the runtime answers."""
+    sim = served.sim
+    uid = sim.population.pod_uids()[4]
+    events = sim.population.crash_container(uid)
+    watcher.wait_for(events)
+    sandbox = next(e.sandbox for e in events if e.sandbox is not None)
+    request = _request(CONTAINER, sandbox.id, False)
+    sim.reset_call_counts()
+    sim.faults.latency = 0.3  # the first call is at the runtime while the others arrive
+    failures: list[tuple[grpc.StatusCode, str | None]] = []
+
+    def ask() -> None:
+        with pytest.raises(grpc.RpcError) as caught:
+            proxy.call(CONTAINER, request)
+        failures.append((caught.value.code(), caught.value.details()))
+
+    try:
+        first = threading.Thread(target=ask)
+        first.start()
+        first.join()
+        threads = [threading.Thread(target=ask) for _ in range(7)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sim.faults.latency = 0.0
+    assert sim.calls().get("ContainerStatus", 0) == 1
+    with pytest.raises(grpc.RpcError) as theirs:
+        direct.call(CONTAINER, request)
+    assert failures == [(theirs.value.code(), theirs.value.details())] * 8
+    assert theirs.value.code() is grpc.StatusCode.NOT_FOUND
+
+
 def test_an_event_ends_the_kept_answer_of_what_it_names(
     proxy: Socket, direct: Socket, served: Served, watcher: Watcher
 ) -> None:

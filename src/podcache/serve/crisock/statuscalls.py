@@ -4,7 +4,8 @@
 
 1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
    the runtime's answer since which no event named the item, within the period), counted
-   ``source="cache"``.
+   ``source="cache"``; after the departed (2), so is the runtime's kept NOT_FOUND of a whole
+   ID (the store's invariant 6), raised with the runtime's own details.
 2. **Departed** (``--cri-keep-departed``): the last answer of an item deleted within the
    duration, with the time it left, counted ``source="departed"``.
 3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
@@ -97,6 +98,11 @@ class StatusCalls:
             self._count(method, "departed")
             self._forwarder.count_saved(path)
             return StatusAnswer(*departed)
+        missing = store.missing(key)
+        if missing is not None:
+            self._count(method, "cache")
+            self._forwarder.count_saved(path)
+            raise UpstreamError(grpc.StatusCode.NOT_FOUND, missing)
         if not store.streaming:
             return await self._forwarded(path, method, request, remaining)
         data = await self._once(path, key, request, remaining)
@@ -149,6 +155,8 @@ class StatusCalls:
         except (UpstreamError, ValueError) as error:
             if isinstance(error, ValueError):  # the rewrite could not read it: never passed on
                 error = UpstreamError(grpc.StatusCode.INTERNAL, f"podcache: {error}")
+            elif error.code is grpc.StatusCode.NOT_FOUND and not error.unreachable:
+                self.store.keep_missing(key, error.details, ticket)
             flight.set_exception(error)
             flight.exception()  # retrieved: each waiter raises it itself
         else:

@@ -28,6 +28,12 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    oldest kept goes first. At most ``max_pairs`` containers' sandboxes and ``RECENT_IDS``
    IDs' last events are remembered. The departed (``departed``) are bounded on their own.
 
+6. **A runtime's NOT_FOUND is kept as an answer.** ``keep_missing`` keeps the details of the
+   runtime's NOT_FOUND for a whole ID (``WHOLE_ID`` characters: an agent asks
+   ``ContainerStatus`` of a sandbox event's ID, which the runtime does not know as a
+   container) under invariants 1, 3 and 4, and an event naming the ID drops it, as any kept
+   answer; ``missing`` gives it. At most ``MAX_MISSING``, the oldest first.
+
 Costs: ``kept`` O(1); ``event`` O(the IDs and statuses it carries + the answers it drops);
 ``keep`` O(1); nothing walks every pod or every kept answer. Thread-safe (one lock).
 
@@ -60,9 +66,11 @@ __all__ = [
     "CONTAINER",
     "MAX_ANSWERS",
     "MAX_BYTES",
+    "MAX_MISSING",
     "MAX_PAIRS",
     "RECENT_IDS",
     "SANDBOX",
+    "WHOLE_ID",
     "StatusKey",
     "StatusStore",
     "Ticket",
@@ -75,6 +83,11 @@ MAX_BYTES = 64 * 1024 * 1024
 """Bytes of kept answers at most (a verbose containerd answer is 5-20 KB: its OCI spec)."""
 RECENT_IDS = 65_536
 """IDs whose last event number is remembered (invariant 4)."""
+MAX_MISSING = 4_096
+"""NOT_FOUND answers kept at most (invariant 6)."""
+WHOLE_ID = 64
+"""The length of a whole container or sandbox ID (containerd's and CRI-O's): only a whole ID's
+NOT_FOUND is kept, since no event names the prefix an item created later would answer to."""
 MAX_PAIRS = 65_536
 """Containers whose sandbox the events told, remembered at most (the oldest told goes first:
 a runtime that sends no DELETED, CRI-O, would otherwise grow the table for ever)."""
@@ -121,6 +134,13 @@ def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, by
     return None
 
 
+@dataclass(slots=True)
+class _Missing:
+    details: str
+    learnt: float
+    epoch: int
+
+
 class StatusStore:
     """The kept answers (invariants above); ``period`` and ``clock`` are the all view cache's;
     ``departed``: what ``--cri-keep-departed`` keeps (None: off)."""
@@ -145,6 +165,7 @@ class StatusStore:
         self._epoch = 0
         self._seq = 0
         self._answers: collections.OrderedDict[StatusKey, _Kept] = collections.OrderedDict()
+        self._missing: collections.OrderedDict[StatusKey, _Missing] = collections.OrderedDict()
         self._bytes = 0
         self._by_id: dict[str, set[StatusKey]] = {}
         self._sandbox_of: dict[str, str] = {}  # container -> sandbox, from events
@@ -173,6 +194,7 @@ class StatusStore:
 
     def _drop_all(self) -> None:
         self._answers.clear()
+        self._missing.clear()
         self._by_id.clear()
         self._bytes = 0
 
@@ -191,6 +213,27 @@ class StatusStore:
             return None
         return held.answer
 
+    def missing(self, key: StatusKey) -> str | None:
+        """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 6)."""
+        held = self._missing.get(key)
+        if held is None or not self._open or held.epoch != self._epoch:
+            return None
+        if self._clock() - held.learnt > self.period:
+            return None
+        return held.details
+
+    def keep_missing(self, key: StatusKey, details: str, ticket: Ticket) -> None:
+        """Keep the runtime's NOT_FOUND ``details`` for ``key``, asked at ``ticket``."""
+        if len(key.ident) != WHOLE_ID:
+            return
+        with self._lock:
+            if self._overtaken(ticket, (key.ident,)):
+                return
+            self._missing.pop(key, None)
+            self._missing[key] = _Missing(details, self._clock(), self._epoch)
+            while len(self._missing) > MAX_MISSING:
+                del self._missing[next(iter(self._missing))]
+
     def begin(self) -> Ticket:
         """Taken before the runtime is asked (invariant 4)."""
         with self._lock:
@@ -203,12 +246,16 @@ class StatusStore:
         except ProtobufError:
             return
         with self._lock:
-            if not self._open or ticket.epoch != self._epoch or ticket.seq < self._forgotten:
-                return
             ids = self._ids_of(key.method, ident, key.ident)
-            if any(self._last_named.get(each, -1) > ticket.seq for each in ids):
-                return
-            self._put(key, answer, ids)
+            if not self._overtaken(ticket, ids):
+                self._put(key, answer, ids)
+
+    def _overtaken(self, ticket: Ticket, ids: tuple[str, ...]) -> bool:
+        """Whether an answer asked at ``ticket`` about ``ids`` may be older than what an
+        event told since, or the stream ended or reopened meanwhile (invariant 4)."""
+        if not self._open or ticket.epoch != self._epoch or ticket.seq < self._forgotten:
+            return True
+        return any(self._last_named.get(each, -1) > ticket.seq for each in ids)
 
     def _ids_of(self, method: str, ident: str, asked: str) -> tuple[str, ...]:
         ids = [ident]
@@ -316,6 +363,10 @@ class StatusStore:
                 held.stale = True
             else:
                 self._forget(key)
+        if self._missing:
+            for method in (CONTAINER, SANDBOX):
+                for verbose in (False, True):
+                    self._missing.pop(StatusKey(method, ident, verbose), None)
         self._last_named[ident] = self._seq
         self._last_named.move_to_end(ident)
         while len(self._last_named) > RECENT_IDS:
