@@ -9,7 +9,8 @@ the calls it answers per method: the tests count what reached the runtime.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, NamedTuple
 
 import grpc
@@ -202,20 +203,12 @@ def test_agents_asking_after_an_event_cost_at_most_one_runtime_call_between_them
     sim.reset_call_counts()
     sim.faults.latency = 0.3  # the verbose calls overlap: each waits this long at the runtime
     answers: dict[bool, list[bytes]] = {False: [], True: []}
+
+    def ask(verbose: bool) -> None:
+        answers[verbose].append(proxy.call(CONTAINER, _request(CONTAINER, target, verbose)))
+
     try:
-        threads = [
-            threading.Thread(
-                target=lambda v=verbose: answers[v].append(
-                    proxy.call(CONTAINER, _request(CONTAINER, target, v))
-                )
-            )
-            for verbose in (False, True)
-            for _ in range(8)
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _at_once([partial(ask, verbose) for verbose in (False, True) for _ in range(8)])
     finally:
         sim.faults.latency = 0.0
     assert sim.calls().get("ContainerStatus", 0) == 1
@@ -224,6 +217,15 @@ def test_agents_asking_after_an_event_cost_at_most_one_runtime_call_between_them
         theirs = _parsed(CONTAINER, direct.call(CONTAINER, _request(CONTAINER, target, verbose)))
         assert all(_parsed(CONTAINER, each) == theirs for each in got)
         assert theirs.status.state == pb.CONTAINER_EXITED
+
+
+def _at_once(calls: list[Callable[[], object]]) -> None:
+    """Each of ``calls`` in a thread of its own, all started before any is joined."""
+    threads = [threading.Thread(target=call) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def test_agents_asking_a_sandbox_id_as_a_container_cost_one_runtime_call_between_them(
@@ -238,7 +240,6 @@ def test_agents_asking_a_sandbox_id_as_a_container_cost_one_runtime_call_between
     sandbox = next(e.sandbox for e in events if e.sandbox is not None)
     request = _request(CONTAINER, sandbox.id, False)
     sim.reset_call_counts()
-    sim.faults.latency = 0.3  # the first call is at the runtime while the others arrive
     failures: list[tuple[grpc.StatusCode, str | None]] = []
 
     def ask() -> None:
@@ -246,17 +247,8 @@ def test_agents_asking_a_sandbox_id_as_a_container_cost_one_runtime_call_between
             proxy.call(CONTAINER, request)
         failures.append((caught.value.code(), caught.value.details()))
 
-    try:
-        first = threading.Thread(target=ask)
-        first.start()
-        first.join()
-        threads = [threading.Thread(target=ask) for _ in range(7)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    finally:
-        sim.faults.latency = 0.0
+    ask()  # the first agent's call reaches the runtime; the 7 after it find its answer
+    _at_once([ask] * 7)
     assert sim.calls().get("ContainerStatus", 0) == 1
     with pytest.raises(grpc.RpcError) as theirs:
         direct.call(CONTAINER, request)
