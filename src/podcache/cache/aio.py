@@ -13,7 +13,6 @@ import inspect
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import Any, Protocol, Self, cast
 
 from podcache.cache.changes import HISTORY, MAX_LAG
@@ -353,12 +352,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # -- internals ---------------------------------------------------------------------------

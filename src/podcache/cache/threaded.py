@@ -13,7 +13,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from types import TracebackType
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
 from podcache.cache.changes import HISTORY, MAX_LAG
@@ -418,12 +417,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def watch(self, since: int | None = None) -> PodWatch:

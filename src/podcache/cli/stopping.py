@@ -13,7 +13,7 @@ signal left to the system (SIG_DFL ends the process, SIG_IGN ignores it) is left
 from __future__ import annotations
 
 import signal
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 __all__ = ["ENDING_SIGNALS", "StopSignals"]
@@ -42,12 +42,7 @@ class StopSignals:
                 self._previous[signum] = signal.signal(signum, self._take)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()

@@ -10,7 +10,6 @@ import sys
 import termios
 import time
 import tty
-from types import TracebackType
 from typing import IO, Any
 
 __all__ = ["KeyReader"]
@@ -41,12 +40,7 @@ class KeyReader:
         self._fd = fd
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         if self._fd is not None and self._saved is not None:
             termios.tcsetattr(self._fd, termios.TCSADRAIN, self._saved)
             self._fd = self._saved = None

@@ -54,7 +54,6 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Self
 
 import grpc
@@ -360,12 +359,7 @@ class ContainerEventStream:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -476,10 +470,5 @@ class AsyncContainerEventStream:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()

@@ -56,7 +56,6 @@ from __future__ import annotations
 import _socket
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
@@ -582,12 +581,7 @@ class OneShotRuntime:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import TracebackType
 
 from podcache.sim.population import Population
 
@@ -37,12 +36,7 @@ class ChurnPause:
     def __enter__(self) -> ChurnPause:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.resume()
 
 

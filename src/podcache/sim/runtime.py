@@ -13,7 +13,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 
 from podcache.sim.addresses import DEFAULT_POD_CIDR
 from podcache.sim.churn import ChurnDriver, ChurnPause
@@ -260,12 +259,7 @@ class SimRuntime:
     def __enter__(self) -> SimRuntime:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:
