@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import MappingProxyType
+from typing import Any, Generic, Self, TypeVar, overload
 
 from podcache.cri.proto import api_pb2
 from podcache.sim.population import (
@@ -59,8 +60,6 @@ STREAM_LIST_METHODS: frozenset[str] = frozenset({"StreamPodSandboxes", "StreamCo
 
 LIST_METHODS: frozenset[str] = frozenset({"ListPodSandbox", "ListContainers"}) | STREAM_LIST_METHODS
 """The RPCs that ``fail_rate`` applies to: the list calls, unary and streaming."""
-
-_EVENT_RATES = ("drop", "duplicate", "reorder")
 
 MAX_EVENT_REPLAY = 1_000
 """The most past events ``event_replay`` may ask for (the server keeps that many)."""
@@ -170,6 +169,82 @@ def _malformed_items(
     return sandboxes, containers
 
 
+_T = TypeVar("_T")
+
+
+class _Setting(Generic[_T]):
+    """A setting of ``Faults``: read without the lock (from ``_<name>``), set under it once
+    ``check(name, value)`` made the value (raising what is wrong with it, naming the setting)."""
+
+    def __init__(self, check: Callable[[str, Any], _T], doc: str) -> None:
+        self._check = check
+        self.__doc__ = doc
+        self._name = self._slot = "?"
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self._name, self._slot = name, f"_{name}"
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any]) -> Self: ...
+    @overload
+    def __get__(self, instance: Faults, owner: type[Any]) -> _T: ...
+    def __get__(self, instance: Faults | None, owner: type[Any]) -> Self | _T:
+        if instance is None:
+            return self
+        value: _T = getattr(instance, self._slot)
+        return value
+
+    def __set__(self, instance: Faults, value: Any) -> None:
+        checked = self._check(self._name, value)
+        with instance._lock:
+            setattr(instance, self._slot, checked)
+
+
+def _seconds(name: str, seconds: Any) -> float:
+    if not seconds >= 0:
+        raise ValueError(f"{name} must be >= 0 seconds, not {seconds!r}")
+    return float(seconds)
+
+
+def _fraction(name: str, rate: Any) -> float:
+    if not 0 <= rate <= 1:
+        raise ValueError(f"{name} must be within 0..1, not {rate!r}")
+    return float(rate)
+
+
+def _rpc_names(name: str, names: Iterable[str]) -> frozenset[str]:
+    chosen = frozenset((names,) if isinstance(names, str) else names)
+    unknown = chosen - RUNTIME_METHODS
+    if unknown:
+        raise ValueError(
+            f"not RuntimeService RPCs: {sorted(unknown)}; known: {sorted(RUNTIME_METHODS)}"
+        )
+    return chosen
+
+
+def _malformed_kinds(name: str, kinds: Iterable[Malformed]) -> frozenset[Malformed]:
+    return frozenset(Malformed(kind) for kind in ((kinds,) if isinstance(kinds, str) else kinds))
+
+
+def _texts(name: str, texts: Iterable[str]) -> tuple[str, ...]:
+    chosen = tuple((texts,) if isinstance(texts, str) else texts)
+    if not all(isinstance(text, str) for text in chosen):
+        raise TypeError(f"{name} must be strings")
+    return chosen
+
+
+def _cut_after(name: str, count: int | None) -> int | None:
+    if count is not None and (isinstance(count, bool) or count < 0):
+        raise ValueError(f"{name} must be None or >= 0, not {count!r}")
+    return count
+
+
+def _replay(name: str, count: int) -> int:
+    if isinstance(count, bool) or not 0 <= count <= MAX_EVENT_REPLAY:
+        raise ValueError(f"{name} must be within 0..{MAX_EVENT_REPLAY}, not {count!r}")
+    return int(count)
+
+
 class Faults:
     """Faults the simulated runtime injects; every property may be set at any time, any thread.
 
@@ -214,166 +289,45 @@ class Faults:
         self._rng = random.Random(seed)
         self._released = threading.Event()
         self._released.set()
-        self._latency = 0.0
-        self._fail_rate = 0.0
-        self._unimplemented: frozenset[str] = frozenset()
-        self._malformed: frozenset[Malformed] = frozenset()
-        self._event_delay = 0.0
-        self._event_rates = dict.fromkeys(_EVENT_RATES, 0.0)
-        self._event_cut_after: int | None = None
-        self._bad_ips: tuple[str, ...] = ()
-        self._event_replay = 0
         self.latency = latency
         self.fail_rate = fail_rate
         self.unimplemented = frozenset(unimplemented)
         self.malformed = frozenset(malformed)
         self.bad_ips = bad_ips
+        self.event_delay = 0.0
+        self.event_drop_rate = 0.0
+        self.event_duplicate_rate = 0.0
+        self.event_reorder_rate = 0.0
+        self.event_cut_after = None
+        self.event_replay = 0
 
-    @property
-    def latency(self) -> float:
-        """Seconds added to every unary call."""
-        return self._latency
-
-    @latency.setter
-    def latency(self, seconds: float) -> None:
-        if not seconds >= 0:
-            raise ValueError(f"latency must be >= 0 seconds, not {seconds!r}")
-        with self._lock:
-            self._latency = float(seconds)
-
-    @property
-    def fail_rate(self) -> float:
-        """The fraction of list calls answered with UNAVAILABLE."""
-        return self._fail_rate
-
-    @fail_rate.setter
-    def fail_rate(self, rate: float) -> None:
-        if not 0 <= rate <= 1:
-            raise ValueError(f"fail_rate must be within 0..1, not {rate!r}")
-        with self._lock:
-            self._fail_rate = float(rate)
-
-    @property
-    def unimplemented(self) -> frozenset[str]:
-        """RuntimeService RPC names answered UNIMPLEMENTED."""
-        return self._unimplemented
-
-    @unimplemented.setter
-    def unimplemented(self, names: Iterable[str]) -> None:
-        chosen = frozenset((names,) if isinstance(names, str) else names)
-        unknown = chosen - RUNTIME_METHODS
-        if unknown:
-            raise ValueError(
-                f"not RuntimeService RPCs: {sorted(unknown)}; known: {sorted(RUNTIME_METHODS)}"
-            )
-        with self._lock:
-            self._unimplemented = chosen
-
-    @property
-    def malformed(self) -> frozenset[Malformed]:
-        """Kinds of malformed items added to list responses."""
-        return self._malformed
-
-    @malformed.setter
-    def malformed(self, kinds: Iterable[Malformed]) -> None:
-        chosen = frozenset(
-            Malformed(kind) for kind in ((kinds,) if isinstance(kinds, str) else kinds)
-        )
-        with self._lock:
-            self._malformed = chosen
-
-    @property
-    def bad_ips(self) -> tuple[str, ...]:
-        """Hostile IP strings every sandbox status carries (see the class)."""
-        return self._bad_ips
-
-    @bad_ips.setter
-    def bad_ips(self, texts: Iterable[str]) -> None:
-        chosen = tuple((texts,) if isinstance(texts, str) else texts)
-        if not all(isinstance(text, str) for text in chosen):
-            raise TypeError("bad_ips must be strings")
-        with self._lock:
-            self._bad_ips = chosen
+    latency = _Setting(_seconds, "Seconds added to every unary call.")
+    fail_rate = _Setting(_fraction, "The fraction of list calls answered with UNAVAILABLE.")
+    unimplemented = _Setting(_rpc_names, "RuntimeService RPC names answered UNIMPLEMENTED.")
+    malformed = _Setting(_malformed_kinds, "Kinds of malformed items added to list responses.")
+    bad_ips = _Setting(_texts, "Hostile IP strings every sandbox status carries (see the class).")
 
     # -- event streams ------------------------------------------------------------------------
-    @property
-    def event_delay(self) -> float:
-        """Seconds each container event is held before it is sent."""
-        return self._event_delay
-
-    @event_delay.setter
-    def event_delay(self, seconds: float) -> None:
-        if not seconds >= 0:
-            raise ValueError(f"event_delay must be >= 0 seconds, not {seconds!r}")
-        with self._lock:
-            self._event_delay = float(seconds)
-
-    @property
-    def event_drop_rate(self) -> float:
-        """Fraction of container events never sent."""
-        return self._event_rates["drop"]
-
-    @event_drop_rate.setter
-    def event_drop_rate(self, rate: float) -> None:
-        self._set_event_rate("drop", rate)
-
-    @property
-    def event_duplicate_rate(self) -> float:
-        """Fraction of container events sent twice."""
-        return self._event_rates["duplicate"]
-
-    @event_duplicate_rate.setter
-    def event_duplicate_rate(self, rate: float) -> None:
-        self._set_event_rate("duplicate", rate)
-
-    @property
-    def event_reorder_rate(self) -> float:
-        """Fraction of container events held back and sent after the next one."""
-        return self._event_rates["reorder"]
-
-    @event_reorder_rate.setter
-    def event_reorder_rate(self, rate: float) -> None:
-        self._set_event_rate("reorder", rate)
-
-    @property
-    def event_cut_after(self) -> int | None:
-        """Each stream ends with UNAVAILABLE after this many events (None: never)."""
-        return self._event_cut_after
-
-    @event_cut_after.setter
-    def event_cut_after(self, count: int | None) -> None:
-        if count is not None and (isinstance(count, bool) or count < 0):
-            raise ValueError(f"event_cut_after must be None or >= 0, not {count!r}")
-        with self._lock:
-            self._event_cut_after = count
-
-    @property
-    def event_replay(self) -> int:
-        """Past events each new stream receives first (0: none)."""
-        return self._event_replay
-
-    @event_replay.setter
-    def event_replay(self, count: int) -> None:
-        if isinstance(count, bool) or not 0 <= count <= MAX_EVENT_REPLAY:
-            raise ValueError(f"event_replay must be within 0..{MAX_EVENT_REPLAY}, not {count!r}")
-        with self._lock:
-            self._event_replay = int(count)
-
-    def _set_event_rate(self, name: str, rate: float) -> None:
-        if not 0 <= rate <= 1:
-            raise ValueError(f"event_{name}_rate must be within 0..1, not {rate!r}")
-        with self._lock:
-            self._event_rates[name] = float(rate)
+    event_delay = _Setting(_seconds, "Seconds each container event is held before it is sent.")
+    event_drop_rate = _Setting(_fraction, "Fraction of container events never sent.")
+    event_duplicate_rate = _Setting(_fraction, "Fraction of container events sent twice.")
+    event_reorder_rate = _Setting(
+        _fraction, "Fraction of container events held back and sent after the next one."
+    )
+    event_cut_after = _Setting(
+        _cut_after, "Each stream ends with UNAVAILABLE after this many events (None: never)."
+    )
+    event_replay = _Setting(_replay, "Past events each new stream receives first (0: none).")
 
     def roll_event(self, name: str) -> bool:
         """Draw once for an event fault (``drop``, ``duplicate``, ``reorder``)."""
         with self._lock:
-            rate = self._event_rates[name]
+            rate: float = getattr(self, f"_event_{name}_rate")
             return rate > 0 and self._rng.random() < rate
 
     def malformed_items(self) -> tuple[tuple[SimSandbox, ...], tuple[SimContainer, ...]]:
         """The sandboxes and containers the current ``malformed`` setting adds to lists."""
-        return malformed_items(self._malformed)
+        return malformed_items(self.malformed)
 
     # -- hang ---------------------------------------------------------------------------------
     @property
@@ -409,7 +363,7 @@ class Faults:
     def roll_failure(self) -> bool:
         """Draw once: True for a call that must fail (probability ``fail_rate``)."""
         with self._lock:
-            rate = self._fail_rate
+            rate = self.fail_rate
             if rate <= 0:
                 return False
             return self._rng.random() < rate
