@@ -283,6 +283,77 @@ def test_an_oom_kill_inside_a_running_container_sends_no_event_and_shows_within_
         watcher.close()
 
 
+def _sandbox_resized(served: Served, sandbox: str) -> str:
+    """``UpdatePodSandboxResources`` on ``sandbox`` (pod-level in-place resize): "OK", or the
+    code containerd answers it with when it does not do it."""
+    cpu_and_memory = criwire.int_field(3, 512) + criwire.int_field(4, 256 * 1024 * 1024)
+    request = criwire.str_field(1, sandbox) + criwire.message_field(3, cpu_and_memory)
+    try:
+        served.direct.call("UpdatePodSandboxResources", request)
+    except grpc.RpcError as error:
+        return str(error.code().name)
+    return "OK"
+
+
+@with_events
+def test_a_sandbox_status_changes_only_with_its_state_so_a_listing_confirms_it_past_the_period(
+    served: Served, pod: SandboxRecord, cri_harness: CRIHarness, containerd: Containerd
+) -> None:
+    """What changes a container's status without an event (a resize, an OOM kill inside it,
+    an exec) and a pod-level resize leave containerd's plain ``PodSandboxStatus`` as it was;
+    so past the period the socket gives its kept answer while the listing shows the sandbox
+    READY (§10 rule 8), equal to containerd's."""
+    watcher = Watcher(served.proxy)
+    try:
+        app = cri_harness.create_container(pod, "app")
+        watcher.wait_for(app.id, pb.CONTAINER_STARTED_EVENT)
+    finally:
+        watcher.close()
+    request = _sandbox(pod.id)
+    before = served.direct.call("PodSandboxStatus", request)
+    served.proxy.call("PodSandboxStatus", request)
+    update = criwire.str_field(1, app.id) + criwire.message_field(
+        2, criwire.int_field(3, 512), criwire.int_field(4, 256 * 1024 * 1024)
+    )
+    served.direct.call("UpdateContainerResources", update)
+    cri_harness.exec_sync(app, ["true"])
+    resized = _sandbox_resized(served, pod.id)
+    assert resized in ("OK", "UNIMPLEMENTED"), (containerd.version, resized)  # 1.7, 2.1: the latter
+    learnt = time.monotonic()
+    assert _same(
+        served.direct.call("PodSandboxStatus", request), before, pb.PodSandboxStatusResponse
+    )
+    until(lambda: time.monotonic() - learnt > PERIOD)
+    cached = _from_cache(served, "PodSandboxStatus")
+    mine = served.proxy.call("PodSandboxStatus", request)
+    assert _from_cache(served, "PodSandboxStatus") == cached + 1
+    assert _same(mine, served.direct.call("PodSandboxStatus", request), pb.PodSandboxStatusResponse)
+    assert _plain_from_verbose(served, app.id)
+
+
+def _past_the_period(since: float) -> None:
+    until(lambda: time.monotonic() - since > PERIOD)
+
+
+def _plain_from_verbose(served: Served, container: str) -> bool:
+    """A container's plain answer asked within the period of its verbose one is the verbose
+    one's status, from the cache, equal to containerd's plain answer (tried until both calls
+    fit in the period: a loaded machine may take longer; the verbose one is asked of
+    containerd each try, its kept answer older than the period by then)."""
+    for _ in range(20):
+        began = time.monotonic()  # the verbose answer is learnt after this
+        served.proxy.call("ContainerStatus", _container(container, verbose=True))
+        cached = _from_cache(served, "ContainerStatus")
+        plain = served.proxy.call("ContainerStatus", _container(container))
+        fresh = _from_cache(served, "ContainerStatus") == cached + 1
+        theirs = served.direct.call("ContainerStatus", _container(container))
+        assert _same(plain, theirs, pb.ContainerStatusResponse)
+        if time.monotonic() - began <= PERIOD:
+            return fresh
+        _past_the_period(began)  # the next verbose one is asked anew
+    raise AssertionError("no two calls within the period in 20 tries")
+
+
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z")
 
 

@@ -3,7 +3,9 @@
 
 The model is the freshness rule itself, stated over a history: an answer the store gives for
 an item is the last thing learnt of that item (an event's status, or a runtime answer begun
-after the last event naming it), learnt within the period, while the stream stayed open.
+after the last event naming it), learnt within the period, while the stream stayed open; a
+container's plain answer may be its verbose one's status; a sandbox's plain answer is offered
+past the period, with its state, for a listing to confirm.
 Hypothesis draws interleavings of events, runtime answers (begun before or after events),
 stream ends and reopenings, and the clock's advance.
 """
@@ -102,11 +104,28 @@ class Model:
     def end(self, reopen: bool) -> None:
         self.open, self.epoch, self.known = reopen, self.epoch + (2 if reopen else 1), {}
 
-    def expected(self, key: StatusKey) -> bytes | None:
+    def givable(self, key: StatusKey) -> tuple[bytes, float, int, frozenset[str]] | None:
         held = self.known.get(key)
-        if held is None or not self.open or held[2] != self.epoch:
+        return None if held is None or not self.open or held[2] != self.epoch else held
+
+    def expected(self, key: StatusKey) -> bytes | None:
+        held = self.givable(key)
+        if held is not None and self.clock.now - held[1] <= PERIOD:
+            return held[0]
+        verbose = self.givable(key._replace(verbose=True))
+        if key.method != CONTAINER or key.verbose or verbose is None:
             return None
-        return None if self.clock.now - held[1] > PERIOD else held[0]
+        if self.clock.now - verbose[1] > PERIOD:
+            return None
+        plain = pb.ContainerStatusResponse(
+            status=pb.ContainerStatusResponse.FromString(verbose[0]).status
+        )
+        return plain.SerializeToString()  # a verbose answer's status gives the plain one
+
+    def expected_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
+        """A sandbox's plain answer, whatever its age, with its state (READY: the events')."""
+        held = self.givable(key)
+        return None if held is None else (held[0], pb.SANDBOX_READY)
 
 
 Step = tuple[str, object, object, object]
@@ -165,6 +184,7 @@ class Run:
                 assert self.store.kept(key) == self.model.expected(key), key
         key = StatusKey(SANDBOX, SANDBOX_ID, False)
         assert self.store.kept(key) == self.model.expected(key), key
+        assert self.store.kept_listed(key) == self.model.expected_listed(key), key
 
 
 @settings(max_examples=300, deadline=None)

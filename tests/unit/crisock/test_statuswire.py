@@ -14,6 +14,7 @@ from podcache.serve.crisock.statuswire import (
     ProtobufError,
     answer_id,
     event_facts,
+    sandbox_state,
     status_answer,
     status_request,
 )
@@ -54,7 +55,7 @@ def test_an_event_reads_as_protobuf_reads_it(event: pb.ContainerEventResponse) -
 
 @given(st.binary(max_size=200))
 def test_any_bytes_read_to_facts_or_protobuf_error(data: bytes) -> None:
-    for read in (event_facts, answer_id):
+    for read in (event_facts, answer_id, sandbox_state):
         with contextlib.suppress(ProtobufError):
             read(data)
     status_request(data)  # None for what is not a request, never an exception
@@ -69,3 +70,24 @@ def test_a_request_reads_as_protobuf_reads_it(ident: str, verbose: bool) -> None
         asked = status_request(request)
         assert asked is not None
         assert (asked.ident, asked.verbose) == (ident, verbose)
+
+
+sandbox_answers = st.builds(
+    pb.PodSandboxStatusResponse,
+    status=st.builds(pb.PodSandboxStatus, id=ids, state=st.sampled_from([0, 1]), labels=labels),
+    info=st.dictionaries(st.text(max_size=4), st.text(max_size=4), max_size=2),
+    containers_statuses=st.lists(container_statuses, max_size=2),
+    timestamp=st.integers(0, 2**62),
+)
+
+
+@given(sandbox_answers)
+def test_a_sandbox_answers_state_is_read_only_when_it_is_its_status_alone(
+    answer: pb.PodSandboxStatusResponse,
+) -> None:
+    """The state protobuf reads, for an answer of the status alone (containerd's plain
+    answer); None when it carries anything else (a verbose ``info``, CRI-O's
+    ``containers_statuses`` or ``timestamp``), whose parts may change with no sandbox event."""
+    alone = not (answer.info or answer.containers_statuses or answer.timestamp)
+    expected = answer.status.state if alone else None
+    assert sandbox_state(answer.SerializeToString()) == expected

@@ -33,13 +33,14 @@ from collections.abc import Iterable, Mapping
 from podcache.cri.convert import POD_UID_LABEL
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wireitems import WireItem, WireItems
-from podcache.model import Container, Pod, PodList, ids_with_prefix
+from podcache.model import Container, ContainerState, Pod, PodList, ids_with_prefix
 
 __all__ = [
     "ANSWER_MEMO",
     "ANSWER_MEMO_BYTES",
     "AnswerMemo",
     "containers_answer",
+    "listed_sandbox_state",
     "normal_form",
     "sandboxes_answer",
 ]
@@ -92,6 +93,19 @@ def _pod_holding(pods: PodList, kind: int, ident: str) -> Pod | None:
         if any(i.id.id == ident for i in _items_of(pod, kind)):
             return pod
     return None
+
+
+_LISTED_STATES = {ContainerState.RUNNING: 0, ContainerState.EXITED: 1}
+"""A sandbox's state in the list model as its ``PodSandboxState``: READY, NOTREADY."""
+
+
+def listed_sandbox_state(pods: PodList, ident: str) -> int | None:
+    """The ``PodSandboxState`` the snapshot lists for the sandbox ``ident`` (a whole ID), or
+    None when it lists no such sandbox; O(1) by the snapshot's ID table."""
+    pod = _held_as(pods, SANDBOX, ident)
+    if pod is None:
+        return None
+    return _LISTED_STATES.get(_item_of(pod, SANDBOX, ident).state)
 
 
 def _candidates(

@@ -57,6 +57,7 @@ from podcache.serve.crisock.lists import (
     ANSWER_MEMO,
     AnswerMemo,
     containers_answer,
+    listed_sandbox_state,
     normal_form,
     sandboxes_answer,
 )
@@ -203,7 +204,10 @@ class CRISocket:
         self._paths = paths
         self._rewrites = answer_rewrites(redact_env=redact_env)
         self.statuses = StatusCalls(
-            statuses or StatusStore(cache.cache_period, clock=clock), forwarder, self._rewrites
+            statuses or StatusStore(cache.cache_period, clock=clock),
+            forwarder,
+            self._rewrites,
+            self._sandbox_listed,
         )
         """The status calls (``statuscalls``): their store and their counts."""
         self._cache = cache
@@ -392,7 +396,7 @@ class CRISocket:
         self._latest = (publication.pods, publication.timestamp)
         self._items.prune(publication.pods)
 
-    async def _snapshot(self, context: Context) -> PodList:
+    async def _snapshot(self, remaining: float | None) -> PodList:
         """The all view's pods by the cache's rules (§3 rule 1), on the socket's loop: a hit;
         else the newest published snapshot while it is within the period (a refresh-ahead is
         then asked of the cache's loop, not waited for); else ``get_pods`` awaited there."""
@@ -405,7 +409,7 @@ class CRISocket:
             return latest[0]
         loop = self._cache_loop
         assert loop is not None
-        budget = _remaining(context) or self._wait
+        budget = remaining or self._wait
         future: concurrent.futures.Future[PodList] = asyncio.run_coroutine_threadsafe(
             self._cache.get_pods(timeout=budget), loop
         )
@@ -418,6 +422,15 @@ class CRISocket:
             ) from None
         except PodcacheError as error:
             raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
+
+    async def _sandbox_listed(self, ident: str, remaining: float | None) -> int | None:
+        """The sandbox's state in the all view's snapshot by the cache's rules (within the
+        period), for a status kept past it; None when not listed or no snapshot came."""
+        try:
+            pods = await self._snapshot(remaining)
+        except _FailureError:
+            return None
+        return listed_sandbox_state(pods, ident)
 
     def _ask_refresh_ahead(self) -> None:
         """Have the cache's loop make the ``get_pods`` call that starts the refresh-ahead (a
@@ -442,7 +455,7 @@ class CRISocket:
     async def listed(self, path: str, request: bytes, context: Context) -> bytes:
         """A list call's answer from the cache (forwarded when ``lists`` cannot answer)."""
         message_type, answer, _ = _LISTS[path]
-        pods = await self._snapshot(context)
+        pods = await self._snapshot(_remaining(context))
         memo = self._memo
         if memo.pods is not pods:
             memo = self._memo = AnswerMemo(pods)

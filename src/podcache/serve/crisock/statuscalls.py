@@ -5,7 +5,11 @@
 1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
    the runtime's answer since which no event named the item, within the period), counted
    ``source="cache"``; after the departed (2), so is the runtime's kept NOT_FOUND of a whole
-   ID (the store's invariant 6), raised with the runtime's own details.
+   ID (the store's invariant 6), raised with the runtime's own details. A sandbox's
+   non-verbose answer past the period (``kept_listed``) is given while ``listed``, the all
+   view's snapshot by the cache's rules (within the period: at most one full listing a
+   period, shared with the list calls), shows the sandbox in the state the answer gives, and
+   the store still keeps it after that wait (no event named the sandbox meanwhile).
 2. **Departed** (``--cri-keep-departed``): the last answer of an item deleted within the
    duration, with the time it left, counted ``source="departed"``.
 3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
@@ -25,7 +29,7 @@ forwarder's slots at the runtime. Runs on the socket's loop. Deliberately not he
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import NamedTuple
 
 import grpc
@@ -55,19 +59,28 @@ class StatusAnswer(NamedTuple):
     departed: str | None = None
 
 
+Listed = Callable[[str, float | None], Awaitable[int | None]]
+"""A sandbox's ``PodSandboxState`` in a listing within the period, asked within a deadline
+(None: the socket's); None when it is not listed or no such listing came within it."""
+
+
 class StatusCalls:
     """Status calls answered from ``store`` or, once per key, by ``forwarder``; ``rewrites``:
-    the server's answer rewrites by path (``--cri-redact-env``), applied before keeping."""
+    the server's answer rewrites by path (``--cri-redact-env``), applied before keeping;
+    ``listed``: sandboxes' states in a listing within the period (None: not asked, so a
+    sandbox's answer is never given past the period)."""
 
     def __init__(
         self,
         store: StatusStore,
         forwarder: Forwarder,
         rewrites: Mapping[str, Callable[[bytes], bytes]],
+        listed: Listed | None = None,
     ) -> None:
         self.store = store
         self._forwarder = forwarder
         self._rewrites = rewrites
+        self._listed = listed
         self._flights: dict[StatusKey, asyncio.Future[bytes]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.answers: dict[tuple[str, str], int] = {}
@@ -87,6 +100,8 @@ class StatusCalls:
             return await self._forwarded(path, method, request, remaining)
         key = StatusKey(method, asked.ident, asked.verbose)
         kept = store.kept(key)
+        if kept is None:
+            kept = await self._kept_listed(key, remaining)
         if kept is not None:
             self._count(method, "cache")
             self._forwarder.count_saved(path)
@@ -108,6 +123,16 @@ class StatusCalls:
         data = await self._once(path, key, request, remaining)
         self._count(method, "upstream")
         return StatusAnswer(data)
+
+    async def _kept_listed(self, key: StatusKey, remaining: float | None) -> bytes | None:
+        """A sandbox's answer past the period that a listing within it confirms, else None."""
+        held = self.store.kept_listed(key) if self._listed is not None else None
+        if held is None or self._listed is None:
+            return None
+        state = await self._listed(key.ident, remaining)
+        if state != held[1] or self.store.kept_listed(key) != held:
+            return None
+        return held[0]
 
     async def _forwarded(
         self, path: str, method: str, request: bytes, remaining: float | None

@@ -20,6 +20,11 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
 3. **Never older than the period.** A kept answer is given only while
    ``clock() - learnt <= period``: what changes a status without an event
    (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
+   Two answers stand in for others: a container's kept verbose answer gives its non-verbose
+   one (the verbose answer's status alone, as the runtime answers it), and a sandbox's
+   non-verbose answer that is its status alone is offered past the period by
+   ``kept_listed``, with its state, for the caller to check against a listing within the
+   period (a sandbox's status changes only with its state).
 4. **An answer that an event may have overtaken is not kept.** ``begin()`` is taken before the
    runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (each
    ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
@@ -59,6 +64,7 @@ from podcache.serve.crisock.statuswire import (
     event_facts,
     info_fields,
     plain_answer,
+    sandbox_state,
     status_answer,
 )
 
@@ -116,6 +122,8 @@ class _Kept:
     ids: tuple[str, ...]
     stale: bool = False
     """An event named it since: never given, kept as the last known of its item (rule 9)."""
+    state: int | None = None
+    """A sandbox's non-verbose answer that is its status alone: the state it gives."""
 
 
 def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, bytes | None] | None:
@@ -206,12 +214,35 @@ class StatusStore:
 
     def kept(self, key: StatusKey) -> bytes | None:
         """The answer to give for ``key`` now, if the store may give one (invariants 1, 3)."""
+        held = self._givable(key)
+        if held is not None and self._clock() - held.learnt <= self.period:
+            return held.answer
+        if key.method != CONTAINER or key.verbose:
+            return None
+        verbose = self._givable(key._replace(verbose=True))
+        if verbose is None or self._clock() - verbose.learnt > self.period:
+            return None
+        try:
+            return plain_answer(verbose.answer)
+        except ProtobufError:
+            return None
+
+    def kept_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
+        """A sandbox's non-verbose answer that is its status alone, kept past the period
+        (invariants 1 and 2 hold for it), and the state it gives: the caller gives it only
+        while a listing within the period shows the sandbox in that state (invariant 3)."""
+        held = self._givable(key)
+        if held is None or held.state is None:
+            return None
+        return held.answer, held.state
+
+    def _givable(self, key: StatusKey) -> _Kept | None:
+        """The answer kept for ``key`` while the stream that learnt it is open and no event
+        named its item since (invariants 1, 2), whatever its age."""
         held = self._answers.get(key)
         if held is None or held.stale or not self._open or held.epoch != self._epoch:
             return None
-        if self._clock() - held.learnt > self.period:
-            return None
-        return held.answer
+        return held
 
     def missing(self, key: StatusKey) -> str | None:
         """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 6)."""
@@ -269,7 +300,13 @@ class StatusStore:
 
     def _put(self, key: StatusKey, answer: bytes, ids: tuple[str, ...]) -> None:
         self._forget(key)
-        self._answers[key] = _Kept(answer, self._clock(), self._epoch, ids)
+        state = None
+        if key.method == SANDBOX and not key.verbose:
+            try:
+                state = sandbox_state(answer)
+            except ProtobufError:
+                return
+        self._answers[key] = _Kept(answer, self._clock(), self._epoch, ids, state=state)
         self._bytes += len(answer)
         for each in ids:
             self._by_id.setdefault(each, set()).add(key)

@@ -12,7 +12,9 @@ What the CRI socket's status answers need of the wire (docs/architecture.md §10
   empty ``info``: containerd 1.7 and 2.1 answer a non-verbose call so, with no ``timestamp``
   and no ``containers_statuses``, measured);
 - ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes;
-  ``plain_answer``: a verbose answer's status as the non-verbose answer.
+  ``plain_answer``: a verbose answer's status as the non-verbose answer;
+- ``sandbox_state``: a non-verbose ``PodSandboxStatus`` answer's state, when the answer is
+  its status alone (containerd's shape), else None.
 
 Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
 wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes
@@ -33,6 +35,7 @@ __all__ = [
     "event_facts",
     "info_fields",
     "plain_answer",
+    "sandbox_state",
     "status_answer",
     "status_request",
 ]
@@ -168,6 +171,22 @@ def plain_answer(answer: bytes) -> bytes:
         if number == 1 and isinstance(value, bytes):
             return status_answer(value)
     raise ProtobufError("the answer carries no status")
+
+
+def sandbox_state(answer: bytes) -> int | None:
+    """The ``PodSandboxState`` (0 READY, 1 NOTREADY) of a ``PodSandboxStatusResponse`` that
+    is its status alone (field 1, nothing else: no ``info``, ``containers_statuses`` or
+    ``timestamp``); None for any other answer. ``ProtobufError`` for unreadable bytes."""
+    fields = _fields(answer)
+    if len(fields) != 1 or fields[0][0] != 1 or not isinstance(fields[0][2], bytes):
+        return None
+    state = 0  # proto3's default: SANDBOX_READY
+    for number, kind, value in _fields(fields[0][2]):
+        if number == 3:
+            if kind != _VARINT or not isinstance(value, int):
+                return None
+            state = value
+    return state
 
 
 def info_fields(answer: bytes) -> bytes:
