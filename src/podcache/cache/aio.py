@@ -10,38 +10,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from collections.abc import Awaitable, Sequence
+from datetime import datetime
 from typing import Any, Protocol, Self, cast
 
-from podcache.cache.changes import HISTORY, MAX_LAG
-from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh
+from podcache.cache.core import CacheStats, Refresh
 from podcache.cache.departed import (
-    DEPARTED_BYTES,
-    DEPARTED_FOR,
-    DEPARTED_MAX,
-    Departed,
     Found,
     epoch_seconds,
     lookup_key,
 )
+from podcache.cache.driving import Driving
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
-from podcache.cache.pids import PodProcess, UnknownIDs, alookup_pod, async_probe
+from podcache.cache.pids import PodProcess, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import PublishHook
-from podcache.cache.scheduling import Start, with_hooks
+from podcache.cache.scheduling import Start
 from podcache.cache.shared import (
     Events,
     PodGetter,
-    check_getter,
     check_timeout,
     endpoint_name,
     events_wanted,
     offers_pod,
     with_events,
 )
-from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, RefreshHost, TaskRefresher
+from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, TaskRefresher
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
@@ -59,11 +52,7 @@ def _is_coroutine_function(getter: object, name: str) -> bool:
     return inspect.iscoroutinefunction(getattr(getter, name, None))
 
 
-def _new_future() -> asyncio.Future[None]:
-    return asyncio.get_running_loop().create_future()
-
-
-class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
+class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter]):
     """A bounded-staleness cache of ``await getter.get_pods(all)`` for asyncio (``all=False``,
     the default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
     containers too, a relist of one pod and a PID's probe asking the same).
@@ -80,64 +69,27 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
     ``async with``.
     """
 
+    _refresher: TaskRefresher
     _pod_timer: asyncio.TimerHandle | None = None
     """The timer for relists of one pod waiting for their budget (docs/architecture.md §7
     rule 7), while armed."""
 
-    def __init__(
-        self,
-        getter: AsyncPodGetter | PodGetter,
-        cache_period: float | timedelta,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        max_stale: float | timedelta | None = None,
-        refresh_ahead: float | timedelta | None = None,
-        stats: bool = False,
-        history: int = HISTORY,
-        max_lag: int = MAX_LAG,
-        first_revision: int = 0,
-        min_refresh_interval: float | timedelta | None = None,
-        events: Events = False,
-        departed_for: float = DEPARTED_FOR,
-        departed_max: int = DEPARTED_MAX,
-        departed_bytes: int = DEPARTED_BYTES,
-        wall_clock: Callable[[], float] = time.time,
-        all: bool = False,
-    ) -> None:
-        check_getter(getter)
-        self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
+    def _new_signal(self) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().create_future()
+
+    def _init_driver(self, getter: AsyncPodGetter | PodGetter, count_hits: bool) -> None:
+        """The loop's parts, the watches' parts, the PID probe, and whether the getter's calls
+        are coroutines."""
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
-        self._clock, self._wall = clock, wall_clock  # the cache's clock, and the wall clock
-        self._core: FreshnessCore[asyncio.Future[None]] = FreshnessCore(
-            cache_period,
-            _new_future,
-            refresh_ahead=refresh_ahead,
-            max_stale=max_stale,
-            history=history,
-            max_lag=max_lag,
-            first_revision=first_revision,
-            min_refresh_interval=min_refresh_interval,
-        )
-        self._init_loop_parts(stats)
+        self._init_loop_parts(count_hits)
         self._refresher, self._watch_host = self._watch_parts()
-        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._probe = async_probe(getter, self._all)  # pod_of_pid's way to ask about one container
-        self._departed = Departed(departed_for, departed_max, departed_bytes)  # §3 rule 12
-        relists_pods = offers_pod(getter)  # events relist their pod alone (§7)
-        self._pod_is_async = relists_pods and _is_coroutine_function(getter, "get_pod")
-        self._steps, self._hooks = with_hooks(
-            self._core,
-            self._departed,
-            clock,
-            wall_clock,
-            self._published,
-            relists_pods=relists_pods,
-        )
-        self._init_events(events, getter)
+        self._pod_is_async = offers_pod(getter) and _is_coroutine_function(getter, "get_pod")
 
     def _init_loop_parts(self, count_hits: bool) -> None:
         """What lives on the loop: the refresh timer, the event set at every publish, the
         refresh tasks; and the hits, counted only with ``count_hits``."""
+        self._guard = contextlib.nullcontext()  # nothing to lock: everything runs on the loop
         self._timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event | None = None  # set (and replaced) at every publish
         self._tasks: set[asyncio.Task[None]] = set()
@@ -160,15 +112,7 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
 
     def _watch_parts(self) -> tuple[TaskRefresher, AsyncWatchHost]:
         """The watches' refresher and host: what ``cache.watching`` may reach of this cache."""
-        refresher = TaskRefresher(
-            RefreshHost(
-                self._watched,
-                self._clock,
-                self._core.period,
-                lambda: self.cache_time,
-                self.force_update_if_older,
-            )
-        )
+        refresher = TaskRefresher(self._refresh_host(self.force_update_if_older))
         host = AsyncWatchHost(
             self._core.changes,
             self._changed_event,
@@ -275,27 +219,6 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         pods = await self.get_pods(timeout=timeout)
         return self._departed.find(pods, key, moment, self._wall())
 
-    def find_in(
-        self,
-        pods: PodList,
-        *,
-        container_id: str | None = None,
-        uid: str | None = None,
-        ip: str | None = None,
-        at: float | datetime | None = None,
-    ) -> Found | None:
-        """``find`` against ``pods``, a snapshot this cache handed out, without waiting: serve
-        answers its lookups with it from the snapshot the request got."""
-        key = lookup_key(container_id, uid, ip)
-        moment = epoch_seconds(at)
-        return self._departed.find(pods, key, moment, self._wall())
-
-    def on_publish(self, hook: PublishHook) -> Callable[[], None]:
-        """Call ``hook(publication)`` at every snapshot this cache stores from now on, on the
-        event loop, before anyone is handed that snapshot; returns what removes the hook. The
-        rule a hook keeps is ``podcache.cache.publishing``'s (docs/architecture.md §3 rule 10)."""
-        return self._hooks.add(hook)
-
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         now = self._clock()
@@ -366,17 +289,6 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         event, self._changed = self._changed, None
         if event is not None:
             event.set()
-
-    def _watch_opened(self) -> None:
-        self._refresher.ensure()
-
-    def _watch_closed(self) -> None:
-        if not self._core.changes.prune():
-            self._refresher.stop()
-
-    def _watched(self) -> bool:
-        self._watch_closed()
-        return bool(self._core.changes.cursors)
 
     async def _wait(self, refresh: Refresh[asyncio.Future[None]], timeout: float | None) -> None:
         # shield: a caller's timeout or cancellation ends its wait, never the shared refresh.
@@ -474,12 +386,6 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._start(self._steps.relisted(relist, pod, error))
 
     # -- the event subscription (task) ---------------------------------------------------------
-    def _event(self, event: object) -> Step:
-        """One event: its pod relisted, or a full listing asked for (``Scheduling.event``)."""
-        step, start = self._steps.event(event)
-        self._start(start)
-        return step
-
     def _start_subscriber(self) -> None:
         if self._closed:
             return
@@ -487,13 +393,6 @@ class AsyncRuntimeCache(CoreReadings[asyncio.Future[None]]):
         self._subscriber = asyncio.get_running_loop().create_task(
             self._subscribe_forever(), name="podcache-events"
         )
-
-    def _signal(self, signal: Signal, cause: str | None = None) -> Step:
-        """Tell the subscription what happened (``cause``: what failed); start the refresh
-        it asks for."""
-        step, start = self._steps.signal(signal, cause)
-        self._start(start)
-        return step
 
     async def _subscribe_forever(self) -> None:
         """Open a stream, read it until it fails, wait as told, again; until ``close()``."""

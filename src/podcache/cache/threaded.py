@@ -10,39 +10,31 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
-from podcache.cache.changes import HISTORY, MAX_LAG
-from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore, Refresh, Snapshot
+from podcache.cache.core import CacheStats, Refresh, Snapshot
 from podcache.cache.departed import (
-    DEPARTED_BYTES,
-    DEPARTED_FOR,
-    DEPARTED_MAX,
-    Departed,
     Found,
     epoch_seconds,
     lookup_key,
 )
+from podcache.cache.driving import Driving
 from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
-from podcache.cache.pids import PodProcess, UnknownIDs, lookup_pod, sync_probe
+from podcache.cache.pids import PodProcess, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
-from podcache.cache.publishing import PublishHook
-from podcache.cache.scheduling import Start, with_hooks
+from podcache.cache.scheduling import Start
 from podcache.cache.shared import (
     Events,
     EventStream,
     PodGetter,
-    check_getter,
     check_timeout,
     endpoint_name,
     events_wanted,
-    offers_pod,
     with_events,
 )
-from podcache.cache.watching import PodWatch, RefreshHost, ThreadRefresher, WatchHost
+from podcache.cache.watching import PodWatch, ThreadRefresher, WatchHost
 from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
@@ -162,7 +154,7 @@ def make_hit_path(
     return HitPath(get, publish, read_hits, get_pods_nowait)
 
 
-class RuntimeCache(CoreReadings[threading.Event]):
+class RuntimeCache(Driving[threading.Event, PodGetter]):
     """A bounded-staleness cache of ``getter.get_pods(all)`` for threads (``all=False``, the
     default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
     containers too, a relist of one pod and a PID's probe asking the same).
@@ -180,56 +172,16 @@ class RuntimeCache(CoreReadings[threading.Event]):
     ``with`` block; a cache without events needs neither.
     """
 
-    def __init__(
-        self,
-        getter: PodGetter,
-        cache_period: float | timedelta,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        max_stale: float | timedelta | None = None,
-        refresh_ahead: float | timedelta | None = None,
-        stats: bool = False,
-        history: int = HISTORY,
-        max_lag: int = MAX_LAG,
-        first_revision: int = 0,
-        min_refresh_interval: float | timedelta | None = None,
-        events: Events = False,
-        departed_for: float = DEPARTED_FOR,
-        departed_max: int = DEPARTED_MAX,
-        departed_bytes: int = DEPARTED_BYTES,
-        wall_clock: Callable[[], float] = time.time,
-        all: bool = False,
-    ) -> None:
-        check_getter(getter)
-        self._getter, self._all = getter, bool(all)  # get_pods(all), get_pod(uid, all)
-        self._clock, self._wall = clock, wall_clock  # the cache's clock, and the wall clock
-        self._lock = threading.Lock()
-        self._core: FreshnessCore[threading.Event] = FreshnessCore(
-            cache_period,
-            threading.Event,
-            refresh_ahead=refresh_ahead,
-            max_stale=max_stale,
-            history=history,
-            max_lag=max_lag,
-            first_revision=first_revision,
-            min_refresh_interval=min_refresh_interval,
-        )
+    _new_signal = threading.Event
+
+    def _init_driver(self, getter: PodGetter, count_hits: bool) -> None:
+        """The lock, the watches' parts, the hit path, the PID probe and the relist workers."""
+        self._lock = self._guard = threading.Lock()
         self._changed = threading.Condition(self._lock)  # notified at every publish
         self._refresher, self._watch_host = self._watch_parts()
-        self._init_hit_path(stats)
-        self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
+        self._init_hit_path(count_hits)
         self._probe = sync_probe(getter, self._all)  # pod_of_pid's way to ask about one container
         self._init_pod_relists()
-        self._departed = Departed(departed_for, departed_max, departed_bytes)  # §3 rule 12
-        self._steps, self._hooks = with_hooks(
-            self._core,
-            self._departed,
-            clock,
-            wall_clock,
-            self._published,
-            relists_pods=offers_pod(getter),
-        )
-        self._init_events(events, getter)
 
     def _init_hit_path(self, count_hits: bool) -> None:
         """The lock-free ``get_pods`` and the functions sharing its cells (``make_hit_path``).
@@ -259,15 +211,7 @@ class RuntimeCache(CoreReadings[threading.Event]):
 
     def _watch_parts(self) -> tuple[ThreadRefresher, WatchHost]:
         """The watches' refresher and host: what ``cache.watching`` may reach of this cache."""
-        refresher = ThreadRefresher(
-            RefreshHost(
-                self._watched,
-                self._clock,
-                self._core.period,
-                lambda: self.cache_time,
-                self.force_update_if_older,
-            )
-        )
+        refresher = ThreadRefresher(self._refresh_host(self.force_update_if_older))
         host = WatchHost(
             self._core.changes,
             self._lock,
@@ -367,29 +311,6 @@ class RuntimeCache(CoreReadings[threading.Event]):
         with self._lock:
             return self._departed.find(pods, key, moment, self._wall())
 
-    def find_in(
-        self,
-        pods: PodList,
-        *,
-        container_id: str | None = None,
-        uid: str | None = None,
-        ip: str | None = None,
-        at: float | datetime | None = None,
-    ) -> Found | None:
-        """``find`` against ``pods``, a snapshot this cache handed out, without waiting: serve
-        answers its lookups with it from the snapshot the request got."""
-        key = lookup_key(container_id, uid, ip)
-        moment = epoch_seconds(at)
-        with self._lock:
-            return self._departed.find(pods, key, moment, self._wall())
-
-    def on_publish(self, hook: PublishHook) -> Callable[[], None]:
-        """Call ``hook(publication)`` at every snapshot this cache stores from now on, under
-        its lock, before anyone is handed that snapshot; returns what removes the hook. The
-        rule a hook keeps is ``podcache.cache.publishing``'s (docs/architecture.md §3 rule 10)."""
-        with self._lock:
-            return self._hooks.add(hook)
-
     def stats(self) -> CacheStats:
         """Counters and gauges; hits are counted only when built with ``stats=True``."""
         with self._lock:
@@ -436,18 +357,6 @@ class RuntimeCache(CoreReadings[threading.Event]):
         """``get_pods()`` (a watch's ``WatchHost.fill``; the bound method is set per instance
         later in ``__init__``)."""
         return self.get_pods()
-
-    def _watch_opened(self) -> None:  # under the lock
-        self._refresher.ensure()
-
-    def _watch_closed(self) -> None:  # under the lock
-        if not self._core.changes.prune():
-            self._refresher.stop()
-
-    def _watched(self) -> bool:
-        with self._lock:
-            self._watch_closed()
-            return bool(self._core.changes.cursors)
 
     # -- internals ---------------------------------------------------------------------------
     def _get_slow(self, timeout: float | None) -> PodList:
@@ -620,21 +529,6 @@ class RuntimeCache(CoreReadings[threading.Event]):
         return following[0] if following else None
 
     # -- the event subscription (thread) -------------------------------------------------------
-    def _event(self, event: object) -> Step:
-        """One event: its pod relisted, or a full listing asked for (``Scheduling.event``)."""
-        with self._lock:
-            step, start = self._steps.event(event)
-        self._start(start)
-        return step
-
-    def _signal(self, signal: Signal, cause: str | None = None) -> Step:
-        """Tell the subscription what happened (``cause``: what failed); start the refresh
-        it asks for."""
-        with self._lock:
-            step, start = self._steps.signal(signal, cause)
-        self._start(start)
-        return step
-
     def _subscribe_forever(self) -> None:
         """Open a stream, read it until it fails, wait as told, again; until ``close()``."""
         assert self._subscription is not None
