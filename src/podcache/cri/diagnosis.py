@@ -10,7 +10,6 @@ error raised from what they show (``failures``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import os
 import socket
@@ -109,21 +108,11 @@ def _unreachable(endpoint: Endpoint, budget: float) -> str | None:
 
 
 async def _unreachable_async(endpoint: Endpoint, budget: float) -> str | None:
-    """``_unreachable`` for the event loop."""
+    """``_unreachable`` for the event loop: a unix socket's check inline (it never blocks), a
+    TCP connect in a worker thread."""
     if endpoint.path is not None:
-        return _unix_problem(endpoint.path)  # never blocks
-    assert endpoint.address is not None
-    try:
-        async with asyncio.timeout(budget):
-            _, writer = await asyncio.open_connection(*endpoint.address)
-    except TimeoutError:
-        return None
-    except OSError as e:
-        return _os_reason(e)
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return None
+        return _unix_problem(endpoint.path)
+    return await asyncio.to_thread(_unreachable, endpoint, budget)
 
 
 def _probe_budget(timeout: float) -> float:
@@ -176,30 +165,5 @@ def _probe(endpoint: Endpoint, budget: float) -> _Probe:
 
 
 async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
-    """``_probe`` for the event loop."""
-    reply = b""
-    try:
-        async with asyncio.timeout(budget):
-            if endpoint.path is not None:
-                reader, writer = await asyncio.open_unix_connection(endpoint.path)
-            else:
-                assert endpoint.address is not None
-                reader, writer = await asyncio.open_connection(*endpoint.address)
-            try:
-                writer.write(_H2_PREFACE)
-                while len(reply) < _H2_FRAME_HEADER:
-                    chunk = await reader.read(64)
-                    if not chunk:
-                        break
-                    reply += chunk
-            except OSError:
-                pass  # reset by the peer: it closed on us
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-    except TimeoutError:
-        return _Probe(reply=reply or None)
-    except OSError as e:
-        return _Probe(error=e)
-    return _Probe(reply=reply)
+    """``_probe`` for the event loop, in a worker thread."""
+    return await asyncio.to_thread(_probe, endpoint, budget)
