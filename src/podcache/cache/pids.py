@@ -267,29 +267,17 @@ class AsyncPodProbe(Protocol):
 
 
 class _AllProbe:
-    """A probe that lists a pod as ``get_pods(True)`` does (a cache with ``all=True``)."""
+    """A probe that lists a pod as ``get_pods(True)`` does (a cache with ``all=True``); over
+    an asyncio probe its calls return the awaitables the probe's do."""
 
-    def __init__(self, probe: PodProbe) -> None:
+    def __init__(self, probe: Any) -> None:
         self._probe = probe
 
-    def get_pod(self, uid: str, all: bool = True) -> Pod | None:
+    def get_pod(self, uid: str, all: bool = True) -> Any:
         return self._probe.get_pod(uid, True)
 
-    def pod_uid_of(self, ident: str) -> str | None:
+    def pod_uid_of(self, ident: str) -> Any:
         return self._probe.pod_uid_of(ident)
-
-
-class _AsyncAllProbe:
-    """``_AllProbe``'s asyncio twin."""
-
-    def __init__(self, probe: AsyncPodProbe) -> None:
-        self._probe = probe
-
-    async def get_pod(self, uid: str, all: bool = True) -> Pod | None:
-        return await self._probe.get_pod(uid, True)
-
-    async def pod_uid_of(self, ident: str) -> str | None:
-        return await self._probe.pod_uid_of(ident)
 
 
 def sync_probe(getter: object, all_view: bool = False) -> PodProbe | None:
@@ -300,8 +288,7 @@ def sync_probe(getter: object, all_view: bool = False) -> PodProbe | None:
         and not inspect.iscoroutinefunction(getattr(getter, name))
         for name in ("get_pod", "pod_uid_of")
     ):
-        probe = cast(PodProbe, getter)
-        return _AllProbe(probe) if all_view else probe
+        return cast(PodProbe, _AllProbe(getter) if all_view else getter)
     return None
 
 
@@ -312,8 +299,7 @@ def async_probe(getter: object, all_view: bool = False) -> AsyncPodProbe | None:
         inspect.iscoroutinefunction(getattr(getter, name, None))
         for name in ("get_pod", "pod_uid_of")
     ):
-        probe = cast(AsyncPodProbe, getter)
-        return _AsyncAllProbe(probe) if all_view else probe
+        return cast(AsyncPodProbe, _AllProbe(getter) if all_view else getter)
     return None
 
 
@@ -338,8 +324,6 @@ def _probe_answer(
 
 def _needs_refresh(lookup: PodLookup, cache_time: float | None, now: float) -> float | None:
     """The time to refresh to, when the snapshot predates the process; else None."""
-    if not lookup.in_container:
-        return None
     target = lookup.refresh_time(now)
     if cache_time is not None and cache_time >= target:
         return None
@@ -394,6 +378,8 @@ def _steps(
     """The lookup's policy, no I/O (``lookup_pod`` says it): it yields each step it needs done
     and is sent the step's result; it returns the ``LookupResult``. ``lookup_pod`` and
     ``alookup_pod`` only carry the steps out."""
+    if not lookup.in_container:
+        return LookupResult(None, lookup.outcome, False, None)
     pods: PodList = yield _GetPods()
     found = lookup.match(pods)
     if found is not None:
@@ -481,10 +467,7 @@ def lookup_pod(
     it began after the process. (Containers are listed by their runtime before any of their
     processes start, so joining first lets a burst of processes of one new container share
     one refresh.) ProcessLookupError when there is no such process."""
-    lookup = PodLookup(pid, proc_root, memo)
-    if not lookup.in_container:
-        return LookupResult(None, lookup.outcome, False, None)
-    steps = _steps_of(lookup, cache, clock, memo, probe, unknown)
+    steps = _steps_of(PodLookup(pid, proc_root, memo), cache, clock, memo, probe, unknown)
     result: Any = None
     while True:
         try:
@@ -507,10 +490,7 @@ async def alookup_pod(
 ) -> LookupResult:
     """The asyncio twin of ``lookup_pod``: the same steps (``_steps``), awaited (the ``/proc``
     reads are small and never block on a disk, so they run on the loop)."""
-    lookup = PodLookup(pid, proc_root, memo)
-    if not lookup.in_container:
-        return LookupResult(None, lookup.outcome, False, None)
-    steps = _steps_of(lookup, cache, clock, memo, probe, unknown)
+    steps = _steps_of(PodLookup(pid, proc_root, memo), cache, clock, memo, probe, unknown)
     result: Any = None
     while True:
         try:
