@@ -14,9 +14,11 @@
    duration, with the time it left, counted ``source="departed"``.
 3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
    verbose); every call for the same key that arrives meanwhile waits for that one call's
-   outcome within its own deadline (``saved``), whatever deadline it has; the call itself has
-   the socket's ``timeout`` (rule 3 of ``forward`` is kept for everything else), and runs to
-   its end when its callers leave, so that the next one finds its answer. Counted
+   outcome within its own deadline (``saved``), whatever deadline it has, unless an event
+   named the item since that call began (the store's ``overtaken``): its answer may predate
+   the event the caller was told of, so a new call begins, and later callers join that one;
+   the call itself has the socket's ``timeout`` (rule 3 of ``forward`` is kept for everything
+   else), and runs to its end when its callers leave, so that the next one finds its answer. Counted
    ``source="upstream"`` for each caller it answers.
    When the store is not streaming (no event stream: containerd 1.6, CRI-O without events),
    the call is forwarded as any other (``forward``'s sharing), nothing kept.
@@ -35,7 +37,7 @@ from typing import NamedTuple
 import grpc
 
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
-from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore
+from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore, Ticket
 from podcache.serve.crisock.statuswire import status_request
 
 __all__ = ["DEPARTED_TRAILER", "SOURCES", "StatusAnswer", "StatusCalls", "status_method"]
@@ -81,7 +83,7 @@ class StatusCalls:
         self._forwarder = forwarder
         self._rewrites = rewrites
         self._listed = listed
-        self._flights: dict[StatusKey, asyncio.Future[bytes]] = {}
+        self._flights: dict[StatusKey, tuple[asyncio.Future[bytes], Ticket]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.answers: dict[tuple[str, str], int] = {}
         """Status answers given, by (method, source)."""
@@ -149,14 +151,18 @@ class StatusCalls:
     async def _once(
         self, path: str, key: StatusKey, request: bytes, remaining: float | None
     ) -> bytes:
-        """The key's one flight's answer: joined, or begun here."""
-        flight = self._flights.get(key)
-        if flight is not None:
+        """The key's one flight's answer: joined, or begun here (also when the one in the air
+        began before an event that named the item)."""
+        flying = self._flights.get(key)
+        if flying is not None and not self.store.overtaken(flying[1], key):
+            flight = flying[0]
             self._forwarder.count_saved(path)
         else:
             loop = asyncio.get_running_loop()
-            flight = self._flights[key] = loop.create_future()
-            task = loop.create_task(self._fly(path, key, request, flight))
+            flight = loop.create_future()
+            ticket = self.store.begin()
+            self._flights[key] = (flight, ticket)
+            task = loop.create_task(self._fly(path, key, request, (flight, ticket)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         try:
@@ -170,9 +176,13 @@ class StatusCalls:
             ) from None
 
     async def _fly(
-        self, path: str, key: StatusKey, request: bytes, flight: asyncio.Future[bytes]
+        self,
+        path: str,
+        key: StatusKey,
+        request: bytes,
+        flying: tuple[asyncio.Future[bytes], Ticket],
     ) -> None:
-        ticket = self.store.begin()
+        flight, ticket = flying
         try:
             data = self._rewritten(
                 path, await self._forwarder.call(path, request, None, keep=False)
@@ -188,7 +198,7 @@ class StatusCalls:
             self.store.keep(key, data, ticket)
             flight.set_result(data)
         finally:
-            if self._flights.get(key) is flight:
+            if self._flights.get(key) == flying:
                 del self._flights[key]
             if not flight.done():  # cancelled: the socket is stopping
                 flight.set_exception(

@@ -28,7 +28,9 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
 4. **An answer that an event may have overtaken is not kept.** ``begin()`` is taken before the
    runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (each
    ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
-   oldest forgotten one is dropped too) or the stream ended or reopened meanwhile.
+   oldest forgotten one is dropped too) or the stream ended or reopened meanwhile;
+   ``overtaken`` says the same of a call still in flight, which a later caller then does not
+   join.
 5. **Bounded.** At most ``max_answers`` answers and ``max_bytes`` of them; past either the
    oldest kept goes first. At most ``max_pairs`` containers' sandboxes and ``RECENT_IDS``
    IDs' last events are remembered. The departed (``departed``) are bounded on their own.
@@ -280,6 +282,15 @@ class StatusStore:
             ids = self._ids_of(key.method, ident, key.ident)
             if not self._overtaken(ticket, ids):
                 self._put(key, answer, ids)
+
+    def overtaken(self, ticket: Ticket, key: StatusKey) -> bool:
+        """Whether an event may have changed ``key``'s item since ``ticket`` (or the stream
+        ended or reopened): a call begun then may answer what a caller told of the event has
+        already seen change. An ID asked by a prefix counts as named by any event since."""
+        with self._lock:
+            if len(key.ident) != WHOLE_ID and self._seq > ticket.seq:
+                return True
+            return self._overtaken(ticket, self._ids_of(key.method, key.ident, key.ident))
 
     def _overtaken(self, ticket: Ticket, ids: tuple[str, ...]) -> bool:
         """Whether an answer asked at ``ticket`` about ``ids`` may be older than what an

@@ -1,0 +1,107 @@
+"""One runtime call per key on the CRI socket (``serve/crisock/statuscalls.py``), and the rule
+that keeps it honest: a caller joins the call in the air only if no event named the item since
+that call began (docs/architecture.md §10 rule 8). A caller told of an event must get an
+answer begun after it, not one the runtime may have made before the change.
+
+The runtime here is ``FakeForwarder``, a unit-test fake: each call waits until the test
+answers it, so the order of calls, events and answers is the test's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from podcache.cri.proto import api_pb2 as pb
+from podcache.serve.crisock.forward import Forwarder
+from podcache.serve.crisock.statuscalls import StatusCalls
+from podcache.serve.crisock.statuses import StatusStore
+from tests.unit.crisock.test_statuses import IDS, answer, event, status
+
+PATH = "/runtime.v1.RuntimeService/ContainerStatus"
+ASKED = pb.ContainerStatusRequest(container_id=IDS[0], verbose=True).SerializeToString()
+
+
+class FakeForwarder:
+    """Stands in for ``forward.Forwarder``: every call waits for the test's answer."""
+
+    endpoint = "fake://runtime"
+
+    def __init__(self) -> None:
+        self.calls: list[asyncio.Future[bytes]] = []
+        self.saved = 0
+
+    def count_saved(self, path: str) -> None:
+        self.saved += 1
+
+    async def call(self, path: str, request: bytes, remaining: float | None, keep: bool) -> bytes:
+        answered = asyncio.get_running_loop().create_future()
+        self.calls.append(answered)
+        return await answered
+
+
+async def _calls_reach(fake: FakeForwarder, count: int) -> None:
+    while len(fake.calls) < count:
+        await asyncio.sleep(0)
+
+
+def _setup() -> tuple[StatusStore, FakeForwarder, StatusCalls]:
+    store = StatusStore(60.0)
+    store.stream_opened()
+    fake = FakeForwarder()
+    return store, fake, StatusCalls(store, cast(Forwarder, fake), {})
+
+
+def test_a_caller_told_of_an_event_does_not_join_a_call_begun_before_it() -> None:
+    async def scenario() -> None:
+        store, fake, calls = _setup()
+        before = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await _calls_reach(fake, 1)
+        stopped = status(IDS[0], pb.CONTAINER_EXITED, exit_code=137)
+        store.event(event(IDS[0], pb.CONTAINER_STOPPED_EVENT, statuses=[stopped]))
+        after = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await _calls_reach(fake, 2)  # a call of its own, not the one in the air
+        fake.calls[0].set_result(answer(IDS[0], 0, True))
+        fake.calls[1].set_result(answer(IDS[0], 137, True))
+        assert (await before).data == answer(IDS[0], 0, True)
+        assert (await after).data == answer(IDS[0], 137, True)
+        again = await calls.answer(PATH, ASKED, None)  # the later answer was kept
+        assert again.data == answer(IDS[0], 137, True)
+        assert len(fake.calls) == 2
+
+    asyncio.run(scenario())
+
+
+def test_callers_with_no_event_between_share_the_call_in_the_air() -> None:
+    async def scenario() -> None:
+        store, fake, calls = _setup()
+        first = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await _calls_reach(fake, 1)
+        store.event(event(IDS[1], pb.CONTAINER_STARTED_EVENT, statuses=[]))  # another item
+        second = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await asyncio.sleep(0)
+        fake.calls[0].set_result(answer(IDS[0], 0, True))
+        assert (await first).data == (await second).data == answer(IDS[0], 0, True)
+        assert len(fake.calls) == 1
+        assert fake.saved == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_prefix_is_not_joined_across_any_event() -> None:
+    """No event names a prefix: any event since the call began may be about its item."""
+
+    async def scenario() -> None:
+        store, fake, calls = _setup()
+        prefix = pb.ContainerStatusRequest(container_id=IDS[0][:12]).SerializeToString()
+        first = asyncio.create_task(calls.answer(PATH, prefix, None))
+        await _calls_reach(fake, 1)
+        store.event(event(IDS[1], pb.CONTAINER_STARTED_EVENT, statuses=[]))
+        second = asyncio.create_task(calls.answer(PATH, prefix, None))
+        await _calls_reach(fake, 2)
+        for each in fake.calls:
+            each.set_result(answer(IDS[0], 0, False))
+        await first
+        await second
+
+    asyncio.run(scenario())
