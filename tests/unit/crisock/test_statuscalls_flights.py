@@ -35,7 +35,7 @@ class FakeForwarder:
         self.saved += 1
 
     async def call(self, path: str, request: bytes, remaining: float | None, keep: bool) -> bytes:
-        answered = asyncio.get_running_loop().create_future()
+        answered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.calls.append(answered)
         return await answered
 
