@@ -71,5 +71,7 @@ def test_not_founds_are_bounded_at_and_past_the_limit(monkeypatch: pytest.Monkey
     for key in keys[:2]:
         store.keep_missing(key, NOT_FOUND, store.begin())
     assert [store.missing(k) for k in keys[:2]] == [NOT_FOUND, NOT_FOUND]
+    assert store.missing_size == (2, 2 * len(NOT_FOUND))  # at the limit
     store.keep_missing(keys[2], NOT_FOUND, store.begin())
     assert [store.missing(k) for k in keys] == [None, NOT_FOUND, NOT_FOUND]
+    assert store.missing_size == (2, 2 * len(NOT_FOUND))  # past it: the oldest went

@@ -75,7 +75,8 @@ def _statuses(socket: CRISocket) -> Iterator[Metric]:
     yield answers
     kept = GaugeMetricFamily(
         "podcache_cri_status_kept",
-        "Status answers the CRI socket keeps now: live (kept answers) or departed.",
+        "Status answers the CRI socket keeps now: live (kept answers), departed, or not_found "
+        "(the runtime's NOT_FOUND for a whole ID).",
         labels=["store"],
     )
     kept_bytes = GaugeMetricFamily(
@@ -87,6 +88,7 @@ def _statuses(socket: CRISocket) -> Iterator[Metric]:
     for store, (count, size) in (
         ("live", calls.store.size),
         ("departed", (0, 0) if departed is None else departed.size),
+        ("not_found", calls.store.missing_size),
     ):
         kept.add_metric([store], count)
         kept_bytes.add_metric([store], size)

@@ -16,7 +16,8 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    departed kept, an answer dropped so stays, marked stale (never given), as the last known
    of its item: an event of a container's sibling names their sandbox and so ends the
    container's answers, not what was last known of it; a departed item's verbose answer is
-   its last status with the last ``info``.
+   its last status with the last ``info``. An item's DELETED event ends its own answers for
+   good: with the departed kept, the departed hold its last known from then.
 3. **Never older than the period.** A kept answer is given only while
    ``clock() - learnt <= period``: what changes a status without an event
    (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
@@ -246,6 +247,12 @@ class StatusStore:
             return None
         return held
 
+    @property
+    def missing_size(self) -> tuple[int, int]:
+        """NOT_FOUND answers kept now (``MAX_MISSING``), and their details' characters."""
+        with self._lock:
+            return len(self._missing), sum(len(held.details) for held in self._missing.values())
+
     def missing(self, key: StatusKey) -> str | None:
         """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 6)."""
         held = self._missing.get(key)
@@ -369,8 +376,18 @@ class StatusStore:
                 self._learn(CONTAINER, ident, status)
         if gone:
             self._sandbox_of.pop(gone, None)
-            if self.departed is not None and last is not None:
-                self.departed.left(last[0], gone, last[1], last[2], facts.created_at)
+            if self.departed is not None:
+                if last is not None:
+                    self.departed.left(last[0], gone, last[1], last[2], facts.created_at)
+                self._forget_answers_of(gone)
+
+    def _forget_answers_of(self, gone: str) -> None:
+        """A deleted item's own answers (stale since its event) leave: what is last known of
+        it is the departed's now, and nothing names it again."""
+        for key in tuple(self._by_id.get(gone, ())):
+            held = self._answers.get(key)
+            if held is not None and held.ids[0] == gone:
+                self._forget(key)
 
     def _pair(self, container: str, sandbox: str) -> None:
         self._sandbox_of.pop(container, None)
