@@ -13,18 +13,16 @@ made here is removed here.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import pytest
 
 from podcache.cri.proto import api_pb2 as pb
 from tests.containerd.conftest import EVENT_VERSIONS, Containerd
 from tests.containerd.harness import CRIHarness, SandboxRecord
-from tests.containerd.test_crisock import Socket, until
-from tests.serve.conftest import Client, ServeProcess
+from tests.containerd.test_crisock import Sides, Socket, serve_socket, until
+from tests.serve.conftest import Client
 
 pytestmark = [
     pytest.mark.containerd,
@@ -33,29 +31,12 @@ pytestmark = [
 ]
 
 
-class Sides(NamedTuple):
-    socket: Socket
-    direct: Socket
-    http: Client
-
-
 @pytest.fixture
 def sides(containerd: Containerd) -> Iterator[Sides]:
     """``podcache serve --cri-listen`` over the instance (a 60 s period: events keep it),
     once its event stream is open."""
-    with tempfile.TemporaryDirectory(prefix="pc-agents-") as tmp:
-        path = os.path.join(tmp, "cri.sock")
-        args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
-        with ServeProcess([*args, "--cache-period", "60s", "--cri-listen", path]) as server:
-            socket, direct = Socket(path), Socket(containerd.socket_path)
-            http = Client(path=f"{tmp}/http.sock")
-            try:
-                until(lambda: b'podcache_events_state{state="subscribed"} 1.0' in _metrics(http))
-                yield Sides(socket, direct, http)
-            finally:
-                socket.close()
-                direct.close()
-        assert "Traceback" not in server.stderr, server.stderr
+    with serve_socket(containerd, "--cache-period", "60s") as served:
+        yield served
 
 
 def _metrics(http: Client) -> bytes:
@@ -111,12 +92,12 @@ def _at_rest(sides: Sides) -> dict[tuple[str, str, bool], bytes]:
     """Once the socket lists what containerd lists: containerd's answers, checked equal to a
     second round of its own and to two rounds through the socket (the second answered from
     the statuses the first left in the cache, every one of them)."""
-    until(lambda: _listing(sides.socket) == _listing(sides.direct))
+    until(lambda: _listing(sides.proxy) == _listing(sides.direct))
     direct = falco_answers(sides.direct)
     assert falco_answers(sides.direct) == direct  # nothing but the timestamp varies
-    assert falco_answers(sides.socket) == direct
+    assert falco_answers(sides.proxy) == direct
     before = from_cache(sides)
-    assert falco_answers(sides.socket) == direct
+    assert falco_answers(sides.proxy) == direct
     after = from_cache(sides)
     for method in ("ContainerStatus", "PodSandboxStatus"):
         asked = sum(1 for key in direct if key[0] == method)

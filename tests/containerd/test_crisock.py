@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import grpc
@@ -27,6 +26,7 @@ from hypothesis import strategies as st
 from podcache.cri.proto import api_pb2 as pb
 from tests.containerd.conftest import EVENT_VERSIONS, VERSIONS, Containerd
 from tests.containerd.harness import CRIHarness, SandboxRecord
+from tests.crisocket import SUBSCRIBED, EventWatcher, Subscriptions, subscriptions
 from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
@@ -92,6 +92,33 @@ def served(containerd: Containerd) -> Iterator[Served]:
             proxy, direct = Socket(path), Socket(containerd.socket_path)
             try:
                 yield Served(proxy, direct, path, containerd.socket_path)
+            finally:
+                proxy.close()
+                direct.close()
+        assert "Traceback" not in server.stderr, server.stderr
+
+
+class Sides(NamedTuple):
+    """podcache's socket, containerd's own, and serve's HTTP."""
+
+    proxy: Socket
+    direct: Socket
+    http: Client
+
+
+@contextmanager
+def serve_socket(containerd: Containerd, *args: str) -> Iterator[Sides]:
+    """``podcache serve --cri-listen`` over ``containerd`` with ``args``, once its event
+    stream is open."""
+    with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
+        path = os.path.join(tmp, "cri.sock")
+        http = Client(path=f"{tmp}/http.sock")
+        command = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
+        with ServeProcess([*command, "--cri-listen", path, *args]) as server:
+            proxy, direct = Socket(path), Socket(containerd.socket_path)
+            try:
+                until(lambda: SUBSCRIBED in http.get("/metrics").body)
+                yield Sides(proxy, direct, http)
             finally:
                 proxy.close()
                 direct.close()
@@ -210,34 +237,10 @@ def test_remove_pod_sandbox_through_the_socket_fails_and_the_pod_stays(
     assert victim.id in {s.id for s in cri_harness.list_sandboxes()}
 
 
-class _Reader:
-    """A thread reading one socket subscriber's events (bytes) until closed."""
-
-    def __init__(self, stream: Any) -> None:
-        self.events: list[bytes] = []
-        self._stream = stream
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for data in self._stream:
-                self.events.append(data)
-        except grpc.RpcError:
-            pass  # cancelled at the end of the test
-
-    def ids(self) -> list[str]:
-        return [pb.ContainerEventResponse.FromString(d).container_id for d in list(self.events)]
-
-    def close(self) -> None:
-        self._stream.cancel()
-        self._thread.join(5)
-
-
 @with_events
 def test_three_subscribers_each_see_every_event(served: Served, cri_harness: CRIHarness) -> None:
     sockets = [Socket(served.path) for _ in range(3)]
-    readers = [_Reader(s.events()) for s in sockets]
+    readers = [EventWatcher(s.events()) for s in sockets]
     made: list[SandboxRecord] = []
     try:
         time.sleep(1.0)  # the three streams are open (containerd sends nothing before a change)
@@ -249,9 +252,9 @@ def test_three_subscribers_each_see_every_event(served: Served, cri_harness: CRI
         # Every reader sees the container's whole life: created, started, stopped, deleted.
         until(lambda: all(r.ids().count(container.id) >= 4 for r in readers))
         time.sleep(0.5)  # whatever else the change made has arrived too
-        first = readers[0].events
+        first = readers[0].raw
         for reader in readers[1:]:
-            assert reader.events == first  # the same events, the same order, the same bytes
+            assert reader.raw == first  # the same events, the same order, the same bytes
     finally:
         for reader in readers:
             reader.close()
@@ -271,8 +274,8 @@ def test_on_17_each_event_goes_to_one_upstream_subscriber_and_the_sockets_share_
     direct subscriber takes events from podcache too.)"""
     direct = [Socket(served.direct_path) for _ in range(2)]
     proxied = [Socket(served.path) for _ in range(3)]
-    direct_readers = [_Reader(s.events()) for s in direct]
-    readers = [_Reader(s.events()) for s in proxied]
+    direct_readers = [EventWatcher(s.events()) for s in direct]
+    readers = [EventWatcher(s.events()) for s in proxied]
     made: list[SandboxRecord] = []
     try:
         time.sleep(1.0)  # the five streams are open (containerd sends nothing before a change)
@@ -283,12 +286,12 @@ def test_on_17_each_event_goes_to_one_upstream_subscriber_and_the_sockets_share_
             cri_harness.stop_container(container)
             cri_harness.remove_container(container)
         everyone = [*readers, *direct_readers]
-        until(lambda: all(r.events for r in everyone))  # each upstream subscriber got a part
+        until(lambda: all(r.raw for r in everyone))  # each upstream subscriber got a part
         time.sleep(1.0)  # whatever else the changes made has arrived too
-        ours, first, second = (set(r.events) for r in (readers[0], *direct_readers))
+        ours, first, second = (set(r.raw) for r in (readers[0], *direct_readers))
         assert not ours & first and not ours & second and not first & second
         for reader in readers:
-            assert reader.events == readers[0].events
+            assert reader.raw == readers[0].raw
     finally:
         for reader in [*readers, *direct_readers]:
             reader.close()
@@ -354,30 +357,6 @@ def test_redact_env_takes_every_value_out_of_containerds_verbose_status_and_noth
 # -- a runtime restart under the socket ----------------------------------------------------------
 
 
-class Subscriptions(NamedTuple):
-    """serve's event subscriptions as /metrics shows them."""
-
-    state: str
-    """The default view's cache's ``events_state``."""
-    resubscriptions: int
-    upstream: int
-    """Streams the hub opened to the runtime (every cache follows it)."""
-
-
-def _subscriptions(client: Client) -> Subscriptions:
-    metrics = client.get("/metrics").body.decode()
-    states = re.findall(r'^podcache_events_state\{state="(\w+)"\} 1\.0$', metrics, re.M)
-    counters = {
-        name: int(float(value))
-        for name, value in re.findall(r"^(podcache_\w+_total) (\S+)$", metrics, re.M)
-    }
-    return Subscriptions(
-        states[0],
-        counters["podcache_event_resubscriptions_total"],
-        counters["podcache_cri_event_subscriptions_total"],
-    )
-
-
 def _listed(client: Client, uid: str, target: str) -> bool:
     reply = client.get(target)
     return reply.status == 200 and uid in {pod["id"] for pod in reply.json()["items"]}
@@ -402,12 +381,12 @@ def test_a_restart_is_one_resubscription_through_the_hub_and_1_6_stays_without_e
             with ServeProcess([*args, "--cri-listen", f"{tmp}/cri.sock"]) as server:
                 client = Client(path=http)
                 first = "subscribed" if events else "unsupported"
-                until(lambda: _subscriptions(client).state == first)
-                before = _subscriptions(client)
+                until(lambda: subscriptions(client).state == first)
+                before = subscriptions(client)
                 containerd.kill()
                 try:
                     if events:  # the loss is seen before the runtime is back
-                        until(lambda: _subscriptions(client).state == "reconnecting")
+                        until(lambda: subscriptions(client).state == "reconnecting")
                 finally:
                     containerd.start()
                 late = cri_harness.run_pod("cri-restart-late", "crisock")
@@ -415,7 +394,7 @@ def test_a_restart_is_one_resubscription_through_the_hub_and_1_6_stays_without_e
                 # Without events only a reader's ?fresh=1 lists the node before the period.
                 target = "/pods" if events else "/pods?fresh=1"
                 until(lambda: _listed(client, late.uid, target), LONG_PERIOD / 2)
-                after = _subscriptions(client)
+                after = subscriptions(client)
         assert "Traceback" not in server.stderr, server.stderr
     finally:
         cri_harness.remove_all([s.id for s in made])

@@ -13,10 +13,9 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 import pytest
@@ -26,7 +25,9 @@ from podcache.serve.crisock.departedstatus import rfc3339
 from tests.containerd import criwire
 from tests.containerd.conftest import EVENT_VERSIONS, Containerd
 from tests.containerd.harness import EXITING_COMMAND, ContainerRecord, CRIHarness, SandboxRecord
-from tests.containerd.test_crisock import Socket, until
+from tests.containerd.test_crisock import Sides as Served
+from tests.containerd.test_crisock import Socket, serve_socket, until
+from tests.crisocket import EventWatcher
 from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
@@ -37,27 +38,9 @@ PERIOD = 2.0
 RESOURCES = 16  # ContainerStatus.resources, a field podcache's proto lacks (criwire reads it)
 
 
-class Served(NamedTuple):
-    proxy: Socket
-    direct: Socket
-    http: Client
-
-
 def _serve(containerd: Containerd, *extra: str) -> Iterator[Served]:
-    with tempfile.TemporaryDirectory(prefix="pc-cri-") as tmp:
-        path = os.path.join(tmp, "cri.sock")
-        http = Client(path=f"{tmp}/http.sock")
-        args = ["-r", containerd.endpoint, "--listen", f"unix:{tmp}/http.sock"]
-        args += ["--cache-period", f"{PERIOD:g}s", "--cri-listen", path, *extra]
-        with ServeProcess(args) as server:
-            proxy, direct = Socket(path), Socket(containerd.socket_path)
-            try:
-                until(lambda: b'podcache_events_state{state="subscribed"} 1.0' in _metrics(http))
-                yield Served(proxy, direct, http)
-            finally:
-                proxy.close()
-                direct.close()
-        assert "Traceback" not in server.stderr, server.stderr
+    with serve_socket(containerd, "--cache-period", f"{PERIOD:g}s", *extra) as served:
+        yield served
 
 
 @pytest.fixture
@@ -107,38 +90,17 @@ def _unknown(data: bytes, kind: Any) -> bytes:
     return repr(sorted((n, v) for n, v in fields.items() if n not in known)).encode()
 
 
-class Watcher:
-    """A GetContainerEvents client of podcache's socket (serve reads each event into its status
-    store before any client gets it)."""
+class Watcher(EventWatcher):
+    """A GetContainerEvents client of podcache's socket (``EventWatcher``)."""
 
     def __init__(self, socket: Socket) -> None:
-        self.events: list[pb.ContainerEventResponse] = []
-        self._stream = socket.events()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for data in self._stream:
-                self.events.append(pb.ContainerEventResponse.FromString(data))
-        except grpc.RpcError:
-            pass
-
-    def got(self, ident: str, kind: int) -> pb.ContainerEventResponse | None:
-        return next(
-            (e for e in self.events if e.container_id == ident and e.container_event_type == kind),
-            None,
-        )
+        super().__init__(socket.events())
 
     def wait_for(self, ident: str, kind: int) -> pb.ContainerEventResponse:
         until(lambda: self.got(ident, kind) is not None)
         found = self.got(ident, kind)
         assert found is not None
         return found
-
-    def close(self) -> None:
-        self._stream.cancel()
-        self._thread.join(10)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,6 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -45,6 +43,7 @@ from tests.containerd.daemonset import (
 )
 from tests.containerd.harness import ContainerRecord, CRIHarness, SandboxRecord
 from tests.containerd.test_pids import wait_pids
+from tests.crisocket import subscriptions
 from tests.deploy.test_manifests import the
 from tests.serve.conftest import Client, Reply
 
@@ -327,32 +326,6 @@ def _fresh_with(client: Client, uid: str) -> bool:
     return reply.status == 200 and "x-podcache-stale" not in reply.headers and uid in _uids(reply)
 
 
-class Subscriptions(NamedTuple):
-    """podcache's event subscriptions as /metrics shows them."""
-
-    subscribed: bool
-    """The default view's cache has a stream open (``events_state`` subscribed)."""
-    resubscriptions: int
-    """Its subscriptions after the first (one per runtime restart)."""
-    upstream: int
-    """Streams the hub opened to the runtime (--cri-listen: every cache follows the hub)."""
-
-
-def _subscriptions(client: Client) -> Subscriptions:
-    metrics = client.get("/metrics").body.decode()
-
-    def value(name: str) -> float:
-        found = re.search(rf"^{re.escape(name)} (\S+)$", metrics, re.M)
-        assert found is not None, f"{name} not in /metrics"
-        return float(found[1])
-
-    return Subscriptions(
-        value('podcache_events_state{state="subscribed"}') == 1.0,
-        int(value("podcache_event_resubscriptions_total")),
-        int(value("podcache_cri_event_subscriptions_total")),
-    )
-
-
 @on_the_runtime
 def test_a_runtime_restart_is_survived_without_a_pod_restart(
     containerd: Containerd, cri_harness: CRIHarness, deployed: Deployed
@@ -362,8 +335,8 @@ def test_a_runtime_restart_is_survived_without_a_pod_restart(
     (pid,) = wait_pids(podcache.id)
     # Ready comes from the first listing, before the first event stream is confirmed open: a
     # restart before it would be no resubscription (docs/architecture.md §7).
-    wait_until(lambda: _subscriptions(client).subscribed, "the events subscribed", READY_TIMEOUT)
-    subscribed = _subscriptions(client)
+    wait_until(lambda: subscriptions(client).subscribed, "the events subscribed", READY_TIMEOUT)
+    subscribed = subscriptions(client)
     containerd.kill()
     try:
         # Down: still alive (liveness holds, so the kubelet would not restart it), not ready,
@@ -398,11 +371,11 @@ def test_a_runtime_restart_is_survived_without_a_pod_restart(
     # 2 s, grown through the outage), so its resubscription may follow readiness: one for the
     # restart, the hub's second stream to the runtime, which the caches follow.
     wait_until(
-        lambda: _subscriptions(client).resubscriptions > subscribed.resubscriptions,
+        lambda: subscriptions(client).resubscriptions > subscribed.resubscriptions,
         "the events resubscribed",
         RECOVERY_TIMEOUT,
     )
-    back_again = _subscriptions(client)
+    back_again = subscriptions(client)
     assert back_again.subscribed
     assert back_again.resubscriptions == subscribed.resubscriptions + 1
     assert back_again.upstream > subscribed.upstream

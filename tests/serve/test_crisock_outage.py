@@ -20,6 +20,7 @@ import pytest
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.sim import SimRuntime
+from tests.crisocket import Subscriptions, subscriptions
 from tests.serve.conftest import Client, ServeProcess, free_port
 
 pytestmark = pytest.mark.timeout(300)
@@ -120,25 +121,6 @@ def test_metrics_count_cache_answers_as_saved_time_each_call_and_count_connectio
     assert re.search(r"^# HELP podcache_cri_connections ", text, re.MULTILINE)
 
 
-class Subscriptions(NamedTuple):
-    state: str
-    """The default view's cache's ``events_state``."""
-    resubscriptions: int
-    upstream: int
-    """Streams the hub opened to the runtime (every cache follows the hub)."""
-
-
-def _subscriptions(client: Client) -> Subscriptions:
-    text = client.get("/metrics").body.decode()
-    (state,) = re.findall(r'^podcache_events_state\{state="(\w+)"\} 1\.0$', text, re.MULTILINE)
-    counters = dict(re.findall(r"^(podcache_\w+_total) (\S+)$", text, re.MULTILINE))
-    return Subscriptions(
-        state,
-        int(float(counters["podcache_event_resubscriptions_total"])),
-        int(float(counters["podcache_cri_event_subscriptions_total"])),
-    )
-
-
 def _until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     """Wait for ``check`` (the timeout is a safety net, never the property tested)."""
     deadline = time.monotonic() + timeout
@@ -172,17 +154,17 @@ def test_a_runtime_down_at_start_ends_with_the_first_subscription_and_a_restart_
     try:
         with ServeProcess(args) as served:
             client = Client(port=port)
-            _until(lambda: _subscriptions(client).state == "reconnecting", "never tried")
+            _until(lambda: subscriptions(client).state == "reconnecting", "never tried")
             sim = SimRuntime(5, seed=5, socket=runtime).start()
-            _until(lambda: _subscriptions(client).state == "subscribed", "never subscribed")
-            first = _subscriptions(client)
+            _until(lambda: subscriptions(client).state == "subscribed", "never subscribed")
+            first = subscriptions(client)
             _until(lambda: bool(_said(served, view, ": subscribed")), "the subscription unsaid")
             said_first = _said(served, view)
             sim.stop()
-            _until(lambda: _subscriptions(client).state == "reconnecting", "the loss unseen")
+            _until(lambda: subscriptions(client).state == "reconnecting", "the loss unseen")
             sim = SimRuntime(5, seed=5, socket=runtime).start()
-            _until(lambda: _subscriptions(client).resubscriptions >= 1, "never resubscribed")
-            again = _subscriptions(client)
+            _until(lambda: subscriptions(client).resubscriptions >= 1, "never resubscribed")
+            again = subscriptions(client)
             _until(
                 lambda: bool(_said(served, view, "subscribed again")), "the resubscription unsaid"
             )

@@ -20,6 +20,7 @@ from podcache.cri.proto import api_pb2 as pb
 from podcache.serve.crisock.departedstatus import rfc3339
 from podcache.sim import SimRuntime
 from podcache.sim.population import SimEvent, SimEventType
+from tests.crisocket import EventWatcher
 from tests.serve.conftest import Client, ServeProcess, free_port
 from tests.serve.test_crisock import Socket, until
 
@@ -100,37 +101,16 @@ def _answers(served: Served, method: str, source: str) -> float:
     raise AssertionError(f"no {wanted.strip()} in /metrics")
 
 
-class Watcher:
-    """A GetContainerEvents client of the socket: the events it got, in order. serve reads each
-    event into its status store before any client gets it, so a status asked once the watcher
-    has an event is asked after serve knew of it."""
+class Watcher(EventWatcher):
+    """A GetContainerEvents client of the socket (``EventWatcher``)."""
 
     def __init__(self, socket: Socket) -> None:
-        self.events: list[pb.ContainerEventResponse] = []
-        self._stream = socket.events()
-        self._thread = threading.Thread(target=self._read, daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            for data in self._stream:
-                self.events.append(pb.ContainerEventResponse.FromString(data))
-        except grpc.RpcError:
-            pass
+        super().__init__(socket.events())
 
     def wait_for(self, events: list[SimEvent]) -> None:
         """Until the last of ``events`` (the simulator's) has come."""
         last = events[-1]
-        until(
-            lambda: any(
-                e.container_id == last.container_id and e.container_event_type == int(last.type)
-                for e in self.events
-            )
-        )
-
-    def close(self) -> None:
-        self._stream.cancel()
-        self._thread.join(10)
+        until(lambda: self.got(last.container_id, int(last.type)) is not None)
 
 
 @pytest.fixture
@@ -254,6 +234,19 @@ def test_agents_asking_a_sandbox_id_as_a_container_cost_one_runtime_call_between
         direct.call(CONTAINER, request)
     assert failures == [(theirs.value.code(), theirs.value.details())] * 8
     assert theirs.value.code() is grpc.StatusCode.NOT_FOUND
+    metrics = _metrics(served.client).decode()
+    kept = _gauge(metrics, 'podcache_cri_status_kept{store="not_found"}')
+    assert kept >= 1  # this ID's NOT_FOUND, and any an earlier test left
+    assert _gauge(metrics, 'podcache_cri_status_kept_bytes{store="not_found"}') >= len(
+        theirs.value.details() or ""
+    )
+
+
+def _gauge(metrics: str, name: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name} in /metrics")
 
 
 def test_an_event_ends_the_kept_answer_of_what_it_names(
