@@ -33,8 +33,9 @@ tree without the flags runs without the socket). Sampled besides:
 ``podcache_cri_status_kept{store}``, ``podcache_cri_status_kept_bytes{store}`` and the status
 answers by source. The rule there (``cri_verdict``; the status calls are most of serve's CPU,
 so CPU per relist says little): each store at most its bound (docs/architecture.md §10 rules 8
-and 9) at every sample, RSS in the last third growing at most ``RSS_SLOPE_MIB_PER_MIN``, and
-CPU per status call in the last third at most 1.25 x the first third's.
+and 9) at every sample, RSS as in the rule above (a plateau: the slopes by third are reported,
+but RSS moves by a few MiB with the agent's call rate, which varies with the machine's load),
+and CPU per status call in the last third at most 1.25 x the first third's.
 """
 
 from __future__ import annotations
@@ -72,8 +73,6 @@ BOUNDS = {
 }
 """Each store's bound (statuses.MAX_ANSWERS, MAX_BYTES, MAX_MISSING;
 departedstatus.DEPARTED_ITEMS, DEPARTED_BYTES)."""
-RSS_SLOPE_MIB_PER_MIN = 1.0
-"""RSS growth in the last third allowed by ``--cri``'s rule (MiB a minute): a plateau."""
 
 
 @contextmanager
@@ -248,8 +247,10 @@ def verdict(rows: list[dict[str, float]], warmup: float) -> dict[str, float | bo
 def cri_verdict(rows: list[dict[str, float]], warmup: float) -> dict[str, object]:
     """The stores against their bounds at every sample, the status calls' rate and CPU per
     call by thirds, and RSS's slope in the last third (``--cri``'s rule)."""
-    first, _, last = _thirds(rows, warmup)
+    first, middle, last = _thirds(rows, warmup)
     peaks = {name: max(row.get(name, 0.0) for row in rows) for name in BOUNDS}
+    rss_middle = max(row["rss_mib"] for row in middle)
+    rss_last = max(row["rss_mib"] for row in last)
     within = all(peaks[name] <= bound for name, bound in BOUNDS.items())
 
     def calls(part: list[dict[str, float]]) -> float:
@@ -272,7 +273,7 @@ def cri_verdict(rows: list[dict[str, float]], warmup: float) -> dict[str, object
         "bounds": BOUNDS,
         "within_bounds": within,
         "flat": within
-        and _slope(last, "rss_mib") <= RSS_SLOPE_MIB_PER_MIN
+        and rss_last <= 1.05 * rss_middle + 4
         and cpu_per_call(last) <= 1.25 * cpu_per_call(first),
     }
 
