@@ -142,8 +142,11 @@ __all__ = ["cli_main", "sim_command"]
     show_default=True,
     help=(
         "The runtime to behave like: crio chunks streamed lists by 3,000 items, sends no "
-        "event on removal, labels sandboxes io.kubernetes.container.name=POD and says cri-o "
-        "1.36.3 (--stream-items does not apply: 3,000 a message)."
+        "event for a removed pod (a container removed alone has its DELETED), labels "
+        "sandboxes io.kubernetes.container.name=POD, answers statuses as CRI-O (its verbose "
+        "info, NOT_FOUND details, a sandbox's containers and time with events on; events "
+        "carry the pod's containers) and says cri-o 1.36.3 (--stream-items does not apply: "
+        "3,000 a message)."
     ),
 )
 @click.option(

@@ -32,6 +32,8 @@ __all__ = [
     "container_info",
     "container_message",
     "container_status_message",
+    "crio_container_info",
+    "crio_sandbox_info",
     "entry",
     "event_message",
     "field",
@@ -222,13 +224,60 @@ def sandbox_info(sandbox: SimSandbox) -> str:
     return json.dumps(info, separators=(",", ":"))
 
 
+def _crio_spec(annotations: dict[str, str], cgroup_path: str) -> dict[str, object]:
+    """A small OCI runtime spec as CRI-O's Go JSON writes one (``specs-go``'s field order;
+    a map's keys sorted here, though json-iterator's default config writes them in Go's map
+    order, which varies)."""
+    return {
+        "ociVersion": "1.1.0",
+        "process": {"user": {"uid": 0, "gid": 0}, "env": ["PODCACHE_SIM=1"], "cwd": "/"},
+        "root": {"path": "/var/lib/containers/storage/overlay/merged"},
+        "annotations": dict(sorted(annotations.items())),
+        "linux": {"cgroupsPath": cgroup_path},
+    }
+
+
+def crio_container_info(container: SimContainer, cgroup_path: str) -> str:
+    """A verbose ContainerStatus's ``info`` value as CRI-O writes it (``containerInfo`` in
+    ``server/container_status.go``: ``sandboxID``, ``pid``, ``runtimeSpec``, ``privileged``,
+    in that order); ``pid`` is the container's init process from its creation on, kept after
+    it exits (``InitPid``)."""
+    annotations = {
+        **container.annotations,
+        "io.kubernetes.cri-o.ContainerID": container.id,
+        "io.kubernetes.cri-o.SandboxID": container.pod_sandbox_id,
+    }
+    info = {
+        "sandboxID": container.pod_sandbox_id,
+        "pid": _pid(container.id, True),
+        "runtimeSpec": _crio_spec(annotations, cgroup_path),
+        "privileged": False,
+    }
+    return json.dumps(info, separators=(",", ":"))
+
+
+def crio_sandbox_info(sandbox: SimSandbox, cgroup_path: str) -> str:
+    """A verbose PodSandboxStatus's ``info`` value as CRI-O writes it with its default
+    ``drop_infra_ctr = true``: the infra container is spoofed (no process), so ``info`` holds
+    its ``runtimeSpec`` alone (``createSandboxInfo`` in ``server/sandbox_status.go``)."""
+    annotations = {**sandbox.annotations, "io.kubernetes.cri-o.SandboxID": sandbox.id}
+    return json.dumps({"runtimeSpec": _crio_spec(annotations, cgroup_path)}, separators=(",", ":"))
+
+
 def info_entry(value: str) -> bytes:
     """The ``info`` map's one entry (key ``info``), as field 2 of a status answer."""
     return field(2, field(1, b"info") + field(2, value.encode()))
 
 
-def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerEventResponse:
-    """The ``ContainerEventResponse`` for one population change."""
+def event_message(
+    event: SimEvent,
+    bad_ips: Sequence[str] = (),
+    containers: Sequence[SimContainer] | None = None,
+) -> pb.ContainerEventResponse:
+    """The ``ContainerEventResponse`` for one population change; ``containers``: the
+    statuses it carries (None: ``event.containers``, containerd's; ``Flavor.event_containers``
+    says which)."""
+    carried = event.containers if containers is None else containers
     return pb.ContainerEventResponse(
         container_id=event.container_id,
         container_event_type=_EVENT_TYPES[event.type],
@@ -236,7 +285,7 @@ def event_message(event: SimEvent, bad_ips: Sequence[str] = ()) -> pb.ContainerE
         pod_sandbox_status=(
             sandbox_status_message(event.sandbox, bad_ips) if event.sandbox is not None else None
         ),
-        containers_statuses=[container_status_message(c) for c in event.containers],
+        containers_statuses=[container_status_message(c) for c in carried],
     )
 
 
@@ -300,18 +349,30 @@ class StatusEncodings:
         return body
 
     def answer_body(
-        self, sandbox: SimSandbox, containers: Sequence[SimContainer], bad_ips: tuple[str, ...]
+        self,
+        sandbox: SimSandbox,
+        containers: Sequence[SimContainer],
+        bad_ips: tuple[str, ...],
+        info: bytes = b"",
     ) -> bytes:
-        """A PodSandboxStatusResponse's status (field 1) and container statuses (field 3); the
-        caller appends the timestamp (``TIMESTAMP_TAG``)."""
-        parts = [field(1, self.of(sandbox, bad_ips))]
+        """A PodSandboxStatusResponse's status (field 1), ``info`` (field 2's entries, as
+        ``info_entry`` writes them) and container statuses (field 3), in field order as Go
+        writes them; the caller appends the timestamp (``TIMESTAMP_TAG``)."""
+        parts = [field(1, self.of(sandbox, bad_ips)), info]
         parts += [field(3, self.of(c, bad_ips)) for c in containers]
         return b"".join(parts)
 
-    def event(self, event: SimEvent, bad_ips: tuple[str, ...]) -> bytes:
-        """``event_message(event, bad_ips)`` encoded: an equal message, as long (map entries
-        in any order). A creation's dozen events repeat its sandbox's and containers'
-        statuses; building them as messages took 26 us an event, joining them takes 7."""
+    def event(
+        self,
+        event: SimEvent,
+        bad_ips: tuple[str, ...],
+        containers: Sequence[SimContainer] | None = None,
+    ) -> bytes:
+        """``event_message(event, bad_ips, containers)`` encoded: an equal message, as long
+        (map entries in any order). A creation's dozen events repeat its sandbox's and
+        containers' statuses; building them as messages took 26 us an event, joining them
+        takes 7."""
+        carried = event.containers if containers is None else containers
         parts = [field(1, event.container_id.encode())] if event.container_id else []
         if event.type:
             parts.append(_EVENT_TYPE_TAG + varint(int(event.type)))
@@ -319,5 +380,5 @@ class StatusEncodings:
             parts.append(_CREATED_AT_TAG + varint(event.created_at & _INT64_MASK))
         if event.sandbox is not None:
             parts.append(field(4, self.of(event.sandbox, bad_ips)))
-        parts += [field(5, self.of(c, bad_ips)) for c in event.containers]
+        parts += [field(5, self.of(c, bad_ips)) for c in carried]
         return b"".join(parts)

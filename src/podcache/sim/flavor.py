@@ -11,11 +11,12 @@ the faults and the RPCs are the same. What each CRI-O rule was read from, in CRI
   ``STREAM_MESSAGE_BYTES``). One CRI-O message can so be far past gRPC's 16 MiB default.
 - **Events** (``server/container_events.go``, ``GetContainerEvents``): with
   ``enable_pod_events = false`` (CRI-O's default) the call returns at once, OK, having sent
-  nothing. With events on, removals send nothing: ``removePodSandbox`` asks
-  ``generateCRIEvent`` for DELETED only after the sandbox left the server's index
-  (``server/sandbox_remove.go``), and ``generateCRIEvent`` (server package) returns without
-  sending when ``HasSandbox`` is false; a sandbox's CREATED is asked for before the sandbox
-  is added, so only its STARTED is sent (``server/sandbox_run_linux.go``).
+  nothing. With events on, a pod's removal sends nothing: ``removePodSandbox`` removes the
+  sandbox's containers without an event and asks ``generateCRIEvent`` for the sandbox's
+  DELETED only after the sandbox left the server's index (``server/sandbox_remove.go``), and
+  ``generateCRIEvent`` (``server/server.go``) returns without sending when ``HasSandbox`` is
+  false; a sandbox's CREATED is asked for before the sandbox is added, so only its STARTED is
+  sent (``server/sandbox_run_linux.go``).
   STOPPED is sent for containers (their exit) and the sandbox (``StopPodSandbox``).
 - **Sandbox label** (``server/sandbox_run_linux.go``): every sandbox's labels gain
   ``io.kubernetes.container.name=POD`` (``leaky.PodInfraContainerName``).
@@ -27,24 +28,43 @@ the faults and the RPCs are the same. What each CRI-O rule was read from, in CRI
   (``systemd_linux.go``).
 - **Version**: CRI version ``0.1.0`` (``server/version.go``), runtime API ``v1``, runtime name
   ``cri-o`` and version 1.36.3 as the issue's run of CRI-O answered them.
+- **Status answers** (``StatusAnswers``, a table per flavour; docs/architecture.md §4 "Two
+  runtimes"): the verbose ``info`` JSON of ``ContainerStatus`` (``server/container_status.go``,
+  ``createContainerInfo``) and ``PodSandboxStatus`` (``server/sandbox_status.go``,
+  ``createSandboxInfo``, the infra container spoofed by the default ``drop_infra_ctr``), the
+  NOT_FOUND details (``GetContainerFromShortID`` in ``internal/lib/container_server.go``,
+  ``getPodSandboxFromRequest`` in ``server/server.go``, truncindex's "ID does not exist"),
+  ``PodSandboxStatus``'s ``containers_statuses`` and ``timestamp`` (set only with
+  ``enable_pod_events``: the sandbox's containers, newest first as ``internal/oci``'s
+  ``History`` sorts them, and the time of the answer), and what an event carries
+  (``generateCRIEvent`` in ``server/server.go``: the sandbox's plain status and the plain
+  status of every container labelled with the pod's UID, newest first). A container's
+  DELETED is sent by ``RemoveContainer`` while its sandbox stays; ``removePodSandbox`` removes
+  the sandbox's containers without an event (``server/sandbox_remove.go``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from podcache.sim.population import SimEvent, SimEventType
+from podcache.sim.encoding import container_info, crio_container_info, crio_sandbox_info
+from podcache.sim.encoding import sandbox_info as containerd_sandbox_info
+from podcache.sim.population import SimContainer, SimEvent, SimEventType, SimSandbox
 
 __all__ = [
     "CONTAINERD",
+    "CONTAINERD_ANSWERS",
     "CRIO",
+    "CRIO_ANSWERS",
     "CRIO_STREAM_ITEMS",
     "FLAVORS",
     "INFRA_CONTAINER_LABEL",
     "CgroupDriver",
     "Flavor",
+    "StatusAnswers",
     "flavor_named",
 ]
 
@@ -58,6 +78,82 @@ CgroupDriver = Literal["cgroupfs", "systemd"]
 
 def _systemd_uid(uid: str) -> str:
     return uid.replace("-", "_")
+
+
+def _containerd_missing(kind: str, wanted: str) -> str:
+    return f"an error occurred when try to find {kind} {wanted!r}: not found"
+
+
+def _crio_missing(kind: str, wanted: str) -> str:
+    """CRI-O's NOT_FOUND details: ``could not find <container|pod> %q: <the lookup's error>``
+    (Go's %q: JSON's quoting for the printable IDs asked)."""
+    if kind == "container":
+        why = "container ID should not be empty"
+        if wanted:
+            why = f"container with ID starting with {wanted} not found: ID does not exist"
+        return f"could not find container {json.dumps(wanted)}: {why}"
+    why = "PodSandboxId should not be empty"
+    if wanted:
+        why = f"PodSandbox with ID starting with {wanted} not found: ID does not exist"
+    return f"could not find pod {json.dumps(wanted)}: {why}"
+
+
+def _containerd_sandbox_info(sandbox: SimSandbox, cgroup_path: str) -> str:
+    return containerd_sandbox_info(sandbox)
+
+
+@dataclass(frozen=True, slots=True)
+class StatusAnswers:
+    """How a runtime answers the status calls and what its events carry (one row per
+    flavour: ``CONTAINERD_ANSWERS``, ``CRIO_ANSWERS``)."""
+
+    missing: Callable[[str, str], str]
+    """NOT_FOUND details for ("container" or "sandbox", the ID asked)."""
+    container_info: Callable[[SimContainer, str], str]
+    """A verbose ContainerStatus's ``info["info"]`` from the record and its cgroup."""
+    sandbox_info: Callable[[SimSandbox, str], str]
+    """A verbose PodSandboxStatus's ``info["info"]`` from the record and its cgroup."""
+    sandbox_extras: bool
+    """PodSandboxStatus carries ``containers_statuses`` and ``timestamp`` (the time of the
+    answer) while the runtime sends events."""
+    newest_first: bool
+    """Lists of container statuses (the extras, an event's) are by creation time, the newest
+    first."""
+    pod_wide_events: bool
+    """An event carries the statuses of every container of its pod (by the pod UID label),
+    not only those of its sandbox."""
+
+    def sandbox_containers(self, containers: Sequence[SimContainer]) -> Sequence[SimContainer]:
+        """A PodSandboxStatus's ``containers_statuses`` (``containers``: the records' order)."""
+        return _newest_first(containers) if self.newest_first else containers
+
+    def event_containers(self, event: SimEvent) -> Sequence[SimContainer]:
+        """The container statuses ``event`` carries, in this runtime's order."""
+        carried = event.all_pod_containers if self.pod_wide_events else event.containers
+        return _newest_first(carried) if self.newest_first else carried
+
+
+def _newest_first(containers: Sequence[SimContainer]) -> list[SimContainer]:
+    """By creation time, the newest first (a tie in the records' order)."""
+    return sorted(containers, key=lambda c: c.created_at, reverse=True)
+
+
+CONTAINERD_ANSWERS = StatusAnswers(
+    missing=_containerd_missing,
+    container_info=container_info,
+    sandbox_info=_containerd_sandbox_info,
+    sandbox_extras=False,  # containerd 1.7 and 2.1: the status alone (measured)
+    newest_first=False,
+    pod_wide_events=False,
+)
+CRIO_ANSWERS = StatusAnswers(
+    missing=_crio_missing,
+    container_info=crio_container_info,
+    sandbox_info=crio_sandbox_info,
+    sandbox_extras=True,
+    newest_first=True,
+    pod_wide_events=True,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,20 +174,28 @@ class Flavor:
     """Sandboxes carry ``INFRA_CONTAINER_LABEL``."""
     scope_prefix: str
     """A container's systemd scope and cgroupfs names: ``<prefix>-<id>``."""
-    sandbox_status_extras: bool = False
-    """PodSandboxStatus answers carry ``containers_statuses`` and a ``timestamp`` (the
-    evented-PLEG fields). containerd 1.7 and 2.1 send neither (measured: the status alone)."""
+    answers: StatusAnswers = CONTAINERD_ANSWERS
+    """Its status answers and what its events carry (``StatusAnswers``)."""
 
     def sent(self, events: Sequence[SimEvent], sandbox_ids: frozenset[str]) -> list[SimEvent]:
         """The events of one change this runtime sends (``sandbox_ids``: the sandboxes the
-        change touched, whose CREATED CRI-O never sends)."""
+        change touched, whose CREATED CRI-O never sends). Without removal events (CRI-O), a
+        sandbox's DELETED is not sent, nor the DELETED of a container removed with its
+        sandbox in the same change (``removePodSandbox``); a container removed alone
+        (``RemoveContainer``: a crash loop's old attempt) is."""
         if self.sends_removal_events:
             return list(events)
+        removed = {e.container_id for e in events if e.type is SimEventType.DELETED}
         return [
             event
             for event in events
-            if event.type is not SimEventType.DELETED
-            and not (event.type is SimEventType.CREATED and event.container_id in sandbox_ids)
+            if event.container_id not in sandbox_ids
+            or event.type not in (SimEventType.CREATED, SimEventType.DELETED)
+            if not (
+                event.type is SimEventType.DELETED
+                and event.sandbox is not None
+                and event.sandbox.id in removed
+            )
         ]
 
     def sandbox_labels(self) -> dict[str, str]:
@@ -141,8 +245,8 @@ CRIO = Flavor(
     fixed_stream_items=CRIO_STREAM_ITEMS,
     sends_removal_events=False,
     labels_infra_container=True,
-    sandbox_status_extras=True,
     scope_prefix="crio",
+    answers=CRIO_ANSWERS,
 )
 """CRI-O 1.36's behaviour."""
 

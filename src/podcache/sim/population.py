@@ -240,7 +240,9 @@ class SimEvent(msgspec.Struct, frozen=True):
 
     ``container_id`` is the container's ID, or the sandbox's ID for a sandbox event (like
     containerd). ``sandbox`` and ``containers`` are the pod sandbox and all containers in it
-    right after the change (a deleted item is no longer among them).
+    right after the change (a deleted item is no longer among them); ``pod_containers`` the
+    containers of every sandbox of its pod then, in creation order (None: the same as
+    ``containers``, the pod has one sandbox), which CRI-O's events carry.
     """
 
     container_id: str
@@ -248,6 +250,12 @@ class SimEvent(msgspec.Struct, frozen=True):
     created_at: int
     sandbox: SimSandbox | None
     containers: tuple[SimContainer, ...]
+    pod_containers: tuple[SimContainer, ...] | None = None
+
+    @property
+    def all_pod_containers(self) -> tuple[SimContainer, ...]:
+        """The containers of every sandbox of its pod, in creation order."""
+        return self.containers if self.pod_containers is None else self.pod_containers
 
 
 EventListener = Callable[[Sequence[SimEvent]], None]
@@ -752,16 +760,15 @@ class Population:
     def _event(
         self, ident: str, kind: SimEventType, now: int, sandbox_id: str, pod: _Pod
     ) -> SimEvent:
+        containers = self._containers
+        of_pod = tuple(containers[cid] for cid in pod.container_ids)
         return SimEvent(
             ident,
             kind,
             now,
             self._sandboxes.get(sandbox_id),
-            tuple(
-                self._containers[cid]
-                for cid in pod.container_ids
-                if self._containers[cid].pod_sandbox_id == sandbox_id
-            ),
+            tuple(c for c in of_pod if c.pod_sandbox_id == sandbox_id),
+            of_pod if len(pod.sandbox_ids) > 1 else None,
         )
 
     def _created_at(self, pod: _Pod) -> int:

@@ -94,9 +94,11 @@ class SimRuntime:
     - ``annotation_bytes``: a ``last-applied-configuration`` annotation that long on every
       sandbox and container (``Population``): 1,000 pods at 16 KiB pass gRPC's 16 MiB.
     - ``flavor``: the runtime it behaves like, ``"containerd"`` (the default) or ``"crio"``
-      (``podcache.sim.flavor``: CRI-O's chunking by 3,000 items, events without removals, the
-      sandbox label, its name and version); ``pod_events=False``: GetContainerEvents ends at
-      once with OK and no event (CRI-O's default ``enable_pod_events = false``).
+      (``podcache.sim.flavor``: CRI-O's chunking by 3,000 items, no event for a removed pod,
+      the sandbox label, its status answers and events' statuses, its name and version);
+      ``pod_events=False``: GetContainerEvents ends at once with OK and no event (CRI-O's
+      default ``enable_pod_events = false``), and CRI-O's sandbox answers lose their
+      containers' statuses and time.
 
     A SimRuntime starts once; ``stop()`` is idempotent and leaves no socket file or thread.
     """

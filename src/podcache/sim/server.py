@@ -46,14 +46,12 @@ from podcache.sim.counters import CallCounters, is_filtered
 from podcache.sim.encoding import (
     TIMESTAMP_TAG,
     StatusEncodings,
-    container_info,
     container_message,
     container_status_message,
     entry,
     event_message,
     field,
     info_entry,
-    sandbox_info,
     sandbox_message,
     sandbox_status_message,
     varint,
@@ -747,24 +745,25 @@ class SimServicer:
         generation) would be rebuilt for nearly every one."""
         wanted = request.pod_sandbox_id
         found = self._sandbox_records(wanted) if wanted else None
+        answers = self.flavor.answers
         if found is None:
-            _abort(
-                context,
-                grpc.StatusCode.NOT_FOUND,
-                f"an error occurred when try to find sandbox {wanted!r}: not found",
-            )
+            _abort(context, grpc.StatusCode.NOT_FOUND, answers.missing("sandbox", wanted))
         sandbox, containers = found
         bad_ips = self._faults.bad_ips
-        if not self.flavor.sandbox_status_extras:  # containerd: the status alone
-            body = field(1, self._statuses.of(sandbox, bad_ips))
-            return body + info_entry(sandbox_info(sandbox)) if request.verbose else body
-        body = self._statuses.answer_body(sandbox, containers, bad_ips)
-        info = info_entry(sandbox_info(sandbox)) if request.verbose else b""
-        return body + info + TIMESTAMP_TAG + varint(time.time_ns())
+        info = b""
+        if request.verbose:
+            cgroup = self.flavor.cgroup_path(sandbox.uid, sandbox.id)
+            info = info_entry(answers.sandbox_info(sandbox, cgroup))
+        if not (answers.sandbox_extras and self.pod_events):  # the status alone
+            return field(1, self._statuses.of(sandbox, bad_ips)) + info
+        listed = answers.sandbox_containers(containers)
+        body = self._statuses.answer_body(sandbox, listed, bad_ips, info)
+        return body + TIMESTAMP_TAG + varint(time.time_ns())
 
     def _event_bytes(self, event: SimEvent) -> bytes:
         """``event``'s ContainerEventResponse with this stream's bad IPs (``StatusEncodings``)."""
-        return self._statuses.event(event, self._faults.bad_ips)
+        containers = self.flavor.answers.event_containers(event)
+        return self._statuses.event(event, self._faults.bad_ips, containers)
 
     def _sandbox_records(self, wanted: str) -> tuple[SimSandbox, Sequence[SimContainer]] | None:
         """The sandbox ``wanted`` names and its containers: from the population when no item
@@ -787,17 +786,14 @@ class SimServicer:
         view = self.view()
         wanted = request.container_id
         found = view.resolve_container(wanted) if wanted else None
+        answers = self.flavor.answers
         if found is None:
-            _abort(
-                context,
-                grpc.StatusCode.NOT_FOUND,
-                f"an error occurred when try to find container {wanted!r}: not found",
-            )
+            _abort(context, grpc.StatusCode.NOT_FOUND, answers.missing("container", wanted))
         container = view.container_by_id[found]
         info = {}
         if request.verbose:
             cgroup = self.flavor.cgroup_path(container.pod_uid, container.id)
-            info["info"] = container_info(container, cgroup)
+            info["info"] = answers.container_info(container, cgroup)
         return pb.ContainerStatusResponse(status=container_status_message(container), info=info)
 
     def GetContainerEvents(  # noqa: N802 -- the CRI RPC's name

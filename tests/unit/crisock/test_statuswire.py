@@ -14,7 +14,9 @@ from podcache.serve.crisock.statuswire import (
     ProtobufError,
     answer_id,
     event_facts,
+    sandbox_parts,
     sandbox_state,
+    stamped,
     status_answer,
     status_request,
 )
@@ -91,3 +93,35 @@ def test_a_sandbox_answers_state_is_read_only_when_it_is_its_status_alone(
     alone = not (answer.info or answer.containers_statuses or answer.timestamp)
     expected = answer.status.state if alone else None
     assert sandbox_state(answer.SerializeToString()) == expected
+
+
+crio_sandbox_answers = st.builds(
+    pb.PodSandboxStatusResponse,
+    status=sandbox_statuses,
+    info=st.dictionaries(st.sampled_from(["info"]), st.text(max_size=20), max_size=1),
+    containers_statuses=st.lists(container_statuses, max_size=3),
+    timestamp=st.integers(-(2**63), 2**63 - 1),
+)
+
+
+@given(crio_sandbox_answers, st.integers(0, 2**63 - 1))
+def test_a_sandbox_answer_reads_as_protobuf_reads_it_and_takes_a_new_time(
+    answer: pb.PodSandboxStatusResponse, now: int
+) -> None:
+    """``sandbox_parts`` drops the timestamp and keeps every other field; ``stamped`` gives the
+    same answer with the time it is given."""
+    parts = sandbox_parts(answer.SerializeToString())
+    assert parts.extras is bool(answer.containers_statuses or answer.timestamp)
+    assert parts.container_ids == tuple(c.id for c in answer.containers_statuses)
+    without = pb.PodSandboxStatusResponse()
+    without.CopyFrom(answer)
+    without.ClearField("timestamp")
+    assert pb.PodSandboxStatusResponse.FromString(parts.body) == without
+    without.timestamp = now
+    assert pb.PodSandboxStatusResponse.FromString(stamped(parts.body, now)) == without
+
+
+@given(st.binary(max_size=200))
+def test_any_bytes_read_as_a_sandbox_answer_or_protobuf_error(data: bytes) -> None:
+    with contextlib.suppress(ProtobufError):
+        sandbox_parts(data)

@@ -16,14 +16,18 @@ from podcache.sim.encoding import (
     event_message,
     sandbox_status_message,
 )
+from podcache.sim.flavor import CRIO_ANSWERS
 from podcache.sim.population import PodShape, Population, SimEvent, SimEventType
 
 
 def assert_encodes(encodings: StatusEncodings, event: SimEvent, bad_ips: tuple[str, ...]) -> None:
-    ours = encodings.event(event, bad_ips)
-    message = event_message(event, bad_ips)
-    assert pb.ContainerEventResponse.FromString(ours) == message
-    assert len(ours) == len(message.SerializeToString())
+    """As containerd fills an event (its sandbox's containers) and as CRI-O does (its pod's,
+    the newest first)."""
+    for carried in (None, CRIO_ANSWERS.event_containers(event)):
+        ours = encodings.event(event, bad_ips, carried)
+        message = event_message(event, bad_ips, carried)
+        assert pb.ContainerEventResponse.FromString(ours) == message
+        assert len(ours) == len(message.SerializeToString())
 
 
 @settings(max_examples=60, deadline=None)

@@ -5,7 +5,8 @@ from a view of the whole node (rebuilt for each new generation: a snapshot of ev
 ID index, sorted IDs) made each call after a change O(n log n) with the GIL held. The test
 counts the walks of the population (``Population.snapshot``, the only way to a view) instead of
 timing anything, and holds the answers to the view's own (the reference: prefix resolution).
-The servicer is CRI-O's (its answers carry the containers' statuses and a timestamp);
+The servicer is CRI-O's with events on (its answers carry the containers' statuses, newest
+first, and a timestamp);
 containerd's answers the sandbox's status alone, as containerd 1.7 and 2.1 do.
 """
 
@@ -98,7 +99,9 @@ def test_each_status_answers_as_the_view_of_the_node_does(
     for sandbox in view.sandboxes:
         answer = status(sim, sandbox.id)
         by_prefix = status(sim, view.resolve_sandbox(sandbox.id[:20]) or sandbox.id[:20])
-        expected = [c.id for c in view.containers_of(sandbox.id)]
+        # CRI-O lists a sandbox's containers newest first (internal/oci's History)
+        newest = sorted(view.containers_of(sandbox.id), key=lambda c: -c.created_at)
+        expected = [c.id for c in newest]
         assert answer.status == by_prefix.status
         assert [c.id for c in answer.containers_statuses] == expected
         assert [c.id for c in by_prefix.containers_statuses] == expected
@@ -121,7 +124,9 @@ def test_a_status_answer_is_encoded_once_per_records_and_says_what_a_message_wou
     assert records is not None
     expected = pb.PodSandboxStatusResponse(
         status=sandbox_status_message(records[0]),
-        containers_statuses=[container_status_message(c) for c in records[1]],
+        containers_statuses=[
+            container_status_message(c) for c in sorted(records[1], key=lambda c: -c.created_at)
+        ],
     )
     assert first == expected
     sim._faults.bad_ips = ("999.1.1.1",)

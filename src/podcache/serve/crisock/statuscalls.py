@@ -5,7 +5,7 @@
 1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
    the runtime's answer since which no event named the item, within the period), counted
    ``source="cache"``; after the departed (2), so is the runtime's kept NOT_FOUND of a whole
-   ID (the store's invariant 6), raised with the runtime's own details. A sandbox's
+   ID (the store's invariant 7), raised with the runtime's own details. A sandbox's
    non-verbose answer past the period (``kept_listed``) is given while ``listed``, the all
    view's snapshot by the cache's rules (within the period: at most one full listing a
    period, shared with the list calls), shows the sandbox in the state the answer gives, and

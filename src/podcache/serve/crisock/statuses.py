@@ -35,15 +35,28 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
 5. **Bounded.** At most ``max_answers`` answers and ``max_bytes`` of them; past either the
    oldest kept goes first. At most ``max_pairs`` containers' sandboxes and ``RECENT_IDS``
    IDs' last events are remembered. The departed (``departed``) are bounded on their own.
+6. **A sandbox's answer is the runtime's shape, and its time the answer's.** Whether the
+   runtime's ``PodSandboxStatus`` answers carry the evented fields (``containers_statuses``
+   and ``timestamp``: CRI-O with ``enable_pod_events``) is learnt from its first answer kept
+   on each stream (``sandbox_extras``: None until then). An event's sandbox status is kept as
+   the plain answer only once the runtime is known to answer the status alone (containerd):
+   CRI-O's answer lists the sandbox's containers, which an event does not tell (its
+   ``containers_statuses`` are the pod UID's, of every sandbox); with the departed kept, it is
+   kept stale all the same, as the last known of its sandbox (rule 9). An answer kept with a
+   ``timestamp`` is kept without it and given with the time of the answer
+   (``wall_clock``), as CRI-O sets it: a kept answer is current until an event names it
+   (invariant 2), so the time it is given is the time it is known true. It depends on the
+   containers it lists too: an event naming one of them drops it.
 
-6. **A runtime's NOT_FOUND is kept as an answer.** ``keep_missing`` keeps the details of the
+7. **A runtime's NOT_FOUND is kept as an answer.** ``keep_missing`` keeps the details of the
    runtime's NOT_FOUND for a whole ID (``WHOLE_ID`` characters: an agent asks
    ``ContainerStatus`` of a sandbox event's ID, which the runtime does not know as a
    container) under invariants 1, 3 and 4, and an event naming the ID drops it, as any kept
    answer; ``missing`` gives it. At most ``MAX_MISSING``, the oldest first.
 
-Costs: ``kept`` O(1); ``event`` O(the IDs and statuses it carries + the answers it drops);
-``keep`` O(1); nothing walks every pod or every kept answer. Thread-safe (one lock).
+Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
+statuses it carries + the answers it drops); ``keep`` O(1), a sandbox's O(its bytes), read
+once; nothing walks every pod or every kept answer. Thread-safe (one lock).
 
 Deliberately not here: gRPC, the runtime call and its sharing (``server``), the bytes
 (``statuswire``).
@@ -67,7 +80,9 @@ from podcache.serve.crisock.statuswire import (
     event_facts,
     info_fields,
     plain_answer,
+    sandbox_parts,
     sandbox_state,
+    stamped,
     status_answer,
 )
 
@@ -93,7 +108,7 @@ MAX_BYTES = 64 * 1024 * 1024
 RECENT_IDS = 65_536
 """IDs whose last event number is remembered (invariant 4)."""
 MAX_MISSING = 4_096
-"""NOT_FOUND answers kept at most (invariant 6)."""
+"""NOT_FOUND answers kept at most (invariant 7)."""
 WHOLE_ID = 64
 """The length of a whole container or sandbox ID (containerd's and CRI-O's): only a whole ID's
 NOT_FOUND is kept, since no event names the prefix an item created later would answer to."""
@@ -127,6 +142,8 @@ class _Kept:
     """An event named it since: never given, kept as the last known of its item (rule 9)."""
     state: int | None = None
     """A sandbox's non-verbose answer that is its status alone: the state it gives."""
+    stamped: bool = False
+    """Given with the time of the answer as its ``timestamp`` (invariant 6)."""
 
 
 def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, bytes | None] | None:
@@ -161,15 +178,21 @@ class StatusStore:
         period: float,
         *,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], int] = time.time_ns,
         departed: DepartedStatuses | None = None,
+        sandbox_extras: bool | None = None,
         max_answers: int = MAX_ANSWERS,
         max_bytes: int = MAX_BYTES,
         max_pairs: int = MAX_PAIRS,
     ) -> None:
         self.period = period
         self.max_pairs = max_pairs
-        self._clock = clock
+        self._clock, self._wall_clock = clock, wall_clock
         self.departed = departed
+        self._told_extras = sandbox_extras
+        self.sandbox_extras = sandbox_extras
+        """Whether the runtime's sandbox answers carry the evented fields (invariant 6); None:
+        not known yet on this stream (a value given here is kept across streams)."""
         self.max_answers, self.max_bytes = max_answers, max_bytes
         self._lock = threading.Lock()
         self._open = False
@@ -196,6 +219,7 @@ class StatusStore:
             self._open = True
             self._epoch += 1
             self._drop_all()
+            self.sandbox_extras = self._told_extras  # the runtime may have restarted
 
     def stream_ended(self) -> None:
         with self._lock:
@@ -219,7 +243,7 @@ class StatusStore:
         """The answer to give for ``key`` now, if the store may give one (invariants 1, 3)."""
         held = self._givable(key)
         if held is not None and self._clock() - held.learnt <= self.period:
-            return held.answer
+            return stamped(held.answer, self._wall_clock()) if held.stamped else held.answer
         if key.method != CONTAINER or key.verbose:
             return None
         verbose = self._givable(key._replace(verbose=True))
@@ -233,7 +257,9 @@ class StatusStore:
     def kept_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
         """A sandbox's non-verbose answer that is its status alone, kept past the period
         (invariants 1 and 2 hold for it), and the state it gives: the caller gives it only
-        while a listing within the period shows the sandbox in that state (invariant 3)."""
+        while a listing within the period shows the sandbox in that state (invariant 3).
+        Never a CRI-O answer (invariant 6): it lists containers, whose statuses change with
+        no change of the sandbox's state."""
         held = self._givable(key)
         if held is None or held.state is None:
             return None
@@ -254,7 +280,7 @@ class StatusStore:
             return len(self._missing), sum(len(held.details) for held in self._missing.values())
 
     def missing(self, key: StatusKey) -> str | None:
-        """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 6)."""
+        """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 7)."""
         held = self._missing.get(key)
         if held is None or not self._open or held.epoch != self._epoch:
             return None
@@ -283,12 +309,17 @@ class StatusStore:
         """Keep the runtime's ``answer`` for ``key``, asked at ``ticket`` (invariant 4)."""
         try:
             ident = answer_id(answer)
+            parts = sandbox_parts(answer) if key.method == SANDBOX else None
         except ProtobufError:
             return
         with self._lock:
             ids = self._ids_of(key.method, ident, key.ident)
+            if parts is not None:
+                answer, ids = parts.body, ids + parts.container_ids
+                if ticket.epoch == self._epoch:
+                    self.sandbox_extras = parts.extras
             if not self._overtaken(ticket, ids):
-                self._put(key, answer, ids)
+                self._put(key, answer, ids, stamp=parts is not None and parts.extras)
 
     def overtaken(self, ticket: Ticket, key: StatusKey) -> bool:
         """Whether an event may have changed ``key``'s item since ``ticket`` (or the stream
@@ -316,15 +347,25 @@ class StatusStore:
             ids.append(asked)
         return tuple(ids)
 
-    def _put(self, key: StatusKey, answer: bytes, ids: tuple[str, ...]) -> None:
+    def _put(
+        self,
+        key: StatusKey,
+        answer: bytes,
+        ids: tuple[str, ...],
+        *,
+        stamp: bool = False,
+        stale: bool = False,
+    ) -> None:
         self._forget(key)
         state = None
-        if key.method == SANDBOX and not key.verbose:
+        if key.method == SANDBOX and not key.verbose and not stamp:
             try:
                 state = sandbox_state(answer)
             except ProtobufError:
                 return
-        self._answers[key] = _Kept(answer, self._clock(), self._epoch, ids, state=state)
+        self._answers[key] = _Kept(
+            answer, self._clock(), self._epoch, ids, stale=stale, state=state, stamped=stamp
+        )
         self._bytes += len(answer)
         for each in ids:
             self._by_id.setdefault(each, set()).add(key)
@@ -370,7 +411,11 @@ class StatusStore:
             self._pair(facts.container_id, facts.sandbox_id)
         gone = facts.container_id if facts.kind == DELETED else ""
         if facts.sandbox_status is not None and facts.sandbox_id and facts.sandbox_id != gone:
-            self._learn(SANDBOX, facts.sandbox_id, facts.sandbox_status)
+            # Not the runtime's answer until it is known to be the status alone (invariant 6);
+            # with the departed kept, the last known of its sandbox all the same.
+            as_answer = self.sandbox_extras is False
+            if as_answer or self.departed is not None:
+                self._learn(SANDBOX, facts.sandbox_id, facts.sandbox_status, stale=not as_answer)
         for ident, status in facts.container_statuses:
             if ident and ident != gone:
                 self._learn(CONTAINER, ident, status)
@@ -438,8 +483,8 @@ class StatusStore:
             _, seq = self._last_named.popitem(last=False)
             self._forgotten = max(self._forgotten, seq)
 
-    def _learn(self, method: str, ident: str, status: bytes) -> None:
+    def _learn(self, method: str, ident: str, status: bytes, *, stale: bool = False) -> None:
         ids: tuple[str, ...] = (ident,)
         if method == CONTAINER and self._sandbox_of.get(ident):
             ids = (ident, self._sandbox_of[ident])
-        self._put(StatusKey(method, ident, False), status_answer(status), ids)
+        self._put(StatusKey(method, ident, False), status_answer(status), ids, stale=stale)

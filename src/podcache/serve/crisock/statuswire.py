@@ -15,6 +15,9 @@ What the CRI socket's status answers need of the wire (docs/architecture.md §10
   ``plain_answer``: a verbose answer's status as the non-verbose answer;
 - ``sandbox_state``: a non-verbose ``PodSandboxStatus`` answer's state, when the answer is
   its status alone (containerd's shape), else None.
+- ``sandbox_parts``: a ``PodSandboxStatus`` answer without its ``timestamp`` (field 4), whether
+  it carried CRI-O's evented fields (``containers_statuses``, field 3, or ``timestamp``), and
+  the IDs of the containers it lists; ``stamped``: such an answer with a ``timestamp`` again.
 
 Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
 wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes
@@ -30,12 +33,15 @@ from podcache.cri.wire.protobuf import ProtobufError, read_varint, varint
 __all__ = [
     "EventFacts",
     "ProtobufError",
+    "SandboxParts",
     "StatusRequest",
     "answer_id",
     "event_facts",
     "info_fields",
     "plain_answer",
+    "sandbox_parts",
     "sandbox_state",
+    "stamped",
     "status_answer",
     "status_request",
 ]
@@ -43,6 +49,8 @@ __all__ = [
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 DELETED = 3
 """``ContainerEventType.CONTAINER_DELETED_EVENT``."""
+_TIMESTAMP_TAG = 4 << 3 | _VARINT
+"""``PodSandboxStatusResponse.timestamp``: field 4, an int64."""
 
 
 class StatusRequest(NamedTuple):
@@ -220,3 +228,57 @@ def answer_id(answer: bytes) -> str:
             if ident:
                 return ident
     raise ProtobufError("the answer's status names no ID")
+
+
+class SandboxParts(NamedTuple):
+    """A ``PodSandboxStatus`` answer read for keeping: its bytes without ``timestamp``,
+    whether it carried the evented fields (``containers_statuses`` or ``timestamp``: CRI-O with
+    ``enable_pod_events``), and the IDs of the containers it lists, in its order."""
+
+    body: bytes
+    extras: bool
+    container_ids: tuple[str, ...]
+
+
+def _field_end(data: bytes, pos: int) -> tuple[int, int]:
+    """The tag of the field at ``pos`` and where the field ends."""
+    tag, pos = read_varint(data, pos)
+    kind = tag & 7
+    if kind == _LEN:
+        length, pos = read_varint(data, pos)
+        pos += length
+    elif kind == _VARINT:
+        _, pos = read_varint(data, pos)
+    elif kind in (_I64, _I32):
+        pos += 8 if kind == _I64 else 4
+    else:
+        raise ProtobufError(f"wire type {kind} in field {tag >> 3}")
+    if pos > len(data):
+        raise ProtobufError(f"field {tag >> 3} runs past the message's end")
+    return tag, pos
+
+
+def sandbox_parts(answer: bytes) -> SandboxParts:
+    """``answer`` (a PodSandboxStatusResponse) read for keeping (``SandboxParts``)."""
+    kept: list[bytes] = []
+    ids: list[str] = []
+    extras = False
+    pos = 0
+    while pos < len(answer):
+        start = pos
+        tag, pos = _field_end(answer, pos)
+        if tag == _TIMESTAMP_TAG:
+            extras = True
+            continue
+        if tag == 3 << 3 | _LEN:
+            extras = True
+            length, body = read_varint(answer, start + 1)
+            ids.append(_id_of(answer[body : body + length]))
+        kept.append(answer[start:pos])
+    return SandboxParts(b"".join(kept), extras, tuple(ids))
+
+
+def stamped(body: bytes, nanoseconds: int) -> bytes:
+    """``body`` (``SandboxParts.body``) with ``timestamp`` = ``nanoseconds``, as the last
+    field (fields in number order: a Go runtime writes it last too)."""
+    return body + bytes([_TIMESTAMP_TAG]) + varint(nanoseconds & (1 << 64) - 1)
