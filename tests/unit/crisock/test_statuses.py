@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -351,21 +352,29 @@ def test_the_departed_are_bounded_in_bytes_at_and_past_the_limit() -> None:
     assert store.departed.answer(CONTAINER, IDS[0], verbose=False) is None
 
 
-def test_a_flow_of_departing_containers_leaves_only_the_live_answers_kept() -> None:
+@pytest.mark.parametrize("sandbox_extras", [False, True], ids=["containerd", "crio"])
+def test_a_flow_of_departing_containers_leaves_only_the_live_answers_kept(
+    sandbox_extras: bool,
+) -> None:
     """Each container of a flow is started, asked verbose, stopped and deleted: its answers
     leave the live store with its DELETED event (the departed hold its last status), so the
-    store keeps the sandbox's answer alone after each, never one more per departed item
-    (containerd's shape: the events' sandbox status is its answer)."""
-    store, _ = _departing(max_items=20, sandbox_extras=False)
+    store keeps the sandbox's status alone after each, never one more per departed item: on
+    containerd's shape as its answer, on CRI-O's (whose answer lists the containers) stale,
+    never given, as the sandbox's last known."""
+    store, _ = _departing(max_items=20, sandbox_extras=sandbox_extras)
     assert store.departed is not None
     sandbox = StatusKey(SANDBOX, SANDBOX_ID, False)
+    sandbox_answer = pb.PodSandboxStatusResponse(
+        status=pb.PodSandboxStatus(id=SANDBOX_ID, state=pb.SANDBOX_READY)
+    ).SerializeToString()
     for n in range(50):
         ident = f"{n:064x}"
         store.event(event(ident, pb.CONTAINER_STARTED_EVENT, statuses=[status(ident, 1)]))
         store.keep(StatusKey(CONTAINER, ident, True), answer(ident, n, True), store.begin())
         assert store.size[0] == 3  # the sandbox's, the container's plain and verbose
         _leave(store, ident, at=0)
-        assert store.size == (1, len(store.kept(sandbox) or b""))
+        assert store.size == (1, len(sandbox_answer))
+        assert store.kept(sandbox) == (None if sandbox_extras else sandbox_answer)
         assert store.departed.size[0] == min(n + 1, 20)
         assert store.departed.answer(CONTAINER, ident, verbose=True) is not None
     assert store.departed.answer(CONTAINER, f"{29:064x}", verbose=False) is None  # past 20
