@@ -3,21 +3,19 @@
 Holds the channel options (the kubelet's: 16 MiB receive limit, reconnect backoff, a
 subchannel of its own; but a streamed list message up to ``MAX_STREAMED_MESSAGE_BYTES``), the
 methods and how each answer is decoded (list answers read by ``convert``'s reader, or left as
-bytes for the asyncio getter), ``_Line`` (a sync channel and its state reader) and
-``_AsyncLine``. Deliberately not here: when a channel is replaced and
-how calls on it fail (the callers and ``failures``).
+bytes for the asyncio getter) and ``_Line`` (a sync channel and its state reader).
+Deliberately not here: when a channel is replaced and how calls on it fail (the callers and
+``failures``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import grpc
-import grpc.aio
 from google.protobuf.message import Message
 
 from podcache.cri.endpoint import Endpoint
@@ -193,37 +191,3 @@ class _Line:
         """Close the channel: calls still waiting on it end with CANCELLED."""
         self.retired = True
         self.channel.close()
-
-
-class _AsyncLine:
-    """An asyncio channel, its methods and the Version asked on it (its state is asked of it)."""
-
-    __slots__ = ("channel", "retired", "rpcs", "version")
-
-    def __init__(self, endpoint: Endpoint) -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint.target, options=channel_options(endpoint))
-        self.rpcs: dict[str, grpc.aio.UnaryUnaryMultiCallable[Any, Any]] = {
-            method: self.channel.unary_unary(
-                path(method),
-                request_serializer=request.SerializeToString,
-                response_deserializer=decode,
-            )
-            for method, (request, decode) in _ASYNC_METHODS.items()
-        }
-        self.version: RuntimeVersion | None = None
-        self.retired = False
-
-    async def close(self) -> None:
-        """Close the channel: calls still waiting on it are cancelled."""
-        self.retired = True
-        await self.channel.close(None)
-
-
-def _cancelled_by_caller() -> bool:
-    """Whether the running task itself is being cancelled (not just a call of a closed channel).
-
-    grpc.aio ends a call of a channel being closed with CancelledError in the awaiting task,
-    though nobody cancelled that task: ``cancelling()`` tells the two apart.
-    """
-    task = asyncio.current_task()
-    return task is None or task.cancelling() > 0

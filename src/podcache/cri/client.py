@@ -8,10 +8,9 @@ here is the connection discipline and the error story:
   receive limit 16 MiB, reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the
   kubelet's), and its own subchannel (``grpc.use_local_subchannel_pool``): no other channel in
   the process shares its connection or its reconnect backoff;
-- ``AsyncCRIRuntime`` has two: an asyncio one for Version and Status, and a sync one for the
-  list calls, made in worker threads (``listcalls._ListCaller``), so that the list answers
-  (8-12 MB at 5,000 pods) never become bytes on the event loop; its Version is asked again
-  when either is in reconnect backoff;
+- ``AsyncCRIRuntime``'s calls are made on its sync channel in worker threads
+  (``listcalls._ListCaller``), so that the list answers (8-12 MB at 5,000 pods) never become
+  bytes on the event loop;
 - one Version call per channel, made lazily by the first request (and retried until it
   succeeds): its ``runtime_name`` is the type of every ContainerID;
 - a node's two list calls are streamed (``StreamPodSandboxes``, ``StreamContainers``; CRI
@@ -51,22 +50,15 @@ rules (``convert``), the event stream (``eventstream``).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, TypeVar
 
-import grpc
-import grpc.aio
 from google.protobuf.message import Message
 
 from podcache.cri.caller import SyncCaller
 from podcache.cri.channels import (
-    _BACKING_OFF,
-    _READY,
     MAX_RECEIVE_MESSAGE_BYTES,
-    _AsyncLine,
-    _cancelled_by_caller,
     channel_options,
 )
 from podcache.cri.convert import Listing, Memo, read_containers, read_sandboxes
@@ -80,17 +72,12 @@ from podcache.cri.converter import (
     _read_both,
     _read_messages,
 )
-from podcache.cri.diagnosis import _probe_async, _probe_budget, _unreachable_async
 from podcache.cri.endpoint import check_timeout, resolve_endpoint
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 from podcache.cri.eventwire import EventFields
 from podcache.cri.failures import (
-    _answer,
-    _calling,
     _closed_error,
-    _deadline_error,
     _not_cri_message,
-    _rpc_error,
 )
 from podcache.cri.listcalls import LIST_CALL_THREADS, _ListCaller
 from podcache.cri.liststream import MAX_STREAMED_LIST_BYTES, STREAMED, StreamedAnswer
@@ -109,14 +96,12 @@ from podcache.cri.values import (
     RuntimeStatus,
     RuntimeVersion,
     _status_from,
-    _version_from,
 )
 from podcache.cri.wireitems import WireItems
 from podcache.errors import (
     CRIError,
     MalformedListingError,
     RuntimeProtocolError,
-    RuntimeUnavailableError,
 )
 from podcache.model import Pod, PodList
 
@@ -364,9 +349,9 @@ def _retrieved(task: asyncio.Task[_PodAnswers]) -> None:
 class AsyncCRIRuntime(_Base):
     """The asyncio twin of CRIRuntime: same arguments, same methods, awaited.
 
-    Use it from one event loop; the channel is opened on first use, inside that loop. Its list
+    Use it from one event loop; the channel is opened on first use, inside that loop. Its
     calls and event stream are made by a ``listcalls._ListCaller`` it holds (a sync channel,
-    worker threads) and delegates to; Version and Status on an asyncio channel of its own.
+    worker threads) and delegates to.
     """
 
     def __init__(
@@ -378,9 +363,7 @@ class AsyncCRIRuntime(_Base):
     ) -> None:
         super().__init__(endpoint, timeout, config_path)
         self._closed = False
-        self._lock = asyncio.Lock()  # one Version call per channel, across tasks
-        self._line: _AsyncLine | None = None  # Version and Status
-        self._list_caller: _ListCaller | None = None  # the list calls, in its threads
+        self._list_caller: _ListCaller | None = None  # every call, made in its threads
         self._converter = _Converter(self.endpoint)
         # One pod's answers are read in a thread of their own: never queued behind a full
         # listing's conversion (tens of ms at 1,000 pods) that happens to run.
@@ -404,72 +387,6 @@ class AsyncCRIRuntime(_Base):
         if self._closed:
             raise _closed_error(type(self).__name__, self.endpoint)
 
-    def _current(self) -> _AsyncLine:
-        self._check_open()
-        line = self._line
-        if line is None:
-            line = self._line = _AsyncLine(self._endpoint)
-        return line
-
-    async def _usable(self, line: _AsyncLine, method: str) -> _AsyncLine:
-        """``SyncCaller._usable`` for the event loop (no lock: the swap has no await in it)."""
-        problem = await _unreachable_async(self._endpoint, _probe_budget(self._timeout))
-        if problem is not None:
-            raise RuntimeUnavailableError(self.endpoint, _calling(method, problem))
-        current = self._current()
-        if current is line and line.channel.get_state() is _BACKING_OFF:
-            current = self._line = _AsyncLine(self._endpoint)
-            await line.close()  # calls waiting on it are cancelled: they go on on the new one
-        return current
-
-    async def _call(
-        self, method: str, request: Message, response: type[_R]
-    ) -> tuple[_R, _AsyncLine]:
-        """Call ``method``; its answer and the line that gave it."""
-        deadline = time.monotonic() + self._timeout
-        line = self._current()
-        while True:
-            self._check_open()
-            if line.channel.get_state() is not _READY:
-                line = await self._usable(line, method)
-            try:
-                result = await line.rpcs[method](
-                    request, timeout=max(0.0, deadline - time.monotonic()), wait_for_ready=True
-                )
-            except asyncio.CancelledError:
-                if self._closed or not line.retired or _cancelled_by_caller():
-                    raise
-                line = self._current()  # replaced while this call waited on it
-                continue
-            except grpc.aio.UsageError:  # "Channel is closed."
-                if not line.retired:
-                    raise
-                line = self._current()  # closed or replaced while this task was suspended
-                continue
-            except grpc.RpcError as e:
-                raise await self._failure(method, e) from e
-            return _answer(self.endpoint, method, result, response), line
-
-    async def _failure(self, method: str, error: grpc.RpcError) -> Exception:
-        """What a call of ``method`` that failed with ``error`` raises: its status mapped, or,
-        past its deadline, the endpoint probed to say why."""
-        mapped = _rpc_error(self._endpoint, method, error)
-        if mapped is not None:
-            return mapped
-        probe = await _probe_async(self._endpoint, _probe_budget(self._timeout))
-        return _deadline_error(self.endpoint, method, self._timeout, probe)
-
-    def _known_version(self) -> RuntimeVersion | None:
-        """The Version answer still good: None when either channel (this one, or the list
-        calls') is in reconnect backoff, as after a runtime restart."""
-        line = self._line
-        if line is None or line.channel.get_state() is _BACKING_OFF:
-            return None
-        lister = self._list_caller
-        if lister is not None and lister.backing_off():
-            return None
-        return line.version
-
     async def version(self) -> RuntimeVersion:
         """The runtime's Version answer: asked once per channel, then remembered.
 
@@ -478,19 +395,20 @@ class AsyncCRIRuntime(_Base):
         """
         version = self._known_version()
         if version is None:
-            async with self._lock:
-                version = self._known_version()
-                if version is None:
-                    answer, line = await self._call(
-                        "Version", pb.VersionRequest(version=CRI_VERSION), pb.VersionResponse
-                    )
-                    version = line.version = _version_from(self.endpoint, answer)
+            version = await self._lister().version()
         return version
+
+    def _known_version(self) -> RuntimeVersion | None:
+        """The Version answer still good (``_ListCaller.known_version``), never a call."""
+        lister = self._list_caller
+        return None if lister is None else lister.known_version()
 
     async def status(self, verbose: bool = False) -> RuntimeStatus:
         """The runtime's conditions (RuntimeReady, NetworkReady) and, if verbose, its info."""
         await self.version()
-        answer, _ = await self._call("Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse)
+        answer = await self._lister().call(
+            "Status", pb.StatusRequest(verbose=verbose), pb.StatusResponse
+        )
         return _status_from(answer)
 
     async def get_pods(self, all: bool = False) -> PodList:
@@ -653,10 +571,7 @@ class AsyncCRIRuntime(_Base):
             self._converter.close()
             self._pod_converter.close()
             if self._list_caller is not None:
-                self._list_caller.close()  # a list call in flight ends CANCELLED
-            line = self._line
-            if line is not None:
-                await line.close()
+                self._list_caller.close()  # a call in flight ends CANCELLED
 
     async def __aenter__(self) -> Self:
         return self

@@ -1,4 +1,4 @@
-"""Socket diagnosis: what a plain connection to the endpoint shows, asked blocking or on asyncio.
+"""Socket diagnosis: what a plain connection to the endpoint shows.
 
 Holds the checks made before a call on a channel that is not READY (``_unreachable``: no
 socket, refused, denied, in tens of microseconds), the probe made after a deadline
@@ -9,7 +9,6 @@ error raised from what they show (``failures``).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import socket
@@ -107,14 +106,6 @@ def _unreachable(endpoint: Endpoint, budget: float) -> str | None:
     return None
 
 
-async def _unreachable_async(endpoint: Endpoint, budget: float) -> str | None:
-    """``_unreachable`` for the event loop: a unix socket's check inline (it never blocks), a
-    TCP connect in a worker thread."""
-    if endpoint.path is not None:
-        return _unix_problem(endpoint.path)
-    return await asyncio.to_thread(_unreachable, endpoint, budget)
-
-
 def _probe_budget(timeout: float) -> float:
     return min(_PROBE_BUDGET, timeout)
 
@@ -162,8 +153,3 @@ def _probe(endpoint: Endpoint, budget: float) -> _Probe:
         except OSError:
             pass  # reset by the peer: it closed on us
     return _Probe(reply=reply)
-
-
-async def _probe_async(endpoint: Endpoint, budget: float) -> _Probe:
-    """``_probe`` for the event loop, in a worker thread."""
-    return await asyncio.to_thread(_probe, endpoint, budget)

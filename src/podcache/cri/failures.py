@@ -14,7 +14,6 @@ import re
 from typing import TypeVar
 
 import grpc
-import grpc.aio
 
 from podcache.cri.channels import _EVENTS_METHOD
 from podcache.cri.diagnosis import _H2_SETTINGS, _os_reason, _Probe, _unix_problem
@@ -93,15 +92,11 @@ def _unavailable_reason(endpoint: Endpoint, method: str, details: str) -> str:
     return reason if problem is None else f"{problem} ({reason})"
 
 
-def _rpc_error(endpoint: Endpoint, method: str, error: grpc.RpcError) -> CRIError | None:
-    """The error for a failed call, or None for DEADLINE_EXCEEDED (the caller probes first)."""
-    return _status_error(endpoint, method, error.code(), error.details() or "")
-
-
 def _status_error(
     endpoint: Endpoint, method: str, code: grpc.StatusCode | None, details: str
 ) -> CRIError | None:
-    """``_rpc_error`` from a call's status code and details.
+    """The error for a call that ended with ``code`` and ``details``, or None for
+    DEADLINE_EXCEEDED (the caller probes first).
 
     For UNAVAILABLE (the connection failed or dropped mid-call) it looks at the socket file:
     "socket does not exist" says more than gRPC's "Broken pipe".
@@ -172,7 +167,7 @@ _R = TypeVar("_R")
 
 def _answer(url: str, method: str, result: object, response: type[_R]) -> _R:
     """``result``, the answer of ``method``, when it is a ``response``; else the protocol error
-    of an answer that is not CRI (grpc.aio answers None when decoding failed)."""
+    of an answer that is not CRI."""
     if not isinstance(result, response):
         raise RuntimeProtocolError(url, _not_cri_message(method))
     return result

@@ -1,9 +1,9 @@
-"""The asyncio getter's list calls: made on a sync channel, in threads, cancellable by a task.
+"""The asyncio getter's calls: made on a sync channel, in threads, cancellable by a task.
 
-Holds ``_ListCaller``, which ``AsyncCRIRuntime`` holds for its list calls and its event
-stream: a ``caller.SyncCaller`` of its own (answers left as bytes) whose calls are gRPC futures
-(or streaming calls, for a node's listing when the runtime streams lists) made in a small pool
-of threads (``LIST_CALL_THREADS``), and ``_CallHandle``, through which the awaiting task's
+Holds ``_ListCaller``, which ``AsyncCRIRuntime`` holds for its calls and its event stream: a
+``caller.SyncCaller`` of its own (answers left as bytes) whose calls are gRPC futures (or
+streaming calls, for a node's listing when the runtime streams lists) made in a small pool of
+threads (``LIST_CALL_THREADS``), and ``_CallHandle``, through which the awaiting task's
 cancellation cancels the call. Deliberately not here: the deadline, channel replacement,
 error mapping and when to stream (``SyncCaller``'s) and reading the answers (``converter``).
 """
@@ -11,6 +11,7 @@ error mapping and when to stream (``SyncCaller``'s) and reading the answers (``c
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from podcache.cri.endpoint import Endpoint
 from podcache.cri.eventstream import ContainerEventStream
 from podcache.cri.eventwire import EventFields
 from podcache.cri.liststream import STREAMED, StreamedAnswer, collect
+from podcache.cri.values import RuntimeVersion
 from podcache.errors import CRIError
 
 __all__ = ["LIST_CALL_THREADS"]
@@ -71,7 +73,7 @@ class _CallHandle:
 
 
 class _ListCaller:
-    """``AsyncCRIRuntime``'s list calls on a sync channel of their own, each made in a thread
+    """``AsyncCRIRuntime``'s calls on a sync channel of their own, each made in a thread
     of a small pool (``LIST_CALL_THREADS``), with ``CRIRuntime``'s deadlines, channel
     replacement and error mapping: both hold a ``SyncCaller`` and delegate to it.
 
@@ -109,29 +111,41 @@ class _ListCaller:
         """A node's list call (``SyncCaller.listing``: its streaming twin when the runtime
         streams lists) in a pool thread: the method that answered, and its answer's messages
         as bytes (one for a unary call). Cancelling the caller cancels the call."""
-        return await self._in_thread(self._listing, method, request)
+        return await self._in_thread(functools.partial(self._listing, method, request))
 
-    async def _in_thread(
-        self, work: Callable[[str, Message], _T], method: str, request: Message
-    ) -> _T:
+    async def version(self) -> RuntimeVersion:
+        """``SyncCaller.version`` in a pool thread (cancelling the caller cancels the call)."""
+        return await self._in_thread(self._caller.version)
+
+    def known_version(self) -> RuntimeVersion | None:
+        """The Version answer of the current channel while it is still good: None before one
+        came, and while the channel is in reconnect backoff (as after a runtime restart)."""
+        return None if self.backing_off() else self._caller.line.version
+
+    async def call(self, method: str, request: Message, response: type[_T]) -> _T:
+        """``SyncCaller.call`` in a pool thread: its answer (cancelling the caller cancels
+        the call)."""
+        answer, _ = await self._in_thread(
+            functools.partial(self._caller.call, method, request, response)
+        )
+        return answer
+
+    async def _in_thread(self, work: Callable[[], _T]) -> _T:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(LIST_CALL_THREADS, thread_name_prefix="podcache-list")
         handle = _CallHandle()
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool, self._with, handle, work, method, request)
+            return await loop.run_in_executor(self._pool, self._with, handle, work)
         except asyncio.CancelledError:
             handle.cancel()
             raise
 
-    def _with(
-        self, handle: _CallHandle, work: Callable[[str, Message], _T], method: str, request: Message
-    ) -> _T:
-        """``work(method, request)`` in this pool thread, its calls cancelled through
-        ``handle``."""
+    def _with(self, handle: _CallHandle, work: Callable[[], _T]) -> _T:
+        """``work()`` in this pool thread, its calls cancelled through ``handle``."""
         self._local.handle = handle
         try:
-            return work(method, request)
+            return work()
         finally:
             self._local.handle = None
 

@@ -194,13 +194,13 @@ async def test_async_calls_on_a_ready_channel_check_nothing_first(
 ) -> None:
     runtime, endpoint = served
     checks: list[object] = []
-    real = diagnosis._unreachable_async
+    real = diagnosis._unreachable
 
-    async def counted(*args: Any) -> str | None:
+    def counted(*args: Any) -> str | None:
         checks.append(args)
-        return await real(*args)
+        return real(*args)
 
-    monkeypatch.setattr("podcache.cri.client._unreachable_async", counted)
+    monkeypatch.setattr("podcache.cri.caller._unreachable", counted)
     async with AsyncCRIRuntime(endpoint) as cri:
         await cri.get_pods(False)
         assert checks, "a channel that is not READY yet is checked first"

@@ -112,17 +112,13 @@ class Getter:
             await asyncio.sleep(0.005)
 
     def _ready(self) -> bool:
-        """Whether a channel of the getter still thinks it is connected. The asyncio getter has
-        two: its own, and the sync channel its list calls are made on (both must have seen the
-        close, or the next list call goes out on the dead connection)."""
+        """Whether the getter's channel still thinks it is connected (the asyncio getter's is
+        the sync channel its calls are made on, in threads)."""
         ready = grpc.ChannelConnectivity.READY
         if self.sync is not None:
             return bool(self.sync._caller.line.state(False) == ready.value[0])
-        assert self.aio is not None and self.aio._line is not None
-        lister = self.aio._list_caller
-        if lister is not None and lister._caller.line.state(False) == ready.value[0]:
-            return True
-        return self.aio._line.channel.get_state() is ready
+        assert self.aio is not None and self.aio._list_caller is not None
+        return bool(self.aio._list_caller._caller.line.state(False) == ready.value[0])
 
 
 async def wait_for_attempt(attempts: list[float], after: float) -> None:
