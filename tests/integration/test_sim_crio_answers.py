@@ -99,7 +99,7 @@ def test_verbose_info_is_crios_json(crio: Any) -> None:
 
 def test_unknown_ids_are_crios_not_found(crio: Any) -> None:
     """``could not find container|pod %q: <the lookup's error>`` (GetContainerFromShortID,
-    getPodSandboxFromRequest; truncindex's "ID does not exist")."""
+    getPodSandboxFromRequest; truncindex's "ID does not exist", or its ambiguous prefix)."""
     unknown = "f" * 64
     container = crio.ContainerStatus
     sandbox = crio.PodSandboxStatus
@@ -116,6 +116,12 @@ def test_unknown_ids_are_crios_not_found(crio: Any) -> None:
     )
     assert _not_found(sandbox, pb.PodSandboxStatusRequest()) == (
         'could not find pod "": PodSandboxId should not be empty'
+    )
+    ids = [c.id for c in crio.ListContainers(pb.ListContainersRequest(), timeout=10).containers]
+    shared = next(p for p in "0123456789abcdef" if sum(i.startswith(p) for i in ids) > 1)
+    assert _not_found(container, pb.ContainerStatusRequest(container_id=shared)) == (
+        f'could not find container "{shared}": container with ID starting with {shared} '
+        f"not found: Multiple IDs found with provided prefix: {shared}"
     )
 
 

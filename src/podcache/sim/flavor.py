@@ -80,22 +80,24 @@ def _systemd_uid(uid: str) -> str:
     return uid.replace("-", "_")
 
 
-def _containerd_missing(kind: str, wanted: str) -> str:
+def _containerd_missing(kind: str, wanted: str, ambiguous: bool) -> str:
     return f"an error occurred when try to find {kind} {wanted!r}: not found"
 
 
-def _crio_missing(kind: str, wanted: str) -> str:
+def _crio_missing(kind: str, wanted: str, ambiguous: bool) -> str:
     """CRI-O's NOT_FOUND details: ``could not find <container|pod> %q: <the lookup's error>``
-    (Go's %q: JSON's quoting for the printable IDs asked)."""
+    (Go's %q: JSON's quoting for the printable IDs asked), the lookup's error truncindex's
+    for a prefix of no ID or of several."""
+    why = f"Multiple IDs found with provided prefix: {wanted}" if ambiguous else "ID does not exist"
     if kind == "container":
-        why = "container ID should not be empty"
+        lookup = "container ID should not be empty"
         if wanted:
-            why = f"container with ID starting with {wanted} not found: ID does not exist"
-        return f"could not find container {json.dumps(wanted)}: {why}"
-    why = "PodSandboxId should not be empty"
+            lookup = f"container with ID starting with {wanted} not found: {why}"
+        return f"could not find container {json.dumps(wanted)}: {lookup}"
+    lookup = "PodSandboxId should not be empty"
     if wanted:
-        why = f"PodSandbox with ID starting with {wanted} not found: ID does not exist"
-    return f"could not find pod {json.dumps(wanted)}: {why}"
+        lookup = f"PodSandbox with ID starting with {wanted} not found: {why}"
+    return f"could not find pod {json.dumps(wanted)}: {lookup}"
 
 
 def _containerd_sandbox_info(sandbox: SimSandbox, cgroup_path: str) -> str:
@@ -107,8 +109,9 @@ class StatusAnswers:
     """How a runtime answers the status calls and what its events carry (one row per
     flavour: ``CONTAINERD_ANSWERS``, ``CRIO_ANSWERS``)."""
 
-    missing: Callable[[str, str], str]
-    """NOT_FOUND details for ("container" or "sandbox", the ID asked)."""
+    missing: Callable[[str, str, bool], str]
+    """NOT_FOUND details for ("container" or "sandbox", the ID asked, whether it is a prefix
+    of several IDs)."""
     container_info: Callable[[SimContainer, str], str]
     """A verbose ContainerStatus's ``info["info"]`` from the record and its cgroup."""
     sandbox_info: Callable[[SimSandbox, str], str]

@@ -117,12 +117,17 @@ def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
+def _prefixed(sorted_ids: Sequence[str], wanted: str) -> tuple[int, int]:
+    """Where the IDs that begin with ``wanted`` are in ``sorted_ids``: [start, end)."""
+    start = bisect.bisect_left(sorted_ids, wanted)
+    return start, bisect.bisect_left(sorted_ids, wanted + "\U0010ffff", lo=start)
+
+
 def _resolve(sorted_ids: Sequence[str], exact: dict[str, Any], wanted: str) -> str | None:
     """containerd's truncindex: the exact ID, else the one ID with this prefix, else None."""
     if wanted in exact:
         return wanted
-    start = bisect.bisect_left(sorted_ids, wanted)
-    end = bisect.bisect_left(sorted_ids, wanted + "\U0010ffff", lo=start)
+    start, end = _prefixed(sorted_ids, wanted)
     return sorted_ids[start] if end - start == 1 else None
 
 
@@ -324,6 +329,13 @@ class _View:
 
     def resolve_container(self, wanted: str) -> str | None:
         return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
+
+    def ambiguous(self, kind: str, wanted: str) -> bool:
+        """Whether more than one sandbox (``kind`` "sandbox") or container ID begins with
+        ``wanted`` (and none is it)."""
+        sorted_ids = self._sorted_ids()[0 if kind == "sandbox" else 1]
+        start, end = _prefixed(sorted_ids, wanted)
+        return end - start > 1
 
     def list_sandboxes(self, f: pb.PodSandboxFilter) -> list[bytes]:
         items, entries = _narrowed(
@@ -747,7 +759,7 @@ class SimServicer:
         found = self._sandbox_records(wanted) if wanted else None
         answers = self.flavor.answers
         if found is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, answers.missing("sandbox", wanted))
+            _abort(context, grpc.StatusCode.NOT_FOUND, self._missing("sandbox", wanted))
         sandbox, containers = found
         bad_ips = self._faults.bad_ips
         info = b""
@@ -759,6 +771,12 @@ class SimServicer:
         listed = answers.sandbox_containers(containers)
         body = self._statuses.answer_body(sandbox, listed, bad_ips, info)
         return body + TIMESTAMP_TAG + varint(time.time_ns())
+
+    def _missing(self, kind: str, wanted: str, view: _View | None = None) -> str:
+        """The NOT_FOUND details for ``wanted`` (``kind``: "container" or "sandbox"); a
+        prefix that several IDs begin with is told so (a whole ID never: no walk for it)."""
+        ambiguous = 0 < len(wanted) < _ID_LENGTH and (view or self.view()).ambiguous(kind, wanted)
+        return self.flavor.answers.missing(kind, wanted, ambiguous)
 
     def _event_bytes(self, event: SimEvent) -> bytes:
         """``event``'s ContainerEventResponse with this stream's bad IPs (``StatusEncodings``)."""
@@ -788,7 +806,7 @@ class SimServicer:
         found = view.resolve_container(wanted) if wanted else None
         answers = self.flavor.answers
         if found is None:
-            _abort(context, grpc.StatusCode.NOT_FOUND, answers.missing("container", wanted))
+            _abort(context, grpc.StatusCode.NOT_FOUND, self._missing("container", wanted, view))
         container = view.container_by_id[found]
         info = {}
         if request.verbose:
