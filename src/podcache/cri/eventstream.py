@@ -60,9 +60,6 @@ import grpc
 
 from podcache.cri.eventpod import pod_of_event
 from podcache.cri.eventwire import (
-    MAX_ADDITIONAL_IPS,
-    MAX_EVENT_CONTAINERS,
-    ContainerFields,
     EventFields,
     EventWireError,
     event_fields,
@@ -79,7 +76,6 @@ __all__ = [
     "NO_EVENTS_SECONDS",
     "AsyncContainerEventStream",
     "ContainerEventStream",
-    "event_from",
     "event_from_bytes",
 ]
 
@@ -148,45 +144,6 @@ def _checked(url: str, fields: EventFields, runtime: str = "") -> ContainerEvent
         pod_uid=_checked_id(url, "pod_sandbox_status.metadata.uid", fields.pod_uid, required=False),
         pod=pod_of_event(fields, runtime, _valid_id),
     )
-
-
-def _container_fields(status: pb.ContainerStatus) -> ContainerFields:
-    """One container status as ``eventwire`` reads it (``ContainerFields``)."""
-    metadata, image = status.metadata, status.image.image
-    return (
-        status.id,
-        metadata.name,
-        metadata.attempt,
-        status.state,
-        status.created_at,
-        image,
-        status.image_ref,
-    )
-
-
-def event_from(url: str, response: pb.ContainerEventResponse, runtime: str = "") -> ContainerEvent:
-    """The checked event of one decoded response (the reference ``event_from_bytes`` is held
-    to); ``RuntimeProtocolError`` naming ``url`` if malformed."""
-    status = response.pod_sandbox_status
-    network = status.network
-    fields = EventFields(
-        response.container_event_type,
-        response.container_id,
-        response.created_at,
-        status.id,
-        status.metadata.uid,
-        status.state,
-        network.ip,
-        tuple(p.ip for p in network.additional_ips[:MAX_ADDITIONAL_IPS]),
-        max(0, len(network.additional_ips) - MAX_ADDITIONAL_IPS),
-        status.linux.namespaces.options.network,
-        status.metadata.name,
-        status.metadata.namespace,
-        status.created_at,
-        tuple(map(_container_fields, response.containers_statuses[:MAX_EVENT_CONTAINERS])),
-        max(0, len(response.containers_statuses) - MAX_EVENT_CONTAINERS),
-    )
-    return _checked(url, fields, runtime)
 
 
 SandboxSink = Callable[[EventFields], None]

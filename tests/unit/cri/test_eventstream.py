@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from podcache import ContainerEvent, ContainerEventType
-from podcache.cri.eventstream import event_from
+from podcache.cri.eventstream import event_from_bytes
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH
@@ -26,6 +26,11 @@ def response(**kw: object) -> pb.ContainerEventResponse:
     }
     fields.update(kw)
     return pb.ContainerEventResponse(**fields)  # type: ignore[arg-type]
+
+
+def event_from(url: str, message: pb.ContainerEventResponse) -> ContainerEvent:
+    """The event of ``message`` as a getter reads it: from its wire bytes."""
+    return event_from_bytes(url, message.SerializeToString())
 
 
 def test_a_well_formed_event() -> None:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from podcache.cri import eventwire
-from podcache.cri.eventstream import event_from, event_from_bytes
+from podcache.cri.eventstream import _checked, event_from_bytes
 from podcache.cri.eventwire import (
     EVENT_READER,
     MAX_ADDITIONAL_IPS,
@@ -303,7 +303,7 @@ def test_a_big_sandbox_status_is_read_without_its_labels_being_built() -> None:
         read_fields = read(data)
         assert read_fields[:5] == (1, "c" * 64, 5, "s" * 64, "u-1")
         assert read_fields.containers == (("c" * 64, "", 0, 0, 0, "", ""),)
-    assert event_from_bytes("fake://", data) == event_from("fake://", message)
+    assert event_from_bytes("fake://", data) == _checked("fake://", _reference(data))
 
 
 def test_the_checks_of_event_from_hold_on_bytes_too() -> None:
