@@ -77,6 +77,9 @@ from typing import Any
 
 import grpc
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plumbing import serve_cri
+
 from podcache.cri.proto import api_pb2 as pb
 from podcache.duration import parse_duration
 
@@ -534,32 +537,9 @@ def serve_has(flag: str) -> bool:
 def serve(endpoint: str, socket_path: str, extra: list[str]) -> Iterator[subprocess.Popen[str]]:
     """``podcache serve --cri-listen`` over ``endpoint`` with ``extra`` arguments; yields once
     its socket answers."""
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "podcache.serve", "-r", endpoint),
-            *("--listen", f"unix:{socket_path}.http", "--cri-listen", socket_path, *extra),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "listening on" in line:
-                break
-        else:
-            raise RuntimeError(f"podcache serve exited ({proc.wait()})")
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
+    with serve_cri(endpoint, socket_path, *extra) as proc:
         _wait_answering(f"unix://{socket_path}")
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _wait_answering(target: str) -> None:
@@ -912,28 +892,10 @@ def on_containerd(version: str, pods: int, samples: int) -> dict[str, Any]:
     builds each answer (the verbose one with its OCI spec as JSON); the simulator keeps its
     answers encoded, so on its node both sides answer from kept bytes."""
     sys.path[:0] = [str(HERE.parent), str(HERE)]
-    from bench_perpod_containerd import containerd_down, containerd_up
+    from bench_perpod_containerd import node_of_pods
 
-    from tests.containerd.harness import CRIHarness
-
-    ctrd, reused = containerd_up(CONTAINERD_DIR, version)
-    try:
-        with CRIHarness(ctrd.socket_path, cgroup_parent="podcachebenchagents") as h:
-            h.remove_all()
-            for i in range(pods):
-                h.create_container(h.run_pod(f"agents-{i}", "bench"), "app")
-            try:
-                return {
-                    "containerd": version,
-                    "pods": pods,
-                    **_served_at_rest(ctrd.endpoint, samples),
-                }
-            finally:
-                h.remove_all()
-    finally:
-        ctrd.close()
-        if not reused:
-            containerd_down(CONTAINERD_DIR, version)
+    with node_of_pods(CONTAINERD_DIR, version, pods, "agents", "podcachebenchagents") as endpoint:
+        return {"containerd": version, "pods": pods, **_served_at_rest(endpoint, samples)}
 
 
 def _served_at_rest(endpoint: str, samples: int) -> dict[str, Any]:

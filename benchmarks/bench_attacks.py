@@ -54,6 +54,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from plumbing import free_port
+from plumbing import http_get as get
+
 ROOT = Path(__file__).resolve().parents[1]
 TICKS = os.sysconf("SC_CLK_TCK")
 _CLOSE_WAIT = "08"
@@ -173,13 +176,6 @@ def run_runtime(
 
 
 # -- processes -----------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def _wait_line(process: subprocess.Popen[str], word: str, timeout: float = 120.0) -> None:
     assert process.stderr is not None and process.stdout is not None
     deadline = time.monotonic() + timeout
@@ -265,16 +261,6 @@ def serve(endpoint: str, *extra: str) -> Iterator[Serve]:
         yield Serve(process, port)
     finally:
         stop(process, "podcache serve")
-
-
-def get(port: int, target: str) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", target)
-        reply = connection.getresponse()
-        return reply.status, reply.read()
-    finally:
-        connection.close()
 
 
 @dataclass

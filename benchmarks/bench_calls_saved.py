@@ -21,12 +21,12 @@ import argparse
 import json
 import math
 import random
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+
+from plumbing import simulator
 
 from podcache import PodList, RuntimeCache
 from podcache.cri import CRIRuntime
@@ -36,8 +36,6 @@ RATE = 10_000
 """Lookups per second the workload asks for."""
 PERIOD = 2.0
 """Cache period, seconds."""
-
-_SIM = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 
 
 class CountingGetter:
@@ -55,25 +53,8 @@ class CountingGetter:
 @contextmanager
 def sim_process(pods: int) -> Iterator[str]:
     """``podcache sim --pods N`` in a subprocess; yields its endpoint; SIGTERM on the way out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SIM, "--pods", str(pods)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        endpoint = proc.stdout.readline().strip()
-        if not endpoint:
-            raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
+    with simulator("--pods", str(pods)) as (endpoint, _):
         yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass

@@ -45,7 +45,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -55,6 +54,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import grpc
+from plumbing import serve_cri, simulator
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.sim import SimRuntime
@@ -64,7 +64,6 @@ PODS = 1000
 CLIENTS = 10
 RATE = 10.0
 """Listings (a ListPodSandbox and a ListContainers) per second per client."""
-_SIM = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 _RUNTIME = "/runtime.v1.RuntimeService/"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -84,55 +83,16 @@ def _cpu_seconds(pid: int) -> float:
 
 @contextmanager
 def sim_process(pods: int, stats_file: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _SIM, "--pods", str(pods), "--stats-file", stats_file],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        endpoint = proc.stdout.readline().strip()
-        if not endpoint:
-            raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
-        yield endpoint, proc
-    finally:
-        _stop(proc)
+    with simulator("--pods", str(pods), "--stats-file", stats_file) as running:
+        yield running
 
 
 @contextmanager
 def serve_process(endpoint: str, socket_path: str) -> Iterator[subprocess.Popen[str]]:
-    """``podcache serve --cri-listen`` over ``endpoint``; yields once it listens."""
-    proc = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "podcache.serve", "-r", endpoint),
-            *("--listen", f"unix:{socket_path}.http", "--cri-listen", socket_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "listening on" in line:
-                break
-        else:
-            raise RuntimeError(f"podcache serve exited ({proc.wait()})")
-        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+    """``podcache serve --cri-listen`` over ``endpoint``; yields once it answers."""
+    with serve_cri(endpoint, socket_path) as proc:
         _wait_answering(socket_path)
         yield proc
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _wait_answering(socket_path: str) -> None:

@@ -41,20 +41,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_crisock import latency_pairs, raw, serve_process  # noqa: E402 -- after sys.path names benchmarks/
-from bench_perpod_containerd import (  # noqa: E402 -- after sys.path names benchmarks/
-    CGROUP_PARENT,
-    containerd_down,
-    containerd_up,
-)
+from bench_perpod_containerd import CGROUP_PARENT, node_of_pods  # noqa: E402 -- as above
 
 from podcache.cri.proto import api_pb2 as pb  # noqa: E402 -- after sys.path names the repository
-from tests.containerd.harness import CRIHarness  # noqa: E402 -- after sys.path names the repository
 
 DEFAULT_DIR = Path(os.environ.get("BENCH_CONTAINERD_DIR", "/tmp/podcache-bench-crisock"))
-
-
-def log(message: str) -> None:
-    print(f"bench_crisock_containerd: {message}", file=sys.stderr, flush=True)
 
 
 def _containers(target: str) -> dict[str, pb.Container]:
@@ -76,26 +67,8 @@ def _equal_answers(proxied: str, direct: str) -> dict[str, Any]:
 
 
 def measure_version(version: str, pods: int, samples: int, rounds: int) -> dict[str, Any]:
-    ctrd, reused = containerd_up(DEFAULT_DIR, version)
-    try:
-        with CRIHarness(ctrd.socket_path, cgroup_parent=CGROUP_PARENT) as h:
-            h.remove_all()
-            began = time.monotonic()
-            for i in range(pods):
-                h.create_container(h.run_pod(f"bench-{i}", "bench"), "app")
-            log(f"containerd {version}: {pods} pods made in {time.monotonic() - began:.0f} s")
-            try:
-                return {
-                    "containerd": version,
-                    "pods": pods,
-                    **_rounds(ctrd.endpoint, samples, rounds),
-                }
-            finally:
-                h.remove_all()
-    finally:
-        ctrd.close()
-        if not reused:
-            containerd_down(DEFAULT_DIR, version)
+    with node_of_pods(DEFAULT_DIR, version, pods, "bench", CGROUP_PARENT) as endpoint:
+        return {"containerd": version, "pods": pods, **_rounds(endpoint, samples, rounds)}
 
 
 def _rounds(endpoint: str, samples: int, rounds: int) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -33,15 +32,10 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from plumbing import free_port, stop
+
 BUDGET = 64 * 1024 * 1024
 PIPELINED = 20
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def rss_bytes(pid: int) -> int:
@@ -211,12 +205,7 @@ def main() -> int:
     try:
         figures = measure(server.pid, port, options.connections, 5.0 if options.quick else 20.0)
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
     return 0 if report(figures, options.connections, options.max_buffered) else 1
 
 

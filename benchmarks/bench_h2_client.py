@@ -32,11 +32,9 @@ with the lowest and highest; ratios are each client's over podcache's in the sam
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -61,6 +59,10 @@ from podcache.cri.queries import _pod_requests  # noqa: E402 -- after sys.path, 
 from podcache.cri.wire.grpcwire import message  # noqa: E402 -- after sys.path, as above
 from podcache.cri.wire.methods import path  # noqa: E402 -- after sys.path, as above
 
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from plumbing import print_figures, reason, span  # noqa: E402 -- after sys.path names benchmarks/
+from plumbing import simulator as plumbing_simulator  # noqa: E402 -- as above
+
 PODS = 110
 CLIENTS = ("podcache", "h2", "grpcio")
 Request = tuple[str, bytes]
@@ -77,15 +79,8 @@ class Client(Protocol):
 @contextmanager
 def simulator() -> Iterator[str]:
     """``podcache sim`` in its own process; yields its endpoint."""
-    command = [sys.executable, "-c", "from podcache.cli import main; main()", "sim", "--pods",
-               str(PODS)]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(15)
+    with plumbing_simulator("--pods", str(PODS)) as (endpoint, _):
+        yield endpoint
 
 
 # -- the three clients -----------------------------------------------------------------------------
@@ -367,10 +362,6 @@ def summary(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def _span(figure: dict[str, float]) -> str:
-    return f"{figure['median']:.0f} ({figure['low']:.0f}-{figure['high']:.0f})"
-
-
 def markdown(table: dict[str, Any], wire: dict[str, Any], rounds: int, calls: int) -> list[str]:
     lines = [
         f"CRI calls to the simulator: podcache's HTTP/2 client against h2 and grpcio, {calls} "
@@ -385,32 +376,22 @@ def markdown(table: dict[str, Any], wire: dict[str, Any], rounds: int, calls: in
         for name, r in rows.items():
             w = wire[kind][name]
             lines.append(
-                f"| {kind} | {name} | {_span(r['cpu_us_per_call'])} | "
-                f"{r['cpu_us_per_call_ratio']:.2f} | {_span(r['p50_us'])} | {_span(r['p99_us'])} "
+                f"| {kind} | {name} | {span(r['cpu_us_per_call'])} | "
+                f"{r['cpu_us_per_call_ratio']:.2f} | {span(r['p50_us'])} | {span(r['p99_us'])} "
                 f"| {r['p99_us_ratio']:.2f} | {w['sent_per_call']:.0f} / "
                 f"{w['received_per_call']:.0f} |"
             )
     return lines
 
 
-REASON = 1.10
-"""The issue's rule: a library within 10% of our part on what matters replaces it."""
-
-
 def reasons(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per call and figure (CPU per call, p99): the best library's ratio to ours, and whether
-    ours keeps its reason there (every library at least ``REASON`` times ours)."""
+    """Per call and figure (CPU per call, p99): each library's ratio to ours, and whether
+    ours keeps its reason there (``plumbing.reason``)."""
     out = []
     for kind, rows in table.items():
         for key, what in (("cpu_us_per_call_ratio", "CPU per call"), ("p99_us_ratio", "p99")):
             libraries = {n: r[key] for n, r in rows.items() if n != "podcache"}
-            best = min(libraries.values())
-            out.append({
-                "name": f"HTTP/2 client, {kind}: {what}, every library >= {REASON}x ours",
-                "measured": ", ".join(f"{n} {r:.2f}x" for n, r in libraries.items()),
-                "ratio": best,
-                "holds": best >= REASON,
-            })  # fmt: skip
+            out.append(reason(f"HTTP/2 client, {kind}: {what}", libraries))
     return out
 
 
@@ -429,12 +410,9 @@ def main(argv: list[str] | None = None) -> int:
         wire = wire_bytes(endpoint, work, 50 if args.quick else PODS)
     table = {kind: summary(by_client) for kind, by_client in runs.items()}
     lines = markdown(table, wire, rounds, calls)
-    if args.json:
-        out = {"rounds": rounds, "calls": calls, "table": table, "wire": wire,
-               "reasons": reasons(table), "markdown": lines}  # fmt: skip
-        print(json.dumps(out, indent=2))
-    else:
-        print("\n".join(lines))
+    figures = {"rounds": rounds, "calls": calls, "table": table, "wire": wire,
+               "reasons": reasons(table)}  # fmt: skip
+    print_figures(args.json, figures, lines)
     return 0
 
 

@@ -43,8 +43,6 @@ import http.client
 import json
 import os
 import re
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -60,7 +58,18 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_serve import free_port, wait_for, wrk  # noqa: E402 -- after sys.path names benchmarks/
+from plumbing import (  # noqa: E402 -- after sys.path names benchmarks/
+    ensure_tools,
+    free_port,
+    http_get,
+    print_figures,
+    reason,
+    span,
+    stop,
+    wait_for,
+    wrk,
+)
+from plumbing import simulator as plumbing_simulator  # noqa: E402 -- as above
 
 PODS = 110
 SERVERS = ("podcache", "uvicorn-httptools", "uvicorn-h11")
@@ -94,37 +103,12 @@ FULL = Sizes(5.0, 400, 12.0, 900, 4, 1024 * 1024, 200)
 QUICK = Sizes(1.0, 20, 1.5, 40, 1, 1024 * 1024, 5)
 
 
-def ensure_wrk() -> None:
-    """wrk, installed with apt-get when missing (as bench_serve.py does)."""
-    if shutil.which("wrk") is not None:
-        return
-    print("installing wrk with apt-get", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for command in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "wrk"]):
-        subprocess.run(command, check=True, env=env, capture_output=True)
-
-
 # -- the processes -------------------------------------------------------------------------------
 @contextmanager
 def simulator() -> Iterator[str]:
     """``podcache sim`` in its own process; yields its endpoint."""
-    command = [sys.executable, "-c", "from podcache.cli import main; main()", "sim", "--pods",
-               str(PODS)]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[Any]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    with plumbing_simulator("--pods", str(PODS)) as (endpoint, _):
+        yield endpoint
 
 
 def _server_command(name: str, port: int, endpoint: str) -> list[str]:
@@ -158,7 +142,7 @@ def servers(endpoint: str) -> Iterator[dict[str, Server]]:
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            stack.callback(_stop, proc)
+            stack.callback(stop, proc)
             started[name] = Server(name, port, proc.pid)
         for server in started.values():
             wait_for(server.base + "/healthz")
@@ -184,13 +168,7 @@ _WHEN = re.compile(rb'"(age_seconds|cache_time|revision)":\s*[0-9.e+-]+')
 
 
 def get(server: Server, target: str) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-    try:
-        connection.request("GET", target)
-        answer = connection.getresponse()
-        return answer.status, answer.read()
-    finally:
-        connection.close()
+    return http_get(server.port, target)
 
 
 def container_target(server: Server) -> str:
@@ -490,10 +468,6 @@ def report(result: dict[str, Any]) -> dict[str, Any]:
     return table
 
 
-def _span(figure: dict[str, float], digits: int) -> str:
-    return f"{figure['median']:.{digits}f} ({figure['low']:.{digits}f}-{figure['high']:.{digits}f})"
-
-
 def markdown(table: dict[str, Any], rounds: int) -> list[str]:
     lines = [
         f"podcache's HTTP/1.1 server against uvicorn, median of {rounds} rounds "
@@ -509,35 +483,25 @@ def markdown(table: dict[str, Any], rounds: int) -> list[str]:
         for name, s in row["servers"].items():
             bad = s.get("non_2xx", 0) + s.get("socket_errors", 0)
             bad += s.get("probe_non_200", 0) + s.get("probe_failures", 0)
-            rss = _span(s["peak_rss_mib"], 0) if "peak_rss_mib" in s else "-"
+            rss = span(s["peak_rss_mib"], 0) if "peak_rss_mib" in s else "-"
             attack = ", ".join(f"{k} {v}" for k, v in s.get("attack", {}).items()) or "-"
             lines.append(
-                f"| {scenario} | {name} | {_span(s['cpu_us_per_call'], 0)} | "
-                f"{_span(s['cpu_us_per_request'], 0)} | {row['cpu_request_ratio'][name]:.2f} | "
-                f"{_span(s['p50_ms'], 2)} | {_span(s['p99_ms'], 2)} | "
+                f"| {scenario} | {name} | {span(s['cpu_us_per_call'], 0)} | "
+                f"{span(s['cpu_us_per_request'], 0)} | {row['cpu_request_ratio'][name]:.2f} | "
+                f"{span(s['p50_ms'], 2)} | {span(s['p99_ms'], 2)} | "
                 f"{row['p99_ratio'][name]:.2f} | {bad} | {rss} | {attack} |"
             )
     return lines
 
 
-REASON = 1.10
-"""The issue's rule: a library within 10% of our part on what matters replaces it."""
-
-
 def reasons(table: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per scenario and figure (CPU per request, p99): the best library's ratio to ours, and
-    whether ours keeps its reason there (every library at least ``REASON`` times ours)."""
+    """Per scenario and figure (CPU per request, p99): each library's ratio to ours, and
+    whether ours keeps its reason there (``plumbing.reason``)."""
     out = []
     for scenario, row in table.items():
         for key, what in (("cpu_request_ratio", "CPU per request"), ("p99_ratio", "p99")):
             libraries = {n: r for n, r in row[key].items() if n != "podcache"}
-            best = min(libraries.values())
-            out.append({
-                "name": f"HTTP/1.1 server, {scenario}: {what}, every library >= {REASON}x ours",
-                "measured": ", ".join(f"{n} {r:.2f}x" for n, r in libraries.items()),
-                "ratio": best,
-                "holds": best >= REASON,
-            })  # fmt: skip
+            out.append(reason(f"HTTP/1.1 server, {scenario}: {what}", libraries))
     return out
 
 
@@ -549,17 +513,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    ensure_wrk()
+    ensure_tools("wrk")
     rounds = args.rounds or (1 if args.quick else 3)
     result = run(rounds, sizes, [s for s in args.only.split(",") if s])
     table = report(result)
     lines = markdown(table, rounds)
-    if args.json:
-        out = {"bodies": result["bodies"], "rounds": rounds, "table": table,
-               "reasons": reasons(table), "markdown": lines}  # fmt: skip
-        print(json.dumps(out, indent=2))
-    else:
-        print("\n".join(lines))
+    figures = {"bodies": result["bodies"], "rounds": rounds, "table": table,
+               "reasons": reasons(table)}  # fmt: skip
+    print_figures(args.json, figures, lines)
     return 0
 
 

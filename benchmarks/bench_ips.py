@@ -37,11 +37,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from plumbing import simulator
+
 from podcache import PodList
 from podcache.cri import AsyncCRIRuntime, CRIRuntime
 from podcache.cri.networks import STATUS_CONCURRENCY
 
-_SIM = "import sys; from podcache.sim import cli_main; sys.exit(cli_main(sys.argv[1:]))"
 STATUS = "PodSandboxStatus"
 CHURN = 5.0
 """Pods replaced per second in the churn run."""
@@ -80,35 +81,9 @@ def sim_process(pods: int, churn: float = 0.0) -> Iterator[Sim]:
     """``podcache sim --pods N --churn R`` in a subprocess; SIGTERM on the way out."""
     with tempfile.TemporaryDirectory(prefix="bench-ips-") as scratch:
         stats = os.path.join(scratch, "stats.json")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                _SIM,
-                "--pods",
-                str(pods),
-                "--churn",
-                str(churn),
-                "--stats-file",
-                stats,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        try:
-            assert proc.stdout is not None
-            endpoint = proc.stdout.readline().strip()
-            if not endpoint:
-                raise RuntimeError(f"podcache sim exited ({proc.wait()}) without an endpoint")
+        arguments = ("--pods", str(pods), "--churn", str(churn), "--stats-file", stats)
+        with simulator(*arguments) as (endpoint, proc):
             yield Sim(proc, endpoint, stats)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def ready_sandboxes(pods: PodList) -> set[str]:

@@ -32,7 +32,6 @@ no non-2xx answer and equal bodies. ``--quick``: one round.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import re
 import signal
@@ -47,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plumbing import http_get as get
 from trees import Tree, this_tree, tree_at
 
 PODS = 5000
@@ -82,16 +82,6 @@ def parse_wrk(out: str) -> dict[str, float]:
         elif line.strip().startswith("Socket errors"):
             figures["socket_errors"] = float(sum(int(n.rstrip(",")) for n in words[3::2]))
     return figures
-
-
-def get(port: int, target: str) -> tuple[int, bytes]:
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        connection.request("GET", target)
-        reply = connection.getresponse()
-        return reply.status, reply.read()
-    finally:
-        connection.close()
 
 
 def first_answer(port: int, process: subprocess.Popen[bytes]) -> None:

@@ -40,7 +40,6 @@ import contextlib
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serve import ensure_tools, free_port, wait_for
+from plumbing import ensure_tools, serve_http, stop
 
 PODS = 5_000
 SETUPS = {
@@ -104,32 +103,15 @@ def simulated_runtime(socket_path: str) -> Iterator[str]:
             time.sleep(0.1)
         yield "unix://" + socket_path
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 @contextmanager
 def serve(endpoint: str, period: str, ahead: str) -> Iterator[int]:
     """``podcache serve`` on a loopback port over ``endpoint``; yields the port."""
-    port = free_port()
-    args = [sys.executable, "-m", "podcache.serve", "-r", endpoint]
-    args += ["--listen", f"127.0.0.1:{port}", "--cache-period", period, "--timeout", "10s"]
-    args += ["--refresh-ahead", ahead]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/healthz")
-        wait_for(f"http://127.0.0.1:{port}/readyz", timeout=60)
+    extra = ("--cache-period", period, "--timeout", "10s", "--refresh-ahead", ahead)
+    with serve_http(endpoint, *extra) as (port, _):
         yield port
-    finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def some_pod_uid(port: int) -> str:
@@ -272,7 +254,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one 4 s round per setup")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     options = parser.parse_args()
-    ensure_tools()
+    ensure_tools("wrk")
     data = measure(options.quick)
     print(json.dumps(data, indent=2) if options.json else markdown(data))
     return 1 if data["missed"] else 0

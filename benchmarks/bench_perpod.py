@@ -46,7 +46,6 @@ import contextlib
 import http.client
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -62,7 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_serve import free_port, wait_for  # noqa: E402 -- after sys.path names benchmarks/
+from plumbing import serve_http  # noqa: E402 -- after sys.path names benchmarks/
 
 from podcache import RuntimeCache  # noqa: E402 -- after sys.path names the repository
 from podcache.cri import CRIRuntime  # noqa: E402 -- after sys.path names the repository
@@ -493,21 +492,9 @@ class HealthProbe:
 @contextmanager
 def serve(endpoint: str, events: str, period: str) -> Iterator[tuple[int, int]]:
     """``podcache serve`` over ``endpoint`` in its own process; yields (port, pid)."""
-    port = free_port()
-    args = [sys.executable, "-m", "podcache.serve", "-r", endpoint, "--events", events]
-    args += ["--listen", f"127.0.0.1:{port}", "--cache-period", period, "--timeout", "10s"]
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(f"http://127.0.0.1:{port}/healthz")
-        wait_for(f"http://127.0.0.1:{port}/readyz", timeout=60)
+    extra = ("--events", events, "--cache-period", period, "--timeout", "10s")
+    with serve_http(endpoint, *extra) as (port, proc):
         yield port, proc.pid
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def serve_under_churn(n: Node, seconds: float, events: str, period: str) -> dict[str, Any]:

@@ -32,6 +32,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +100,32 @@ def containerd_down(directory: Path, version: str) -> None:
         timeout=300,
         check=False,
     )
+
+
+@contextmanager
+def node_of_pods(
+    directory: Path, version: str, pods: int, prefix: str, cgroup_parent: str
+) -> Iterator[str]:
+    """containerd ``version`` (``containerd_up``) with ``pods`` pods of one running container
+    each (``PREFIX-N``), made as the kubelet makes them; yields its endpoint. The pods are
+    removed after, and containerd stopped when it was not running before."""
+    ctrd, reused = containerd_up(directory, version)
+    try:
+        with CRIHarness(ctrd.socket_path, cgroup_parent=cgroup_parent) as h:
+            h.remove_all()
+            began = time.monotonic()
+            for i in range(pods):
+                h.create_container(h.run_pod(f"{prefix}-{i}", "bench"), "app")
+            made = time.monotonic() - began
+            print(f"containerd {version}: {pods} pods made in {made:.0f} s", file=sys.stderr)
+            try:
+                yield ctrd.endpoint
+            finally:
+                h.remove_all()
+    finally:
+        ctrd.close()
+        if not reused:
+            containerd_down(directory, version)
 
 
 def measure_equality(h: CRIHarness, endpoint: str, rounds: int, steps: int) -> dict[str, Any]:

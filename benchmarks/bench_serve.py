@@ -32,8 +32,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +43,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plumbing import (
+    WrkResult,
+    ensure_tools,
+    free_port,
+    stop,
+    wait_for,
+    wrk,
+)
 
 PODS = 110
 TARGETS = {"pods": 0.75, "container": 0.5}
@@ -64,102 +72,8 @@ uvicorn.run(asgi_app(app), host="127.0.0.1", port=int(sys.argv[1]), http="httpto
 """
 
 
-@dataclass
-class WrkResult:
-    requests_per_second: float
-    p50_ms: float
-    p99_ms: float
-    non_2xx: int
-    socket_errors: int
-    cpu_us: float | None = None
-    """The server process's CPU time per request answered (user and system, microseconds),
-    when its process was known: unlike req/s, barely moved by other load on the machine."""
-
-    @property
-    def errors(self) -> int:
-        return self.non_2xx + self.socket_errors
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def ensure_tools() -> None:
-    missing = [tool for tool in ("wrk", "nginx") if shutil.which(tool) is None]
-    if shutil.which("nginx") is None and Path("/usr/sbin/nginx").exists():
-        missing.remove("nginx")
-    if not missing:
-        return
-    print(f"installing {' '.join(missing)} with apt-get", file=sys.stderr)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", *missing], check=True, env=env, capture_output=True
-    )
-
-
 def nginx_binary() -> str:
     return shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-def _millis(text: str) -> float:
-    value, unit = re.fullmatch(r"([0-9.]+)(us|ms|s|m)", text).groups()  # type: ignore[union-attr]
-    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60_000.0}[unit]
-
-
-def cpu_seconds(pid: int) -> float:
-    """Process ``pid``'s CPU time so far (user and system), in seconds."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wrk(url: str, *, connections: int, seconds: float, pid: int | None = None) -> WrkResult:
-    """One wrk run (1 thread) with latency percentiles; ``pid``: the server's process, whose
-    CPU time per request is measured."""
-    cpu_before = None if pid is None else cpu_seconds(pid)
-    result = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "--latency", url],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    out = result.stdout
-    rps = float(re.search(r"Requests/sec:\s+([0-9.]+)", out)[1])  # type: ignore[index]
-    p50 = _millis(re.search(r"\s50%\s+(\S+)", out)[1])  # type: ignore[index]
-    p99 = _millis(re.search(r"\s99%\s+(\S+)", out)[1])  # type: ignore[index]
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+([0-9]+)", out)
-    sockets = re.search(
-        r"Socket errors: connect ([0-9]+), read ([0-9]+), write ([0-9]+), timeout ([0-9]+)", out
-    )
-    cpu_us = None
-    if pid is not None and cpu_before is not None:
-        requests = int(re.search(r"([0-9]+) requests in", out)[1])  # type: ignore[index]
-        cpu_us = (cpu_seconds(pid) - cpu_before) * 1e6 / max(requests, 1)
-    return WrkResult(
-        rps,
-        p50,
-        p99,
-        int(non_2xx[1]) if non_2xx else 0,
-        sum(int(n) for n in sockets.groups()) if sockets else 0,
-        cpu_us,
-    )
-
-
-def wait_for(url: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as reply:
-                reply.read()
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
 
 
 def fetch(url: str) -> bytes:
@@ -178,12 +92,7 @@ def process(
         wait_for(ready_url)
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def podcache_serve(port: int, *extra: str) -> list[str]:
@@ -341,8 +250,7 @@ def uvicorn_app(servers: dict[str, str]) -> Iterator[None]:
         wait_for(servers["uvicorn"] + "/healthz")
         yield
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(15)
+        stop(proc)
 
 
 def run_rounds(
@@ -534,7 +442,7 @@ def main() -> int:
     rounds = options.rounds or (1 if options.quick else 3)
     seconds = options.seconds or (3.0 if options.quick else 10.0)
     soak_seconds = options.soak_seconds or (10.0 if options.quick else 60.0)
-    ensure_tools()
+    ensure_tools("wrk", "nginx")
     comparison = compare(
         rounds, seconds, with_uvicorn=options.with_uvicorn, baseline=options.baseline
     )
