@@ -324,7 +324,6 @@ class Departed:
         self._created: dict[str, float] = {}  # pods' creation as events told it, oldest first
         self._ids = SortedIDs()  # the container and sandbox IDs among the keys (prefixes)
         self.bytes = 0  # pod_cost of every holding and report kept
-        self.recorded = 0
         self.forgotten = 0
 
     @property
@@ -603,7 +602,6 @@ class Departed:
                 self._ids.add(key[1])
         else:
             holdings.append(holding)
-        self.recorded += 1
 
     def _forget(self, holding: Holding) -> None:
         """Drop ``holding``, the oldest release of all and so the oldest of its key."""

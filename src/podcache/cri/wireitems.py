@@ -91,8 +91,6 @@ class WireItems:
         self._lock = threading.Lock()
         self._tables: tuple[dict[_Key, WireItem], dict[_Key, WireItem]] = ({}, {})
         self._kept = 0  # items the last prune kept: the bound's base (rule 3)
-        self.decoded = 0
-        """Items decoded (each one new to the store)."""
 
     def __len__(self) -> int:
         return len(self._tables[0]) + len(self._tables[1])
@@ -117,7 +115,6 @@ class WireItems:
                 with self._lock:
                     table = self._tables[kind]
                     table[key] = item
-                    self.decoded += 1
             start = end
 
     def get(self, kind: int, ident: str, state: ContainerState) -> WireItem | None:

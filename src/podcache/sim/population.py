@@ -537,7 +537,6 @@ class Population:
         self._images: dict[tuple[str, str], tuple[str, str, str]] = {}
         self._listeners: list[EventListener] = []
         self._generation = 0
-        self._sandboxes_created = 0
         self._generate(pods)
 
     def _generate(self, pods: int) -> None:
@@ -565,11 +564,6 @@ class Population:
     def addresses(self) -> AddressPool:
         """The pod IP pool (read-only by convention)."""
         return self._addresses
-
-    @property
-    def sandboxes_created(self) -> int:
-        """Sandboxes made since the population was generated (churn and ``create_pod``)."""
-        return self._sandboxes_created
 
     def snapshot(self) -> Snapshot:
         """Every sandbox and container, consistently, with the generation they belong to."""
@@ -777,7 +771,6 @@ class Population:
     def _create(self, shape: PodShape) -> tuple[str, list[SimEvent]]:
         now = self._clock()
         pod = self._add_pod(shape, now)
-        self._sandboxes_created += len(pod.sandbox_ids)
         events: list[SimEvent] = []
         # (created_at, id, sandbox id, started, stopped) of every record, in creation order.
         items: list[tuple[int, str, str, bool, bool]] = []
