@@ -58,6 +58,20 @@ def _metrics(http: Client) -> bytes:
     return body
 
 
+def _task_events(served: Served) -> float:
+    for line in _metrics(served.http).decode().splitlines():
+        if line.startswith("podcache_cri_task_events_total "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no podcache_cri_task_events_total")
+
+
+def _task_events_state(served: Served) -> str:
+    for line in _metrics(served.http).decode().splitlines():
+        if line.startswith("podcache_cri_task_events_state{") and line.endswith(" 1.0"):
+            return line.split('"')[1]
+    raise AssertionError("no podcache_cri_task_events_state")
+
+
 def _from_cache(served: Served, method: str) -> float:
     wanted = f'podcache_cri_status_answers_total{{method="{method}",source="cache"}} '
     for line in _metrics(served.http).decode().splitlines():
@@ -157,12 +171,14 @@ def _changed_without_event(
     change: Callable[[], object],
 ) -> pb.ContainerStatusResponse:
     """``change`` the running ``app`` after the socket's answer is kept: the runtime's status
-    changes and no event names the container (one made after the change has come, so every
-    event of the change would have come before it); once the kept answer is older than the
-    period, the socket answers as the runtime does. Returns that answer."""
+    changes and no CRI event names the container (one made after the change has come, so
+    every event of the change would have come before it); containerd's own event of the change
+    reaches serve (``taskevents``), and the socket's next answer is the runtime's, with no
+    wait for the period. Returns that answer."""
     request = _container(app.id, verbose=True)
     before = served.proxy.call("ContainerStatus", request)
-    learnt = time.monotonic()  # the answer was learnt before it came back
+    assert served.proxy.call("ContainerStatus", request) == before  # kept
+    task_events = _task_events(served)
     seen = len(watcher.events)
     change()
     theirs = served.direct.call("ContainerStatus", request)
@@ -176,7 +192,7 @@ def _changed_without_event(
     watcher.wait_for(marker.id, pb.CONTAINER_CREATED_EVENT)
     named = [e for e in watcher.events[seen:] if e.container_id == app.id]
     assert named == [], [(e.container_event_type, list(e.containers_statuses)) for e in named]
-    until(lambda: time.monotonic() - learnt > PERIOD)
+    until(lambda: _task_events(served) > task_events)  # the change's comes before the marker's
     after = served.proxy.call("ContainerStatus", request)
     assert _same(after, theirs, pb.ContainerStatusResponse)
     return pb.ContainerStatusResponse.FromString(after)
@@ -291,6 +307,23 @@ def test_a_sandbox_status_changes_only_with_its_state_so_a_listing_confirms_it_p
     assert _from_cache(served, "PodSandboxStatus") == cached + 1
     assert _same(mine, served.direct.call("PodSandboxStatus", request), pb.PodSandboxStatusResponse)
     assert _plain_from_verbose(served, app.id)
+    assert _container_past_the_period(served, app.id)
+
+
+def _container_past_the_period(served: Served, container: str) -> bool:
+    """While serve follows containerd's own events, a container's answer learnt after the
+    subscription settled outlives the period (the listing shows it RUNNING still), equal to
+    containerd's."""
+    until(lambda: _task_events_state(served) == "following")
+    _past_the_period(time.monotonic())  # the subscription's settle (taskevents rule 1)
+    request = _container(container, verbose=True)
+    served.proxy.call("ContainerStatus", request)
+    _past_the_period(time.monotonic())
+    cached = _from_cache(served, "ContainerStatus")
+    mine = served.proxy.call("ContainerStatus", request)
+    theirs = served.direct.call("ContainerStatus", request)
+    assert _same(mine, theirs, pb.ContainerStatusResponse)
+    return _from_cache(served, "ContainerStatus") == cached + 1
 
 
 def _past_the_period(since: float) -> None:

@@ -1,7 +1,8 @@
 """Status answers past the period on ``serve --cri-listen`` (docs/architecture.md §10 rule 8):
-a container's are asked of the runtime again, a sandbox's plain one comes from the cache while
-a listing within the period shows the sandbox in the state the answer gives, and a container's
-plain answer comes from its verbose one.
+a container's come from the cache while containerd's own events are followed and the listing
+shows it unchanged (else they are asked of the runtime again), a sandbox's plain one comes from
+the cache while a listing within the period shows the sandbox in the state the answer gives,
+and a container's plain answer comes from its verbose one.
 
 Each test runs over the simulator as containerd and as CRI-O with events on, whose sandbox
 answer lists its containers (whose statuses change with no change of the sandbox's state): it
@@ -97,23 +98,36 @@ def test_a_sandbox_answer_past_the_period_comes_from_the_cache_while_listed_so(
     served: Served, sockets: tuple[Socket, Socket]
 ) -> None:
     proxy, direct = sockets
-    sim = served.sim
-    _, sandbox, container = _ready_pod(sim)
-    asked_sandbox = _request(SANDBOX, sandbox, False)
-    asked_container = _request(CONTAINER, container, False)
-    proxy.call(SANDBOX, asked_sandbox)
-    proxy.call(CONTAINER, asked_container)
-    _past_the_period(time.monotonic())  # both were learnt before their answers came
+    _, sandbox, _ = _ready_pod(served.sim)
+    asked = _request(SANDBOX, sandbox, False)
+    proxy.call(SANDBOX, asked)
+    _past_the_period(time.monotonic())  # it was learnt before its answer came
     cached = _answers(served, "PodSandboxStatus", "cache")
     upstream = _answers(served, "PodSandboxStatus", "upstream")
-    again = _timed(proxy, SANDBOX, asked_sandbox)
+    again = _timed(proxy, SANDBOX, asked)
     from_cache = 0 if served.crio else 1  # CRI-O's lists its containers: asked again
     assert _answers(served, "PodSandboxStatus", "cache") == cached + from_cache
     assert _answers(served, "PodSandboxStatus", "upstream") == upstream + 1 - from_cache
-    _assert_same(SANDBOX, again, _timed(direct, SANDBOX, asked_sandbox))
-    upstream = _answers(served, "ContainerStatus", "upstream")
-    proxy.call(CONTAINER, asked_container)  # a container's status may change with no event
-    assert _answers(served, "ContainerStatus", "upstream") == upstream + 1
+    _assert_same(SANDBOX, again, _timed(direct, SANDBOX, asked))
+
+
+@pytest.mark.parametrize("flavor", ["crio"])
+def test_on_cri_o_a_containers_answer_past_the_period_is_asked_of_the_runtime(
+    served: Served, sockets: tuple[Socket, Socket]
+) -> None:
+    """CRI-O has no Events service of containerd's, and a container's status may change
+    with no CRI event: past the period its answer is asked of the runtime again."""
+    proxy, _ = sockets
+    until(lambda: _task_events_state(served) == "unimplemented")
+    _, _, container = _ready_pod(served.sim)
+    asked = [_request(CONTAINER, container, verbose) for verbose in (False, True)]
+    for request in asked:
+        proxy.call(CONTAINER, request)
+    _past_the_period(time.monotonic())
+    for request in asked:
+        upstream = _answers(served, "ContainerStatus", "upstream")
+        proxy.call(CONTAINER, request)
+        assert _answers(served, "ContainerStatus", "upstream") == upstream + 1
 
 
 def test_a_sandbox_stopped_without_an_event_is_asked_once_the_listing_shows_it(
@@ -151,3 +165,48 @@ def test_a_containers_plain_answer_is_its_verbose_answers_status(
         pb.ContainerStatusResponse.FromString(theirs)
     )
     assert not pb.ContainerStatusResponse.FromString(plain).info
+
+
+def _task_events_state(served: Served) -> str:
+    for line in _metrics(served.client).decode().splitlines():
+        if line.startswith("podcache_cri_task_events_state{") and line.endswith(" 1.0"):
+            return line.split('"')[1]
+    raise AssertionError("no podcache_cri_task_events_state in /metrics")
+
+
+def _task_events(served: Served) -> float:
+    for line in _metrics(served.client).decode().splitlines():
+        if line.startswith("podcache_cri_task_events_total "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no podcache_cri_task_events_total in /metrics")
+
+
+@pytest.mark.parametrize("flavor", ["containerd"])
+@pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
+def test_a_containers_answer_past_the_period_comes_from_the_cache_while_task_events_follow(
+    served: Served, sockets: tuple[Socket, Socket], verbose: bool
+) -> None:
+    """With containerd's own events followed (the containerd flavour), a container's kept
+    answer outlives the period while the listing shows it in the same state; an event there
+    naming it (a resize, an OOM kill inside it) ends it, and the runtime is asked again."""
+    proxy, direct = sockets
+    sim = served.sim
+    until(lambda: _task_events_state(served) == "following")
+    _past_the_period(time.monotonic())  # the subscription's settle (taskevents rule 1)
+    _, _, container = _ready_pod(sim)
+    asked = _request(CONTAINER, container, verbose)
+    proxy.call(CONTAINER, asked)
+    _past_the_period(time.monotonic())
+    cached = _answers(served, "ContainerStatus", "cache")
+    upstream = _answers(served, "ContainerStatus", "upstream")
+    again = proxy.call(CONTAINER, asked)
+    assert _answers(served, "ContainerStatus", "cache") == cached + 1
+    assert _answers(served, "ContainerStatus", "upstream") == upstream
+    assert pb.ContainerStatusResponse.FromString(again) == (
+        pb.ContainerStatusResponse.FromString(direct.call(CONTAINER, asked))
+    )
+    seen = _task_events(served)
+    assert sim.send_task_events("/containers/update", [container]) == 1
+    until(lambda: _task_events(served) == seen + 1)
+    proxy.call(CONTAINER, asked)
+    assert _answers(served, "ContainerStatus", "upstream") == upstream + 1

@@ -179,6 +179,8 @@ class Flavor:
     """A container's systemd scope and cgroupfs names: ``<prefix>-<id>``."""
     answers: StatusAnswers = CONTAINERD_ANSWERS
     """Its status answers and what its events carry (``StatusAnswers``)."""
+    events_service: bool = False
+    """containerd's own Events service (``Subscribe``) on the same socket (``taskevents``)."""
 
     def sent(self, events: Sequence[SimEvent], sandbox_ids: frozenset[str]) -> list[SimEvent]:
         """The events of one change this runtime sends (``sandbox_ids``: the sandboxes the
@@ -238,6 +240,7 @@ CONTAINERD = Flavor(
     sends_removal_events=True,
     labels_infra_container=False,
     scope_prefix="cri-containerd",
+    events_service=True,
 )
 """The default: containerd's behaviour (its runtime name the simulator's own, as ever)."""
 

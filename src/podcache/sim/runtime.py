@@ -21,6 +21,7 @@ from podcache.sim.faults import STREAM_LIST_METHODS, Faults, Malformed
 from podcache.sim.flavor import CONTAINERD, Flavor, flavor_named
 from podcache.sim.population import DEFAULT_HOST_NETWORK, DEFAULT_NAMESPACES, Population, SimEvent
 from podcache.sim.server import DEFAULT_STREAM_ITEMS, SimServer, StreamChunking
+from podcache.sim.taskevents import envelope
 from podcache.unixsocket import BoundSocket, claim_socket_path
 
 __all__ = ["SimRuntime"]
@@ -286,6 +287,23 @@ class SimRuntime:
         if server is None:
             return 0
         return server.servicer.send_events(events)
+
+    def send_task_events(self, topic: str, container_ids: Sequence[str]) -> int:
+        """Send containerd's own event ``topic`` (``/containers/update``, ``/tasks/oom``)
+        naming each of ``container_ids`` to every open Events subscription; how many there
+        are (0 for a flavour without the service)."""
+        server = self._server
+        if server is None or server.task_events is None:
+            return 0
+        return server.task_events.send([envelope(topic, each) for each in container_ids])
+
+    @property
+    def task_event_subscribers(self) -> int:
+        """Open subscriptions to containerd's own Events service."""
+        server = self._server
+        if server is None or server.task_events is None:
+            return 0
+        return server.task_events.subscribers
 
     def pause_churn(self) -> ChurnPause:
         """Hold background churn now, until ``resume()`` on the result or the end of ``with``.

@@ -71,6 +71,7 @@ from podcache.sim.population import (
     SimEvent,
     SimSandbox,
 )
+from podcache.sim.taskevents import SimTaskEvents
 
 __all__ = [
     "DEFAULT_STREAM_ITEMS",
@@ -930,9 +931,16 @@ class SimServer:
         self._executor = futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="podcache-sim-rpc"
         )
+        self.task_events = SimTaskEvents(self._stopping) if flavor.events_service else None
+        """containerd's own Events service (None for a flavour without it: UNIMPLEMENTED)."""
+        served = [] if self.task_events is None else [self.task_events.handler()]
         self._server = grpc.server(
             self._executor,
-            handlers=[self.servicer.handlers(), _Unimplemented(self.servicer.counters)],
+            handlers=[
+                self.servicer.handlers(),
+                *served,
+                _Unimplemented(self.servicer.counters),
+            ],
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE),
                 ("grpc.max_send_message_length", _MAX_MESSAGE),

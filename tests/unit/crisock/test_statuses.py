@@ -75,12 +75,29 @@ class Model:
     named_at: dict[str, int] = field(default_factory=dict)  # ID -> its last event's number
     paired: set[str] = field(default_factory=set)  # containers an event put in SANDBOX_ID
     seq: int = 0
+    covers: dict[StatusKey, int] = field(default_factory=dict)  # key -> following learnt in
+    tasks: int = 0  # the following of containerd's own events now (0: none)
+    followings: int = 0
+    tasks_from: float = 0.0
+
+    def tasks_now(self) -> int:
+        return self.tasks if self.tasks and self.clock.now >= self.tasks_from else 0
+
+    def tasks_opened(self, settle: float) -> None:
+        self.followings += 1
+        self.tasks, self.tasks_from = self.followings, self.clock.now + settle
+
+    def task_event(self, ident: str) -> None:
+        self.seq += 1
+        self.named_at[ident] = self.seq
+        self.known = {k: v for k, v in self.known.items() if ident not in v[3]}
 
     def deps(self, ident: str) -> frozenset[str]:
         return frozenset({ident, SANDBOX_ID} if ident in self.paired else {ident})
 
-    def learn(self, key: StatusKey, data: bytes, deps: frozenset[str]) -> None:
+    def learn(self, key: StatusKey, data: bytes, deps: frozenset[str], covered: int) -> None:
         self.known[key] = (data, self.clock.now, self.epoch, deps)
+        self.covers[key] = covered
 
     def event(self, ident: str, state: int, code: int) -> None:
         self.seq += 1
@@ -90,7 +107,9 @@ class Model:
         self.known = {k: v for k, v in self.known.items() if not v[3] & named}
         self.paired.add(ident)
         body = pb.ContainerStatusResponse(status=status(ident, state, code))
-        self.learn(StatusKey(CONTAINER, ident, False), body.SerializeToString(), self.deps(ident))
+        covered = self.tasks_now()
+        key = StatusKey(CONTAINER, ident, False)
+        self.learn(key, body.SerializeToString(), self.deps(ident), covered)
         if self.sandbox_extras:
             return
         sandbox = pb.PodSandboxStatus(id=SANDBOX_ID, state=pb.SANDBOX_READY)
@@ -98,12 +117,15 @@ class Model:
             StatusKey(SANDBOX, SANDBOX_ID, False),
             pb.PodSandboxStatusResponse(status=sandbox).SerializeToString(),
             frozenset({SANDBOX_ID}),
+            covered,
         )
 
-    def answered(self, key: StatusKey, data: bytes, seq: int, epoch: int) -> None:
+    def answered(self, key: StatusKey, data: bytes, asked: tuple[int, int, int]) -> None:
+        """``data`` came for a call begun at ``asked``: (event number, epoch, following)."""
+        seq, epoch, covered = asked
         deps = self.deps(key.ident)
         if self.open and epoch == self.epoch and all(self.named_at.get(d, 0) <= seq for d in deps):
-            self.learn(key, data, deps)
+            self.learn(key, data, deps, covered)
 
     def end(self, reopen: bool) -> None:
         self.open, self.epoch, self.known = reopen, self.epoch + (2 if reopen else 1), {}
@@ -127,9 +149,16 @@ class Model:
         return plain.SerializeToString()  # a verbose answer's status gives the plain one
 
     def expected_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
-        """A sandbox's plain answer, whatever its age, with its state (READY: the events')."""
+        """Whatever its age, with its state: a sandbox's plain answer (READY: the events'); a
+        container's learnt under the following of containerd's own events that goes on."""
         held = self.givable(key)
-        return None if held is None else (held[0], pb.SANDBOX_READY)
+        if held is None:
+            return None
+        if key.method == SANDBOX:
+            return held[0], pb.SANDBOX_READY
+        if not self.covers[key] or self.covers[key] != self.tasks:
+            return None
+        return held[0], pb.ContainerStatusResponse.FromString(held[0]).status.state
 
 
 Step = tuple[str, object, object, object]
@@ -142,6 +171,8 @@ steps = st.lists(
         st.tuples(st.just("answer"), st.integers(0, 5), st.just(0), st.just(0)),
         st.tuples(st.just("tick"), st.floats(0, 8), st.just(0), st.just(0)),
         st.tuples(st.just("end"), st.booleans(), st.just(0), st.just(0)),
+        st.tuples(st.just("task"), st.sampled_from([*IDS, SANDBOX_ID]), st.just(0), st.just(0)),
+        st.tuples(st.just("tasks"), st.booleans(), st.floats(0, 8), st.just(0)),
     ),
     max_size=60,
 )
@@ -155,7 +186,7 @@ class Run:
         self.store = StatusStore(PERIOD, clock=self.clock, sandbox_extras=sandbox_extras)
         self.store.stream_opened()
         self.model = Model(self.clock, sandbox_extras)
-        self.asked: list[tuple[StatusKey, bytes, Ticket, int, int]] = []  # in flight
+        self.asked: list[tuple[StatusKey, bytes, Ticket, tuple[int, int, int]]] = []  # in flight
 
     def event(self, ident: str, state: int, code: int) -> None:
         self.store.event(event(ident, state, statuses=[status(ident, state, code)]))
@@ -164,13 +195,27 @@ class Run:
     def ask(self, ident: str, verbose: bool, code: int) -> None:
         key = StatusKey(CONTAINER, ident, verbose)
         data = answer(ident, code, verbose)
-        self.asked.append((key, data, self.store.begin(), self.model.seq, self.model.epoch))
+        model = self.model
+        began = (model.seq, model.epoch, model.tasks_now())
+        self.asked.append((key, data, self.store.begin(), began))
 
     def answer(self, which: int, _: object, __: object) -> None:
         if self.asked:
-            key, data, ticket, seq, epoch = self.asked.pop(which % len(self.asked))
+            key, data, ticket, began = self.asked.pop(which % len(self.asked))
             self.store.keep(key, data, ticket)
-            self.model.answered(key, data, seq, epoch)
+            self.model.answered(key, data, began)
+
+    def task(self, ident: str, _: object, __: object) -> None:
+        self.store.task_event(ident)
+        self.model.task_event(ident)
+
+    def tasks(self, opened: bool, settle: float, _: object) -> None:
+        if opened:
+            self.store.tasks_opened(settle)
+            self.model.tasks_opened(settle)
+        else:
+            self.store.tasks_ended()
+            self.model.tasks = 0
 
     def tick(self, seconds: float, _: object, __: object) -> None:
         self.clock.now += seconds
@@ -186,6 +231,7 @@ class Run:
             for verbose in (False, True):
                 key = StatusKey(CONTAINER, ident, verbose)
                 assert self.store.kept(key) == self.model.expected(key), key
+                assert self.store.kept_listed(key) == self.model.expected_listed(key), key
         key = StatusKey(SANDBOX, SANDBOX_ID, False)
         assert self.store.kept(key) == self.model.expected(key), key
         assert self.store.kept_listed(key) == self.model.expected_listed(key), key

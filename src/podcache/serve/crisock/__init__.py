@@ -10,6 +10,7 @@ the socket serves from the all view's cache. The modules: ``routes`` (the allow-
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from podcache.cri.endpoint import parse_endpoint
@@ -27,6 +28,7 @@ from podcache.serve.crisock.server import (
     group_id,
 )
 from podcache.serve.crisock.statuses import StatusStore
+from podcache.serve.crisock.taskevents import TaskEvents
 from podcache.serve.eventhub import EventBuffer, EventHub
 
 __all__ = [
@@ -77,6 +79,7 @@ class CRISocketSetup:
         departed = DepartedStatuses(self._keep_departed) if self._keep_departed > 0 else None
         store = StatusStore(view.cache.cache_period, departed=departed)
         self.hub.attach_statuses(store)
+        tasks = TaskEvents(self._forwarder.target, store, settle=view.cache.cache_period)
         socket = self.socket = CRISocket(
             self.paths,
             cache=view.cache,
@@ -89,7 +92,9 @@ class CRISocketSetup:
             redact_env=self._redact_env,
             statuses=store,
         )
+        socket.task_events = tasks
         socket.start()
+        tasks.start()
         self.hub.watch(view.cache)  # serve's caches read time.monotonic
         # The socket's answers come from the all view: kept within its period as the default
         # view is (an idle serve answers through a runtime restart, and the hub knows the
@@ -100,6 +105,8 @@ class CRISocketSetup:
     async def stop(self) -> None:
         """Stop the socket (the hub's clients and stream are ended by serve after it)."""
         if self.socket is not None:
+            if self.socket.task_events is not None:
+                await asyncio.to_thread(self.socket.task_events.stop)
             await self.socket.stop()
         else:
             self._forwarder.close()

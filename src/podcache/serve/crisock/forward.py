@@ -200,6 +200,11 @@ class Forwarder:
         """The runtime's endpoint, as messages name it."""
         return self._endpoint.url
 
+    @property
+    def target(self) -> Endpoint:
+        """The runtime's endpoint, parsed."""
+        return self._endpoint
+
     def count_saved(self, path: str) -> None:
         """Count a call on ``path`` answered without the runtime (``saved``)."""
         self._count(self.saved, path)

@@ -40,7 +40,7 @@ __all__ = [
     "ANSWER_MEMO_BYTES",
     "AnswerMemo",
     "containers_answer",
-    "listed_sandbox_state",
+    "listed_state",
     "normal_form",
     "sandboxes_answer",
 ]
@@ -95,17 +95,27 @@ def _pod_holding(pods: PodList, kind: int, ident: str) -> Pod | None:
     return None
 
 
-_LISTED_STATES = {ContainerState.RUNNING: 0, ContainerState.EXITED: 1}
-"""A sandbox's state in the list model as its ``PodSandboxState``: READY, NOTREADY."""
+_LISTED_STATES = (
+    {ContainerState.RUNNING: 0, ContainerState.EXITED: 1},
+    {
+        ContainerState.CREATED: 0,
+        ContainerState.RUNNING: 1,
+        ContainerState.EXITED: 2,
+        ContainerState.UNKNOWN: 3,
+    },
+)
+"""An item's state in the list model as the CRI's, by kind: a sandbox's ``PodSandboxState``
+(READY, NOTREADY), a container's ``ContainerState``."""
 
 
-def listed_sandbox_state(pods: PodList, ident: str) -> int | None:
-    """The ``PodSandboxState`` the snapshot lists for the sandbox ``ident`` (a whole ID), or
-    None when it lists no such sandbox; O(1) by the snapshot's ID table."""
-    pod = _held_as(pods, SANDBOX, ident)
+def listed_state(pods: PodList, sandbox: bool, ident: str) -> int | None:
+    """The CRI state the snapshot lists for the sandbox (else container) ``ident`` (a whole
+    ID), or None when it lists no such item; O(1) by the snapshot's ID table."""
+    kind = SANDBOX if sandbox else CONTAINER
+    pod = _held_as(pods, kind, ident)
     if pod is None:
         return None
-    return _LISTED_STATES.get(_item_of(pod, SANDBOX, ident).state)
+    return _LISTED_STATES[kind].get(_item_of(pod, kind, ident).state)
 
 
 def _candidates(

@@ -94,6 +94,33 @@ def _statuses(socket: CRISocket) -> Iterator[Metric]:
         kept_bytes.add_metric([store], size)
     yield kept
     yield kept_bytes
+    yield from _task_events(socket)
+
+
+TASK_STATES = ("following", "retrying", "unimplemented", "off")
+"""The ``state`` label of ``podcache_cri_task_events_state``."""
+
+
+def _task_events(socket: CRISocket) -> Iterator[Metric]:
+    """containerd's own events the status store follows (``taskevents``)."""
+    tasks = socket.task_events
+    now = "off" if tasks is None or tasks.state not in TASK_STATES else tasks.state
+    state = GaugeMetricFamily(
+        "podcache_cri_task_events_state",
+        "Whether serve follows containerd's own events of what changes a container's status "
+        "with no CRI event (while following, a container's kept status may outlive the period "
+        "while a listing shows it unchanged): 1 for the state it is in.",
+        labels=["state"],
+    )
+    for each in TASK_STATES:
+        state.add_metric([each], 1.0 if each == now else 0.0)
+    yield state
+    yield CounterMetricFamily(
+        "podcache_cri_task_events",
+        "containerd's own events that named a container (a resize, an OOM kill inside it): "
+        "each ended its kept status answers.",
+        value=0 if tasks is None else tasks.events,
+    )
 
 
 def cri_metrics(socket: CRISocket) -> Iterator[Metric]:

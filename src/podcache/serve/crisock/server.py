@@ -57,7 +57,7 @@ from podcache.serve.crisock.lists import (
     ANSWER_MEMO,
     AnswerMemo,
     containers_answer,
-    listed_sandbox_state,
+    listed_state,
     normal_form,
     sandboxes_answer,
 )
@@ -66,6 +66,7 @@ from podcache.serve.crisock.relay import Relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
+from podcache.serve.crisock.taskevents import TaskEvents
 from podcache.serve.eventhub import EventClient, EventHub, SubscribersFullError
 from podcache.unixsocket import BoundSocket, claim_socket_path
 
@@ -186,6 +187,9 @@ class CRISocket:
     loop. The socket's loop asks the cache's with ``run_coroutine_threadsafe`` only for a
     snapshot past the period and for an event subscription."""
 
+    task_events: TaskEvents | None = None
+    """containerd's own events for the status store (``taskevents``), once started."""
+
     def __init__(
         self,
         paths: list[str],
@@ -203,12 +207,8 @@ class CRISocket:
     ) -> None:
         self._paths = paths
         self._rewrites = answer_rewrites(redact_env=redact_env)
-        self.statuses = StatusCalls(
-            statuses or StatusStore(cache.cache_period, clock=clock),
-            forwarder,
-            self._rewrites,
-            self._sandbox_listed,
-        )
+        store = statuses or StatusStore(cache.cache_period, clock=clock)
+        self.statuses = StatusCalls(store, forwarder, self._rewrites, self._item_listed)
         """The status calls (``statuscalls``): their store and their counts."""
         self._cache = cache
         self._items = items
@@ -423,14 +423,14 @@ class CRISocket:
         except PodcacheError as error:
             raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
 
-    async def _sandbox_listed(self, ident: str, remaining: float | None) -> int | None:
-        """The sandbox's state in the all view's snapshot by the cache's rules (within the
+    async def _item_listed(self, sandbox: bool, ident: str, remaining: float | None) -> int | None:
+        """The item's state in the all view's snapshot by the cache's rules (within the
         period), for a status kept past it; None when not listed or no snapshot came."""
         try:
             pods = await self._snapshot(remaining)
         except _FailureError:
             return None
-        return listed_sandbox_state(pods, ident)
+        return listed_state(pods, sandbox, ident)
 
     def _ask_refresh_ahead(self) -> None:
         """Have the cache's loop make the ``get_pods`` call that starts the refresh-ahead (a

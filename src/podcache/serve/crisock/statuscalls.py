@@ -5,11 +5,11 @@
 1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
    the runtime's answer since which no event named the item, within the period), counted
    ``source="cache"``; after the departed (2), so is the runtime's kept NOT_FOUND of a whole
-   ID (the store's invariant 7), raised with the runtime's own details. A sandbox's
-   non-verbose answer past the period (``kept_listed``) is given while ``listed``, the all
+   ID (the store's invariant 7), raised with the runtime's own details. An answer the store
+   offers past the period (``kept_listed``) is given while ``listed``, the all
    view's snapshot by the cache's rules (within the period: at most one full listing a
-   period, shared with the list calls), shows the sandbox in the state the answer gives, and
-   the store still keeps it after that wait (no event named the sandbox meanwhile).
+   period, shared with the list calls), shows the item in the state the answer gives, and
+   the store still keeps it after that wait (no event named the item meanwhile).
 2. **Departed** (``--cri-keep-departed``): the last answer of an item deleted within the
    duration, with the time it left, counted ``source="departed"``.
 3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
@@ -61,16 +61,17 @@ class StatusAnswer(NamedTuple):
     departed: str | None = None
 
 
-Listed = Callable[[str, float | None], Awaitable[int | None]]
-"""A sandbox's ``PodSandboxState`` in a listing within the period, asked within a deadline
-(None: the socket's); None when it is not listed or no such listing came within it."""
+Listed = Callable[[bool, str, float | None], Awaitable[int | None]]
+"""An item's CRI state (a sandbox's when the first argument is true, else a container's) in
+a listing within the period, asked within a deadline (None: the socket's); None when it is
+not listed or no such listing came within it."""
 
 
 class StatusCalls:
     """Status calls answered from ``store`` or, once per key, by ``forwarder``; ``rewrites``:
     the server's answer rewrites by path (``--cri-redact-env``), applied before keeping;
-    ``listed``: sandboxes' states in a listing within the period (None: not asked, so a
-    sandbox's answer is never given past the period)."""
+    ``listed``: items' states in a listing within the period (None: not asked, so no
+    answer is given past the period)."""
 
     def __init__(
         self,
@@ -127,11 +128,11 @@ class StatusCalls:
         return StatusAnswer(data)
 
     async def _kept_listed(self, key: StatusKey, remaining: float | None) -> bytes | None:
-        """A sandbox's answer past the period that a listing within it confirms, else None."""
+        """An answer past the period that a listing within it confirms, else None."""
         held = self.store.kept_listed(key) if self._listed is not None else None
         if held is None or self._listed is None:
             return None
-        state = await self._listed(key.ident, remaining)
+        state = await self._listed(key.method == SANDBOX, key.ident, remaining)
         if state != held[1] or self.store.kept_listed(key) != held:
             return None
         return held[0]

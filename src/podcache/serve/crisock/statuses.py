@@ -22,10 +22,13 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    ``clock() - learnt <= period``: what changes a status without an event
    (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
    Two answers stand in for others: a container's kept verbose answer gives its non-verbose
-   one (the verbose answer's status alone, as the runtime answers it), and a sandbox's
-   non-verbose answer that is its status alone is offered past the period by
-   ``kept_listed``, with its state, for the caller to check against a listing within the
-   period (a sandbox's status changes only with its state).
+   one (the verbose answer's status alone, as the runtime answers it), and ``kept_listed``
+   offers an answer past the period, with its state, for the caller to check against a
+   listing within the period: a sandbox's non-verbose answer that is its status alone (a
+   sandbox's status changes only with its state), and a container's answer learnt while
+   containerd's own events were followed (``tasks_opened`` .. ``tasks_ended``, the
+   ``taskevents`` module: they name each container whose status changes with no CRI event,
+   ``task_event``, which ends its answers as a CRI event does) and followed since.
 4. **An answer that an event may have overtaken is not kept.** ``begin()`` is taken before the
    runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (each
    ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
@@ -77,6 +80,7 @@ from podcache.serve.crisock.statuswire import (
     EventFacts,
     ProtobufError,
     answer_id,
+    container_state,
     event_facts,
     info_fields,
     plain_answer,
@@ -126,10 +130,12 @@ class StatusKey(NamedTuple):
 
 
 class Ticket(NamedTuple):
-    """When an upstream call began: the stream's epoch and the last event's number."""
+    """When an upstream call began: the stream's epoch, the last event's number, and the
+    following of containerd's own events that covered it (0: none)."""
 
     epoch: int
     seq: int
+    tasks: int = 0
 
 
 @dataclass(slots=True)
@@ -141,9 +147,11 @@ class _Kept:
     stale: bool = False
     """An event named it since: never given, kept as the last known of its item (rule 9)."""
     state: int | None = None
-    """A sandbox's non-verbose answer that is its status alone: the state it gives."""
+    """The state it gives, when ``kept_listed`` may offer it past the period."""
     stamped: bool = False
     """Given with the time of the answer as its ``timestamp`` (invariant 6)."""
+    tasks: int = 0
+    """The following of containerd's own events it was learnt under (0: none)."""
 
 
 def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, bytes | None] | None:
@@ -160,6 +168,14 @@ def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, by
     except ProtobufError:
         return (plain.answer, None) if plain is not None else None
     return None
+
+
+def _listed_state(key: StatusKey, answer: bytes) -> int | None:
+    """The state a listing must show for ``answer`` to stand past the period: a container's
+    (any answer), a sandbox's non-verbose answer that is its status alone; else None."""
+    if key.method == CONTAINER:
+        return container_state(answer)
+    return None if key.verbose else sandbox_state(answer)
 
 
 @dataclass(slots=True)
@@ -205,6 +221,9 @@ class StatusStore:
         self._sandbox_of: dict[str, str] = {}  # container -> sandbox, from events
         self._last_named: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._forgotten = 0  # the newest event number dropped from _last_named
+        self._tasks = 0  # the following of containerd's own events: its number, 0 while none
+        self._tasks_count = 0
+        self._tasks_from = 0.0  # answers begun from then on are covered (taskevents rule 1)
         self.unreadable = 0
         """Events whose bytes could not be read (each ended every kept answer)."""
 
@@ -226,6 +245,30 @@ class StatusStore:
             self._open = False
             self._epoch += 1
             self._drop_all()
+
+    # -- containerd's own events (invariant 3) ----------------------------------------------
+    def tasks_opened(self, settle: float) -> None:
+        """A subscription to containerd's own events was asked; it covers answers begun
+        ``settle`` seconds from now."""
+        with self._lock:
+            self._tasks_count += 1
+            self._tasks = self._tasks_count
+            self._tasks_from = self._clock() + settle
+
+    def tasks_ended(self) -> None:
+        """The subscription ended: no answer is covered past the period any more."""
+        with self._lock:
+            self._tasks = 0
+
+    def task_event(self, ident: str) -> None:
+        """containerd says the container ``ident``'s status changed with no CRI event."""
+        with self._lock:
+            self._seq += 1
+            self._named(ident)
+
+    def _tasks_now(self) -> int:
+        """The following that covers an answer begun now (0: none)."""
+        return self._tasks if self._tasks and self._clock() >= self._tasks_from else 0
 
     def _drop_all(self) -> None:
         self._answers.clear()
@@ -255,13 +298,14 @@ class StatusStore:
             return None
 
     def kept_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
-        """A sandbox's non-verbose answer that is its status alone, kept past the period
-        (invariants 1 and 2 hold for it), and the state it gives: the caller gives it only
-        while a listing within the period shows the sandbox in that state (invariant 3).
-        Never a CRI-O answer (invariant 6): it lists containers, whose statuses change with
-        no change of the sandbox's state."""
+        """An answer kept past the period that may stand while a listing within the period
+        shows its item in the state it gives (invariant 3), and that state; invariants 1 and
+        2 hold for it. Never a CRI-O sandbox answer (invariant 6): it lists containers, whose
+        statuses change with no change of the sandbox's state."""
         held = self._givable(key)
         if held is None or held.state is None:
+            return None
+        if key.method == CONTAINER and (not held.tasks or held.tasks != self._tasks):
             return None
         return held.answer, held.state
 
@@ -303,7 +347,7 @@ class StatusStore:
     def begin(self) -> Ticket:
         """Taken before the runtime is asked (invariant 4)."""
         with self._lock:
-            return Ticket(self._epoch, self._seq)
+            return Ticket(self._epoch, self._seq, self._tasks_now())
 
     def keep(self, key: StatusKey, answer: bytes, ticket: Ticket) -> None:
         """Keep the runtime's ``answer`` for ``key``, asked at ``ticket`` (invariant 4)."""
@@ -319,7 +363,8 @@ class StatusStore:
                 if ticket.epoch == self._epoch:
                     self.sandbox_extras = parts.extras
             if not self._overtaken(ticket, ids):
-                self._put(key, answer, ids, stamp=parts is not None and parts.extras)
+                tasks = ticket.tasks
+                self._put(key, answer, ids, tasks=tasks, stamp=parts is not None and parts.extras)
 
     def overtaken(self, ticket: Ticket, key: StatusKey) -> bool:
         """Whether an event may have changed ``key``'s item since ``ticket`` (or the stream
@@ -353,18 +398,24 @@ class StatusStore:
         answer: bytes,
         ids: tuple[str, ...],
         *,
+        tasks: int = 0,
         stamp: bool = False,
         stale: bool = False,
     ) -> None:
         self._forget(key)
-        state = None
-        if key.method == SANDBOX and not key.verbose and not stamp:
-            try:
-                state = sandbox_state(answer)
-            except ProtobufError:
-                return
+        try:
+            state = None if stamp else _listed_state(key, answer)
+        except ProtobufError:
+            return
         self._answers[key] = _Kept(
-            answer, self._clock(), self._epoch, ids, stale=stale, state=state, stamped=stamp
+            answer,
+            self._clock(),
+            self._epoch,
+            ids,
+            stale=stale,
+            state=state,
+            stamped=stamp,
+            tasks=tasks,
         )
         self._bytes += len(answer)
         for each in ids:
@@ -487,4 +538,5 @@ class StatusStore:
         ids: tuple[str, ...] = (ident,)
         if method == CONTAINER and self._sandbox_of.get(ident):
             ids = (ident, self._sandbox_of[ident])
-        self._put(StatusKey(method, ident, False), status_answer(status), ids, stale=stale)
+        key = StatusKey(method, ident, False)
+        self._put(key, status_answer(status), ids, tasks=self._tasks_now(), stale=stale)

@@ -14,7 +14,8 @@ What the CRI socket's status answers need of the wire (docs/architecture.md §10
 - ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes;
   ``plain_answer``: a verbose answer's status as the non-verbose answer;
 - ``sandbox_state``: a non-verbose ``PodSandboxStatus`` answer's state, when the answer is
-  its status alone (containerd's shape), else None.
+  its status alone (containerd's shape), else None; ``container_state``: any status
+  answer's state.
 - ``sandbox_parts``: a ``PodSandboxStatus`` answer without its ``timestamp`` (field 4), whether
   it carried CRI-O's evented fields (``containers_statuses``, field 3, or ``timestamp``), and
   the IDs of the containers it lists; ``stamped``: such an answer with a ``timestamp`` again.
@@ -36,6 +37,7 @@ __all__ = [
     "SandboxParts",
     "StatusRequest",
     "answer_id",
+    "container_state",
     "event_facts",
     "info_fields",
     "plain_answer",
@@ -186,10 +188,21 @@ def sandbox_state(answer: bytes) -> int | None:
     is its status alone (field 1, nothing else: no ``info``, ``containers_statuses`` or
     ``timestamp``); None for any other answer. ``ProtobufError`` for unreadable bytes."""
     fields = _fields(answer)
-    if len(fields) != 1 or fields[0][0] != 1 or not isinstance(fields[0][2], bytes):
+    if len(fields) != 1:
         return None
-    state = 0  # proto3's default: SANDBOX_READY
-    for number, kind, value in _fields(fields[0][2]):
+    return container_state(answer)
+
+
+def container_state(answer: bytes) -> int | None:
+    """The state (field 3) of the status (field 1) a status answer carries, verbose or not:
+    a ``ContainerState`` (0 CREATED, 1 RUNNING, 2 EXITED, 3 UNKNOWN) or a
+    ``PodSandboxState``; None when it carries no status or a state that is not a varint.
+    ``ProtobufError`` for unreadable bytes."""
+    statuses = [v for n, _, v in _fields(answer) if n == 1]
+    if len(statuses) != 1 or not isinstance(statuses[0], bytes):
+        return None
+    state = 0  # proto3's default
+    for number, kind, value in _fields(statuses[0]):
         if number == 3:
             if kind != _VARINT or not isinstance(value, int):
                 return None
