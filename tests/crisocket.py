@@ -90,3 +90,22 @@ def subscriptions(client: Client) -> Subscriptions:
         int(float(counters["podcache_event_resubscriptions_total"])),
         int(float(counters["podcache_cri_event_subscriptions_total"])),
     )
+
+
+class TaskEvents(NamedTuple):
+    """serve's following of containerd's own events, as /metrics shows it."""
+
+    state: str
+    """following, retrying, unimplemented or off."""
+    events: int
+    """Events that named a container."""
+
+
+def task_events(client: Client) -> TaskEvents:
+    """serve's following of containerd's own events now, from its /metrics."""
+    text = client.get("/metrics").body.decode()
+    (state,) = re.findall(
+        r'^podcache_cri_task_events_state\{state="(\w+)"\} 1\.0$', text, re.MULTILINE
+    )
+    (events,) = re.findall(r"^podcache_cri_task_events_total (\S+)$", text, re.MULTILINE)
+    return TaskEvents(state, int(float(events)))

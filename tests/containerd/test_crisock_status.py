@@ -27,7 +27,7 @@ from tests.containerd.conftest import EVENT_VERSIONS, Containerd
 from tests.containerd.harness import EXITING_COMMAND, ContainerRecord, CRIHarness, SandboxRecord
 from tests.containerd.test_crisock import Sides as Served
 from tests.containerd.test_crisock import Socket, serve_socket, until
-from tests.crisocket import EventWatcher
+from tests.crisocket import EventWatcher, task_events
 from tests.serve.conftest import Client, ServeProcess
 
 pytestmark = [pytest.mark.containerd, pytest.mark.timeout(300)]
@@ -56,20 +56,6 @@ def keeping(containerd: Containerd) -> Iterator[Served]:
 def _metrics(http: Client) -> bytes:
     body: bytes = http.get("/metrics").body
     return body
-
-
-def _task_events(served: Served) -> float:
-    for line in _metrics(served.http).decode().splitlines():
-        if line.startswith("podcache_cri_task_events_total "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no podcache_cri_task_events_total")
-
-
-def _task_events_state(served: Served) -> str:
-    for line in _metrics(served.http).decode().splitlines():
-        if line.startswith("podcache_cri_task_events_state{") and line.endswith(" 1.0"):
-            return line.split('"')[1]
-    raise AssertionError("no podcache_cri_task_events_state")
 
 
 def _from_cache(served: Served, method: str) -> float:
@@ -178,7 +164,7 @@ def _changed_without_event(
     request = _container(app.id, verbose=True)
     before = served.proxy.call("ContainerStatus", request)
     assert served.proxy.call("ContainerStatus", request) == before  # kept
-    task_events = _task_events(served)
+    seen_task_events = task_events(served.http).events
     seen = len(watcher.events)
     change()
     theirs = served.direct.call("ContainerStatus", request)
@@ -192,7 +178,8 @@ def _changed_without_event(
     watcher.wait_for(marker.id, pb.CONTAINER_CREATED_EVENT)
     named = [e for e in watcher.events[seen:] if e.container_id == app.id]
     assert named == [], [(e.container_event_type, list(e.containers_statuses)) for e in named]
-    until(lambda: _task_events(served) > task_events)  # the change's comes before the marker's
+    # the change's event comes before the marker's
+    until(lambda: task_events(served.http).events > seen_task_events)
     after = served.proxy.call("ContainerStatus", request)
     assert _same(after, theirs, pb.ContainerStatusResponse)
     return pb.ContainerStatusResponse.FromString(after)
@@ -314,7 +301,7 @@ def _container_past_the_period(served: Served, container: str) -> bool:
     """While serve follows containerd's own events, a container's answer learnt after the
     subscription settled outlives the period (the listing shows it RUNNING still), equal to
     containerd's."""
-    until(lambda: _task_events_state(served) == "following")
+    until(lambda: task_events(served.http).state == "following")
     _past_the_period(time.monotonic())  # the subscription's settle (taskevents rule 1)
     request = _container(container, verbose=True)
     served.proxy.call("ContainerStatus", request)

@@ -24,6 +24,7 @@ import pytest
 from podcache.cri.proto import api_pb2 as pb
 from podcache.sim import SimRuntime
 from podcache.sim.population import SimSandboxState
+from tests.crisocket import task_events
 from tests.serve.conftest import Client, ServeProcess, free_port
 from tests.serve.test_crisock import Socket, until
 from tests.serve.test_crisock_status import (
@@ -118,7 +119,7 @@ def test_on_cri_o_a_containers_answer_past_the_period_is_asked_of_the_runtime(
     """CRI-O has no Events service of containerd's, and a container's status may change
     with no CRI event: past the period its answer is asked of the runtime again."""
     proxy, _ = sockets
-    until(lambda: _task_events_state(served) == "unimplemented")
+    until(lambda: task_events(served.client).state == "unimplemented")
     _, _, container = _ready_pod(served.sim)
     asked = [_request(CONTAINER, container, verbose) for verbose in (False, True)]
     for request in asked:
@@ -167,20 +168,6 @@ def test_a_containers_plain_answer_is_its_verbose_answers_status(
     assert not pb.ContainerStatusResponse.FromString(plain).info
 
 
-def _task_events_state(served: Served) -> str:
-    for line in _metrics(served.client).decode().splitlines():
-        if line.startswith("podcache_cri_task_events_state{") and line.endswith(" 1.0"):
-            return line.split('"')[1]
-    raise AssertionError("no podcache_cri_task_events_state in /metrics")
-
-
-def _task_events(served: Served) -> float:
-    for line in _metrics(served.client).decode().splitlines():
-        if line.startswith("podcache_cri_task_events_total "):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no podcache_cri_task_events_total in /metrics")
-
-
 @pytest.mark.parametrize("flavor", ["containerd"])
 @pytest.mark.parametrize("verbose", [False, True], ids=["plain", "verbose"])
 def test_a_containers_answer_past_the_period_comes_from_the_cache_while_task_events_follow(
@@ -191,7 +178,7 @@ def test_a_containers_answer_past_the_period_comes_from_the_cache_while_task_eve
     naming it (a resize, an OOM kill inside it) ends it, and the runtime is asked again."""
     proxy, direct = sockets
     sim = served.sim
-    until(lambda: _task_events_state(served) == "following")
+    until(lambda: task_events(served.client).state == "following")
     _past_the_period(time.monotonic())  # the subscription's settle (taskevents rule 1)
     _, _, container = _ready_pod(sim)
     asked = _request(CONTAINER, container, verbose)
@@ -205,8 +192,8 @@ def test_a_containers_answer_past_the_period_comes_from_the_cache_while_task_eve
     assert pb.ContainerStatusResponse.FromString(again) == (
         pb.ContainerStatusResponse.FromString(direct.call(CONTAINER, asked))
     )
-    seen = _task_events(served)
+    seen = task_events(served.client).events
     assert sim.send_task_events("/containers/update", [container]) == 1
-    until(lambda: _task_events(served) == seen + 1)
+    until(lambda: task_events(served.client).events == seen + 1)
     proxy.call(CONTAINER, asked)
     assert _answers(served, "ContainerStatus", "upstream") == upstream + 1

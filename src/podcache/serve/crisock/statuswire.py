@@ -40,6 +40,7 @@ __all__ = [
     "container_state",
     "event_facts",
     "info_fields",
+    "message_fields",
     "plain_answer",
     "sandbox_parts",
     "sandbox_state",
@@ -75,7 +76,7 @@ class EventFacts(NamedTuple):
     container_statuses: tuple[tuple[str, bytes], ...]
 
 
-def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+def message_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     """Each field of one message as (number, wire type, value: an int, or a length-delimited
     body's bytes)."""
     found: list[tuple[int, int, int | bytes]] = []
@@ -117,7 +118,7 @@ def _id_of(status: bytes) -> str:
         if start + length <= len(status) and _no_more_ids(status, start + length):
             return _text(status[start : start + length], "a status's id")
     ident = ""
-    for number, _, value in _fields(status):
+    for number, _, value in message_fields(status):
         if number == 1:
             ident = _text(value, "a status's id")
     return ident
@@ -137,7 +138,7 @@ def status_request(data: bytes) -> StatusRequest | None:
     those two fields (unknown fields are ignored, as the runtime ignores them)."""
     ident, verbose = "", False
     try:
-        for number, kind, value in _fields(data):
+        for number, kind, value in message_fields(data):
             if number == 1:
                 ident = _text(value, "the request's ID")
             elif number == 2 and kind == _VARINT:
@@ -154,7 +155,7 @@ def event_facts(data: bytes) -> EventFacts:
     container_id, kind, created_at = "", 0, 0
     sandbox_id, sandbox_status = "", None
     statuses: list[tuple[str, bytes]] = []
-    for number, _, value in _fields(data):
+    for number, _, value in message_fields(data):
         if number == 1:
             container_id = _text(value, "the event's container_id")
         elif number in (2, 3) and isinstance(value, int):
@@ -177,7 +178,7 @@ def status_answer(status: bytes) -> bytes:
 def plain_answer(answer: bytes) -> bytes:
     """The non-verbose answer of the same status as ``answer`` (its field 1 alone);
     ``ProtobufError`` when it carries no status."""
-    for number, _, value in _fields(answer):
+    for number, _, value in message_fields(answer):
         if number == 1 and isinstance(value, bytes):
             return status_answer(value)
     raise ProtobufError("the answer carries no status")
@@ -187,7 +188,7 @@ def sandbox_state(answer: bytes) -> int | None:
     """The ``PodSandboxState`` (0 READY, 1 NOTREADY) of a ``PodSandboxStatusResponse`` that
     is its status alone (field 1, nothing else: no ``info``, ``containers_statuses`` or
     ``timestamp``); None for any other answer. ``ProtobufError`` for unreadable bytes."""
-    fields = _fields(answer)
+    fields = message_fields(answer)
     if len(fields) != 1:
         return None
     return container_state(answer)
@@ -198,11 +199,11 @@ def container_state(answer: bytes) -> int | None:
     a ``ContainerState`` (0 CREATED, 1 RUNNING, 2 EXITED, 3 UNKNOWN) or a
     ``PodSandboxState``; None when it carries no status or a state that is not a varint.
     ``ProtobufError`` for unreadable bytes."""
-    statuses = [v for n, _, v in _fields(answer) if n == 1]
+    statuses = [v for n, _, v in message_fields(answer) if n == 1]
     if len(statuses) != 1 or not isinstance(statuses[0], bytes):
         return None
     state = 0  # proto3's default
-    for number, kind, value in _fields(statuses[0]):
+    for number, kind, value in message_fields(statuses[0]):
         if number == 3:
             if kind != _VARINT or not isinstance(value, int):
                 return None
@@ -235,7 +236,7 @@ def info_fields(answer: bytes) -> bytes:
 
 def answer_id(answer: bytes) -> str:
     """The ID the answer's status (field 1) names; ``ProtobufError`` when it names none."""
-    for number, _, value in _fields(answer):
+    for number, _, value in message_fields(answer):
         if number == 1 and isinstance(value, bytes):
             ident = _id_of(value)
             if ident:

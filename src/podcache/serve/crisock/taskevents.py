@@ -37,7 +37,8 @@ from typing import Any
 import grpc
 
 from podcache.cri.endpoint import Endpoint
-from podcache.cri.wire.protobuf import ProtobufError, read_varint, varint
+from podcache.cri.wire.protobuf import ProtobufError, varint
+from podcache.serve.crisock.statuswire import message_fields
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
@@ -74,28 +75,8 @@ def subscribe_request() -> bytes:
 
 def _length_fields(data: bytes) -> dict[int, bytes]:
     """The last value of each length-delimited field of one message (protobuf's last-wins);
-    other wire types are passed over; ``ProtobufError`` for bytes that are not a message."""
-    found: dict[int, bytes] = {}
-    pos, end = 0, len(data)
-    while pos < end:
-        tag, pos = read_varint(data, pos)
-        number, kind = tag >> 3, tag & 7
-        if number == 0:
-            raise ProtobufError("field number 0")
-        if kind == 0:
-            _, pos = read_varint(data, pos)
-        elif kind == _LEN:
-            length, pos = read_varint(data, pos)
-            if pos + length > end:
-                raise ProtobufError(f"field {number} runs past the message's end")
-            found[number], pos = data[pos : pos + length], pos + length
-        elif kind in (1, 5):
-            pos += 8 if kind == 1 else 4
-        else:
-            raise ProtobufError(f"wire type {kind} in field {number}")
-        if pos > end:
-            raise ProtobufError(f"field {number} runs past the message's end")
-    return found
+    ``ProtobufError`` for bytes that are not a message."""
+    return {n: v for n, kind, v in message_fields(data) if kind == _LEN and isinstance(v, bytes)}
 
 
 def named_container(envelope: bytes) -> str | None:
