@@ -197,9 +197,10 @@ def _literal(name: str, value: str) -> bytes:
     return bytes([0, len(name)]) + name.encode() + bytes([len(value)]) + value.encode()
 
 
-def _never_reading(path: str, method: str, streams: int) -> sockets.socket:
+def _never_reading(path: str, method: str, streams: int, window: int = 0) -> sockets.socket:
     """A connection that opens ``streams`` calls of ``method`` (an empty request each) and
-    never reads a byte."""
+    never reads a byte; ``window``: its flow-control windows, the connection's and each
+    stream's (0: HTTP/2's 65,535 bytes)."""
     peer = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
     peer.setsockopt(sockets.SOL_SOCKET, sockets.SO_RCVBUF, 4096)
     peer.connect(path)
@@ -215,12 +216,69 @@ def _never_reading(path: str, method: str, streams: int) -> sockets.socket:
         ]
     )
     # The preface, our SETTINGS, the acknowledgement of the server's (sent unread), the calls.
-    sent = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b"") + _frame(4, 1, 0, b"")
+    settings = (4).to_bytes(2, "big") + window.to_bytes(4, "big") if window else b""
+    sent = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, settings) + _frame(4, 1, 0, b"")
+    if window:  # SETTINGS_INITIAL_WINDOW_SIZE above, WINDOW_UPDATE of the connection here
+        sent += _frame(8, 0, 0, (window - 65535).to_bytes(4, "big"))
     for index in range(streams):
         stream = 2 * index + 1
         sent += _frame(1, 4, stream, headers) + _frame(0, 1, stream, b"\0\0\0\0\0")
     peer.sendall(sent)
     return peer
+
+
+def test_a_connection_that_does_not_read_stops_its_own_relay_and_no_other(
+    served: Served, sim: SimRuntime
+) -> None:
+    # 8 streamed listings (~500 KiB each) with windows that let the server send them all: far
+    # past what the relay holds and the socket buffers take, so only backpressure through the
+    # relay, to gRPC's socket, keeps gRPC from completing them (relay rule 4).
+    listing = _own(served.path)
+    whole = sum(
+        len(message) + 5  # each message's 5-byte gRPC prefix
+        for message in listing.channel.unary_stream(
+            _RS + "StreamContainers",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )(b"", timeout=SAFETY)
+    )
+    listing.close()
+    until(lambda: _metric(served, "podcache_cri_calls_in_flight") == 0)
+    attacker = _never_reading(served.path, _RS + "StreamContainers", 8, window=1 << 30)
+    try:
+        until(lambda: _metric(served, "podcache_cri_calls_in_flight") == 8)
+        answers = _victim_answers(served, sim, 5)
+        assert all(len(pb.ListPodSandboxResponse.FromString(a).items) == 1 for a in answers)
+        # ... while gRPC still holds every listing unsent: the relay stopped reading it.
+        assert _metric(served, "podcache_cri_calls_in_flight") == 8
+        # Once the attacker reads, its relay resumes: every listing arrives whole.
+        assert _data_until_ended(attacker, 8) == dict.fromkeys(range(1, 16, 2), whole)
+    finally:
+        attacker.close()
+    until(lambda: _metric(served, "podcache_cri_calls_in_flight") == 0)
+
+
+def _data_until_ended(peer: sockets.socket, streams: int) -> dict[int, int]:
+    """Read ``peer`` until ``streams`` streams ended: each stream's DATA bytes."""
+    peer.settimeout(SAFETY)
+    data: dict[int, int] = {}
+    ended: set[int] = set()
+    received = b""
+    while True:
+        while len(received) >= 9 and len(received) >= 9 + int.from_bytes(received[:3], "big"):
+            length, kind, flags = int.from_bytes(received[:3], "big"), received[3], received[4]
+            stream = int.from_bytes(received[5:9], "big")
+            assert kind != 3, "a stream was reset"
+            if kind == 0:
+                data[stream] = data.get(stream, 0) + length
+            if kind in (0, 1) and flags & 1:
+                ended.add(stream)
+            received = received[9 + length :]
+        if len(ended) == streams:
+            return data
+        chunk = peer.recv(1 << 20)
+        assert chunk, "closed before the streams ended"
+        received += chunk
 
 
 # -- finding 5: a subscriber cut off frees its place at once -----------------------------------

@@ -16,8 +16,10 @@ on a socket in a directory only podcache's user can enter. Rules:
    open, when that one holds more than the opening one: its calls end (CANCELLED at its
    client) and the new call is answered. So clients that open many calls, on however many
    connections, can hold gRPC's bound only against each other.
-4. **Bytes are relayed as they come**, both ways, each write awaited: a client that does not
-   read stops its own connection's relay, and no other.
+4. **Bytes are relayed as they come**, both ways, each read written to the other side at
+   once; while a side holds more than ``_CHUNK`` bytes unwritten (its reader does not read),
+   the other side is not read: a client that does not read stops its own connection's
+   relay, and no other.
 5. **Frames are read by their 9-byte headers only** (the client's 24-byte preface first), never
    their payloads (no HPACK): a client's HEADERS on a stream it never used opens a call; the
    server's END_STREAM on it completes it; a RST_STREAM either way ends it.
@@ -32,6 +34,7 @@ import contextlib
 import socket
 import time
 from collections.abc import Callable
+from typing import cast
 
 from podcache.cri.wire import frames
 
@@ -43,13 +46,15 @@ _HEAD = frames.HEAD_BYTES
 _HEADERS, _DATA, _RST_STREAM = frames.HEADERS, frames.DATA, frames.RST_STREAM
 _END_STREAM = frames.END_STREAM
 _CHUNK = 32 * 1024
-"""Bytes read at once from either side, and written ahead of a side that does not read: a
-connection holds at most about 4 times this in podcache's memory (two directions, a chunk and
-a write buffer each), 128 KiB; 1,024 stalled connections 128 MiB at most."""
+"""Bytes read at once from either side (into the relay's one buffer, copied out at once), and
+written ahead of a side that does not read before the other side's reading stops: a
+connection holds at most about 4 times this in podcache's memory (two directions, a write
+buffer each and the last read written past its bound), 128 KiB; 1,024 stalled connections
+128 MiB at most."""
 
 
 class _Frames:
-    """Frame headers read out of one direction's bytes, chunk by chunk (rule 4)."""
+    """Frame headers read out of one direction's bytes, chunk by chunk (rule 5)."""
 
     __slots__ = ("_head", "_on_frame", "_skip")
 
@@ -82,14 +87,14 @@ class _Connection:
     def __init__(
         self,
         accepted: float,
-        task: asyncio.Task[None] | None,
+        end: Callable[[], None] | None,
         on_change: Callable[[_Connection, int], None],
     ) -> None:
         self.open: set[int] = set()
         self.completed = 0
         self.idle_since = accepted
         self.last_stream = 0
-        self.task = task
+        self.end = end  # closes both its sides (None: nothing to close)
         self.closed = False
         self._on_change = on_change  # told of each call opened (+1) and ended (-1)
 
@@ -125,10 +130,96 @@ class _Connection:
             self.open.clear()
 
     def close(self) -> None:
-        """End the connection: its calls stop counting now, the relay's task ends it."""
+        """End the connection: its calls stop counting, both its sides are closed now."""
         self.release()
-        if self.task is not None:
-            self.task.cancel()
+        if self.end is not None:
+            self.end()
+
+
+class _Side(asyncio.BufferedProtocol):
+    """One socket of a relayed connection (the client's or gRPC's): what it reads is counted
+    by ``frames`` and written to ``peer``'s socket (rule 4). While this socket's write buffer
+    is past ``_CHUNK`` (its reader is not reading), the peer's socket is not read."""
+
+    def __init__(self, frames: _Frames, link: _Link, buffer: memoryview) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Side | None = None  # None until both sides are connected: not read till then
+        self._frames = frames
+        self._link = link
+        self._buffer = buffer  # the relay's, every side's: each read is copied out at once
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.transport.set_write_buffer_limits(high=_CHUNK)
+        if self._link.ended:
+            self.transport.abort()
+        elif self.peer is None:
+            self.transport.pause_reading()
+
+    def get_buffer(self, _sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self._buffer[:nbytes])  # the transport may keep what it cannot send now
+        self._frames.feed(data)
+        peer = self.peer
+        if peer is not None and peer.transport is not None and not peer.transport.is_closing():
+            peer.transport.write(data)
+
+    def pause_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def eof_received(self) -> bool:
+        self._link.end()
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._link.end()
+
+
+class _Link:
+    """Both sides of one client's connection, ended together: either side closing, the
+    connection closed (rules 1-3), or gRPC's socket not reached."""
+
+    def __init__(
+        self,
+        connection: _Connection,
+        timer: asyncio.TimerHandle,
+        forget: Callable[[_Connection], None],
+        buffer: memoryview,
+    ) -> None:
+        self._connection = connection
+        self._timer = timer
+        self._forget = forget  # no longer counted among the relay's connections
+        self.ended = False
+        self.client = _Side(_Frames(_PREFACE, connection.client_frame), self, buffer)
+        self.server = _Side(_Frames(0, connection.server_frame), self, buffer)
+        self.opening: asyncio.Task[None] | None = None
+
+    def connect(self) -> None:
+        """Both sides are connected: bytes flow both ways from now on."""
+        self.server.peer, self.client.peer = self.client, self.server
+        for side in (self.client, self.server):
+            if side.transport is not None:
+                side.transport.resume_reading()
+
+    def end(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self._timer.cancel()
+        self._connection.release()
+        self._forget(self._connection)
+        if self.opening is not None:
+            self.opening.cancel()
+        for side in (self.client, self.server):
+            if side.transport is not None:
+                side.transport.abort()
 
 
 class Relay:
@@ -144,6 +235,7 @@ class Relay:
         self._calls = 0
         self._connections: dict[_Connection, None] = {}  # in the order they came
         self._servers: list[asyncio.AbstractServer] = []
+        self._buffer = memoryview(bytearray(_CHUNK))  # every side's reads, on the one loop
         self.evicted = 0
         """Idle connections closed to admit a new one (rule 1)."""
         self.refused = 0
@@ -155,7 +247,8 @@ class Relay:
 
     async def serve(self, listening: socket.socket) -> None:
         """Accept on ``listening`` (bound and listening) from now on."""
-        server = await asyncio.start_unix_server(self._accepted, sock=listening, limit=_CHUNK)
+        loop = asyncio.get_running_loop()
+        server = await loop.create_unix_server(self._accepted, sock=listening)
         self._servers.append(server)
 
     def _admit(self) -> bool:
@@ -171,28 +264,37 @@ class Relay:
         self.evicted += 1
         return True
 
-    async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _accepted(self) -> asyncio.BaseProtocol:
+        """The protocol of a connection accepted: its client's side, or a refusal (rule 1)."""
         if not self._admit():
-            writer.close()
-            return
-        connection = _Connection(time.monotonic(), asyncio.current_task(), self._counted)
+            return _Refused()
+        loop = asyncio.get_running_loop()
+        connection = _Connection(time.monotonic(), None, self._counted)
         self._connections[connection] = None
-        timer = asyncio.get_running_loop().call_later(self._handshake, self._judge, connection)
-        upstream: asyncio.StreamWriter | None = None
+        timer = loop.call_later(self._handshake, self._judge, connection)
+        link = _Link(connection, timer, self._forget, self._buffer)
+        connection.end = link.end
+        link.opening = loop.create_task(self._open(link))
+        return link.client
+
+    async def _open(self, link: _Link) -> None:
+        """Connect ``link``'s server side to gRPC's socket; not reached, the link ends."""
         try:
-            up_reader, upstream = await asyncio.open_unix_connection(self._target, limit=_CHUNK)
-            client = _Frames(_PREFACE, connection.client_frame)
-            server = _Frames(0, connection.server_frame)
-            await _either(_pump(reader, upstream, client), _pump(up_reader, writer, server))
-        except (OSError, asyncio.CancelledError):
-            pass  # a side went away, or the connection was closed (rules 1, 2)
-        finally:
-            timer.cancel()
-            connection.release()
-            self._connections.pop(connection, None)
-            for side in (writer, upstream):
-                if side is not None:
-                    side.transport.abort()
+            transport, _ = await asyncio.get_running_loop().create_unix_connection(
+                lambda: link.server, self._target
+            )
+        except OSError:
+            link.opening = None
+            link.end()
+            return
+        link.opening = None
+        if link.ended:
+            transport.abort()
+        else:
+            link.connect()
+
+    def _forget(self, connection: _Connection) -> None:
+        self._connections.pop(connection, None)
 
     def _counted(self, connection: _Connection, change: int) -> None:
         """A connection's calls changed by ``change``; rule 3 when one opened."""
@@ -238,24 +340,8 @@ class Relay:
                 await server.wait_closed()
 
 
-async def _pump(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frames: _Frames
-) -> None:
-    writer.transport.set_write_buffer_limits(high=_CHUNK)
-    while data := await reader.read(_CHUNK):
-        frames.feed(data)
-        writer.write(data)
-        await writer.drain()
+class _Refused(asyncio.Protocol):
+    """A connection refused at the bound (rule 1): closed as soon as it is made."""
 
-
-async def _either(*pumps: object) -> None:
-    """Run both directions until either ends (its side closed); the other is cancelled."""
-    tasks = [asyncio.ensure_future(pump) for pump in pumps]  # type: ignore[call-overload]
-    try:
-        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            task.exception()  # retrieved: a side's error ends the connection as its close does
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.close()
