@@ -31,12 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any
 
 import grpc
-from plumbing import simulator, stop, wait_listening
+from plumbing import serve_cri, simulator
 
 from podcache.cri.proto import api_pb2 as pb
 
@@ -86,24 +85,10 @@ def answers_by_source(http_path: str) -> dict[str, float]:
     return out
 
 
-@contextmanager
-def serve(python: str, endpoint: str, path: str) -> Iterator[subprocess.Popen[str]]:
+def serve(python: str, endpoint: str, path: str) -> Any:
     """``podcache serve --cri-listen PATH`` run by ``python`` (a checkout's venv) over
-    ``endpoint``, its HTTP on ``PATH.http``; yields once it says it listens."""
-    proc = subprocess.Popen(
-        [
-            *(python, "-m", "podcache.serve", "-r", endpoint, "--cache-period", "1m"),
-            *("--listen", f"unix:{path}.http", "--cri-listen", path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_listening(proc)
-        yield proc
-    finally:
-        stop(proc)
+    ``endpoint`` with a period no call outlives, its HTTP on ``PATH.http``."""
+    return serve_cri(endpoint, path, "--cache-period", "1m", python=python)
 
 
 class Target:

@@ -86,12 +86,15 @@ def wait_listening(proc: subprocess.Popen[str], what: str = "podcache serve") ->
 
 
 @contextmanager
-def serve_cri(endpoint: str, socket_path: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
+def serve_cri(
+    endpoint: str, socket_path: str, *extra: str, python: str = sys.executable
+) -> Iterator[subprocess.Popen[str]]:
     """``podcache serve --cri-listen SOCKET_PATH`` (its HTTP on ``SOCKET_PATH.http``) over
-    ``endpoint`` with ``extra`` arguments; yields once it says it listens."""
+    ``endpoint`` with ``extra`` arguments, run by ``python`` (another checkout's venv for a
+    baseline); yields once it says it listens."""
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "podcache.serve", "-r", endpoint),
+            *(python, "-m", "podcache.serve", "-r", endpoint),
             *("--listen", f"unix:{socket_path}.http", "--cri-listen", socket_path, *extra),
         ],
         stdout=subprocess.DEVNULL,
