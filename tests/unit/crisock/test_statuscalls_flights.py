@@ -105,3 +105,36 @@ def test_a_prefix_is_not_joined_across_any_event() -> None:
         await second
 
     asyncio.run(scenario())
+
+
+def test_a_plain_caller_joins_the_verbose_call_in_the_air_and_takes_its_status() -> None:
+    async def scenario() -> None:
+        _, fake, calls = _setup()
+        plain = pb.ContainerStatusRequest(container_id=IDS[0]).SerializeToString()
+        verbose = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await _calls_reach(fake, 1)
+        joined = asyncio.create_task(calls.answer(PATH, plain, None))
+        await asyncio.sleep(0)
+        fake.calls[0].set_result(answer(IDS[0], 3, True))
+        assert (await verbose).data == answer(IDS[0], 3, True)
+        assert (await joined).data == answer(IDS[0], 3, False)  # the status alone
+        assert len(fake.calls) == 1
+
+    asyncio.run(scenario())
+
+
+def test_a_plain_caller_told_of_an_event_does_not_join_a_verbose_call_begun_before_it() -> None:
+    async def scenario() -> None:
+        store, fake, calls = _setup()
+        plain = pb.ContainerStatusRequest(container_id=IDS[0]).SerializeToString()
+        verbose = asyncio.create_task(calls.answer(PATH, ASKED, None))
+        await _calls_reach(fake, 1)
+        store.event(event(IDS[0], pb.CONTAINER_STOPPED_EVENT, statuses=[]))
+        after = asyncio.create_task(calls.answer(PATH, plain, None))
+        await _calls_reach(fake, 2)
+        fake.calls[0].set_result(answer(IDS[0], 0, True))
+        fake.calls[1].set_result(answer(IDS[0], 137, False))
+        await verbose
+        assert (await after).data == answer(IDS[0], 137, False)
+
+    asyncio.run(scenario())

@@ -16,7 +16,9 @@
    verbose); every call for the same key that arrives meanwhile waits for that one call's
    outcome within its own deadline (``saved``), whatever deadline it has, unless an event
    named the item since that call began (the store's ``overtaken``): its answer may predate
-   the event the caller was told of, so a new call begins, and later callers join that one;
+   the event the caller was told of, so a new call begins, and later callers join that one.
+   A container's plain call with no flight of its own joins the verbose flight for the same
+   ID (same rule) and takes its answer's status;
    the call itself has the socket's ``timeout`` (rule 3 of ``forward`` is kept for everything
    else), and runs to its end when its callers leave, so that the next one finds its answer. Counted
    ``source="upstream"`` for each caller it answers.
@@ -38,7 +40,7 @@ import grpc
 
 from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore, Ticket
-from podcache.serve.crisock.statuswire import status_request
+from podcache.serve.crisock.statuswire import ProtobufError, plain_answer, status_request
 
 __all__ = ["DEPARTED_TRAILER", "SOURCES", "StatusAnswer", "StatusCalls", "status_method"]
 
@@ -153,10 +155,11 @@ class StatusCalls:
         self, path: str, key: StatusKey, request: bytes, remaining: float | None
     ) -> bytes:
         """The key's one flight's answer: joined, or begun here (also when the one in the air
-        began before an event that named the item)."""
-        flying = self._flights.get(key)
-        if flying is not None and not self.store.overtaken(flying[1], key):
-            flight = flying[0]
+        began before an event that named the item). A container's plain call joins its
+        verbose flight when it has none of its own: the verbose answer's status is the plain
+        answer (as the store's invariant 3 gives a kept one)."""
+        flight, derived = self._joinable(key)
+        if flight is not None:
             self._forwarder.count_saved(path)
         else:
             loop = asyncio.get_running_loop()
@@ -168,13 +171,34 @@ class StatusCalls:
             task.add_done_callback(self._tasks.discard)
         try:
             async with asyncio.timeout(remaining):
-                return await asyncio.shield(flight)
+                data = await asyncio.shield(flight)
         except TimeoutError:
             raise UpstreamError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"podcache: the runtime at {self._forwarder.endpoint} did not answer "
                 f"{key.method} within the deadline ({remaining:g}s)",
             ) from None
+        if not derived:
+            return data
+        try:
+            return plain_answer(data)
+        except ProtobufError:
+            raise UpstreamError(
+                grpc.StatusCode.INTERNAL,
+                f"podcache: the runtime at {self._forwarder.endpoint} answered a verbose "
+                f"{key.method} with no status",
+            ) from None
+
+    def _joinable(self, key: StatusKey) -> tuple[asyncio.Future[bytes] | None, bool]:
+        """The flight a caller for ``key`` may join (None: none), and whether it is the
+        verbose flight of a plain container call, whose answer's status is the caller's."""
+        for each in (key, key._replace(verbose=True)):
+            flying = self._flights.get(each)
+            if flying is not None and not self.store.overtaken(flying[1], key):
+                return flying[0], each != key
+            if key.method != CONTAINER or key.verbose:
+                break
+        return None, False
 
     async def _fly(
         self,
