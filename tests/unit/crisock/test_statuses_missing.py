@@ -27,7 +27,8 @@ def test_a_not_found_is_given_until_the_period_passes() -> None:
     store, clock = _store()
     store.keep_missing(KEY, NOT_FOUND, store.begin())
     assert store.missing(KEY) == NOT_FOUND
-    assert store.missing(StatusKey(CONTAINER, SANDBOX_ID, True)) is None  # its own key only
+    assert store.missing(StatusKey(CONTAINER, SANDBOX_ID, True)) == NOT_FOUND  # either verbosity
+    assert store.missing(StatusKey(SANDBOX, SANDBOX_ID, False)) is None  # its own method only
     clock.now += PERIOD
     assert store.missing(KEY) == NOT_FOUND
     clock.now += 0.001

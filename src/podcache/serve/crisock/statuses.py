@@ -55,7 +55,9 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    runtime's NOT_FOUND for a whole ID (``WHOLE_ID`` characters: an agent asks
    ``ContainerStatus`` of a sandbox event's ID, which the runtime does not know as a
    container) under invariants 1, 3 and 4, and an event naming the ID drops it, as any kept
-   answer; ``missing`` gives it. At most ``MAX_MISSING``, the oldest first.
+   answer; ``missing`` gives it, also for the same call of the other verbosity (a runtime
+   does not find an ID more or less for ``verbose``: containerd, CRI-O and the simulator
+   give one message). At most ``MAX_MISSING``, the oldest first.
 
 Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
 statuses it carries + the answers it drops); ``keep`` O(1), a sandbox's O(its bytes), read
@@ -324,13 +326,15 @@ class StatusStore:
             return len(self._missing), sum(len(held.details) for held in self._missing.values())
 
     def missing(self, key: StatusKey) -> str | None:
-        """The details of the runtime's NOT_FOUND to give for ``key`` now (invariant 7)."""
-        held = self._missing.get(key)
-        if held is None or not self._open or held.epoch != self._epoch:
-            return None
-        if self._clock() - held.learnt > self.period:
-            return None
-        return held.details
+        """The details of the runtime's NOT_FOUND to give for ``key`` now, kept for it or for
+        the same call of the other verbosity (invariant 7)."""
+        for each in (key, key._replace(verbose=not key.verbose)):
+            held = self._missing.get(each)
+            if held is None or not self._open or held.epoch != self._epoch:
+                continue
+            if self._clock() - held.learnt <= self.period:
+                return held.details
+        return None
 
     def keep_missing(self, key: StatusKey, details: str, ticket: Ticket) -> None:
         """Keep the runtime's NOT_FOUND ``details`` for ``key``, asked at ``ticket``."""
