@@ -16,9 +16,18 @@ from podcache.cri.proto import api_pb2 as pb
 from podcache.serve.crisock.forward import Forwarder
 from podcache.serve.crisock.statuscalls import StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
-from tests.unit.crisock.test_statuses import IDS, answer, event, status
+from tests.unit.crisock.test_statuses import (
+    IDS,
+    PERIOD,
+    SANDBOX_ID,
+    Clock,
+    answer,
+    event,
+    status,
+)
 
 PATH = "/runtime.v1.RuntimeService/ContainerStatus"
+SANDBOX_PATH = "/runtime.v1.RuntimeService/PodSandboxStatus"
 ASKED = pb.ContainerStatusRequest(container_id=IDS[0], verbose=True).SerializeToString()
 
 
@@ -136,5 +145,43 @@ def test_a_plain_caller_told_of_an_event_does_not_join_a_verbose_call_begun_befo
         fake.calls[1].set_result(answer(IDS[0], 137, False))
         await verbose
         assert (await after).data == answer(IDS[0], 137, False)
+
+    asyncio.run(scenario())
+
+
+def test_an_event_during_the_listings_wait_gives_its_status_not_a_runtime_call() -> None:
+    """A sandbox's answer past the period waits for a listing within it; an event naming the
+    sandbox meanwhile ends that answer and brings the sandbox's status: that is given, and
+    the runtime is not asked."""
+
+    async def scenario() -> None:
+        clock = Clock()
+        store = StatusStore(PERIOD, clock=clock, sandbox_extras=False)
+        store.stream_opened()
+        fake = FakeForwarder()
+        listing = asyncio.Event()
+
+        async def listed(sandbox: bool, ident: str, remaining: float | None) -> int | None:
+            await listing.wait()
+            return pb.SANDBOX_READY
+
+        calls = StatusCalls(store, cast(Forwarder, fake), {}, listed)
+        store.event(event(IDS[0], pb.CONTAINER_STARTED_EVENT, statuses=[]))  # keeps the sandbox's
+        clock.now += PERIOD + 1
+        asked = pb.PodSandboxStatusRequest(pod_sandbox_id=SANDBOX_ID).SerializeToString()
+        waiting = asyncio.create_task(calls.answer(SANDBOX_PATH, asked, None))
+        await asyncio.sleep(0)
+        stopped = pb.PodSandboxStatus(id=SANDBOX_ID, state=pb.SANDBOX_NOTREADY)
+        store.event(
+            pb.ContainerEventResponse(
+                container_id=SANDBOX_ID,
+                container_event_type=pb.CONTAINER_STOPPED_EVENT,
+                pod_sandbox_status=stopped,
+            ).SerializeToString()
+        )
+        listing.set()  # a listing that began before the stop
+        expected = pb.PodSandboxStatusResponse(status=stopped).SerializeToString()
+        assert (await waiting).data == expected
+        assert fake.calls == []
 
     asyncio.run(scenario())

@@ -106,7 +106,8 @@ class StatusCalls:
         key = StatusKey(method, asked.ident, asked.verbose)
         kept = store.kept(key)
         if kept is None:
-            kept = await self._kept_listed(key, remaining)
+            # Past the period: what a listing confirms, else what an event brought meanwhile.
+            kept = await self._kept_listed(key, remaining) or store.kept(key)
         if kept is not None:
             self._count(method, "cache")
             self._forwarder.count_saved(path)
