@@ -739,8 +739,10 @@ def per_event(
 def _window_of(
     times: list[tuple[float, bool]], at: float, window: float
 ) -> tuple[float, bool] | None:
-    """The last event at or before ``at``, if ``at`` is within ``window`` s of it."""
-    index = bisect.bisect_right(times, (at, True)) - 1
+    """The last event at or before ``at`` (``times`` in the order the runtime sent them: of
+    events logged at one instant, as a pod's removal is, the last sent), if ``at`` is within
+    ``window`` s of it."""
+    index = bisect.bisect_right(times, at, key=lambda each: each[0]) - 1
     if index < 0 or at - times[index][0] > window:
         return None
     return times[index]
