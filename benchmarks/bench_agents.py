@@ -101,6 +101,10 @@ PAIR_MARGIN = 1.0
 KEEP_DEPARTED = "5m"
 DEPARTED_HEADER = "podcache-departed"
 PAIR_AGENT = "bench-pair"
+OWN_WIRE = "podcache-cache"
+"""The caller of the status calls podcache's caches make themselves (their own HTTP/2 wire,
+user-agent ``podcache``: a new sandbox's IPs), counted upstream but in no agent's per-event
+figure; the socket's forwarded calls (grpcio's user-agent) are ``podcache``."""
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -265,6 +269,8 @@ class RuntimeLog:
         def logged(servicer: Any, request: Any, context: grpc.ServicerContext) -> Any:
             agent = str(dict(context.invocation_metadata()).get("user-agent", ""))
             caller = agent.split(maxsplit=1)[0] if agent.startswith("bench-") else "podcache"
+            if agent.startswith("podcache"):  # the cache's own wire, not the socket's grpcio
+                caller = OWN_WIRE
             at, verbose = time.monotonic(), bool(request.verbose)
             try:
                 answer = handler(servicer, request, context)
@@ -613,8 +619,9 @@ def summary(
     """A phase's figures from the runtime's logs and counts and the agents' results;
     ``via``: the caller whose status calls are upstream (None: every agent's); ``window``:
     how long after an event a call naming it counts as its."""
-    calls = [c for c in after["status"] if (c[5] == via if via else c[5] != PAIR_AGENT)]
+    calls = [c for c in after["status"] if (c[5] in (via, OWN_WIRE) if via else c[5] != PAIR_AGENT)]
     events = after["events"]
+    socket_calls = [c for c in calls if c[5] != OWN_WIRE]
     return {
         "runtime_calls": runtime_calls(before, after, calls),
         "upstream_status": dict(Counter(c[1] for c in calls)),
@@ -622,7 +629,8 @@ def summary(
         "upstream_not_found": dict(Counter(c[1] for c in calls if not c[3])),
         "upstream_container_status_of_sandboxes": _of_sandboxes(events, calls),
         "agent_calls": agent_calls(agents),
-        "per_event": per_event(events, calls, window),
+        "per_event": per_event(events, socket_calls, window),
+        "own_status_calls": dict(Counter(c[1] for c in calls if c[5] == OWN_WIRE)),
         "events": len(events),
         "deleted": dict(sum((Counter(a["deleted"]) for a in agents), Counter())),
         "deleted_unanswered": [u for a in agents for u in a["unanswered"]][:20],
@@ -1112,6 +1120,10 @@ def _phase_rows(result: dict[str, Any]) -> list[str]:
         ),
         row("upstream answered NOT_FOUND (the same)", lambda r: _count(r["upstream_not_found"])),
         row("upstream ContainerStatus naming a sandbox", lambda r: _count(r, ALL_SANDBOXES)),
+        row(
+            "of them, podcache's caches' own (ContainerStatus + PodSandboxStatus: new pods' IPs)",
+            lambda r: _count(r.get("own_status_calls", {})),
+        ),
     ]
     for method in STATUS_METHODS:
         what = (
