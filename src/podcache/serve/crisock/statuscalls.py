@@ -18,10 +18,10 @@
    named the item since that call began (the store's ``overtaken``): its answer may predate
    the event the caller was told of, so a new call begins, and later callers join that one.
    A container's plain call with no flight of its own joins the verbose flight for the same
-   ID (same rule) and takes its answer's status;
-   the call itself has the socket's ``timeout`` (rule 3 of ``forward`` is kept for everything
-   else), and runs to its end when its callers leave, so that the next one finds its answer. Counted
-   ``source="upstream"`` for each caller it answers.
+   ID (same rule) and takes its answer's status. The call itself has the socket's
+   ``timeout`` (rule 3 of ``forward`` is kept for everything else), and runs to its end when
+   its callers leave, so that the next one finds its answer. Counted ``source="upstream"``
+   for each caller it answers.
    When the store is not streaming (no event stream: containerd 1.6, CRI-O without events),
    the call is forwarded as any other (``forward``'s sharing), nothing kept.
 
@@ -132,8 +132,10 @@ class StatusCalls:
 
     async def _kept_listed(self, key: StatusKey, remaining: float | None) -> bytes | None:
         """An answer past the period that a listing within it confirms, else None."""
-        held = self.store.kept_listed(key) if self._listed is not None else None
-        if held is None or self._listed is None:
+        if self._listed is None:
+            return None
+        held = self.store.kept_listed(key)
+        if held is None:
             return None
         state = await self._listed(key.method == SANDBOX, key.ident, remaining)
         if state != held[1] or self.store.kept_listed(key) != held:

@@ -47,6 +47,7 @@ __all__ = [
     "stamped",
     "status_answer",
     "status_request",
+    "text_of",
 ]
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
@@ -101,7 +102,9 @@ def message_fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
     return found
 
 
-def _text(value: int | bytes, what: str) -> str:
+def text_of(value: int | bytes, what: str) -> str:
+    """A string field's value (``what`` names it in the error); ``ProtobufError`` for one that
+    is not length-delimited or not UTF-8."""
     if not isinstance(value, bytes):
         raise ProtobufError(f"{what} is not a string")
     try:
@@ -116,11 +119,11 @@ def _id_of(status: bytes) -> str:
     if status[:1] == b"\x0a":
         length, start = read_varint(status, 1)
         if start + length <= len(status) and _no_more_ids(status, start + length):
-            return _text(status[start : start + length], "a status's id")
+            return text_of(status[start : start + length], "a status's id")
     ident = ""
     for number, _, value in message_fields(status):
         if number == 1:
-            ident = _text(value, "a status's id")
+            ident = text_of(value, "a status's id")
     return ident
 
 
@@ -140,7 +143,7 @@ def status_request(data: bytes) -> StatusRequest | None:
     try:
         for number, kind, value in message_fields(data):
             if number == 1:
-                ident = _text(value, "the request's ID")
+                ident = text_of(value, "the request's ID")
             elif number == 2 and kind == _VARINT:
                 verbose = bool(value)
             elif number in (1, 2):
@@ -157,7 +160,7 @@ def event_facts(data: bytes) -> EventFacts:
     statuses: list[tuple[str, bytes]] = []
     for number, _, value in message_fields(data):
         if number == 1:
-            container_id = _text(value, "the event's container_id")
+            container_id = text_of(value, "the event's container_id")
         elif number in (2, 3) and isinstance(value, int):
             if number == 2:
                 kind = value

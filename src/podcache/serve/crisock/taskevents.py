@@ -38,7 +38,7 @@ import grpc
 
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.wire.protobuf import ProtobufError, varint
-from podcache.serve.crisock.statuswire import message_fields
+from podcache.serve.crisock.statuswire import message_fields, text_of
 
 __all__ = [
     "MAX_ENVELOPE_BYTES",
@@ -91,10 +91,7 @@ def named_container(envelope: bytes) -> str | None:
     ident = _length_fields(value).get(1, b"")
     if not ident or len(ident) > MAX_ID_CHARS:
         raise ProtobufError(f"a {topic} event names no container ID of at most {MAX_ID_CHARS}")
-    try:
-        return ident.decode()
-    except UnicodeDecodeError:
-        raise ProtobufError(f"a {topic} event's container ID is not UTF-8") from None
+    return text_of(ident, f"a {topic} event's container ID")
 
 
 def _identity(data: bytes) -> bytes:
