@@ -11,7 +11,8 @@ Records are immutable, so an encoding stays valid while its record is the same o
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -62,25 +63,27 @@ _EVENT_TYPES = {
 }
 
 
-def _sandbox_metadata(sandbox: SimSandbox) -> pb.PodSandboxMetadata | None:
-    if not sandbox.has_metadata:
-        return None
-    return pb.PodSandboxMetadata(
-        name=sandbox.name, uid=sandbox.uid, namespace=sandbox.namespace, attempt=sandbox.attempt
-    )
+def _sandbox_fields(sandbox: SimSandbox) -> dict[str, Any]:
+    """The fields a sandbox's list item and status share."""
+    metadata = None
+    if sandbox.has_metadata:
+        metadata = pb.PodSandboxMetadata(
+            name=sandbox.name, uid=sandbox.uid, namespace=sandbox.namespace, attempt=sandbox.attempt
+        )
+    return {
+        "id": sandbox.id,
+        "metadata": metadata,
+        "state": _SANDBOX_STATES[sandbox.state],
+        "created_at": sandbox.created_at,
+        "labels": sandbox.labels,
+        "annotations": sandbox.annotations,
+        "runtime_handler": sandbox.runtime_handler,
+    }
 
 
 def sandbox_message(sandbox: SimSandbox) -> pb.PodSandbox:
     """The ``PodSandbox`` a list returns for this record."""
-    return pb.PodSandbox(
-        id=sandbox.id,
-        metadata=_sandbox_metadata(sandbox),
-        state=_SANDBOX_STATES[sandbox.state],
-        created_at=sandbox.created_at,
-        labels=sandbox.labels,
-        annotations=sandbox.annotations,
-        runtime_handler=sandbox.runtime_handler,
-    )
+    return pb.PodSandbox(**_sandbox_fields(sandbox))
 
 
 def _network_status(sandbox: SimSandbox, bad_ips: Sequence[str]) -> pb.PodSandboxNetworkStatus:
@@ -98,75 +101,57 @@ def sandbox_status_message(sandbox: SimSandbox, bad_ips: Sequence[str] = ()) -> 
     """The ``PodSandboxStatus`` of this record (``bad_ips``: see ``Faults.bad_ips``)."""
     mode = pb.NODE if sandbox.host_network else pb.POD
     return pb.PodSandboxStatus(
-        id=sandbox.id,
-        metadata=_sandbox_metadata(sandbox),
-        state=_SANDBOX_STATES[sandbox.state],
-        created_at=sandbox.created_at,
+        **_sandbox_fields(sandbox),
         network=_network_status(sandbox, bad_ips),
         linux=pb.LinuxPodSandboxStatus(
             namespaces=pb.Namespace(options=pb.NamespaceOption(network=mode))
         ),
-        labels=sandbox.labels,
-        annotations=sandbox.annotations,
-        runtime_handler=sandbox.runtime_handler,
     )
 
 
-def _container_parts(
-    container: SimContainer,
-) -> tuple[pb.ContainerMetadata | None, pb.ImageSpec | None]:
-    metadata = (
-        pb.ContainerMetadata(name=container.name, attempt=container.attempt)
-        if container.has_metadata
-        else None
-    )
-    image = (
-        pb.ImageSpec(image=container.image, runtime_handler=container.image_runtime_handler)
-        if container.has_image
-        else None
-    )
-    return metadata, image
+def _container_fields(container: SimContainer) -> dict[str, Any]:
+    """The fields a container's list item and status share."""
+    metadata = image = None
+    if container.has_metadata:
+        metadata = pb.ContainerMetadata(name=container.name, attempt=container.attempt)
+    if container.has_image:
+        image = pb.ImageSpec(image=container.image, runtime_handler=container.image_runtime_handler)
+    return {
+        "id": container.id,
+        "metadata": metadata,
+        "image": image,
+        "image_ref": container.image_ref,
+        "state": _CONTAINER_STATES[container.state],
+        "created_at": container.created_at,
+        "labels": container.labels,
+        "annotations": container.annotations,
+        "image_id": container.image_id,
+    }
 
 
 def container_message(container: SimContainer) -> pb.Container:
     """The ``Container`` a list returns for this record."""
-    metadata, image = _container_parts(container)
-    return pb.Container(
-        id=container.id,
-        pod_sandbox_id=container.pod_sandbox_id,
-        metadata=metadata,
-        image=image,
-        image_ref=container.image_ref,
-        state=_CONTAINER_STATES[container.state],
-        created_at=container.created_at,
-        labels=container.labels,
-        annotations=container.annotations,
-        image_id=container.image_id,
-    )
+    return pb.Container(**_container_fields(container), pod_sandbox_id=container.pod_sandbox_id)
 
 
 def container_status_message(container: SimContainer) -> pb.ContainerStatus:
     """The ``ContainerStatus`` of this record."""
-    metadata, image = _container_parts(container)
     return pb.ContainerStatus(
-        id=container.id,
-        metadata=metadata,
-        state=_CONTAINER_STATES[container.state],
-        created_at=container.created_at,
+        **_container_fields(container),
         started_at=container.started_at,
         finished_at=container.finished_at,
         exit_code=container.exit_code,
-        image=image,
-        image_ref=container.image_ref,
         reason=container.reason,
-        labels=container.labels,
-        annotations=container.annotations,
         log_path=container.log_path,
-        image_id=container.image_id,
     )
 
 
 _PID_SPAN = 4_000_000
+
+
+def _compact(info: Mapping[str, object]) -> str:
+    """``info`` as JSON without spaces, as the runtimes write it."""
+    return json.dumps(info, separators=(",", ":"))
 
 
 def _pid(ident: str, running: bool) -> int:
@@ -200,7 +185,7 @@ def container_info(container: SimContainer, cgroup_path: str) -> str:
             "linux": {"cgroupsPath": cgroup_path},
         },
     }
-    return json.dumps(info, separators=(",", ":"))
+    return _compact(info)
 
 
 def sandbox_info(sandbox: SimSandbox) -> str:
@@ -221,7 +206,7 @@ def sandbox_info(sandbox: SimSandbox) -> str:
             "annotations": dict(sandbox.annotations),
         },
     }
-    return json.dumps(info, separators=(",", ":"))
+    return _compact(info)
 
 
 def _crio_spec(annotations: dict[str, str], cgroup_path: str) -> dict[str, object]:
@@ -253,7 +238,7 @@ def crio_container_info(container: SimContainer, cgroup_path: str) -> str:
         "runtimeSpec": _crio_spec(annotations, cgroup_path),
         "privileged": False,
     }
-    return json.dumps(info, separators=(",", ":"))
+    return _compact(info)
 
 
 def crio_sandbox_info(sandbox: SimSandbox, cgroup_path: str) -> str:
@@ -261,7 +246,7 @@ def crio_sandbox_info(sandbox: SimSandbox, cgroup_path: str) -> str:
     ``drop_infra_ctr = true``: the infra container is spoofed (no process), so ``info`` holds
     its ``runtimeSpec`` alone (``createSandboxInfo`` in ``server/sandbox_status.go``)."""
     annotations = {**sandbox.annotations, "io.kubernetes.cri-o.SandboxID": sandbox.id}
-    return json.dumps({"runtimeSpec": _crio_spec(annotations, cgroup_path)}, separators=(",", ":"))
+    return _compact({"runtimeSpec": _crio_spec(annotations, cgroup_path)})
 
 
 def info_entry(value: str) -> bytes:

@@ -303,10 +303,6 @@ class _Pod(msgspec.Struct, gc=False):
     container_ids: tuple[str, ...]
 
 
-def _without(ids: tuple[str, ...], gone: str) -> tuple[str, ...]:
-    return tuple(i for i in ids if i != gone)
-
-
 class _ImageFlavour(enum.Enum):
     """How a runtime reports a container's image (drawn per pod; shares as in the wild)."""
 
@@ -699,10 +695,7 @@ class Population:
         for cid in list(pod.container_ids):  # the older exited attempts go
             old = self._containers[cid]
             if old.name == victim.name and old.state is SimContainerState.EXITED:
-                del self._containers[cid]
-                self._ids.discard(cid)
-                pod.container_ids = _without(pod.container_ids, cid)
-                events.append(self._event(cid, SimEventType.DELETED, now, old.pod_sandbox_id, pod))
+                events.append(self._delete_container(pod, cid, now))
         self._containers[victim.id] = msgspec.structs.replace(
             victim, state=SimContainerState.EXITED, finished_at=now, exit_code=1, reason="Error"
         )
@@ -724,6 +717,13 @@ class Population:
         events.append(self._event(cid, SimEventType.CREATED, now, sandbox_id, pod))
         events.append(self._event(cid, SimEventType.STARTED, now, sandbox_id, pod))
         return events
+
+    def _delete_container(self, pod: _Pod, cid: str, now: int) -> SimEvent:
+        """Delete container ``cid`` of ``pod``; its DELETED event."""
+        sandbox_id = self._containers.pop(cid).pod_sandbox_id
+        self._ids.discard(cid)
+        pod.container_ids = tuple(i for i in pod.container_ids if i != cid)
+        return self._event(cid, SimEventType.DELETED, now, sandbox_id, pod)
 
     def _pod(self, uid: str) -> _Pod:
         try:
@@ -826,12 +826,7 @@ class Population:
         pod = self._pod(uid)
         events = self._stop(pod)
         now = self._clock()
-        for cid in list(pod.container_ids):
-            sandbox_id = self._containers[cid].pod_sandbox_id
-            del self._containers[cid]
-            self._ids.discard(cid)
-            pod.container_ids = _without(pod.container_ids, cid)
-            events.append(self._event(cid, SimEventType.DELETED, now, sandbox_id, pod))
+        events += [self._delete_container(pod, cid, now) for cid in list(pod.container_ids)]
         for sid in pod.sandbox_ids:
             sb = self._sandboxes.pop(sid)
             self._ids.discard(sid)

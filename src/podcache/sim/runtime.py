@@ -292,18 +292,16 @@ class SimRuntime:
         """Send containerd's own event ``topic`` (``/containers/update``, ``/tasks/oom``)
         naming each of ``container_ids`` to every open Events subscription; how many there
         are (0 for a flavour without the service)."""
-        server = self._server
-        if server is None or server.task_events is None:
+        task_events = None if self._server is None else self._server.task_events
+        if task_events is None:
             return 0
-        return server.task_events.send([envelope(topic, each) for each in container_ids])
+        return task_events.send([envelope(topic, each) for each in container_ids])
 
     @property
     def task_event_subscribers(self) -> int:
         """Open subscriptions to containerd's own Events service."""
-        server = self._server
-        if server is None or server.task_events is None:
-            return 0
-        return server.task_events.subscribers
+        task_events = None if self._server is None else self._server.task_events
+        return 0 if task_events is None else task_events.subscribers
 
     def pause_churn(self) -> ChurnPause:
         """Hold background churn now, until ``resume()`` on the result or the end of ``with``.
@@ -328,28 +326,25 @@ class SimRuntime:
         """Calls and answer bytes so far per list and status RPC, split filtered/unfiltered
         (``podcache.sim.counters``): ``{method: {"filtered"|"unfiltered": {"calls", "bytes"}}}``.
         All zero before start."""
-        if self._server is None:
-            return CallCounters().snapshot()
-        return self._server.servicer.counters.snapshot()
+        return self._counters().snapshot()
 
     def stream_messages(self) -> dict[str, int]:
         """Messages sent so far per streaming list RPC (``{"StreamContainers": 40, ...}``);
         all zero before start. A streamed call counts once in ``call_counts``."""
-        if self._server is None:
-            return CallCounters().stream_messages()
-        return self._server.servicer.counters.stream_messages()
+        return self._counters().stream_messages()
 
     def unimplemented_calls(self) -> dict[str, int]:
         """Calls of methods the sim does not implement, by gRPC path (each answered
         UNIMPLEMENTED): what reached the runtime that it has no handler for."""
-        if self._server is None:
-            return {}
-        return self._server.servicer.counters.unimplemented()
+        return self._counters().unimplemented()
 
     def reset_call_counts(self) -> None:
         """Set the call counts back to zero (a benchmark's setup is not its measurement)."""
-        if self._server is not None:
-            self._server.servicer.counters.reset()
+        self._counters().reset()
+
+    def _counters(self) -> CallCounters:
+        """The server's call counters (new ones, all zero, before start)."""
+        return CallCounters() if self._server is None else self._server.servicer.counters
 
     def calls(self) -> dict[str, int]:
         """Calls so far per list and status RPC, filtered and unfiltered together

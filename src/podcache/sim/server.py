@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent import futures
-from typing import Any, NoReturn, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -118,34 +118,18 @@ def _serialize(response: Message | bytes) -> bytes:
     return response if isinstance(response, bytes) else response.SerializeToString()
 
 
-def _prefixed(sorted_ids: Sequence[str], wanted: str) -> tuple[int, int]:
-    """Where the IDs that begin with ``wanted`` are in ``sorted_ids``: [start, end)."""
-    start = bisect.bisect_left(sorted_ids, wanted)
-    return start, bisect.bisect_left(sorted_ids, wanted + "\U0010ffff", lo=start)
-
-
-def _resolve(sorted_ids: Sequence[str], exact: dict[str, Any], wanted: str) -> str | None:
-    """containerd's truncindex: the exact ID, else the one ID with this prefix, else None."""
-    if wanted in exact:
-        return wanted
-    start, end = _prefixed(sorted_ids, wanted)
-    return sorted_ids[start] if end - start == 1 else None
-
-
-_Item = TypeVar("_Item", SimSandbox, SimContainer)
-
-
 def _listed(
-    items: Sequence[_Item],
+    items: Sequence[SimSandbox | SimContainer],
     entries: Sequence[bytes],
-    wanted_id: str,
-    *,
-    state: int | None,
-    selector: dict[str, str],
-    keep: Callable[[_Item], bool] | None = None,
+    f: pb.PodSandboxFilter | pb.ContainerFilter,
+    wanted_id: str = "",
+    keep: Callable[[Any], bool] | None = None,
 ) -> list[bytes]:
-    """The encoded entries of the items a CRI list filter selects (id, state, labels, and
-    ``keep`` for what only one kind of item has), in order: joined, a list answer's bytes."""
+    """The encoded entries of the items filter ``f`` selects (``wanted_id``: the ID its ``id``
+    names; its state; its labels; ``keep`` for what only containers have), in order: joined,
+    a list answer's bytes."""
+    state = int(f.state.state) if f.HasField("state") else None
+    selector = dict(f.label_selector)
     parts = []
     for item, encoded in zip(items, entries, strict=True):
         if wanted_id and item.id != wanted_id:
@@ -239,28 +223,66 @@ def _positions(items: Sequence[SimSandbox | SimContainer]) -> dict[str, list[int
     return by_pod
 
 
-def _narrowed(
-    items: Sequence[_Item],
-    entries: Sequence[bytes],
-    by_pod: Callable[[], tuple[dict[str, list[int]], dict[str, list[int]]]],
-    kind: int,
-    selector: Any,
-) -> tuple[Sequence[_Item], Sequence[bytes]]:
-    """The items (and entries) a selector on the pod UID label can match at all, in order:
-    every item when it names no pod UID (the other filters are applied after)."""
-    uid = selector.get(POD_UID_LABEL) if selector else None
-    if uid is None:
-        return items, entries
-    positions = by_pod()[kind].get(uid, [])
-    return [items[i] for i in positions], [entries[i] for i in positions]
+_Item = TypeVar("_Item", SimSandbox, SimContainer)
 
 
-def _rest(f: pb.PodSandboxFilter | pb.ContainerFilter) -> dict[str, Any]:
-    """A filter's state and label parts, as ``_listed`` takes them."""
-    return {
-        "state": int(f.state.state) if f.HasField("state") else None,
-        "selector": dict(f.label_selector),
-    }
+class _Items(Generic[_Item]):
+    """One kind of a view's listable items (sandboxes or containers), their encoded entries,
+    and the indexes filters need, each built on first use (plain and state-filtered lists
+    never need them)."""
+
+    def __init__(self, items: tuple[_Item, ...], entries: list[bytes]) -> None:
+        self.items: tuple[_Item, ...] = items
+        self.entries = entries
+        self._by_id: dict[str, _Item] | None = None
+        self._sorted: list[str] | None = None
+        self._by_pod: dict[str, list[int]] | None = None
+
+    @property
+    def by_id(self) -> dict[str, _Item]:
+        if self._by_id is None:
+            self._by_id = {item.id: item for item in self.items if item.id}
+        return self._by_id
+
+    def _sorted_ids(self) -> list[str]:
+        if self._sorted is None:
+            self._sorted = sorted(self.by_id)
+        return self._sorted
+
+    def _prefixed(self, wanted: str) -> range:
+        """Where the IDs that begin with ``wanted`` are in ``_sorted_ids()``."""
+        ids = self._sorted_ids()
+        start = bisect.bisect_left(ids, wanted)
+        return range(start, bisect.bisect_left(ids, wanted + "\U0010ffff", lo=start))
+
+    def resolve(self, wanted: str) -> str | None:
+        """containerd's truncindex: the exact ID, else the one ID with this prefix, else None."""
+        if wanted in self.by_id:
+            return wanted
+        found = self._prefixed(wanted)
+        return self._sorted_ids()[found.start] if len(found) == 1 else None
+
+    def ambiguous(self, wanted: str) -> bool:
+        """Whether more than one ID begins with ``wanted`` (and none is it)."""
+        return len(self._prefixed(wanted)) > 1
+
+    def listed(
+        self,
+        f: pb.PodSandboxFilter | pb.ContainerFilter,
+        keep: Callable[[Any], bool] | None = None,
+    ) -> list[bytes]:
+        """``_listed`` over the items ``f`` can match at all: those of the pod its selector's
+        pod UID label names (by the positions of each pod's items, in list order: a relist of
+        one pod then costs that pod, not the node), else all."""
+        items: Sequence[_Item] = self.items
+        entries: Sequence[bytes] = self.entries
+        uid = f.label_selector.get(POD_UID_LABEL) if f.label_selector else None
+        if uid is not None:
+            if self._by_pod is None:
+                self._by_pod = _positions(self.items)
+            positions = self._by_pod.get(uid, [])
+            items, entries = [items[i] for i in positions], [entries[i] for i in positions]
+        return _listed(items, entries, f, (self.resolve(f.id) or f.id) if f.id else "", keep)
 
 
 class _View:
@@ -269,20 +291,15 @@ class _View:
     def __init__(
         self,
         key: tuple[int, frozenset[Malformed]],
-        sandboxes: tuple[SimSandbox, ...],
-        containers: tuple[SimContainer, ...],
-        sandbox_entries: list[bytes],
-        container_entries: list[bytes],
+        sandboxes: _Items[SimSandbox],
+        containers: _Items[SimContainer],
     ) -> None:
         self.key = key
-        self.sandboxes = sandboxes
-        self.containers = containers
-        self.sandbox_entries = sandbox_entries
-        self.container_entries = container_entries
+        self.sandbox_items = sandboxes
+        self.container_items = containers
+        self.sandboxes = sandboxes.items
+        self.containers = containers.items
         self.memo: dict[tuple[str, bytes], _Answer] = {}
-        self._indexes: tuple[dict[str, SimSandbox], dict[str, SimContainer]] | None = None
-        self._pod_positions: tuple[dict[str, list[int]], dict[str, list[int]]] | None = None
-        self._sorted: tuple[list[str], list[str]] | None = None
         self._by_sandbox: dict[str, list[SimContainer]] | None = None
 
     def containers_of(self, sandbox_id: str) -> list[SimContainer]:
@@ -296,74 +313,24 @@ class _View:
             self._by_sandbox = table
         return table.get(sandbox_id, [])
 
-    # The ID indexes are built on first use: plain and state-filtered lists never need them.
-    @property
-    def sandbox_by_id(self) -> dict[str, SimSandbox]:
-        return self._by_id()[0]
-
-    @property
-    def container_by_id(self) -> dict[str, SimContainer]:
-        return self._by_id()[1]
-
-    def _by_id(self) -> tuple[dict[str, SimSandbox], dict[str, SimContainer]]:
-        if self._indexes is None:
-            self._indexes = (
-                {s.id: s for s in self.sandboxes if s.id},
-                {c.id: c for c in self.containers if c.id},
-            )
-        return self._indexes
-
-    def _sorted_ids(self) -> tuple[list[str], list[str]]:
-        if self._sorted is None:
-            self._sorted = (sorted(self.sandbox_by_id), sorted(self.container_by_id))
-        return self._sorted
-
-    def _by_pod(self) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
-        """Positions of the sandboxes and containers of each pod UID label, in list order
-        (built on first use: a relist of one pod then costs that pod, not the node)."""
-        if self._pod_positions is None:
-            self._pod_positions = (_positions(self.sandboxes), _positions(self.containers))
-        return self._pod_positions
-
     def resolve_sandbox(self, wanted: str) -> str | None:
-        return _resolve(self._sorted_ids()[0], self.sandbox_by_id, wanted)
-
-    def resolve_container(self, wanted: str) -> str | None:
-        return _resolve(self._sorted_ids()[1], self.container_by_id, wanted)
+        return self.sandbox_items.resolve(wanted)
 
     def ambiguous(self, kind: str, wanted: str) -> bool:
         """Whether more than one sandbox (``kind`` "sandbox") or container ID begins with
         ``wanted`` (and none is it)."""
-        sorted_ids = self._sorted_ids()[0 if kind == "sandbox" else 1]
-        start, end = _prefixed(sorted_ids, wanted)
-        return end - start > 1
+        items = self.sandbox_items if kind == "sandbox" else self.container_items
+        return items.ambiguous(wanted)
 
     def list_sandboxes(self, f: pb.PodSandboxFilter) -> list[bytes]:
-        items, entries = _narrowed(
-            self.sandboxes, self.sandbox_entries, self._by_pod, 0, f.label_selector
-        )
-        return _listed(
-            items,
-            entries,
-            (self.resolve_sandbox(f.id) or f.id) if f.id else "",
-            state=int(f.state.state) if f.HasField("state") else None,
-            selector=dict(f.label_selector),
-        )
+        return self.sandbox_items.listed(f)
 
     def list_containers(self, f: pb.ContainerFilter) -> list[bytes]:
-        wanted_sandbox = (
+        sandbox = (
             (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
         )
-        items, entries = _narrowed(
-            self.containers, self.container_entries, self._by_pod, 1, f.label_selector
-        )
-        return _listed(
-            items,
-            entries,
-            (self.resolve_container(f.id) or f.id) if f.id else "",
-            state=int(f.state.state) if f.HasField("state") else None,
-            selector=dict(f.label_selector),
-            keep=(lambda c: c.pod_sandbox_id == wanted_sandbox) if wanted_sandbox else None,
+        return self.container_items.listed(
+            f, (lambda c: c.pod_sandbox_id == sandbox) if sandbox else None
         )
 
 
@@ -385,6 +352,13 @@ def _memoized(
 def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
     context.abort(code, details)
     raise AssertionError("unreachable: ServicerContext.abort raises")  # pragma: no cover
+
+
+def _refuse_unimplemented(faults: Faults, method: str, context: grpc.ServicerContext) -> None:
+    """UNIMPLEMENTED, as a runtime without ``method`` answers, when the faults say so."""
+    if method in faults.unimplemented:
+        details = f"unknown method {method} for service runtime.v1.RuntimeService"
+        _abort(context, grpc.StatusCode.UNIMPLEMENTED, details)
 
 
 class _FaultyStream:
@@ -536,7 +510,9 @@ class SimServicer:
             sandboxes = snapshot.sandboxes + extra_sandboxes
             containers = snapshot.containers + extra_containers
             view = _View(
-                key, sandboxes, containers, self._entries(sandboxes), self._entries(containers)
+                key,
+                _Items(sandboxes, self._entries(sandboxes)),
+                _Items(containers, self._entries(containers)),
             )
             live = len(sandboxes) + len(containers)
             if len(self._encoded) > 2 * live + 1024:  # drop encodings of records now gone
@@ -546,12 +522,7 @@ class SimServicer:
 
     def _before(self, method: str, context: grpc.ServicerContext) -> None:
         faults = self._faults
-        if method in faults.unimplemented:
-            _abort(
-                context,
-                grpc.StatusCode.UNIMPLEMENTED,
-                f"unknown method {method} for service runtime.v1.RuntimeService",
-            )
+        _refuse_unimplemented(faults, method, context)
         if faults.hanging:
             released = faults.wait_while_hanging(
                 lambda: self._stopping.is_set() or not context.is_active()
@@ -574,31 +545,36 @@ class SimServicer:
         """Handlers for the RPCs this servicer implements, faults applied, lists as bytes.
 
         The RPCs it has no method for are left out: gRPC answers them UNIMPLEMENTED, without
-        logging a traceback for each.
+        logging a traceback for each. The event stream is only refused when UNIMPLEMENTED
+        (its faults apply per event); every other call is ``_counted``.
         """
         table: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
         for method in _SERVICE.methods:
-            if not callable(getattr(type(self), method.name, None)):
+            name, streamed = method.name, method.server_streaming
+            if not callable(getattr(type(self), name, None)):
                 continue
-            request_type: type[Message] = getattr(pb, method.input_type.name)
-            behaviour = getattr(self, method.name)
-            if method.server_streaming:
-                table[method.name] = grpc.unary_stream_rpc_method_handler(
-                    self._streaming(method.name, behaviour),
-                    request_deserializer=request_type.FromString,
-                    response_serializer=_serialize,
-                )
-            else:
-                table[method.name] = grpc.unary_unary_rpc_method_handler(
-                    self._unary(method.name, behaviour),
-                    request_deserializer=request_type.FromString,
-                    response_serializer=_serialize,
-                )
+            behaviour = getattr(self, name)
+            plain = streamed and name not in STREAM_LIST_METHODS
+            make = (
+                grpc.unary_stream_rpc_method_handler
+                if streamed
+                else grpc.unary_unary_rpc_method_handler
+            )
+            table[name] = make(
+                self._refusable(name, behaviour)
+                if plain
+                else self._counted(name, behaviour, streamed),
+                request_deserializer=getattr(pb, method.input_type.name).FromString,
+                response_serializer=_serialize,
+            )
         return grpc.method_handlers_generic_handler(_SERVICE.full_name, table)
 
-    def _unary(
-        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
+    def _counted(
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any], streamed: bool
     ) -> Callable[[Any, grpc.ServicerContext], Any]:
+        """A call with the faults first (``_before``), counted (an error answer too, with no
+        bytes); a ``streamed`` list's answer is its messages, counted as one call with the
+        bytes of them all."""
         counters = self.counters
 
         def handle(request: Any, context: grpc.ServicerContext) -> Any:
@@ -606,50 +582,24 @@ class SimServicer:
             try:
                 self._before(method, context)
                 response = behaviour(request, context)
-            except BaseException:  # an error answer is counted too, with no bytes
-                counters.record(method, filtered=filtered, answer_bytes=0)
-                raise
-            counters.record(method, filtered=filtered, answer_bytes=_answer_size(response))
-            return response
-
-        return handle
-
-    def _streaming(
-        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Any]
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
-        if method in STREAM_LIST_METHODS:
-            return self._list_streaming(method, behaviour)
-
-        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-            if method in self._faults.unimplemented:
-                _abort(
-                    context,
-                    grpc.StatusCode.UNIMPLEMENTED,
-                    f"unknown method {method} for service runtime.v1.RuntimeService",
-                )
-            stream: Iterator[Any] = behaviour(request, context)
-            return stream
-
-        return handle
-
-    def _list_streaming(
-        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Sequence[bytes]]
-    ) -> Callable[[Any, grpc.ServicerContext], Iterator[bytes]]:
-        """A streaming list call: the unary calls' faults first (``_before``), then the
-        answer's messages, counted as one call with the bytes of all its messages."""
-        counters = self.counters
-
-        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
-            filtered = is_filtered(method, request)
-            try:
-                self._before(method, context)
-                messages = behaviour(request, context)
             except BaseException:
                 counters.record(method, filtered=filtered, answer_bytes=0)
                 raise
-            size = sum(len(message) for message in messages)
-            counters.record(method, filtered=filtered, answer_bytes=size, messages=len(messages))
-            return iter(messages)
+            if not streamed:
+                counters.record(method, filtered=filtered, answer_bytes=_answer_size(response))
+                return response
+            size = sum(len(message) for message in response)
+            counters.record(method, filtered=filtered, answer_bytes=size, messages=len(response))
+            return iter(response)
+
+        return handle
+
+    def _refusable(
+        self, method: str, behaviour: Callable[[Any, grpc.ServicerContext], Iterator[Any]]
+    ) -> Callable[[Any, grpc.ServicerContext], Iterator[Any]]:
+        def handle(request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+            _refuse_unimplemented(self._faults, method, context)
+            return behaviour(request, context)
 
         return handle
 
@@ -693,15 +643,7 @@ class SimServicer:
         return self.chunking.messages(self._sandboxes(request.filter).entries)
 
     def _sandboxes(self, f: pb.PodSandboxFilter) -> _Answer:
-        one = self._one_pod(f, f.id)
-        if one is not None:
-            sandboxes = self._population.pod_records(one)[0]
-            return _Answer(_listed(sandboxes, self._entries(sandboxes), "", **_rest(f)))
-        exact = self._by_exact_id(f.id, self._population.sandbox)
-        if exact is not None:
-            return _Answer(_listed(exact, self._entries(exact), "", **_rest(f)))
-        view = self.view()
-        return _memoized(view, "ListPodSandbox", f, view.list_sandboxes)
+        return self._list(f, 0, f.id, f.id, "ListPodSandbox")
 
     def ListContainers(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ListContainersRequest, context: grpc.ServicerContext
@@ -717,35 +659,42 @@ class SimServicer:
         return self.chunking.messages(self._containers(request.filter).entries)
 
     def _containers(self, f: pb.ContainerFilter) -> _Answer:
-        one = self._one_pod(f, f.id or f.pod_sandbox_id)
-        if one is not None:
-            containers = self._population.pod_records(one)[1]
-            return _Answer(_listed(containers, self._entries(containers), "", **_rest(f)))
-        exact = self._by_exact_id(f.id, self._population.container)
-        if exact is not None and not f.pod_sandbox_id:
-            return _Answer(_listed(exact, self._entries(exact), "", **_rest(f)))
+        exact_id = "" if f.pod_sandbox_id else f.id  # a sandbox named too: the view answers
+        return self._list(f, 1, f.id or f.pod_sandbox_id, exact_id, "ListContainers")
+
+    def _list(
+        self,
+        f: pb.PodSandboxFilter | pb.ContainerFilter,
+        kind: int,
+        ids: str,
+        exact_id: str,
+        rpc: str,
+    ) -> _Answer:
+        """The ``rpc`` answer of the sandboxes (``kind`` 0) or containers (1) ``f`` selects
+        (``ids``: the IDs it names; ``exact_id``: one to look up), from the records
+        ``_records`` gives, else from the view of the node (memoised per filter)."""
+        records = None if self._faults.malformed else self._records(f, kind, ids, exact_id)
+        if records is not None:
+            return _Answer(_listed(records, self._entries(records), f))
         view = self.view()
-        return _memoized(view, "ListContainers", f, view.list_containers)
+        return _memoized(view, rpc, f, view.list_containers if kind else view.list_sandboxes)
 
-    def _by_exact_id(
-        self, wanted: str, lookup: Callable[[str], _Item | None]
-    ) -> tuple[_Item, ...] | None:
-        """The records an ``id`` filter of an ID's full length names (none or one), looked up
-        in the population as containerd looks an ID up: O(1), never a view of the node (an
-        agent asking for a new pod by ID would have one built per creation). None (the view
-        answers) for a prefix, or while items are made malformed."""
-        if self._faults.malformed or len(wanted) < _ID_LENGTH:
+    def _records(
+        self, f: pb.PodSandboxFilter | pb.ContainerFilter, kind: int, ids: str, exact_id: str
+    ) -> Sequence[SimSandbox | SimContainer] | None:
+        """The records a filter can select, never from a view of the node: a pod UID named by
+        the label alone (a relist of one pod, the kubelet's and podcache's) gives that pod's,
+        O(pod); an ``id`` of an ID's full length is looked up as containerd looks an ID up,
+        O(1) (an agent asking for a new pod by ID would have a view built per creation).
+        None (the view answers) for anything else, a prefix among them."""
+        uid = f.label_selector.get(POD_UID_LABEL) if f.label_selector and not ids else None
+        if uid is not None:
+            return self._population.pod_records(uid)[kind]
+        if len(exact_id) < _ID_LENGTH:
             return None
-        record = lookup(wanted)
+        population = self._population
+        record = (population.container if kind else population.sandbox)(exact_id)
         return () if record is None else (record,)
-
-    def _one_pod(self, f: pb.PodSandboxFilter | pb.ContainerFilter, ids: str) -> str | None:
-        """The pod UID a filter names by its label alone (a relist of one pod, the kubelet's
-        and podcache's), answered from that pod's records: O(pod), never a view of the node.
-        None (the view answers) when it names an ID too, or items made malformed are listed."""
-        if ids or self._faults.malformed:
-            return None
-        return f.label_selector.get(POD_UID_LABEL) if f.label_selector else None
 
     def PodSandboxStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.PodSandboxStatusRequest, context: grpc.ServicerContext
@@ -796,7 +745,7 @@ class SimServicer:
         found = view.resolve_sandbox(wanted)
         if found is None:
             return None
-        return view.sandbox_by_id[found], view.containers_of(found)
+        return view.sandbox_items.by_id[found], view.containers_of(found)
 
     def ContainerStatus(  # noqa: N802 -- the CRI RPC's name
         self, request: pb.ContainerStatusRequest, context: grpc.ServicerContext
@@ -804,11 +753,11 @@ class SimServicer:
         """The container named by an ID or unique prefix; else NOT_FOUND."""
         view = self.view()
         wanted = request.container_id
-        found = view.resolve_container(wanted) if wanted else None
+        found = view.container_items.resolve(wanted) if wanted else None
         answers = self.flavor.answers
         if found is None:
             _abort(context, grpc.StatusCode.NOT_FOUND, self._missing("container", wanted, view))
-        container = view.container_by_id[found]
+        container = view.container_items.by_id[found]
         info = {}
         if request.verbose:
             cgroup = self.flavor.cgroup_path(container.pod_uid, container.id)
