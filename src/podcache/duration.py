@@ -1,4 +1,4 @@
-"""Durations as operators type them (``2s``, ``500ms``, ``1m30s``, ``1.5``) and their click type.
+"""Durations as operators type them (``2s``, ``500ms``, ``1m30s``, ``1.5``) and their options.
 
 Shared by the ``podcache`` commands and ``podcache serve`` (which must not import the CLI).
 Parsing only: what a duration is used for, and whether 0 makes sense there, is the caller's.
@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
-__all__ = ["Duration", "parse_duration"]
+__all__ = ["Duration", "duration_option", "parse_duration"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _NUMBER = r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
@@ -64,3 +67,14 @@ class Duration(click.ParamType[float, Any]):
         if self.positive and seconds <= 0:
             self.fail(f"{value!r} is not a positive duration", param, ctx)
         return seconds
+
+
+def duration_option(
+    flag: str, default: str | None, help: str, *, positive: bool = False, metavar: str | None = None
+) -> Callable[[_F], _F]:
+    """A click option ``flag`` taking a ``Duration``, its default shown when it has one."""
+    kind = Duration(positive=positive)
+    shown = default is not None
+    return click.option(
+        flag, type=kind, default=default, show_default=shown, metavar=metavar, help=help
+    )

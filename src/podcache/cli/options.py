@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import click
 
 from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES
-from podcache.duration import Duration, parse_duration
+from podcache.duration import Duration, duration_option, parse_duration
 
 __all__ = [
     "DEFAULT_SIM_PODS",
@@ -31,6 +31,8 @@ __all__ = [
     "OutputOptions",
     "PodFilter",
     "RuntimeSettings",
+    "all_option",
+    "duration_option",
     "events_option",
     "filter_options",
     "output_options",
@@ -64,14 +66,11 @@ class RuntimeSettings(NamedTuple):
     sim_pods: int | None = None
 
     def merged(self, later: RuntimeSettings) -> RuntimeSettings:
-        """These settings overridden by ``later`` wherever ``later`` gives a value."""
-        return RuntimeSettings(
-            endpoint=later.endpoint if later.endpoint is not None else self.endpoint,
-            config=later.config if later.config is not None else self.config,
-            timeout=later.timeout if later.timeout is not None else self.timeout,
-            sim=self.sim or later.sim,
-            sim_fallback=self.sim_fallback or later.sim_fallback,
-            sim_pods=later.sim_pods if later.sim_pods is not None else self.sim_pods,
+        """These settings overridden by ``later`` wherever ``later`` gives a value (a flag
+        given is True)."""
+        pairs = zip(self, later, strict=True)
+        return RuntimeSettings._make(
+            mine if theirs is None or theirs is False else theirs for mine, theirs in pairs
         )
 
 
@@ -143,30 +142,30 @@ def runtime_options(f: F) -> F:
     """Add the runtime options to a command; it receives them as ``runtime=``, merged over
     the ones given before the command (``group_runtime_options``)."""
 
-    @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         given = _settings({name: kwargs.pop(name) for name in _RUNTIME_PARAMS})
         ctx = click.get_current_context()
         before = ctx.find_object(RuntimeSettings) or RuntimeSettings()
         return f(*args, runtime=before.merged(given), **kwargs)
 
-    decorated: Any = wrapper
-    for option in reversed(_RUNTIME_OPTIONS):
-        decorated = option(decorated)
-    return decorated  # type: ignore[no-any-return]
+    return _decorated(f, wrapper, _RUNTIME_OPTIONS)
 
 
 def group_runtime_options(f: F) -> F:
     """Add the runtime options to the group: they are stored in ``ctx.obj`` for its commands."""
 
-    @functools.wraps(f)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        given = _settings({name: kwargs.pop(name) for name in _RUNTIME_PARAMS})
-        click.get_current_context().obj = given
+        click.get_current_context().obj = _settings({n: kwargs.pop(n) for n in _RUNTIME_PARAMS})
         return f(*args, **kwargs)
 
-    decorated: Any = wrapper
-    for option in reversed(_RUNTIME_OPTIONS):
+    return _decorated(f, wrapper, _RUNTIME_OPTIONS)
+
+
+def _decorated(f: F, wrapper: Callable[..., Any], options: Sequence[Callable[[Any], Any]]) -> F:
+    """``wrapper``, which calls ``f``, in ``f``'s name with ``options`` added (``--help`` lists
+    them in this order)."""
+    decorated: Any = functools.wraps(f)(wrapper)
+    for option in reversed(options):
         decorated = option(decorated)
     return decorated  # type: ignore[no-any-return]
 
@@ -206,13 +205,13 @@ def filter_options(*, name_help: str) -> Callable[[F], F]:
     """Add ``-n/--namespace``, ``--name`` and ``-l/--label``; the command receives ``where=``."""
 
     def decorate(f: F) -> F:
-        @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             where = PodFilter(kwargs.pop("namespace"), kwargs.pop("name"), kwargs.pop("labels"))
             return f(*args, where=where, **kwargs)
 
-        decorated: Any = wrapper
-        for option in reversed(
+        return _decorated(
+            f,
+            wrapper,
             (
                 click.option(
                     "-n",
@@ -231,10 +230,8 @@ def filter_options(*, name_help: str) -> Callable[[F], F]:
                     help="Only pods with this label (KEY=VALUE, or KEY to require the key); "
                     "repeatable, all must match.",
                 ),
-            )
-        ):
-            decorated = option(decorated)
-        return decorated  # type: ignore[no-any-return]
+            ),
+        )
 
     return decorate
 
@@ -257,7 +254,6 @@ def output_options(
     the command receives ``out=``. ``-q`` with an explicit ``-o`` is a usage error."""
 
     def decorate(f: F) -> F:
-        @functools.wraps(f)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             fmt = kwargs.pop("output")
             is_quiet = bool(kwargs.pop("quiet", False))
@@ -285,12 +281,14 @@ def output_options(
                     "-q", "--quiet", is_flag=True, help="Print only full IDs, one per line."
                 )
             )
-        decorated: Any = wrapper
-        for option in reversed(options):
-            decorated = option(decorated)
-        return decorated  # type: ignore[no-any-return]
+        return _decorated(f, wrapper, options)
 
     return decorate
+
+
+def all_option(help: str) -> Callable[[F], F]:
+    """Add ``-a/--all`` (a flag, ``help`` saying what it adds); the command receives ``all_=``."""
+    return click.option("-a", "--all", "all_", is_flag=True, help=help)
 
 
 def events_option(f: F) -> F:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import click
 
 from podcache.defaults import DEFAULT_SIM_PODS, EVENTS_MODES, LOG_LEVELS
-from podcache.duration import Duration, parse_duration
+from podcache.duration import Duration, duration_option, parse_duration
 from podcache.serve.routes import routes_help
 from podcache.serve.server import (
     DEFAULT_LISTEN,
@@ -195,42 +195,29 @@ def _say(message: str) -> None:
     help="HOST:PORT (an IP or localhost) or unix:PATH; repeat to listen on several (e.g. a "
     "unix socket for node agents and a TCP port for Prometheus), one server behind them all.",
 )
-@click.option(
+@duration_option(
     "--cache-period",
-    type=Duration(),
-    default="2s",
-    show_default=True,
-    help="How stale a snapshot may be (2s, 500ms, 1m, 1.5); 0 asks the runtime every time.",
+    "2s",
+    "How stale a snapshot may be (2s, 500ms, 1m, 1.5); 0 asks the runtime every time.",
 )
-@click.option(
+@duration_option(
     "--min-refresh-interval",
-    type=Duration(),
-    default="100ms",
-    show_default=True,
-    help=(
-        "Least time between two refreshes forced by requests (?fresh=1, newer_than): a "
-        "request arriving sooner waits for the next one (still data fetched after it arrived)."
-    ),
+    "100ms",
+    "Least time between two refreshes forced by requests (?fresh=1, newer_than): a request "
+    "arriving sooner waits for the next one (still data fetched after it arrived).",
 )
-@click.option(
+@duration_option(
     "--max-stale",
-    type=Duration(),
-    default="30s",
-    show_default=True,
-    help=(
-        "While the runtime fails, serve the last good snapshot this long past its period, "
-        "marked 'X-Podcache-Stale: true' (/readyz answers 503 meanwhile; 0 turns it off)."
-    ),
+    "30s",
+    "While the runtime fails, serve the last good snapshot this long past its period, marked "
+    "'X-Podcache-Stale: true' (/readyz answers 503 meanwhile; 0 turns it off).",
 )
-@click.option(
+@duration_option(
     "--refresh-ahead",
-    type=Duration(),
-    default=None,
+    None,
+    "Refresh this long before the snapshot expires, so readers do not wait for routine "
+    "refreshes (at most the cache period).  [default: a quarter of the cache period]",
     metavar="DURATION",
-    help=(
-        "Refresh this long before the snapshot expires, so readers do not wait for routine "
-        "refreshes (at most the cache period).  [default: a quarter of the cache period]"
-    ),
 )
 @click.option(
     "--token-file",
@@ -240,13 +227,7 @@ def _say(message: str) -> None:
     "The file is followed: a replaced file's token is accepted within 2 s, the old one no "
     "longer; an unreadable, empty or invalid file refuses every token (401) until fixed.",
 )
-@click.option(
-    "--timeout",
-    type=Duration(positive=True),
-    default="2s",
-    show_default=True,
-    help="Deadline of each runtime call.",
-)
+@duration_option("--timeout", "2s", "Deadline of each runtime call.", positive=True)
 @click.option(
     "--events",
     type=click.Choice(EVENTS_MODES),
@@ -257,13 +238,11 @@ def _say(message: str) -> None:
         "has them; on: require them; off: poll by the cache period only)."
     ),
 )
-@click.option(
+@duration_option(
     "--idle-timeout",
-    type=Duration(positive=True),
-    default="75s",
-    show_default=True,
-    help="Close a connection after this long without progress: no request, or an answer "
-    "left unread.",
+    "75s",
+    "Close a connection after this long without progress: no request, or an answer left unread.",
+    positive=True,
 )
 @click.option(
     "--max-connections",
@@ -299,12 +278,11 @@ def _say(message: str) -> None:
     metavar="PATH",
     help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
 )
-@click.option(
+@duration_option(
     "--bookmark-interval",
-    type=Duration(positive=True),
-    default="15s",
-    show_default=True,
-    help="Most time between two BOOKMARK lines of a watch stream (GET /pods?watch=1).",
+    "15s",
+    "Most time between two BOOKMARK lines of a watch stream (GET /pods?watch=1).",
+    positive=True,
 )
 @click.option(
     "--log-level",
@@ -357,11 +335,9 @@ def _say(message: str) -> None:
     "value of each environment variable with <redacted> (NAME=<redacted>), for agents that "
     "do not need them: without it the socket shows every container's environment.",
 )
-@click.option(
+@duration_option(
     "--cri-keep-departed",
-    type=Duration(),
-    default="0",
-    show_default=True,
+    "0",
     metavar="DURATION",
     help="For this long after the runtime deleted a container or sandbox, the CRI socket "
     "answers its ContainerStatus / PodSandboxStatus with the last status podcache knew "

@@ -14,9 +14,9 @@ import click
 
 from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
-    DURATION,
     PodFilter,
     RuntimeSettings,
+    duration_option,
     events_option,
     filter_options,
     runtime_options,
@@ -80,12 +80,8 @@ class EventLines:
     show_default=True,
     help="table: one line per change; json: the lines of GET /pods?watch=1 (no bookmarks).",
 )
-@click.option(
-    "--period",
-    type=DURATION,
-    default="1s",
-    show_default=True,
-    help="How often the runtime is listed to find changes.",
+@duration_option(
+    "--period", "1s", "How often the runtime is listed to find changes.", positive=True
 )
 @sim_churn_option
 @events_option

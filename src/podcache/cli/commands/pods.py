@@ -13,10 +13,11 @@ import click
 
 from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
-    DURATION,
     OutputOptions,
     PodFilter,
     RuntimeSettings,
+    all_option,
+    duration_option,
     events_option,
     filter_options,
     output_options,
@@ -38,13 +39,7 @@ EVENT_WIDTH = len("MODIFIED")
     "pods",
     short_help="List the node's pods (ready sandboxes; -a: all).",
 )
-@click.option(
-    "-a",
-    "--all",
-    "all_",
-    is_flag=True,
-    help="Include not-ready sandboxes and exited containers (the kubelet's GetPods(all=true)).",
-)
+@all_option("Include not-ready sandboxes and exited containers (the kubelet's GetPods(all=true)).")
 @filter_options(
     name_help="Only pods whose name matches this regular expression (searched, as crictl)."
 )
@@ -57,12 +52,8 @@ EVENT_WIDTH = len("MODIFIED")
     "(ADDED, MODIFIED, DELETED), as kubectl get -w; with -o json, the lines of "
     "GET /pods?watch=1. Until Ctrl-C; a runtime restart is followed through (said on stderr).",
 )
-@click.option(
-    "--period",
-    type=DURATION,
-    default="1s",
-    show_default=True,
-    help="With -w: how often the runtime is listed to find changes.",
+@duration_option(
+    "--period", "1s", "With -w: how often the runtime is listed to find changes.", positive=True
 )
 @sim_churn_option
 @events_option

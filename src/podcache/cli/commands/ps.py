@@ -13,6 +13,7 @@ from podcache.cli.options import (
     OutputOptions,
     PodFilter,
     RuntimeSettings,
+    all_option,
     filter_options,
     output_options,
     runtime_options,
@@ -25,13 +26,7 @@ __all__ = ["ps_command"]
 
 
 @click.command("ps", short_help="List the node's containers with their pods (running; -a: all).")
-@click.option(
-    "-a",
-    "--all",
-    "all_",
-    is_flag=True,
-    help="Include exited (and created, unknown) containers and the pods of not-ready sandboxes.",
-)
+@all_option("Include exited (and created, unknown) containers and the pods of not-ready sandboxes.")
 @click.option(
     "-p",
     "--pod",

@@ -17,10 +17,11 @@ import click
 
 from podcache.cli.logs import log_level_option
 from podcache.cli.options import (
-    DURATION,
     OutputOptions,
     PodFilter,
     RuntimeSettings,
+    all_option,
+    duration_option,
     events_option,
     filter_options,
     runtime_options,
@@ -45,22 +46,18 @@ blank, status."""
 
 
 @click.command("watch", short_help="Watch the node's pods live, served from the runtime cache.")
-@click.option(
-    "-a", "--all", "all_", is_flag=True, help="Include not-ready sandboxes and exited containers."
-)
-@click.option(
+@all_option("Include not-ready sandboxes and exited containers.")
+@duration_option(
     "--period",
-    type=DURATION,
-    default="1s",
-    show_default=True,
-    help="Cache period: the runtime is asked again once the pods are older than this.",
+    "1s",
+    "Cache period: the runtime is asked again once the pods are older than this.",
+    positive=True,
 )
-@click.option(
+@duration_option(
     "--interval",
-    type=DURATION,
-    default="250ms",
-    show_default=True,
-    help="Redraw interval (each redraw reads the cache; most reads are hits).",
+    "250ms",
+    "Redraw interval (each redraw reads the cache; most reads are hits).",
+    positive=True,
 )
 @sim_churn_option
 @filter_options(name_help="Only pods whose name matches this regular expression (searched).")
