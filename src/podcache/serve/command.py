@@ -495,23 +495,19 @@ def _cri_group(group: str) -> int:
     return gid
 
 
-def _event_hub(runtime: Any, cri: _CRIOptions | None) -> Any:
+def _event_hub(runtime: Any, cri: _CRIOptions | None) -> tuple[Any, Any]:
     """The one GetContainerEvents stream every cache of serve follows (``serve.eventhub``,
     docs/architecture.md §7), with or without --cri-listen: containerd 1.7 hands each event
     to one of its subscribers, so a stream per cache would each miss some. The socket's
-    subscribers are its clients, each within ``--cri-event-buffer``."""
-    from podcache.serve.eventhub import EventBuffer, EventHub
+    subscribers are its clients, each within ``--cri-event-buffer``. With it, the caches'
+    getter: ``runtime``, its events a follower of the hub's stream."""
+    from podcache.serve.eventhub import EventBuffer, EventHub, HubGetter
 
     if cri is None:
-        return EventHub(runtime)
-    return EventHub(runtime, EventBuffer(cri.buffer_events, cri.buffer_bytes))
-
-
-def _following(runtime: Any, hub: Any) -> Any:
-    """The caches' getter: ``runtime``, its events a follower of ``hub``'s one stream."""
-    from podcache.serve.eventhub import HubGetter
-
-    return HubGetter(runtime, hub)
+        hub = EventHub(runtime)
+    else:
+        hub = EventHub(runtime, EventBuffer(cri.buffer_events, cri.buffer_bytes))
+    return hub, HubGetter(runtime, hub)
 
 
 def _cri_setup(runtime: Any, hub: Any, cri: _CRIOptions, timeout: float, wait: float) -> Any:
@@ -679,9 +675,9 @@ def _run(
     try:
         runtime = _runtime(endpoint, timeout, app.events)
         wait = 2 * timeout + 1.0  # a refresh in flight, then the request's own
-        hub = _event_hub(runtime, cri)
+        hub, getter = _event_hub(runtime, cri)
         cri_setup = None if cri is None else _cri_setup(runtime, hub, cri, timeout, wait)
-        make_app = app.app_factory(_following(runtime, hub), wait)
+        make_app = app.app_factory(getter, wait)
         started = _listening(
             listeners, runtime.endpoint, app.cache_period, app.events, app.auth is not None
         )

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -37,7 +38,6 @@ __all__ = ["cli_main", "sim_command"]
 )
 @click.option(
     "--socket",
-    "socket_path",
     metavar="PATH",
     help="Unix socket to listen on (default: a fresh temporary path).",
 )
@@ -159,50 +159,26 @@ __all__ = ["cli_main", "sim_command"]
 )
 def sim_command(
     *,
-    socket_path: str | None,
-    tcp: bool,
-    pods: int,
-    churn: float,
-    seed: int,
-    latency: float,
-    fail_rate: float,
     namespaces: tuple[str, ...],
     stats_file: str | None,
-    pod_cidr: str,
-    host_network: float,
-    bad_ips: tuple[str, ...],
     no_streaming: bool,
-    stream_items: int,
-    annotation_bytes: int,
-    flavor: str,
     no_events: bool,
+    **runtime: Any,
 ) -> None:
     """Serve a simulated CRI runtime until SIGINT, SIGTERM or SIGHUP (then remove its
-    socket and directory)."""
-    if socket_path is not None and tcp:
+    socket and directory); ``runtime``: the options named as ``SimRuntime`` takes them."""
+    if runtime["socket"] is not None and runtime["tcp"]:
         raise click.UsageError("--socket and --tcp are mutually exclusive")
     stop = threading.Event()
     on_stats = _StatsOnSignal(stats_file)
     with _signals_handled(stop, on_stats):
         sim = on_stats.sim = SimRuntime(
-            pods,
-            seed=seed,
-            churn=churn,
-            socket=socket_path,
-            tcp=tcp,
             namespaces=namespaces or DEFAULT_NAMESPACES,
-            latency=latency,
-            fail_rate=fail_rate,
-            pod_cidr=pod_cidr,
-            host_network=host_network,
-            bad_ips=bad_ips,
             streaming=not no_streaming,
-            stream_items=stream_items,
-            annotation_bytes=annotation_bytes,
-            flavor=flavor,
             pod_events=not no_events,
+            **runtime,
         )
-        _serve_until(stop, sim, _banner(sim, pods, churn, seed, no_streaming), stats_file)
+        _serve_until(stop, sim, _banner(sim, runtime["seed"], no_streaming), stats_file)
 
 
 class _StatsOnSignal:
@@ -241,11 +217,13 @@ def _signals_handled(stop: threading.Event, on_stats: Callable[[], None]) -> Ite
             signal.signal(signum, handler)
 
 
-def _banner(sim: SimRuntime, pods: int, churn: float, seed: int, no_streaming: bool) -> str:
+def _banner(sim: SimRuntime, seed: int, no_streaming: bool) -> str:
     """The line said on start: what is simulated (the runtime imitated when not containerd,
     events when there are none)."""
     streams = "no list streaming" if no_streaming else "list streaming"
-    banner = f"podcache sim: {pods} pods, churn {churn}/s, seed {seed}, {streams}"
+    banner = (
+        f"podcache sim: {len(sim.population)} pods, churn {sim.churn}/s, seed {seed}, {streams}"
+    )
     if sim.flavor is not CONTAINERD:
         banner += f", as {sim.flavor.name}"
     return banner if sim.pod_events else banner + ", no events"
