@@ -58,10 +58,8 @@ class CallCounters:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._counts = self._zero()
-        self._messages = dict.fromkeys(STREAMED_METHODS, 0)
-
         self._unimplemented: dict[str, int] = {}
+        self.reset()
 
     def record_unimplemented(self, path: str) -> None:
         """Count one call of a method the sim does not implement (by its gRPC path)."""
@@ -73,10 +71,6 @@ class CallCounters:
         asked that no handler of the sim answers (it answers UNIMPLEMENTED)."""
         with self._lock:
             return dict(self._unimplemented)
-
-    @staticmethod
-    def _zero() -> dict[str, dict[str, list[int]]]:
-        return {method: {kind: [0, 0] for kind in _KINDS} for method in COUNTED_METHODS}
 
     def record(self, method: str, *, filtered: bool, answer_bytes: int, messages: int = 0) -> None:
         """Count one answered call of ``method`` (ignored for RPCs that are not counted);
@@ -91,9 +85,9 @@ class CallCounters:
                 self._messages[method] += messages
 
     def reset(self) -> None:
-        """Set every count back to zero."""
+        """Set every count back to zero (the unimplemented methods' are kept)."""
         with self._lock:
-            self._counts = self._zero()
+            self._counts = {method: {kind: [0, 0] for kind in _KINDS} for method in COUNTED_METHODS}
             self._messages = dict.fromkeys(STREAMED_METHODS, 0)
 
     def stream_messages(self) -> dict[str, int]:
