@@ -33,7 +33,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from typing import Any, Generic, NoReturn, TypeVar
 
@@ -136,14 +136,10 @@ def _listed(
             continue
         if state is not None and item.state != state:
             continue
-        if _selected(item.labels, selector) and (keep is None or keep(item)):
+        labels = item.labels  # it must hold every label of the selector
+        if all(labels.get(k) == v for k, v in selector.items()) and (keep is None or keep(item)):
             parts.append(encoded)
     return parts
-
-
-def _selected(labels: Mapping[str, str], selector: dict[str, str]) -> bool:
-    """Whether ``labels`` hold every label of a filter's ``selector``."""
-    return all(labels.get(k) == v for k, v in selector.items())
 
 
 class _Answer:
@@ -262,6 +258,10 @@ class _Items(Generic[_Item]):
         found = self._prefixed(wanted)
         return self._sorted_ids()[found.start] if len(found) == 1 else None
 
+    def named(self, wanted: str) -> str:
+        """The ID a filter's ``wanted`` stands for: the one it resolves to, else itself."""
+        return (self.resolve(wanted) or wanted) if wanted else ""
+
     def ambiguous(self, wanted: str) -> bool:
         """Whether more than one ID begins with ``wanted`` (and none is it)."""
         return len(self._prefixed(wanted)) > 1
@@ -282,7 +282,7 @@ class _Items(Generic[_Item]):
                 self._by_pod = _positions(self.items)
             positions = self._by_pod.get(uid, [])
             items, entries = [items[i] for i in positions], [entries[i] for i in positions]
-        return _listed(items, entries, f, (self.resolve(f.id) or f.id) if f.id else "", keep)
+        return _listed(items, entries, f, self.named(f.id), keep)
 
 
 class _View:
@@ -326,9 +326,7 @@ class _View:
         return self.sandbox_items.listed(f)
 
     def list_containers(self, f: pb.ContainerFilter) -> list[bytes]:
-        sandbox = (
-            (self.resolve_sandbox(f.pod_sandbox_id) or f.pod_sandbox_id) if f.pod_sandbox_id else ""
-        )
+        sandbox = self.sandbox_items.named(f.pod_sandbox_id)
         return self.container_items.listed(
             f, (lambda c: c.pod_sandbox_id == sandbox) if sandbox else None
         )
