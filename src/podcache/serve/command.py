@@ -155,7 +155,7 @@ def _say(message: str) -> None:
 
 @click.command(
     "serve",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
     help=(
         "Serve the node's pods over HTTP (JSON), read-only (GET, HEAD). Listens on loopback or "
         "a unix socket (mode 0600) unless --token-file is given. Stops cleanly on SIGTERM.\n\n"
@@ -174,7 +174,6 @@ def _say(message: str) -> None:
     "--sim-pods",
     type=click.IntRange(min=0),
     default=DEFAULT_SIM_PODS,
-    show_default=True,
     metavar="N",
     help="Pods in the simulated runtime.",
 )
@@ -182,7 +181,6 @@ def _say(message: str) -> None:
     "--sim-churn",
     type=click.FloatRange(min=0),
     default=0.0,
-    show_default=True,
     metavar="R",
     help="Pods the simulated runtime replaces per second.",
 )
@@ -191,7 +189,6 @@ def _say(message: str) -> None:
     type=_Listen(),
     multiple=True,
     default=(DEFAULT_LISTEN,),
-    show_default=True,
     help="HOST:PORT (an IP or localhost) or unix:PATH; repeat to listen on several (e.g. a "
     "unix socket for node agents and a TCP port for Prometheus), one server behind them all.",
 )
@@ -232,7 +229,6 @@ def _say(message: str) -> None:
     "--events",
     type=click.Choice(EVENTS_MODES),
     default="auto",
-    show_default=True,
     help=(
         "Subscribe to the runtime's container events so changes show at once (auto: when it "
         "has them; on: require them; off: poll by the cache period only)."
@@ -248,7 +244,6 @@ def _say(message: str) -> None:
     "--max-connections",
     type=click.IntRange(min=1),
     default=1024,
-    show_default=True,
     metavar="N",
     help="Open connections at most; one more is answered 503 and closed.",
 )
@@ -256,7 +251,6 @@ def _say(message: str) -> None:
     "--max-buffered",
     type=_Size(),
     default="256MiB",
-    show_default=True,
     help="Unsent answer bytes at most, all connections together (256MiB, 64Mi, 100MB); "
     "past it the connections holding the most are dropped first.",
 )
@@ -274,7 +268,6 @@ def _say(message: str) -> None:
     "--proc-root",
     type=click.Path(file_okay=False),
     default="/proc",
-    show_default=True,
     metavar="PATH",
     help="Where /pids/{pid} reads the node's processes (the host's /proc, mounted read-only).",
 )
@@ -288,7 +281,6 @@ def _say(message: str) -> None:
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
     default="warning",
-    show_default=True,
     expose_value=False,
     callback=lambda ctx, param, value: _log_to_stderr(value),
     help="Least severity of the log lines written to stderr: warning says each change of the "
@@ -309,7 +301,6 @@ def _say(message: str) -> None:
 @click.option(
     "--cri-socket-mode",
     default="0600",
-    show_default=True,
     metavar="OCTAL",
     help="File mode of the --cri-listen sockets (0660 with --cri-socket-group opens them to a "
     "group).",
@@ -323,7 +314,6 @@ def _say(message: str) -> None:
 @click.option(
     "--cri-event-buffer",
     default="10000,16MiB",
-    show_default=True,
     metavar="EVENTS,SIZE",
     help="Events and bytes a CRI socket's GetContainerEvents subscriber may fall behind by; "
     "past either it is ended with RESOURCE_EXHAUSTED.",

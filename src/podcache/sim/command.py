@@ -30,7 +30,7 @@ __all__ = ["cli_main", "sim_command"]
 
 @click.command(
     "sim",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
     help=(
         "Serve a simulated CRI runtime (a churning population of pods) until interrupted. "
         "Prints the endpoint on the first line of standard output."
@@ -42,22 +42,18 @@ __all__ = ["cli_main", "sim_command"]
     help="Unix socket to listen on (default: a fresh temporary path).",
 )
 @click.option("--tcp", is_flag=True, help="Listen on 127.0.0.1, on a free port, instead.")
-@click.option(
-    "--pods", type=click.IntRange(min=0), default=100, show_default=True, help="Pods on the node."
-)
+@click.option("--pods", type=click.IntRange(min=0), default=100, help="Pods on the node.")
 @click.option(
     "--churn",
     type=click.FloatRange(min=0),
     default=0.0,
-    show_default=True,
     help="Pods replaced per second.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the population.")
+@click.option("--seed", type=int, default=0, help="Seed of the population.")
 @click.option(
     "--latency",
     type=click.FloatRange(min=0),
     default=0.0,
-    show_default=True,
     metavar="SECONDS",
     help="Delay added to every call.",
 )
@@ -65,7 +61,6 @@ __all__ = ["cli_main", "sim_command"]
     "--fail-rate",
     type=click.FloatRange(0, 1),
     default=0.0,
-    show_default=True,
     help="Fraction of list calls failing with UNAVAILABLE.",
 )
 @click.option(
@@ -89,7 +84,6 @@ __all__ = ["cli_main", "sim_command"]
     "--pod-cidr",
     default=DEFAULT_POD_CIDR,
     callback=lambda ctx, param, value: _network(value),
-    show_default=True,
     metavar="CIDR",
     help="Network pod IPs are given from (IPv4 or IPv6; freed IPs are reused first).",
 )
@@ -97,7 +91,6 @@ __all__ = ["cli_main", "sim_command"]
     "--host-network",
     type=click.FloatRange(0, 1),
     default=DEFAULT_HOST_NETWORK,
-    show_default=True,
     metavar="FRACTION",
     help="Fraction of pods on the host network.",
 )
@@ -120,7 +113,6 @@ __all__ = ["cli_main", "sim_command"]
     "--stream-items",
     type=click.IntRange(min=1),
     default=DEFAULT_STREAM_ITEMS,
-    show_default=True,
     metavar="N",
     help="Most items of one streamed list message (each message's count is drawn by seed).",
 )
@@ -128,7 +120,6 @@ __all__ = ["cli_main", "sim_command"]
     "--annotation-bytes",
     type=click.IntRange(min=0),
     default=0,
-    show_default=True,
     metavar="N",
     help=(
         "A last-applied-configuration annotation of N bytes on every sandbox and container "
@@ -139,7 +130,6 @@ __all__ = ["cli_main", "sim_command"]
     "--flavor",
     type=click.Choice(list(FLAVORS)),
     default=CONTAINERD.name,
-    show_default=True,
     help=(
         "The runtime to behave like: crio chunks streamed lists by 3,000 items, sends no "
         "event for a removed pod (a container removed alone has its DELETED), labels "
