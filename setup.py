@@ -1,7 +1,8 @@
-"""The build's one C extension (the CRI list reader); everything else is in pyproject.toml.
+"""The build's two C extensions (the CRI list reader, the CRI socket's relay); everything else
+is in pyproject.toml.
 
-It is optional: where it cannot be compiled, podcache reads lists with protobuf's own decoder
-(slower, same results).
+Both are optional: where they cannot be compiled, podcache reads lists with protobuf's own
+decoder and relays the CRI socket on its event loop (slower, same results).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             ["src/podcache/cri/_wire.c"],
             extra_compile_args=["-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
-        )
+        ),
+        Extension(
+            "podcache.serve.crisock._relay",
+            ["src/podcache/serve/crisock/_relay.c"],
+            extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+            optional=True,
+        ),
     ]
 )

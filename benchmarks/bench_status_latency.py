@@ -10,7 +10,8 @@ answers by source). With ``--base CHECKOUT``, a second serve runs from that chec
 ``.venv`` over the same simulator, so that a change is measured against the commit before it
 in the same run.
 
-One client (a channel per target) asks ``ContainerStatus`` (verbose) for the same 50
+One client (a channel per target) asks ``ContainerStatus`` (verbose; with ``--method
+PodSandboxStatus``, the plain ``PodSandboxStatus`` of their sandboxes, as Falco asks) for the same 50
 containers over and over, ``N`` calls per target per round, each call to every target in turn
 (the order rotated each call, so drift and the order cancel): straight at the simulator,
 through this checkout's socket, through the base's. Per round and target: p50 and p99 in ms,
@@ -69,8 +70,8 @@ class _UnixHTTP(http.client.HTTPConnection):
         self.sock.connect(self._path)
 
 
-def answers_by_source(http_path: str) -> dict[str, float]:
-    """``podcache_cri_status_answers_total`` of ContainerStatus, by source, from /metrics."""
+def answers_by_source(http_path: str, method: str) -> dict[str, float]:
+    """``podcache_cri_status_answers_total`` of ``method``, by source, from /metrics."""
     connection = _UnixHTTP(http_path)
     try:
         connection.request("GET", "/metrics")
@@ -79,7 +80,7 @@ def answers_by_source(http_path: str) -> dict[str, float]:
         connection.close()
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("podcache_cri_status_answers_total{") and "ContainerStatus" in line:
+        if line.startswith("podcache_cri_status_answers_total{") and f'"{method}"' in line:
             source = line.split('source="', 1)[1].split('"', 1)[0]
             out[source] = float(line.rsplit(" ", 1)[1])
     return out
@@ -94,11 +95,13 @@ def serve(python: str, endpoint: str, path: str) -> Any:
 class Target:
     """One side asked: its channel, its latencies of the round, its process."""
 
-    def __init__(self, name: str, address: str, proc: subprocess.Popen[str] | None) -> None:
+    def __init__(
+        self, name: str, address: str, proc: subprocess.Popen[str] | None, method: str
+    ) -> None:
         self.name = name
         self.channel = grpc.insecure_channel(address)
         self.status = self.channel.unary_unary(
-            _PATH + "ContainerStatus",
+            _PATH + method,
             request_serializer=lambda b: b,
             response_deserializer=lambda b: b,
         )
@@ -123,7 +126,7 @@ def percentile(values: list[float], share: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(share * len(ordered)))], 3)
 
 
-def requests(address: str) -> list[bytes]:
+def requests(address: str, method: str) -> list[bytes]:
     with grpc.insecure_channel(address, options=[("grpc.max_receive_message_length", -1)]) as ch:
         lister = ch.unary_unary(
             _PATH + "ListContainers",
@@ -131,6 +134,11 @@ def requests(address: str) -> list[bytes]:
             response_deserializer=pb.ListContainersResponse.FromString,
         )
         listed = lister(b"", timeout=30).containers[:CONTAINERS]
+    if method == "PodSandboxStatus":
+        return [
+            pb.PodSandboxStatusRequest(pod_sandbox_id=c.pod_sandbox_id).SerializeToString()
+            for c in listed
+        ]
     return [
         pb.ContainerStatusRequest(container_id=c.id, verbose=True).SerializeToString()
         for c in listed
@@ -179,12 +187,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with ExitStack() as stack:
         directory = stack.enter_context(tempfile.TemporaryDirectory())
         endpoint, sim = stack.enter_context(simulator("--pods", str(PODS)))
-        targets = [Target("sim", endpoint, sim)]
+        targets = [Target("sim", endpoint, sim, args.method)]
         for name, python in pythons.items():
             path = os.path.join(directory, name.replace(" ", "-") + ".sock")
             proc = stack.enter_context(serve(python, endpoint, path))
-            targets.append(Target(name, f"unix://{path}", proc))
-        asked = requests(endpoint)
+            targets.append(Target(name, f"unix://{path}", proc, args.method))
+        asked = requests(endpoint, args.method)
         for target in targets:
             wait_answering(target, asked[0])
             for request in asked:
@@ -192,12 +200,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rounds = [one_round(targets, asked, args.calls) for _ in range(args.rounds)]
         sources = {
             t.name: answers_by_source(
-                os.path.join(directory, t.name.replace(" ", "-")) + ".sock.http"
+                os.path.join(directory, t.name.replace(" ", "-")) + ".sock.http", args.method
             )
             for t in targets[1:]
         }
         result = {
             "calls": args.calls,
+            "method": args.method,
             "rounds": rounds,
             "sources": sources,
             "failed": {t.name: t.failed for t in targets},
@@ -212,7 +221,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> list[str]:
     names = list(result["rounds"][0])
     lines = [
-        f"{result['calls']} ContainerStatus calls per target per round, load {result['load']}",
+        f"{result['calls']} {result['method']} calls per target per round, load {result['load']}",
         "| round | " + " | ".join(f"{n} p50 / p99 ms (CPU us/call)" for n in names) + " |",
         "|---" * (len(names) + 1) + "|",
     ]
@@ -234,6 +243,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--base", help="a checkout whose .venv runs a second serve")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--method", choices=["ContainerStatus", "PodSandboxStatus"], default="ContainerStatus"
+    )
     args = parser.parse_args()
     result = measure(args)
     print(json.dumps(result, indent=1) if args.json else "\n".join(markdown(result)))

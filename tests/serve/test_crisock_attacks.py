@@ -41,19 +41,27 @@ def sim() -> Iterator[SimRuntime]:
         yield runtime
 
 
-@pytest.fixture(scope="module")
-def served(sim: SimRuntime, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+@pytest.fixture(scope="module", params=["c", "python"])
+def served(
+    sim: SimRuntime, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Served]:
+    """serve with each relay engine (relay.py: both keep its rules): every attack is made on
+    both."""
+    engine = request.param
     path = str(tmp_path_factory.mktemp("cri") / "cri.sock")
     port = free_port()
     server = ServeProcess(
         [
             *("-r", sim.endpoint, "--listen", f"127.0.0.1:{port}"),
             *("--cache-period", "600s", "--cri-listen", path, "--cri-event-buffer", "100,16MiB"),
-        ]
+        ],
+        env={"PODCACHE_CRI_RELAY": engine},
     )
     with server:
         sim.wait_for_event_subscribers(1, timeout=30)
-        yield Served(path, Client(port=port))
+        served = Served(path, Client(port=port))
+        assert _metric(served, "podcache_cri_relay_engine", f'{{engine="{engine}"}}') == 1
+        yield served
     assert "Traceback" not in server.stderr, server.stderr
 
 

@@ -14,6 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from podcache.serve.crisock.calls import connections
+from podcache.serve.crisock.relay import ENGINE
 from podcache.serve.crisock.routes import method_label
 from podcache.serve.crisock.statuscalls import SOURCES
 
@@ -45,6 +46,14 @@ def _load(socket: CRISocket) -> Iterator[Metric]:
     for reason in ("evicted", "refused", "unused", "busiest"):
         closed.add_metric([reason], 0 if relay is None else getattr(relay, reason))
     yield closed
+    engine = GaugeMetricFamily(
+        "podcache_cri_relay_engine",
+        "The engine relaying the CRI socket's connections: c (a thread of its own) or python "
+        "(the socket's event loop); 1 for the one in use.",
+        labels=["engine"],
+    )
+    engine.add_metric([ENGINE], 1)
+    yield engine
     yield GaugeMetricFamily(
         "podcache_cri_calls_in_flight",
         "Calls the CRI socket is answering now (streams included), over all connections.",

@@ -24,6 +24,11 @@ on a socket in a directory only podcache's user can enter. Rules:
    their payloads (no HPACK): a client's HEADERS on a stream it never used opens a call; the
    server's END_STREAM on it completes it; a RST_STREAM either way ends it.
 
+Two engines keep these rules: ``NativeRelay``, the C extension ``_relay`` on a thread of its
+own that never holds the GIL (the default where it was compiled), and ``Relay``, asyncio
+protocols on the socket's event loop (where it was not, or with ``PODCACHE_CRI_RELAY=python``).
+Tests hold both to the rules above.
+
 Deliberately not here: HTTP/2 itself (gRPC's, behind the relay), what a call is answered.
 """
 
@@ -31,14 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import time
 from collections.abc import Callable
-from typing import cast
+from typing import Protocol, cast
 
 from podcache.cri.wire import frames
 
-__all__ = ["Relay"]
+__all__ = ["ENGINE", "AnyRelay", "NativeRelay", "Relay", "make_relay"]
 
 _PREFACE = len(frames.PREFACE)
 """Bytes of the client's connection preface (RFC 9113 §3.4), before its first frame."""
@@ -345,3 +351,96 @@ class _Refused(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport.close()
+
+
+class AnyRelay(Protocol):
+    """What the CRI socket asks of a relay, whichever engine keeps the rules."""
+
+    evicted: int
+    refused: int
+    unused: int
+    busiest: int
+
+    @property
+    def calls(self) -> int: ...
+
+    @property
+    def connections(self) -> int: ...
+
+    async def serve(self, listening: socket.socket) -> None: ...
+
+    async def stop_accepting(self) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class NativeRelay:
+    """The rules above kept by ``_relay.Core`` (C, a thread of its own, no GIL held): a call
+    crosses it without waking Python. Its counters are read from the core when asked."""
+
+    def __init__(
+        self, target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
+    ) -> None:
+        from podcache.serve.crisock import _relay  # noqa: PLC0415 -- built only with a C compiler
+
+        self._core = _relay.Core(target, max_connections, handshake_seconds, fair_calls)
+
+    def _count(self, name: str) -> int:
+        return self._core.counts()[name]
+
+    evicted = property(lambda self: self._count("evicted"))
+    refused = property(lambda self: self._count("refused"))
+    unused = property(lambda self: self._count("unused"))
+    busiest = property(lambda self: self._count("busiest"))
+    calls = property(lambda self: self._count("calls"))
+    connections = property(lambda self: self._count("connections"))
+
+    async def serve(self, listening: socket.socket) -> None:
+        """Accept on ``listening`` (bound and listening) from now on; the core holds its own
+        descriptor of it, so ``listening`` is closed here."""
+        self._core.listen(listening.fileno())
+        listening.close()
+
+    async def stop_accepting(self) -> None:
+        self._core.stop_accepting()
+
+    async def aclose(self) -> None:
+        """Close every connection; the core's thread ends (awaited in a worker thread)."""
+        await asyncio.to_thread(self._core.close)
+
+
+def _engine() -> str:
+    """``c`` where the extension was built, unless ``PODCACHE_CRI_RELAY=python`` asks for the
+    event loop's relay; ``python`` otherwise. ``PODCACHE_CRI_RELAY=c`` without the extension
+    is an error naming it."""
+    asked = os.environ.get("PODCACHE_CRI_RELAY", "")
+    if asked not in ("", "c", "python"):
+        raise ValueError(f"PODCACHE_CRI_RELAY={asked!r}: expected c or python")
+    if asked == "python":
+        return "python"
+    try:
+        from podcache.serve.crisock import _relay  # noqa: F401, PLC0415
+    except ImportError:
+        if asked == "c":
+            raise ImportError(
+                "PODCACHE_CRI_RELAY=c: podcache.serve.crisock._relay was not built (no C compiler?)"
+            ) from None
+        return "python"
+    return "c"
+
+
+ENGINE = _engine()
+"""The engine this process relays with: ``c`` (``NativeRelay``) or ``python`` (``Relay``)."""
+
+
+def make_relay(
+    target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
+) -> AnyRelay:
+    """The relay of ``ENGINE`` to ``target``, under the rules above."""
+    kind: type[NativeRelay] | type[Relay] = NativeRelay if ENGINE == "c" else Relay
+    return kind(
+        target,
+        max_connections=max_connections,
+        handshake_seconds=handshake_seconds,
+        fair_calls=fair_calls,
+    )

@@ -62,7 +62,7 @@ from podcache.serve.crisock.lists import (
     sandboxes_answer,
 )
 from podcache.serve.crisock.redact import answer_rewrites
-from podcache.serve.crisock.relay import Relay
+from podcache.serve.crisock.relay import AnyRelay, make_relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
 from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
@@ -222,7 +222,7 @@ class CRISocket:
         self._thread: threading.Thread | None = None
         self._stopping: asyncio.Event | None = None
         self._grace = 1.0  # seconds calls in flight get at stop()
-        self.relay: Relay | None = None
+        self.relay: AnyRelay | None = None
         """The listening sockets' relay to gRPC (``relay``), once serving."""
         self._lock = threading.Lock()
         self._memo = AnswerMemo(None)
@@ -299,7 +299,7 @@ class CRISocket:
             server = self._server()
             server.add_insecure_port(f"unix:{target}")
             limits = self._limits
-            relay = self.relay = Relay(
+            relay = self.relay = make_relay(
                 target,
                 max_connections=limits.max_connections,
                 handshake_seconds=limits.handshake_seconds,
