@@ -242,11 +242,15 @@ def test_the_build_context_is_what_the_containerfile_copies(
 
 
 @on_the_runtime
-def test_the_image_has_the_c_list_reader(cri_harness: CRIHarness, deployed: Deployed) -> None:
-    code = "import podcache.cri._wire as w; print(w.__file__)"
+def test_the_image_has_the_c_extensions(cri_harness: CRIHarness, deployed: Deployed) -> None:
+    code = (
+        "import podcache.cri._wire as w, podcache.serve.crisock.relay as r;"
+        " print(w.__file__, r.ENGINE)"
+    )
     result = cri_harness.exec_sync(deployed.podcache, [IMAGE_PYTHON, "-I", "-c", code])
     assert result.exit_code == 0, result.stderr.decode()
-    assert result.stdout.decode().strip().endswith(".so"), result.stdout
+    reader, relay = result.stdout.decode().split()
+    assert reader.endswith(".so") and relay == "c", result.stdout
 
 
 @on_the_runtime

@@ -732,16 +732,17 @@ def test_image_is_built_in_two_stages_from_a_wheel_on_python_slim() -> None:
     assert not any(k == "COPY" and "src" in rest for k, rest in final)
 
 
-def test_the_build_stage_compiles_the_c_list_reader_and_fails_without_it() -> None:
+def test_the_build_stage_compiles_the_c_extensions_and_fails_without_them() -> None:
     instructions = containerfile()
     build = instructions[: -len(final_stage())]
     copied = " ".join(rest for k, rest in build if k == "COPY").split()
     assert "setup.py" in copied and "src/podcache" in copied  # the extension's recipe and source
     runs = [rest for k, rest in build if k == "RUN"]
     assert any("gcc" in run and "python3-dev" in run and "Python.h" in run for run in runs)
-    # The extension is optional in setup.py; the build's last step imports it, so a wheel
-    # that came without it fails the build instead of shipping the protobuf fallback.
+    # The extensions are optional in setup.py; the build's last step imports both, so a wheel
+    # that came without one fails the build instead of shipping the Python fallback.
     assert re.search(r"python -I -c \"import [^\"]*podcache\.cri\._wire\"$", runs[-1]), runs[-1]
+    assert re.search(r"python -I -c \"import [^\"]*podcache\.serve\.crisock\._relay[,\"]", runs[-1])
 
 
 def test_docker_and_podman_read_one_ignore_file() -> None:
