@@ -11,9 +11,9 @@ answers by source). With ``--base CHECKOUT``, a second serve runs from that chec
 in the same run.
 
 One client (a channel per target) asks ``ContainerStatus`` (verbose; with ``--method
-PodSandboxStatus``, the plain ``PodSandboxStatus`` of their sandboxes, as Falco asks) for the same 50
-containers over and over, ``N`` calls per target per round, each call to every target in turn
-(the order rotated each call, so drift and the order cancel): straight at the simulator,
+PodSandboxStatus``, the plain ``PodSandboxStatus`` of their sandboxes, as Falco asks) for the
+same 50 containers over and over, ``N`` calls per target per round, each call to every target in
+turn (the order rotated each call, so drift and the order cancel): straight at the simulator,
 through this checkout's socket, through the base's. Per round and target: p50 and p99 in ms,
 and for each process its CPU (its threads' time on a CPU, from ``schedstat``) per call in
 microseconds
