@@ -419,7 +419,7 @@ def _engine() -> str:
     if asked == "python":
         return "python"
     try:
-        from podcache.serve.crisock import _relay  # noqa: F401, PLC0415
+        from podcache.serve.crisock import _relay  # noqa: F401, PLC0415 -- only whether it imports
     except ImportError:
         if asked == "c":
             raise ImportError(
