@@ -29,9 +29,9 @@ NOT_ERRORS = {
     "MalformedListingError at the boundary",
     "podcache.cri.eventwire.EventWireError": "the event reader's own; eventstream raises it "
     "as a RuntimeProtocolError naming the endpoint",
-    "podcache.cri.http2.CallFailedError": "the HTTP/2 client's status of a failed call; the "
+    "podcache.cri.h2core.CallFailedError": "the HTTP/2 client's status of a failed call; the "
     "caller maps it (failures) to the CRIError of that status, naming the endpoint",
-    "podcache.cri.http2.WireViolationError": "a CallFailedError; mapped to a "
+    "podcache.cri.h2core.WireViolationError": "a CallFailedError; mapped to a "
     "RuntimeProtocolError naming the endpoint",
     "podcache.cri.caller._NotStreamedError": "a streaming list call's UNIMPLEMENTED; never "
     "leaves the caller, which makes the unary call instead",

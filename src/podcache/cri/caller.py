@@ -43,8 +43,9 @@ from podcache.cri.failures import (
     _events_error,
     _status_error,
 )
+from podcache.cri.h2core import CallFailedError, WireViolationError
 from podcache.cri.h2pool import ConnectionPool
-from podcache.cri.http2 import CallFailedError, Connection, StreamCall, WireViolationError
+from podcache.cri.http2 import Connection, StreamCall
 from podcache.cri.liststream import (
     MAX_STREAMED_MESSAGE_BYTES,
     STREAM_METHODS,

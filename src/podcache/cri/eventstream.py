@@ -64,7 +64,8 @@ from podcache.cri.eventwire import (
     EventWireError,
     event_fields,
 )
-from podcache.cri.http2 import CallFailedError, StreamCall, WireViolationError
+from podcache.cri.h2core import CallFailedError, WireViolationError
+from podcache.cri.http2 import StreamCall
 from podcache.cri.proto import api_pb2 as pb
 from podcache.errors import CRIError, EventsUnsupportedError, RuntimeProtocolError
 from podcache.model import MAX_ID_LENGTH, ContainerEvent, ContainerEventType

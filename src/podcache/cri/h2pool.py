@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from podcache.cri.endpoint import Endpoint
-from podcache.cri.http2 import CallFailedError, Connection
+from podcache.cri.h2core import CallFailedError
+from podcache.cri.http2 import Connection
 from podcache.cri.wire.grpcwire import UNAVAILABLE
 
 __all__ = ["MAX_IDLE", "ConnectionPool"]

@@ -15,22 +15,17 @@ listing equal to ``CRIRuntime``'s (a test compares them on the simulator).
 Rules:
 
 - **Success only.** Anything but a clean answer (no socket, a refused connection, a status
-  other than OK, a frame it does not expect, a reset, the deadline, bytes a reader rejects:
+  other than OK, a frame the connection core rejects, the deadline, bytes a reader rejects:
   any exception) makes the whole read again with ``CRIRuntime``, whose errors name the
   endpoint and say what is wrong (its diagnosis is the reference); that fallback imports
-  grpcio. A PodSandboxStatus that fails
-  leaves its pod's IPs unknown, as ``CRIRuntime``'s listing does. A runtime that hangs is
-  waited for twice (this read, then the fallback's), each within ``timeout`` per call.
-- **What it speaks.** The client preface; SETTINGS (no push, a stream window and a connection
-  window of ``WINDOW`` bytes: a one-shot read never gives window back), every PING and
-  SETTINGS acknowledged; frames, headers and gRPC's framing are ``cri.wire``'s (the pooled
-  connection's too), requests encoded by its method table (``cri.wire.methods``);
-  WINDOW_UPDATEs are ignored (requests are small: at most ``BATCH`` of about 80 bytes in one
-  write, within the default windows).
-- **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (the default it keeps), a header block of
-  at most ``MAX_HEADER_BLOCK``, one gRPC message per answer of at most
-  ``MAX_MESSAGE_BYTES``, at most ``BATCH`` calls in flight (and, once the runtime's SETTINGS
-  came, no more than its SETTINGS_MAX_CONCURRENT_STREAMS); every read and write within one
+  grpcio. A PodSandboxStatus that ends with a status other than OK (its trailers', a reset's,
+  an HTTP status's) leaves its pod's IPs unknown, as ``CRIRuntime``'s listing does. A runtime
+  that hangs is waited for twice (this read, then the fallback's), each within ``timeout``
+  per call.
+- **A driver of the connection core.** What it speaks and its bounds are ``h2core``'s (the
+  pooled connection's too), requests encoded by the wire's method table
+  (``cri.wire.methods``); at most ``BATCH`` calls in flight (and no more than the runtime's
+  SETTINGS_MAX_CONCURRENT_STREAMS), one message per answer; every read and write within one
   call's timeout of the last call sent (no call ending for that long fails the read).
 
 Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
@@ -58,10 +53,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Self
 
+from podcache.cri import h2core
 from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
-from podcache.cri.wire import frames, grpcwire
-from podcache.cri.wire.headers import HPACKDecoder, authority, grpc_timeout, request_headers
-from podcache.cri.wire.methods import path, request
+from podcache.cri.h2core import Stream, preface
+from podcache.cri.wire.grpcwire import OK
+from podcache.cri.wire.headers import authority
+from podcache.cri.wire.methods import request
 from podcache.cri.wire.protobuf import version_fields
 
 if TYPE_CHECKING:
@@ -74,11 +71,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BATCH",
     "FIRST_STEP",
-    "MAX_FRAME_BYTES",
-    "MAX_HEADER_BLOCK",
-    "MAX_MESSAGE_BYTES",
     "STATUSES_IN_FLIGHT",
-    "WINDOW",
     "OneShotRuntime",
 ]
 
@@ -86,14 +79,6 @@ STATUSES_IN_FLIGHT = 8
 """PodSandboxStatus calls a one-shot read has in flight at once (the simulator's pool of
 threads answers 105 this way in about 0.75x the time of all at once)."""
 
-MAX_FRAME_BYTES = 16_384
-"""Largest frame payload accepted: HTTP/2's default SETTINGS_MAX_FRAME_SIZE, kept."""
-MAX_HEADER_BLOCK = 64 * 1024
-"""Largest header block (HEADERS and its CONTINUATIONs) accepted, as ``http2``'s."""
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-"""Largest answer accepted: the gRPC receive limit of both other clients (the kubelet's)."""
-WINDOW = 2**31 - 1
-"""The stream and connection flow-control windows given to the runtime (HTTP/2's largest)."""
 BATCH = 100
 """Most calls in flight at once (PodSandboxStatus calls go in batches of this many)."""
 FIRST_STEP = 8
@@ -122,42 +107,18 @@ def _version_answer(data: bytes) -> RuntimeVersion:
     return RuntimeVersion(*fields)
 
 
-# -- HTTP/2 ------------------------------------------------------------------------------------
+# -- HTTP/2: a driver of the connection core --------------------------------------------------
+
+_Batch = dict[int, Stream]
+"""Calls sent together: each one's stream ID and answer, in the order sent."""
 
 
-class _Call:
-    """One call's answer as it arrives."""
-
-    __slots__ = ("body", "headers_seen", "index", "message", "method", "status")
-
-    def __init__(self, method: str, index: int = 0) -> None:
-        self.method = method
-        self.index = index  # its place among the requests of one ``calls``
-        self.headers_seen = False
-        self.body = bytearray()
-        self.status: int | None = None  # grpc-status, once the trailers came
-        self.message = ""
-
-
-class _Batch:
-    """Calls sent together: each stream's answer, how many have not ended yet, and what to
-    call with each as it ends."""
-
-    __slots__ = ("ended", "open", "streams")
-
-    def __init__(self, ended: Callable[[_Call], None] | None = None) -> None:
-        self.streams: dict[int, _Call] = {}
-        self.open = 0
-        self.ended = ended
-
-
-class _Connection:
-    """One HTTP/2 connection, used by one thread, for unary calls made in batches."""
+class _Connection(h2core.Connection):
+    """One HTTP/2 connection (``h2core``), used by one thread, for unary calls made in batches;
+    every read and write within one call's timeout of the last call sent."""
 
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
         self._timeout = timeout
-        self._deadline = time.monotonic() + timeout
-        self._authority = authority(endpoint.address)
         if endpoint.path is not None:
             sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
             target: object = endpoint.path
@@ -166,34 +127,21 @@ class _Connection:
             family = _socket.AF_INET6 if ":" in endpoint.address[0] else _socket.AF_INET
             sock = _socket.socket(family, _socket.SOCK_STREAM)
             target = endpoint.address
-        self._sock = sock
         try:
-            self._timed()
+            sock.settimeout(timeout)
             sock.connect(target)  # type: ignore[arg-type]
         except BaseException:
             sock.close()
             raise
-        self._decoder = HPACKDecoder(max_header_list_size=2 * MAX_HEADER_BLOCK)
-        self._inbox = bytearray()
-        self._read = 0  # bytes of the inbox already taken
+        super().__init__(sock, authority(endpoint.address))
+        self._deadline: float = time.monotonic() + timeout
         self._wait_until: float | None = None  # wait_answers' end, while it waits
-        self._next_id = 1
-        self._max_streams = BATCH
-        self._out = bytearray(frames.client_preface(WINDOW, WINDOW, MAX_HEADER_BLOCK))
-
-    def _timed(self) -> None:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise _UnexpectedAnswerError("deadline exceeded")
-        self._sock.settimeout(remaining)
-
-    def close(self) -> None:
-        self._sock.close()
+        self._out = bytearray(preface())  # written with the first calls
 
     @property
     def max_streams(self) -> int:
         """Calls this connection may have in flight: ``BATCH``, or the runtime's lower limit."""
-        return max(1, min(BATCH, self._max_streams))
+        return max(1, min(BATCH, self._peer_max_streams))
 
     def retime(self, timeout: float) -> None:
         """Make ``timeout`` the seconds per call, the current deadline moved to match (it
@@ -201,14 +149,25 @@ class _Connection:
         self._deadline += timeout - self._timeout
         self._timeout = timeout
 
+    def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
+        """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
+        answers are ``answers(batch)``'s, so the caller may work while the runtime answers."""
+        return {sid: self._streams[sid] for sid in self._send_calls(requests[:BATCH])}
+
+    def answers(self, batch: _Batch) -> list[Stream]:
+        """The answers of the calls ``send`` sent, in order, once each has ended."""
+        for call in batch.values():
+            while call.status is None:
+                self.take()
+        return list(batch.values())
+
     def wait_answers(self, batch: _Batch, seconds: float) -> bool:
         """``answers(batch)`` within ``seconds``: True once every call of the batch ended;
         False when the wait ran out first, the connection as usable as before (a frame is
-        taken whole or not at all; a header block cut short by the wait is an error)."""
+        taken whole or not at all)."""
         self._wait_until = time.monotonic() + seconds
         try:
-            while batch.open > 0:
-                self.take(batch)
+            self.answers(batch)
         except _NotYet:
             return False
         finally:
@@ -218,193 +177,67 @@ class _Connection:
     def calls(
         self,
         requests: Sequence[tuple[str, bytes]],
-        window: int = BATCH,
-        ended: Callable[[_Call], None] | None = None,
-    ) -> list[_Call]:
-        """Each request's answer (status and body), in order, with at most ``window`` calls
-        in flight (never more than ``BATCH``, nor than the runtime's limit once it said): a
-        call is sent as soon as one ends, and each send starts the deadline again (a runtime
-        that ends no call within the timeout fails the read). ``ended`` is called with each
-        answer as it ends (its ``index`` is its request's), while the others are answered."""
-        batch = _Batch(ended)
+        window: int,
+        ended: Callable[[int, Stream], None],
+    ) -> None:
+        """Make every call of ``requests`` with at most ``window`` in flight (nor more than
+        ``max_streams``): a call is sent as soon as one ends, and each send starts the deadline
+        again (a runtime that ends no call within the timeout fails the read). ``ended`` is
+        called with each answer as it ends (and its request's index), while the others are
+        answered."""
+        in_flight: dict[int, int] = {}  # stream ID: its request's index
         sent = 0
-        while sent < len(requests) or batch.open > 0:
-            room = max(1, min(window, BATCH, self._max_streams)) - batch.open
+        while sent < len(requests) or in_flight:
+            room = min(window, self.max_streams) - len(in_flight)
             if room > 0 and sent < len(requests):
-                self._deadline = time.monotonic() + self._timeout
-                for index in range(sent, min(sent + room, len(requests))):
-                    method, body = requests[index]
-                    batch.streams[self._open(method, body)] = _Call(method, index)
-                    batch.open += 1
-                sent = min(sent + room, len(requests))
-                self._flush()
-            self.take(batch)
-        return list(batch.streams.values())
+                ids = self._send_calls(requests[sent : sent + room])
+                in_flight.update(zip(ids, range(sent, sent + len(ids)), strict=True))
+                sent += len(ids)
+            self.take()
+            for stream_id in [sid for sid in in_flight if self._streams[sid].status is not None]:
+                ended(in_flight.pop(stream_id), self._streams.pop(stream_id))
 
-    def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
-        """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
-        answers are ``answers(batch)``'s, so the caller may work while the runtime answers."""
+    def take(self) -> None:
+        """Read one frame (of any call) and act on it."""
+        self._take(self._next_frame(self._deadline))
+
+    def _send_calls(self, requests: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Open a call for each request, all written at once (with the preface, the first
+        time); the deadline starts again. Their stream IDs."""
         self._deadline = time.monotonic() + self._timeout
-        batch = _Batch()
-        for method, body in requests[:BATCH]:
-            batch.streams[self._open(method, body)] = _Call(method)
-        batch.open = len(batch.streams)
-        self._flush()
-        return batch
+        out, self._out = self._out, bytearray()
+        ids = [self._open(method, body, out, unary=True) for method, body in requests]
+        self._send(bytes(out))
+        return ids
 
-    def answers(self, batch: _Batch) -> list[_Call]:
-        """The answers of the calls ``send`` sent, in order, once each has ended."""
-        while batch.open > 0:
-            self.take(batch)
-        return list(batch.streams.values())
-
-    def _open(self, method: str, body: bytes) -> int:
-        stream = self._next_id
-        self._next_id += 2
-        block = request_headers(path(method), self._authority)
-        block += grpc_timeout(self._deadline - time.monotonic())
-        self._out += frames.frame(frames.HEADERS, frames.END_HEADERS, stream, block)
-        self._out += frames.frame(frames.DATA, frames.END_STREAM, stream, grpcwire.message(body))
-        return stream
-
-    def _flush(self) -> None:
-        self._timed()
-        self._sock.sendall(self._out)
-        self._out.clear()
-
-    def _recv(self, need: int) -> None:
-        """Until ``need`` bytes past those taken are in the inbox (the taken ones dropped
-        first: the inbox holds at most one read past a frame)."""
-        if len(self._inbox) - self._read >= need:
-            return
-        del self._inbox[: self._read]
-        self._read = 0
-        while len(self._inbox) < need:
-            self._timed()
-            if self._wait_until is not None:
-                self._wait_for_data()
-            data = self._sock.recv(256 * 1024)
-            if not data:
-                raise _UnexpectedAnswerError("the runtime closed the connection")
-            self._inbox += data
-
-    def _wait_for_data(self) -> None:
-        """Within ``wait_answers``: block no longer than its wait; ``_NotYet`` when it ended
-        with nothing to read (the bytes already read stay in the inbox)."""
-        left = self._wait_until - time.monotonic() if self._wait_until is not None else 0.0
-        if left <= 0:
-            raise _NotYet
-        self._sock.settimeout(min(left, self._sock.gettimeout() or left))
-        try:
-            data = self._sock.recv(1, _socket.MSG_PEEK)
-        except TimeoutError:
-            raise _NotYet from None
-        if not data:
-            raise _UnexpectedAnswerError("the runtime closed the connection")
-        self._timed()
-
-    def _frame(self) -> tuple[int, int, int, bytes]:
-        self._recv(frames.HEAD_BYTES)
-        length, kind, flags, stream = frames.head(self._inbox, self._read)
-        if length > MAX_FRAME_BYTES:
-            raise _UnexpectedAnswerError(f"a frame of {length} bytes")
-        self._recv(frames.HEAD_BYTES + length)
-        start = self._read + frames.HEAD_BYTES
-        payload = bytes(self._inbox[start : start + length])
-        self._read = start + length
-        return kind, flags, stream, payload
-
-    def take(self, batch: _Batch) -> None:
-        """Read one frame (a whole header block) and act on it (``batch``: the calls whose
-        answers may come; a frame of any other stream is an error)."""
-        kind, flags, stream, payload = self._frame()
-        if kind == frames.SETTINGS:
-            if not flags & frames.ACK:
-                self._settings(payload)
-        elif kind == frames.PING:
-            if not flags & frames.ACK:
-                self._out += frames.frame(frames.PING, frames.ACK, 0, payload)
-                self._flush()
-        elif kind in (frames.WINDOW_UPDATE, frames.PRIORITY):
-            return
-        elif kind in (frames.HEADERS, frames.DATA) and stream in batch.streams:
-            self._on_answer(batch, batch.streams[stream], kind, flags, payload)
-        else:  # RST_STREAM, GOAWAY, PUSH_PROMISE, CONTINUATION alone, another stream's
-            raise _UnexpectedAnswerError(f"frame type {kind} on stream {stream}")
-
-    def _on_answer(self, batch: _Batch, call: _Call, kind: int, flags: int, payload: bytes) -> None:
-        """A HEADERS or DATA frame of ``call``, one of ``batch``'s; the batch told when the
-        call ends."""
-        if call.status is not None:
-            raise _UnexpectedAnswerError(f"a frame after the trailers of {call.method}")
-        self._on_stream(kind, flags, payload, call)
-        if call.status is not None:
-            batch.open -= 1
-            if batch.ended is not None:
-                batch.ended(call)
-
-    def _settings(self, payload: bytes) -> None:
-        for key, value in frames.setting_pairs(payload):
-            if key == frames.SETTING_MAX_STREAMS:
-                self._max_streams = min(self._max_streams, value)
-        self._out += frames.frame(frames.SETTINGS, frames.ACK, 0)
-        self._flush()
-
-    def _on_stream(self, kind: int, flags: int, payload: bytes, call: _Call) -> None:
-        payload = frames.unpadded(kind, flags, payload)
-        if kind == frames.DATA:
-            if not call.headers_seen or call.status is not None:
-                raise _UnexpectedAnswerError("DATA outside an answer")
-            call.body += payload
-            if len(call.body) > MAX_MESSAGE_BYTES + 5:
-                raise _UnexpectedAnswerError("an answer over the receive limit")
-            if flags & frames.END_STREAM:
-                raise _UnexpectedAnswerError("an answer without trailers")
-            return
-        block = bytearray(payload)
-        while not flags & frames.END_HEADERS:
+    def _fill(self, deadline: float | None) -> None:
+        """The core's read; within ``wait_answers``, first a wait for bytes no longer than its
+        wait: ``_NotYet`` when it ends with nothing to read (what was read stays)."""
+        if self._wait_until is not None:
+            left = min(self._wait_until, self._deadline) - time.monotonic()
+            if left <= 0:
+                raise _NotYet
+            self._sock.settimeout(left)
             try:
-                kind, flags, _, more = self._frame()
-            except _NotYet:  # the block's start is taken: the connection cannot go on
-                raise _UnexpectedAnswerError("a header block cut short by a wait") from None
-            if kind != frames.CONTINUATION:
-                raise _UnexpectedAnswerError("a header block cut short")
-            block += more
-            if len(block) > MAX_HEADER_BLOCK:
-                raise _UnexpectedAnswerError("a header block over its bound")
-        headers = dict(self._decoder.decode(bytes(block)))
-        _headers(call, headers, bool(flags & frames.END_STREAM))
+                self._sock.recv(1, _socket.MSG_PEEK)
+            except TimeoutError:
+                raise _NotYet from None
+            except OSError:
+                pass  # the core's read fails the same way, and says so
+        super()._fill(deadline)
 
 
-def _headers(call: _Call, headers: dict[bytes, bytes], ends: bool) -> None:
-    """The answer's headers (``:status`` 200, gRPC), or its trailers (``grpc-status``); its
-    status a number (``grpcwire``), unknown numbers UNKNOWN."""
-    if not call.headers_seen:
-        call.headers_seen = True
-        failure = grpcwire.http_failure(headers)
-        if failure is not None:
-            raise _UnexpectedAnswerError(failure[1])
-        if b"grpc-status" not in headers:
-            if ends:
-                raise _UnexpectedAnswerError("an answer without trailers")
-            return
-    elif not ends:
-        raise _UnexpectedAnswerError("trailers that do not end the stream")
-    if not headers.get(b"grpc-status", b"").isdigit():
-        raise _UnexpectedAnswerError("trailers without grpc-status")
-    call.status, call.message = grpcwire.status_of(headers)
+def _ok(call: Stream) -> bool:
+    return call.status is not None and call.status[0] == OK
 
 
-def _message(call: _Call) -> bytes:
-    """The one uncompressed gRPC message of an answer that ended OK."""
-    if call.status != 0:
-        raise _UnexpectedAnswerError(
-            f"{call.method} answered grpc-status {call.status}: {call.message}"
-        )
-    try:
-        return grpcwire.only_message(call.body)
-    except ValueError as error:
-        raise _UnexpectedAnswerError(f"{call.method}: {error}") from None
+def _message(call: Stream) -> bytes:
+    """The one gRPC message of an answer that ended OK."""
+    if not _ok(call):
+        raise _UnexpectedAnswerError(f"{call.method} answered {call.status}")
+    if len(call.messages) != 1 or call.pending:
+        raise _UnexpectedAnswerError(f"{call.method}: not exactly one message")
+    return call.messages[0]
 
 
 # -- the getter ---------------------------------------------------------------------------------
@@ -467,7 +300,8 @@ class OneShotRuntime:
         """The runtime's Version answer (a protocol error when a field is empty)."""
         try:
             with self._connect() as connection:
-                answer = _version_answer(_message(connection.calls([request("Version")])[0]))
+                (call,) = connection.answers(connection.send([request("Version")]))
+                answer = _version_answer(_message(call))
         except Exception:  # anything but a clean answer: the reference reads and says why
             return self._reference().version()
         from podcache.cri.values import _version_from
@@ -613,7 +447,7 @@ class _Ahead(NamedTuple):
     """PodSandboxStatus calls sent before they were wanted: each sandbox ID's call."""
 
     batch: _Batch
-    calls: dict[str, _Call]
+    calls: dict[str, Stream]
 
 
 def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
@@ -625,14 +459,14 @@ def _ask_ahead(connection: _Connection, lists: _Batch) -> _Ahead | None:
         from podcache.cri import _wire
     except ImportError:
         return None
-    sandboxes = next(call for call in lists.streams.values() if call.method == "ListPodSandbox")
-    if sandboxes.status != 0:
+    sandboxes = next(call for call in lists.values() if call.method == "ListPodSandbox")
+    if not _ok(sandboxes):
         return None
     chosen = _newest_ready(_wire.sandboxes(_message(sandboxes)))[: connection.max_streams]
     if not chosen:
         return None
     batch = connection.send([request("PodSandboxStatus", sid) for sid in chosen])
-    return _Ahead(batch, dict(zip(chosen, batch.streams.values(), strict=True)))
+    return _Ahead(batch, dict(zip(chosen, batch.values(), strict=True)))
 
 
 def _newest_ready(rows: Iterable[SandboxRow]) -> list[str]:
@@ -662,8 +496,8 @@ class _Asking:
         fetched = {}
         called = []
 
-        def learn(sandbox_id: str, answer: _Call) -> None:
-            if answer.status == 0:
+        def learn(sandbox_id: str, answer: Stream) -> None:
+            if _ok(answer):
                 fetched[sandbox_id] = self._memo.learn(sandbox_id, status_fields(_message(answer)))
 
         for sandbox_id in wanted:
@@ -679,16 +513,16 @@ class _Asking:
             self._connection.calls(
                 requests,
                 window=STATUSES_IN_FLIGHT,
-                ended=lambda answer: learn(called[answer.index], answer),  # as each ends
+                ended=lambda index, answer: learn(called[index], answer),  # as each ends
             )
         return fetched
 
-    def _asked_ahead(self, sandbox_id: str) -> _Call | None:
+    def _asked_ahead(self, sandbox_id: str) -> Stream | None:
         """The call asked ahead for ``sandbox_id``, once it ended; None if none was."""
         if self._ahead is None or (call := self._ahead.calls.get(sandbox_id)) is None:
             return None
         while call.status is None:
-            self._connection.take(self._ahead.batch)
+            self._connection.take()
         return call
 
     def statuses_until(

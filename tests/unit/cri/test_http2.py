@@ -21,15 +21,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podcache.cri.endpoint import Endpoint, parse_endpoint
-from podcache.cri.h2pool import ConnectionPool
-from podcache.cri.http2 import (
+from podcache.cri.h2core import (
     MAX_FRAME_BYTES,
     MAX_HEADER_BLOCK,
     MAX_MESSAGE_BYTES,
     CallFailedError,
-    Connection,
     WireViolationError,
 )
+from podcache.cri.h2pool import ConnectionPool
+from podcache.cri.http2 import Connection
 from podcache.cri.wire.headers import HPACKDecoder, keeps_table
 from tests.unit.cri.h2fake import (
     CONT,

@@ -25,18 +25,18 @@ import hpack
 import pytest
 
 from podcache import RuntimeCache
-from podcache.cri import http2
+from podcache.cri import h2core
 from podcache.cri.caller import SyncCaller
 from podcache.cri.endpoint import parse_endpoint
-from podcache.cri.h2pool import ConnectionPool
-from podcache.cri.http2 import (
+from podcache.cri.h2core import (
     CONTROL_FRAME_BURST,
     MAX_CONTINUATIONS,
     MAX_MEMO_BYTES,
     CallFailedError,
-    Connection,
     WireViolationError,
 )
+from podcache.cri.h2pool import ConnectionPool
+from podcache.cri.http2 import Connection
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wire.headers import HPACKDecoder, literal
 from podcache.errors import CRIError, RuntimeDeadlineError, RuntimeProtocolError
@@ -109,7 +109,7 @@ def test_acknowledgements_to_a_runtime_that_never_reads_end_at_the_calls_deadlin
 
 
 class _SteppingClock:
-    """``time`` for http2 whose monotonic clock moves 1 ms each time it is read."""
+    """``time`` for h2core whose monotonic clock moves 1 ms each time it is read."""
 
     def __init__(self) -> None:
         self.now = time.monotonic()
@@ -126,7 +126,7 @@ def test_frames_waiting_in_the_inbox_do_not_hold_a_call_past_its_deadline(
     of a clock that moves 1 ms a read) passes while they wait in the inbox, and the call ends
     there, though no read from the socket was needed."""
     clock = _SteppingClock()
-    monkeypatch.setattr(http2, "time", SimpleNamespace(monotonic=clock.monotonic))
+    monkeypatch.setattr(h2core, "time", SimpleNamespace(monotonic=clock.monotonic))
 
     def script(peer: FakePeer) -> None:
         peer.preface()
@@ -520,7 +520,7 @@ def test_data_past_the_streams_window_is_a_violation(
     """A stream window below one frame (10,000 bytes, advertised in the client's SETTINGS): a
     DATA frame that fills it is taken, one byte more is a violation."""
     window = 10_000
-    monkeypatch.setattr(http2, "STREAM_WINDOW", window)
+    monkeypatch.setattr(h2core, "STREAM_WINDOW", window)
 
     def script(peer: FakePeer) -> None:
         peer.preface()
@@ -555,7 +555,7 @@ def test_data_past_the_connections_window_is_a_violation(sock_dir: str, extra: i
 
     with fake_runtime(sock_dir, script) as where:
         connection = Connection(parse_endpoint(where[0]), 5)
-        connection._unacked = http2.CONNECTION_WINDOW - 100 + extra
+        connection._unacked = h2core.CONNECTION_WINDOW - 100 + extra
         try:
             if extra:
                 with pytest.raises(WireViolationError, match="past the connection's flow-control"):
@@ -585,7 +585,7 @@ def test_a_violation_names_the_frame_the_method_and_the_endpoint(sock_dir: str) 
 # -- item 9: the decode memo ---------------------------------------------------------------------
 def _bare_connection() -> Connection:
     connection = Connection.__new__(Connection)
-    connection._decoder = HPACKDecoder(max_header_list_size=2 * http2.MAX_HEADER_BLOCK)
+    connection._decoder = HPACKDecoder(max_header_list_size=2 * h2core.MAX_HEADER_BLOCK)
     connection._decoded_blocks = {}
     connection._memo_bytes = 0
     connection._method = "ListPodSandbox"
@@ -603,10 +603,10 @@ def test_the_decode_memo_holds_at_most_its_bound_and_forgets_the_oldest() -> Non
     costs = []
     for block in blocks:
         headers = connection._decoded(block)
-        costs.append(http2._memo_cost(block, headers))
+        costs.append(h2core._memo_cost(block, headers))
         assert connection._memo_bytes <= MAX_MEMO_BYTES
         assert connection._memo_bytes == sum(
-            http2._memo_cost(b, h) for b, h in connection._decoded_blocks.items()
+            h2core._memo_cost(b, h) for b, h in connection._decoded_blocks.items()
         )
     kept = list(connection._decoded_blocks)
     assert kept == blocks[len(blocks) - len(kept) :]  # the newest, in order
@@ -624,7 +624,7 @@ def test_a_block_costing_more_than_the_bound_is_never_kept(extra: int) -> None:
     shapes = (
         _padded_block(0, size) + suffix for size in range(target) for suffix in (b"", b"\x82")
     )
-    block = next(b for b in shapes if http2._memo_cost(b, _decoded_fresh(b)) == target)
+    block = next(b for b in shapes if h2core._memo_cost(b, _decoded_fresh(b)) == target)
     connection._decoded(block)
     assert (block in connection._decoded_blocks) is not bool(extra)
 

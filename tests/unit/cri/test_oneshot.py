@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from podcache.cri import CRIRuntime, oneshot
+from podcache.cri import CRIRuntime, h2core, oneshot
 from podcache.cri.endpoint import resolve_endpoint
 from podcache.cri.oneshot import (
     BATCH,
@@ -320,19 +320,21 @@ def test_statuses_are_asked_as_the_getters_ask_them(
     servicer, endpoint = addressed
     servicer.hold([f"10.1.{i // 200}.{i % 200 + 1}" for i in range(110)])
     counted = {"sent": 0, "ended": 0, "most": 0}
-    open_call, read_headers = oneshot._Connection._open, oneshot._headers
+    open_call, end = oneshot._Connection._open, h2core.Stream.end
 
-    def counting_open(self: oneshot._Connection, method: str, body: bytes) -> int:
+    def counting_open(
+        self: oneshot._Connection, method: str, body: bytes, out: bytearray, *, unary: bool = False
+    ) -> int:
         counted["sent"] += 1
         counted["most"] = max(counted["most"], counted["sent"] - counted["ended"])
-        return open_call(self, method, body)
+        return open_call(self, method, body, out, unary=unary)
 
-    def counting_headers(call: oneshot._Call, headers: dict[bytes, bytes], ends: bool) -> None:
-        read_headers(call, headers, ends)
-        counted["ended"] += call.status is not None
+    def counting_end(call: h2core.Stream, code: int, details: str) -> None:
+        counted["ended"] += call.status is None
+        end(call, code, details)
 
     monkeypatch.setattr(oneshot._Connection, "_open", counting_open)
-    monkeypatch.setattr(oneshot, "_headers", counting_headers)
+    monkeypatch.setattr(h2core.Stream, "end", counting_end)
     found = OneShotRuntime(endpoint, timeout=5.0, find_ips=frozenset({"10.1.0.1"})).get_pods()
     assert (pod := found.by_ip("10.1.0.1")) is not None and pod.id == "uid-0"
     assert servicer.status_calls() == 110
@@ -380,12 +382,12 @@ def test_a_listing_sends_its_first_calls_before_importing_msgspec_or_the_model(
         "import contextlib, io, json, sys\n"
         "from podcache.cri import oneshot\n"
         "seen = []\n"
-        "flush = oneshot._Connection._flush\n"
-        "def first(self):\n"
+        "send = oneshot._Connection._send\n"
+        "def first(self, data):\n"
         "    if not seen:\n"
         "        seen.append([m for m in ('msgspec', 'podcache.model') if m in sys.modules])\n"
-        "    flush(self)\n"
-        "oneshot._Connection._flush = first\n"
+        "    send(self, data)\n"
+        "oneshot._Connection._send = first\n"
         "from podcache.cli import run\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    status = run(sys.argv[1:])\n"
@@ -479,3 +481,21 @@ def test_a_wait_that_ends_inside_a_frame_leaves_the_connection_whole(tmp_path: o
             connection.close()
         finally:
             waited.set()
+
+
+def test_only_one_whole_message_is_an_answer() -> None:
+    """An answer that ended OK is one message, none cut short (a compressed message or a
+    second one the connection core refuses as it reads: ``test_http2``)."""
+    call = h2core.Stream("Version", True, 0)
+    call.end(0, "")
+    with pytest.raises(oneshot._UnexpectedAnswerError, match="not exactly one"):
+        oneshot._message(call)  # no message
+    call.messages.append(b"abc")
+    assert oneshot._message(call) == b"abc"
+    call.pending += b"\x00\x00\x00"  # a second one, cut short
+    with pytest.raises(oneshot._UnexpectedAnswerError, match="not exactly one"):
+        oneshot._message(call)
+    failed = h2core.Stream("Version", True, 0)
+    failed.end(5, "gone")
+    with pytest.raises(oneshot._UnexpectedAnswerError, match="answered"):
+        oneshot._message(failed)

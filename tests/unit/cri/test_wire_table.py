@@ -187,16 +187,3 @@ def test_a_clients_preface_settings_and_window() -> None:
 )
 def test_a_calls_authority(address: tuple[str, int] | None, expected: str) -> None:
     assert authority(address) == expected
-
-
-def test_only_one_uncompressed_message_is_an_answer() -> None:
-    assert grpcwire.only_message(grpcwire.message(b"abc")) == b"abc"
-    assert grpcwire.only_message(grpcwire.message(b"")) == b""
-    for body, why in (
-        (b"", "no message"),
-        (b"\x01" + grpcwire.message(b"abc")[1:], "compressed"),
-        (grpcwire.message(b"abc")[:-1], "not exactly one"),
-        (grpcwire.message(b"abc") + grpcwire.message(b""), "not exactly one"),
-    ):
-        with pytest.raises(ValueError, match=why):
-            grpcwire.only_message(body)

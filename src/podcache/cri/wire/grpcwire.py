@@ -12,7 +12,6 @@ from __future__ import annotations
 __all__ = [
     "http_failure",
     "message",
-    "only_message",
     "percent_decoded",
     "reset_status",
     "status_of",
@@ -52,16 +51,6 @@ _RESET_CODES = {
 def message(body: bytes) -> bytes:
     """``body`` as one uncompressed gRPC message."""
     return b"\x00" + len(body).to_bytes(4) + body
-
-
-def only_message(body: bytes | bytearray) -> bytes:
-    """The one uncompressed message an answer's ``body`` holds; ``ValueError`` when it holds
-    none, a compressed one, or more or less than exactly one."""
-    if len(body) < MESSAGE_HEAD or body[0] != 0:
-        raise ValueError("no message, or a compressed one")
-    if int.from_bytes(body[1:MESSAGE_HEAD]) != len(body) - MESSAGE_HEAD:
-        raise ValueError("not exactly one message")
-    return bytes(body[MESSAGE_HEAD:])
 
 
 def status_of(headers: dict[bytes, bytes]) -> tuple[int, str]:
