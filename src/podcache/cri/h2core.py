@@ -59,6 +59,7 @@ import _socket
 import contextlib
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from podcache.cri.wire import frames, grpcwire
@@ -323,6 +324,16 @@ class Connection:
         stream.send_window -= len(message)
         out += frames.frame(frames.DATA, frames.END_STREAM, stream_id, message)
         return stream_id
+
+    def _send_calls(
+        self, requests: Sequence[tuple[str, bytes]], out: bytearray, *, unary: bool = True
+    ) -> list[int]:
+        """Open a call for each request (``_open``), written in one write after ``out`` (what
+        waits to be written); their stream IDs."""
+        ids = [self._open(method, body, out, unary=unary) for method, body in requests]
+        if out:
+            self._send(bytes(out))
+        return ids
 
     def _send(self, data: bytes) -> None:
         """Write ``data`` whole by the call's deadline (a stream's: within ``SEND_TIMEOUT``);

@@ -105,11 +105,7 @@ class Connection(h2core.Connection):
         batch = max(1, min(len(requests), self._peer_max_streams))
         try:
             for first in range(0, len(requests), batch):
-                out = bytearray()
-                part = requests[first : first + batch]
-                ids = [self._open(method, body, out, unary=True) for method, body in part]
-                if out:
-                    self._send(bytes(out))
+                ids = self._send_calls(requests[first : first + batch], bytearray())
                 outcomes.extend(_outcome(stream) for stream in self._finish(ids))
         finally:
             self._deadline = None
@@ -117,10 +113,7 @@ class Connection(h2core.Connection):
 
     def stream(self, method: str, body: bytes) -> StreamCall:
         """Start a server-streaming call; its answers are read through the ``StreamCall``."""
-        out = bytearray()
-        stream_id = self._open(method, body, out)
-        if out:
-            self._send(bytes(out))
+        (stream_id,) = self._send_calls([(method, body)], bytearray(), unary=False)
         return StreamCall(self, stream_id)
 
     def read_stream(self, stream_id: int, deadline: float | None) -> None:

@@ -152,7 +152,7 @@ class _Connection(h2core.Connection):
     def send(self, requests: Sequence[tuple[str, bytes]]) -> _Batch:
         """Send at most ``BATCH`` calls at once (the batch's deadline starts now); their
         answers are ``answers(batch)``'s, so the caller may work while the runtime answers."""
-        return {sid: self._streams[sid] for sid in self._send_calls(requests[:BATCH])}
+        return {sid: self._streams[sid] for sid in self._sent(requests[:BATCH])}
 
     def answers(self, batch: _Batch) -> list[Stream]:
         """The answers of the calls ``send`` sent, in order, once each has ended."""
@@ -190,7 +190,7 @@ class _Connection(h2core.Connection):
         while sent < len(requests) or in_flight:
             room = min(window, self.max_streams) - len(in_flight)
             if room > 0 and sent < len(requests):
-                ids = self._send_calls(requests[sent : sent + room])
+                ids = self._sent(requests[sent : sent + room])
                 in_flight.update(zip(ids, range(sent, sent + len(ids)), strict=True))
                 sent += len(ids)
             self.take()
@@ -201,14 +201,12 @@ class _Connection(h2core.Connection):
         """Read one frame (of any call) and act on it."""
         self._take(self._next_frame(self._deadline))
 
-    def _send_calls(self, requests: Sequence[tuple[str, bytes]]) -> list[int]:
-        """Open a call for each request, all written at once (with the preface, the first
-        time); the deadline starts again. Their stream IDs."""
+    def _sent(self, requests: Sequence[tuple[str, bytes]]) -> list[int]:
+        """Send a call for each request, all in one write (with the preface, the first time);
+        the deadline starts again. Their stream IDs."""
         self._deadline = time.monotonic() + self._timeout
         out, self._out = self._out, bytearray()
-        ids = [self._open(method, body, out, unary=True) for method, body in requests]
-        self._send(bytes(out))
-        return ids
+        return self._send_calls(requests, out)
 
     def _fill(self, deadline: float | None) -> None:
         """The core's read; within ``wait_answers``, first a wait for bytes no longer than its
