@@ -146,12 +146,17 @@ def preface() -> bytes:
     return frames.client_preface(STREAM_WINDOW, CONNECTION_WINDOW, MAX_HEADER_BLOCK)
 
 
+_STATUS_CODES: dict[int, grpc.StatusCode] = {}
+
+
 def status_code(number: int) -> grpc.StatusCode:
     """gRPC's status ``number`` (``grpcwire``) as ``grpc.StatusCode``: the one place the own
-    client maps them (grpc imported on first use)."""
-    import grpc  # noqa: PLC0415 -- the one-shot read, which never asks, imports no grpc
+    client maps them (the table made on first use: the one-shot read imports no grpc)."""
+    if not _STATUS_CODES:
+        import grpc  # noqa: PLC0415 -- see above
 
-    return next(code for code in grpc.StatusCode if code.value[0] == number)
+        _STATUS_CODES.update((code.value[0], code) for code in grpc.StatusCode)
+    return _STATUS_CODES[number]
 
 
 class CallFailedError(Exception):

@@ -3,13 +3,10 @@ stream and the filtered list calls of one pod (docs/architecture.md §7 rule 6),
 listing's PodSandboxStatus calls, made together (``call_each``: each call's failure its own).
 The pooled driver of the connection core (``h2core``), as the one-shot read is its other.
 
-Why not grpcio for these: its Python layer costs about 200 us of CPU per streamed message (a
-receive operation queued per message, a completion-queue thread and a condition handed between
-threads, gRPC core's event-engine threads) and about 280 us per unary call, and a pod change
-brings some seven events and two list calls. Here the thread that needs an answer reads it
-from its own socket: one ``recv`` and a few slices per message. grpcio keeps every other call
-(the full listings, Version, Status), so a node's listing and this client are held to the same
-conversion and compared by the tests.
+Why not grpcio for these: its Python layer costs several times the CPU per streamed message
+and per unary call (measured in docs/architecture.md §7 rule 6); here the thread that needs an
+answer reads it from its own socket. grpcio keeps every other call (the full listings,
+Version, Status), and the tests hold this client to it.
 
 Rules (the core's hold too: what it speaks, bounds, the control-frame budget, flow control,
 outcomes):

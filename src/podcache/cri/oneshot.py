@@ -51,6 +51,7 @@ from __future__ import annotations
 import _socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri import h2core
@@ -297,7 +298,7 @@ class OneShotRuntime:
     def version(self) -> RuntimeVersion:
         """The runtime's Version answer (a protocol error when a field is empty)."""
         try:
-            with self._connect() as connection:
+            with closing(_Connection(self._endpoint, self._timeout)) as connection:
                 (call,) = connection.answers(connection.send([request("Version")]))
                 answer = _version_answer(_message(call))
         except Exception:  # anything but a clean answer: the reference reads and says why
@@ -359,7 +360,7 @@ class OneShotRuntime:
 
     def _get_pods(self, all: bool) -> PodList:
         connection, asked, ahead = self._start(all)
-        with _Closing(connection):
+        with closing(connection):
             # While the runtime answers: the conversion (the model, msgspec) is imported.
             from podcache.cri.convert import (
                 pods_from_listings,
@@ -386,10 +387,6 @@ class OneShotRuntime:
             else:
                 fetched = asking.statuses_until(_in_order(pods, wanted), self._find_ips)
         return with_networks(pods, fetched)
-
-    def _connect(self) -> _Closing:
-        """A connection whose each batch of calls has the timeout of one call."""
-        return _Closing(_Connection(self._endpoint, self._timeout))
 
     def _reference(self) -> CRIRuntime:
         """The full client, made on first need (it imports grpcio)."""
@@ -543,16 +540,3 @@ class _Asking:
             first += step
             step = min(2 * step, BATCH)
         return fetched
-
-
-class _Closing:
-    """``with``: the connection, closed at the end of the block."""
-
-    def __init__(self, connection: _Connection) -> None:
-        self._connection = connection
-
-    def __enter__(self) -> _Connection:
-        return self._connection
-
-    def __exit__(self, *exc: object) -> None:
-        self._connection.close()
