@@ -194,13 +194,16 @@ class _Connection(h2core.Connection):
                 ids = self._sent(requests[sent : sent + room])
                 in_flight.update(zip(ids, range(sent, sent + len(ids)), strict=True))
                 sent += len(ids)
-            self.take()
-            for stream_id in [sid for sid in in_flight if self._streams[sid].status is not None]:
-                ended(in_flight.pop(stream_id), self._streams.pop(stream_id))
+            taken = self.take()
+            for stream_id in [taken] if taken else list(in_flight):  # 0: a GOAWAY may end all
+                if stream_id in in_flight and self._streams[stream_id].status is not None:
+                    ended(in_flight.pop(stream_id), self._streams.pop(stream_id))
 
-    def take(self) -> None:
-        """Read one frame (of any call) and act on it."""
-        self._take(self._next_frame(self._deadline))
+    def take(self) -> int:
+        """Read one frame (of any call) and act on it; its stream ID."""
+        frame = self._next_frame(self._deadline)
+        self._take(frame)
+        return frame.stream
 
     def _sent(self, requests: Sequence[tuple[str, bytes]]) -> list[int]:
         """Send a call for each request, all in one write (with the preface, the first time);
