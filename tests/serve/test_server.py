@@ -651,6 +651,14 @@ def test_listen_given_twice_the_same_is_a_usage_error(sim: SimRuntime) -> None:
     assert f"127.0.0.1:{port} is given twice" in result.stderr
 
 
+def test_cri_listen_past_64_paths_is_a_usage_error(sim: SimRuntime, tmp_path: Path) -> None:
+    paths = [str(tmp_path / f"{i}.sock") for i in range(65)]
+    result = run_serve(["-r", sim.endpoint, *(a for p in paths for a in ("--cri-listen", p))])
+    assert result.returncode == 2
+    assert "--cri-listen" in result.stderr and "at most 64 paths" in result.stderr
+    assert not any(os.path.exists(p) for p in paths)
+
+
 def test_every_listener_beyond_loopback_needs_the_token(
     sim: SimRuntime, tmp_socket_dir: Path
 ) -> None:

@@ -36,10 +36,19 @@ from podcache.serve.server import (
 if TYPE_CHECKING:
     from podcache.serve.auth import BearerAuth
 
-__all__ = ["SWITCH_INTERVAL", "Duration", "parse_duration", "parse_size", "serve_command"]
+__all__ = [
+    "MAX_CRI_LISTEN",
+    "SWITCH_INTERVAL",
+    "Duration",
+    "parse_duration",
+    "parse_size",
+    "serve_command",
+]
 
 SWITCH_INTERVAL = 0.001
 """Seconds a thread holding the GIL keeps it while the event loop waits for it (see _run)."""
+MAX_CRI_LISTEN = 64
+"""``--cri-listen`` paths at most: the C relay's listening sockets (``MAX_LISTENERS``)."""
 
 
 class _Listen(click.ParamType[ListenAddress, Any]):
@@ -296,7 +305,7 @@ def _say(message: str) -> None:
     metavar="PATH",
     help="Also serve a read-only CRI socket (runtime.v1) at PATH, answered from the cache: "
     "point crictl, Falco or any CRI client at unix://PATH instead of the runtime's socket. "
-    "Repeatable. Writes, exec and attach are denied (PERMISSION_DENIED).",
+    "Repeatable, at most 64 times. Writes, exec and attach are denied (PERMISSION_DENIED).",
 )
 @click.option(
     "--cri-socket-mode",
@@ -429,6 +438,11 @@ def _cri_options(
     absolute = [os.path.abspath(path) for path in paths]
     if len(set(absolute)) != len(absolute):
         raise click.BadParameter("a path is given twice", param_hint="--cri-listen")
+    if len(absolute) > MAX_CRI_LISTEN:
+        raise click.BadParameter(
+            f"at most {MAX_CRI_LISTEN} paths (the CRI socket's relay takes no more)",
+            param_hint="--cri-listen",
+        )
     mode_bits = _cri_mode(mode)
     gid = None if group is None else _cri_group(group)
     from podcache.serve.crisock.server import mode_warning

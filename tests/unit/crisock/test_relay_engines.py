@@ -17,11 +17,14 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from podcache.serve.command import MAX_CRI_LISTEN
+from podcache.serve.crisock import _relay
 from podcache.serve.crisock.relay import AnyRelay, NativeRelay, Relay
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -237,3 +240,25 @@ async def test_a_client_that_does_not_read_stops_its_own_connection_only(engine:
         while got < sent:  # the stalled client reads at last: everything arrives
             got += len(await stalled[0].reader.read(65536))
         assert got == sent
+
+
+def test_the_c_engine_takes_64_listening_sockets_and_refuses_the_65th(tmp_path: Path) -> None:
+    """``MAX_LISTENERS`` of _relay.c: serve binds one per ``--cri-listen`` path, and takes
+    at most ``MAX_CRI_LISTEN`` of them (a usage error past it, test_server)."""
+    core = _relay.Core(str(tmp_path / "upstream.sock"), 8, 60.0, 100)
+    made: list[socket.socket] = []
+    try:
+        for i in range(MAX_CRI_LISTEN + 1):
+            listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            made.append(listening)
+            listening.bind(str(tmp_path / f"{i}.sock"))
+            listening.listen(1)
+            if i < MAX_CRI_LISTEN:
+                core.listen(listening.fileno())
+        with pytest.raises(RuntimeError, match="no more listening sockets"):
+            core.listen(made[-1].fileno())
+        assert core.counts()["connections"] == 0
+    finally:
+        core.close()
+        for listening in made:
+            listening.close()
