@@ -111,16 +111,13 @@ class Connection(h2core.Connection):
     def stream(self, method: str, body: bytes) -> StreamCall:
         """Start a server-streaming call; its answers are read through the ``StreamCall``."""
         (stream_id,) = self._send_calls([(method, body)], bytearray(), unary=False)
-        return StreamCall(self, stream_id)
+        return StreamCall(self, self._streams[stream_id])
 
-    def read_stream(self, stream_id: int, deadline: float | None) -> None:
-        """Read one frame for a stream call (any stream's frames are taken as they come);
-        ``deadline`` bounds the read only (a stream's writes have ``SEND_TIMEOUT``)."""
-        self._method = self._streams[stream_id].method
+    def read_stream(self, state: Stream, deadline: float | None) -> None:
+        """Read one frame for the stream call of ``state`` (any stream's frames are taken as
+        they come); ``deadline`` bounds the read only (its writes have ``SEND_TIMEOUT``)."""
+        self._method = state.method
         self._take(self._next_frame(deadline))
-
-    def stream_state(self, stream_id: int) -> Stream:
-        return self._streams[stream_id]
 
 
 def _outcome(stream: Stream) -> list[bytes] | CallFailedError:
@@ -135,20 +132,19 @@ def _outcome(stream: Stream) -> list[bytes] | CallFailedError:
 class StreamCall:
     """A server-streaming call on a connection of its own (the event stream's)."""
 
-    def __init__(self, connection: Connection, stream_id: int) -> None:
+    def __init__(self, connection: Connection, state: Stream) -> None:
         self._connection = connection
-        self._id = stream_id
-        self._method = connection.stream_state(stream_id).method
+        self._state = state
 
     def confirm(self, seconds: float) -> tuple[grpc.StatusCode, str] | None:
         """Read for up to ``seconds`` (keeping any message); the call's final status if it
         ended meanwhile, else None. A lost connection is its status too; a runtime that broke
         HTTP/2 raises its ``WireViolationError``."""
         deadline = time.monotonic() + seconds
-        state = self._connection.stream_state(self._id)
+        state = self._state
         try:
             while state.status is None:
-                self._connection.read_stream(self._id, deadline)
+                self._connection.read_stream(state, deadline)
         except WireViolationError:
             raise
         except CallFailedError as failure:
@@ -160,19 +156,19 @@ class StreamCall:
 
     def has_message(self) -> bool:
         """Whether a message was received and not yet taken."""
-        return bool(self._connection.stream_state(self._id).messages)
+        return bool(self._state.messages)
 
     def next_message(self) -> bytes | None:
         """The next message, waiting as long as it takes; None when the call ended with OK.
         ``CallFailedError`` when it ended otherwise, or the connection did."""
-        state = self._connection.stream_state(self._id)
+        state = self._state
         while not state.messages:
             if state.status is not None:
                 code, details = state.status
                 if code == OK:
                     return None
-                raise CallFailedError(code, details, self._method)
-            self._connection.read_stream(self._id, None)
+                raise CallFailedError(code, details, state.method)
+            self._connection.read_stream(state, None)
         return state.messages.popleft()
 
     def cancel(self) -> None:
