@@ -3,7 +3,7 @@ pod and the status calls of a listing are made on: idle connections lent to one 
 time, the one retry of a call on a connection the runtime closed while idle, and closing,
 which ends every call in flight.
 
-Deliberately not here: the connection itself, its framing and its bounds (``http2``).
+Deliberately not here: the connection itself (``http2``), its framing and its bounds (``h2core``).
 """
 
 from __future__ import annotations

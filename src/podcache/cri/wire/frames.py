@@ -1,8 +1,8 @@
 """HTTP/2's frames as bytes (RFC 9113): the preface, the frame types, flags and settings the
 client uses, a frame's layout, and a DATA or HEADERS payload without its padding.
 
-Deliberately not here: connections, flow control and bounds (the drivers': ``cri.http2``,
-``cri.oneshot``), and header blocks (``headers``).
+Deliberately not here: connections, flow control and bounds (the connection core's,
+``cri.h2core``), and header blocks (``headers``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 codes as numbers, and the status a header block gives (trailers, an HTTP status, a reset).
 
 Status codes are gRPC's numbers (``OK`` 0 ... ``UNAUTHENTICATED`` 16), the values of
-``grpc.StatusCode``; a driver maps them to ``grpc.StatusCode`` where it raises. Deliberately
+``grpc.StatusCode``, which the connection core maps them to (``cri.h2core``). Deliberately
 not here: frames (``frames``), HPACK (``headers``), and what a status means to podcache
 (``cri.failures``).
 """
@@ -24,8 +24,6 @@ UNAUTHENTICATED = 16
 _CODES = 17
 """How many codes there are: a number from 0 to 16 is one."""
 
-MESSAGE_HEAD = 5
-"""A message's prefix: a flags byte (1: compressed) and its length in 32 bits."""
 
 # gRPC's mapping of an HTTP status that is not 200 (doc/http-grpc-status-mapping.md).
 _HTTP_CODES = {
