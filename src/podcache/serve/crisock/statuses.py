@@ -59,9 +59,25 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    does not find an ID more or less for ``verbose``: containerd, CRI-O and the simulator
    give one message). At most ``MAX_MISSING``, the oldest first.
 
+8. **The mirror never gives what ``kept`` would not.** A mirror (``StatusMirror``: the C
+   relay's table, which answers a call for its exact key without waking Python) is given an
+   answer only under the lock, and only what ``kept(key)`` gives at that moment: never a
+   stamped one (invariant 6: its time is the call's), never one asked by a prefix (``key.ident``
+   is the answer's own ID, its first), with ``fresh_until`` the learnt time of the answer it
+   is (of the verbose answer, for a container's plain status taken from it) plus the period.
+   It is given when kept (``_put``) and when ``kept`` gives it, then only if the same
+   ``_Kept`` is still what ``kept`` picks (``kept`` reads without the lock while events
+   arrive in another thread: an event that ended the answer meanwhile wins). Every answer of
+   an ID leaves the mirror whenever an answer kept under that ID leaves the store, is
+   replaced, or becomes ungivable (``_forget``; ``_named``, marking it stale), and every
+   answer whenever all leave (``_drop_all``: the stream opened or ended, an unreadable
+   event): under the lock, so before the event that caused it reaches any socket client.
+   Its deadlines are on the store's clock: only a store on ``time.monotonic`` is mirrored.
+
 Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
 statuses it carries + the answers it drops); ``keep`` O(1), a sandbox's O(its bytes), read
-once; nothing walks every pod or every kept answer. Thread-safe (one lock).
+once; nothing walks every pod or every kept answer; with a mirror, one call into it per
+answer kept, given or dropped. Thread-safe (one lock).
 
 Deliberately not here: gRPC, the runtime call and its sharing (``server``), the bytes
 (``statuswire``).
@@ -74,7 +90,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from podcache.serve.crisock.departedstatus import DepartedStatuses
 from podcache.serve.crisock.statuswire import (
@@ -102,6 +118,7 @@ __all__ = [
     "SANDBOX",
     "WHOLE_ID",
     "StatusKey",
+    "StatusMirror",
     "StatusStore",
     "Ticket",
 ]
@@ -129,6 +146,23 @@ class StatusKey(NamedTuple):
     method: str
     ident: str
     verbose: bool
+
+
+class StatusMirror(Protocol):
+    """Where answers are copied to be given without the store (invariant 8): until
+    ``fresh_until`` (the store's clock) at most, and until dropped."""
+
+    def put(self, key: StatusKey, answer: bytes, fresh_until: float) -> bool:
+        """Give ``answer`` for exactly ``key``; False when it was not kept."""
+        ...
+
+    def drop(self, ident: str) -> None:
+        """Give nothing more for ``ident`` (any method, either verbosity)."""
+        ...
+
+    def clear(self) -> None:
+        """Give nothing more at all."""
+        ...
 
 
 class Ticket(NamedTuple):
@@ -228,6 +262,7 @@ class StatusStore:
         self._tasks_from = 0.0  # answers begun from then on are covered (taskevents rule 1)
         self.unreadable = 0
         """Events whose bytes could not be read (each ended every kept answer)."""
+        self._mirror: StatusMirror | None = None
 
     # -- the stream (invariant 1) --------------------------------------------------------------
     @property
@@ -273,6 +308,8 @@ class StatusStore:
         return self._tasks if self._tasks and self._clock() >= self._tasks_from else 0
 
     def _drop_all(self) -> None:
+        if self._mirror is not None:
+            self._mirror.clear()
         self._answers.clear()
         self._missing.clear()
         self._by_id.clear()
@@ -284,20 +321,69 @@ class StatusStore:
         """Answers kept now, and their bytes."""
         return len(self._answers), self._bytes
 
+    # -- the mirror (invariant 8) ----------------------------------------------------------
+    @property
+    def mirror(self) -> StatusMirror | None:
+        """Where answers are copied (invariant 8); None: nowhere."""
+        return self._mirror
+
+    def mirror_to(self, mirror: StatusMirror | None) -> None:
+        """Copy answers to ``mirror`` from now on (None: to none); the one it replaces and the
+        new one are cleared first."""
+        with self._lock:
+            for each in (self._mirror, mirror):
+                if each is not None:
+                    each.clear()
+            self._mirror = mirror
+
+    def _offer(self, key: StatusKey, held: _Kept, answer: bytes) -> None:
+        """Under the lock, ``held`` being what ``kept(key)`` gives now (``answer``: its bytes,
+        or its status alone): copy it to the mirror if invariant 8 allows."""
+        mirror = self._mirror
+        if mirror is None or held.stamped or held.ids[0] != key.ident:
+            return
+        mirror.put(key, answer, held.learnt + self.period)  # refused: older ones left already
+
+    def _offer_given(self, key: StatusKey, picked: tuple[_Kept, bool], answer: bytes) -> None:
+        """``kept`` gave ``answer`` from ``picked``, read without the lock: copied only if the
+        same answer is still what ``kept(key)`` gives (an event meanwhile wins)."""
+        with self._lock:
+            again = self._pick(key)
+            if again is not None and again[0] is picked[0] and again[1] == picked[1]:
+                self._offer(key, picked[0], answer)
+
+    # -- answers -------------------------------------------------------------------------------
     def kept(self, key: StatusKey) -> bytes | None:
-        """The answer to give for ``key`` now, if the store may give one (invariants 1, 3)."""
+        """The answer to give for ``key`` now, if the store may give one (invariants 1, 3); a
+        mirror is offered it (invariant 8)."""
+        picked = self._pick(key)
+        if picked is None:
+            return None
+        held, derived = picked
+        if held.stamped:
+            return stamped(held.answer, self._wall_clock())
+        answer = held.answer
+        if derived:
+            try:
+                answer = plain_answer(answer)
+            except ProtobufError:
+                return None
+        if self._mirror is not None:
+            self._offer_given(key, picked, answer)
+        return answer
+
+    def _pick(self, key: StatusKey) -> tuple[_Kept, bool] | None:
+        """What ``kept(key)`` gives now: the answer kept for ``key`` within the period, else
+        a container's verbose answer within it, whose status is the plain one (True)."""
         held = self._givable(key)
         if held is not None and self._clock() - held.learnt <= self.period:
-            return stamped(held.answer, self._wall_clock()) if held.stamped else held.answer
+            return held, False
         if key.method != CONTAINER or key.verbose:
             return None
         verbose = self._givable(key._replace(verbose=True))
         if verbose is None or self._clock() - verbose.learnt > self.period:
             return None
-        try:
-            return plain_answer(verbose.answer)
-        except ProtobufError:
-            return None
+        return verbose, True
 
     def kept_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
         """An answer kept past the period that may stand while a listing within the period
@@ -411,7 +497,7 @@ class StatusStore:
             state = None if stamp else _listed_state(key, answer)
         except ProtobufError:
             return
-        self._answers[key] = _Kept(
+        held = self._answers[key] = _Kept(
             answer,
             self._clock(),
             self._epoch,
@@ -428,8 +514,16 @@ class StatusStore:
             len(self._answers) > self.max_answers or self._bytes > self.max_bytes
         ):
             self._forget(next(iter(self._answers)))
+        if self._mirror is not None:
+            picked = self._pick(key)
+            if picked is not None and picked[0] is held and not picked[1]:
+                self._offer(key, held, answer)
 
     def _forget(self, key: StatusKey) -> None:
+        """``key``'s answer leaves (and every answer of its ID the mirror holds: one given for
+        it may be another answer's status, invariant 8)."""
+        if self._mirror is not None:
+            self._mirror.drop(key.ident)
         held = self._answers.pop(key, None)
         if held is None:
             return
@@ -526,6 +620,8 @@ class StatusStore:
             held = self._answers.get(key)
             if held is not None and self.departed is not None:
                 held.stale = True
+                if self._mirror is not None:
+                    self._mirror.drop(key.ident)
             else:
                 self._forget(key)
         if self._missing:
