@@ -17,7 +17,12 @@ setup(
         ),
         Extension(
             "podcache.serve.crisock._relay",
-            ["src/podcache/serve/crisock/_relay.c"],
+            [
+                "src/podcache/serve/crisock/_relay.c",
+                "src/podcache/serve/crisock/_hpack.c",
+                "src/podcache/serve/crisock/_answers.c",
+            ],
+            depends=["src/podcache/serve/crisock/_h2.h"],
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],
             optional=True,
         ),

@@ -29,13 +29,41 @@ from podcache.serve.crisock.relay import AnyRelay, NativeRelay, Relay
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM = 0, 1, 3
-END_STREAM = 1
+END_STREAM, END_HEADERS = 1, 4
+CONTINUATION, PING = 9, 6
 ENGINES: dict[str, type[Relay] | type[NativeRelay]] = {"python": Relay, "c": NativeRelay}
 
 
+def hpack_int(value: int) -> bytes:
+    """An HPACK integer of a 7-bit prefix (RFC 7541 §5.1), its first byte's high bit clear."""
+    if value < 127:
+        return bytes([value])
+    out, value = [127], value - 127
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    return bytes([*out, value])
+
+
+def header_block(size: int) -> bytes:
+    """A header block of ``size`` bytes (empty below 4): one literal field, never indexed in a
+    table and not Huffman-coded, the form the C engine writes a block again in (byte for
+    byte the same)."""
+    if size < 4:
+        return b""
+    value = size - 3
+    while 3 + len(hpack_int(value)) + value > size:
+        value -= 1
+    return b"\x00\x01x" + hpack_int(value) + b"\xa5" * value
+
+
 def frame(kind: int, flags: int, stream: int, payload: int = 0) -> bytes:
-    head = payload.to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
-    return head + b"\xa5" * payload
+    """A frame of ``payload`` bytes; a HEADERS frame's are a whole header block (END_HEADERS)."""
+    body = header_block(payload) if kind == HEADERS else b"\xa5" * payload
+    if kind == HEADERS:
+        flags |= END_HEADERS
+    head = len(body).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big")
+    return head + body
 
 
 @dataclass
@@ -124,6 +152,17 @@ async def passed(data: bytes, sender: Peer, receiver: Peer) -> None:
     assert await receiver.reader.readexactly(len(data)) == data  # byte for byte
 
 
+async def passed_in_two(data: bytes, cut: int, sender: Peer, receiver: Peer) -> None:
+    """``data`` sent in two writes cut at ``cut``; it arrives whole (the C engine reads some
+    frames whole before it writes them on)."""
+    sender.writer.write(data[:cut])
+    await sender.writer.drain()
+    await asyncio.sleep(0)
+    sender.writer.write(data[cut:])
+    await sender.writer.drain()
+    assert await receiver.reader.readexactly(len(data)) == data  # byte for byte
+
+
 _KINDS = st.sampled_from([DATA, HEADERS, 2, RST_STREAM, 4, 6, 8, 9])
 _STEP = st.tuples(
     st.booleans(),  # from the client (else from the upstream)
@@ -150,11 +189,12 @@ async def _count_calls(engine: str, steps: list[tuple[bool, int, int, int, int, 
         client, upstream = await relayed.connect()
         await passed(PREFACE[:5], client, upstream)
         await passed(PREFACE[5:], client, upstream)
-        for from_client, kind, flags, stream, payload, cut in steps:
+        for from_client, drawn, flags, stream, payload, cut in steps:
+            # A client's stray CONTINUATION ends its connection (RFC 9113 §6.10).
+            kind = PING if from_client and drawn == CONTINUATION else drawn
             data = frame(kind, flags, stream, payload)
             sender, receiver = (client, upstream) if from_client else (upstream, client)
-            await passed(data[:cut], sender, receiver)
-            await passed(data[cut:], sender, receiver)
+            await passed_in_two(data, cut, sender, receiver)
             if from_client:
                 model.client(kind, stream)
             else:

@@ -34,13 +34,28 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "_h2.h"
+
 #define CHUNK (32 * 1024)
 #define PREFACE 24 /* the client's connection preface (RFC 9113 §3.4) */
 #define HEAD 9     /* a frame's header */
 #define F_DATA 0x0
 #define F_HEADERS 0x1
+#define F_PRIORITY 0x2
 #define F_RST_STREAM 0x3
+#define F_SETTINGS 0x4
+#define F_WINDOW_UPDATE 0x8
+#define F_CONTINUATION 0x9
 #define END_STREAM 0x1
+#define ACK 0x1
+#define END_HEADERS 0x4
+#define PADDED 0x8
+#define PRIORITY 0x20
+#define MAX_FRAME 16384    /* the frames the relay writes: every peer takes this size */
+#define BLOCK_LIMIT (256 * 1024) /* a client's frame read whole (not DATA), a header block as sent
+                                  * and as written again, at most: past it, the connection is
+                                  * closed (gRPC refuses metadata past 64 KiB: a call's error) */
+#define HELD_LIMIT 4096    /* a held call's request bytes at most: past them, it goes to gRPC */
 #define ENDED 0x80000000u /* a stream's mark in `streams`: ended (stream IDs are 31 bits) */
 #define MAX_LISTENERS 64
 #define ACCEPT_RETRY 1.0 /* seconds a listener rests after running out of descriptors */
@@ -56,17 +71,44 @@ typedef struct side {
     int is_client;
     struct side *peer;
     struct conn *conn;
-    uint32_t skip; /* payload bytes of the current frame (or the preface) still to pass */
+    uint32_t skip; /* the client's preface bytes still to pass */
     uint8_t head[HEAD];
     int head_len;
+    uint32_t remaining; /* the current frame's payload bytes still to come */
+    int gathering;      /* its payload is read whole (else passed on as it comes, or dropped) */
+    int dropping;
+    buf gather;
     uint8_t *out; /* bytes the peer read, not yet taken by this side's socket */
-    size_t out_len;
+    size_t out_len, out_cap;
     uint32_t events; /* what epoll watches on fd now */
     int paused;      /* not read: the peer's `out` is past CHUNK, or gRPC's side not connected */
 } side;
 
+/* What the relay knows of a connection's HTTP/2 to answer status calls itself (rule 8). */
+typedef struct {
+    hpack_table table;  /* the client's encoder's (gRPC gets literals: _hpack.c) */
+    buf block;          /* a header block's fragments till END_HEADERS */
+    uint32_t block_stream, block_frame; /* its stream; its largest frame (gRPC took it) */
+    uint8_t block_flags;
+    int in_block;
+    uint32_t held; /* a status call's stream, read till its END_STREAM before gRPC sees it */
+    int held_method;
+    buf held_frames; /* its frames as they would go to gRPC */
+    buf held_body;   /* its DATA payloads, padding removed */
+    size_t held_flow;
+    uint32_t sent_last;     /* the highest stream gRPC was sent */
+    uint32_t answered_last; /* the highest stream answered here (0: none yet) */
+    int64_t window;         /* the client's connection window: its credit less what it was sent */
+    uint32_t stream_window; /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
+    uint64_t owed;          /* answers' DATA bytes the client's credit has not given back yet */
+    int server_in_block;    /* gRPC is between a HEADERS and its last CONTINUATION */
+    buf pending;            /* bytes for the client, waiting for a frame boundary of gRPC's */
+    buf backlog; /* gRPC's bytes from a DATA frame past the client's window on: not yet read */
+} h2state;
+
 typedef struct conn {
     side client, server;
+    h2state h2;
     uint32_t *streams; /* open calls, ascending; ENDED marks one that ended */
     size_t n_streams, cap_streams, open;
     uint32_t last_stream;
@@ -101,6 +143,9 @@ typedef struct {
     listener listeners[MAX_LISTENERS];
     int n_listeners;
     uint8_t buffer[CHUNK]; /* every read lands here and is written or copied out at once */
+    buf to_peer;           /* what one read gives the peer, built then written or kept */
+    buf recoded;           /* a header block written again */
+    answers answers;       /* the status answers the relay gives itself (rule 8) */
 } Core;
 
 static double now(void) {
@@ -163,11 +208,25 @@ static void stream_ended(Core *r, conn *c, uint32_t stream, int completed) {
 
 /* ---- a frame header read (rule 5) ---- */
 
+static void parse_head(const uint8_t *h, uint32_t *len, uint8_t *type, uint8_t *flags,
+                       uint32_t *stream) {
+    *len = (uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2];
+    *type = h[3];
+    *flags = h[4];
+    *stream = ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) &
+              0x7FFFFFFFu;
+}
+
+static uint32_t be32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* The calls a frame opens or ends (rules 1 and 3). */
 static void frame(Core *r, side *s, const uint8_t *h) {
     conn *c = s->conn;
-    uint8_t type = h[3], flags = h[4];
-    uint32_t stream = ((uint32_t)h[5] << 24 | (uint32_t)h[6] << 16 | (uint32_t)h[7] << 8 | h[8]) &
-                      0x7FFFFFFFu;
+    uint32_t len, stream;
+    uint8_t type, flags;
+    parse_head(h, &len, &type, &flags, &stream);
     if (c->closed) return;
     if (s->is_client) {
         if (type == F_HEADERS && stream > c->last_stream) {
@@ -183,26 +242,327 @@ static void frame(Core *r, side *s, const uint8_t *h) {
     }
 }
 
-static void feed(Core *r, side *s, const uint8_t *data, size_t size) {
+/* ---- the client's frames as gRPC gets them (rule 8) ---- */
+
+static int window_frame(buf *out, uint32_t stream, size_t increment) {
+    uint8_t payload[4] = {(uint8_t)(increment >> 24), (uint8_t)(increment >> 16),
+                          (uint8_t)(increment >> 8), (uint8_t)increment};
+    if (frame_head(out, 4, F_WINDOW_UPDATE, 0, stream) < 0) return -1;
+    return buf_add(out, payload, 4);
+}
+
+/* A header block as HEADERS and CONTINUATION frames of at most `most` bytes. */
+static int header_frames(buf *out, uint32_t stream, uint8_t flags, const uint8_t *block,
+                         size_t size, size_t most) {
+    size_t part = size < most ? size : most;
+    uint8_t first = (uint8_t)((flags & END_STREAM) | (part == size ? END_HEADERS : 0));
+    if (frame_head(out, part, F_HEADERS, first, stream) < 0 || buf_add(out, block, part) < 0)
+        return -1;
+    for (size_t at = part; at < size; at += part) {
+        part = size - at < most ? size - at : most;
+        uint8_t last = at + part == size ? END_HEADERS : 0;
+        if (frame_head(out, part, F_CONTINUATION, last, stream) < 0 ||
+            buf_add(out, block + at, part) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Whether `stream` may be one gRPC never saw because it was held or answered here: its frames
+ * are not gRPC's (any other stream's are, whatever gRPC makes of them). */
+static int not_grpcs(const h2state *h, uint32_t stream) {
+    return stream && (stream == h->held || (stream > h->sent_last && stream <= h->answered_last));
+}
+
+static void forget_held(h2state *h) {
+    h->held = 0;
+    h->held_frames.len = h->held_body.len = h->held_flow = 0;
+}
+
+/* The held call goes to gRPC as it came. */
+static int flush_held(h2state *h, buf *out) {
+    if (!h->held) return 0;
+    if (buf_add(out, h->held_frames.data, h->held_frames.len) < 0) return -1;
+    h->sent_last = h->held;
+    forget_held(h);
+    return 0;
+}
+
+/* Whether an answer of `flow` DATA bytes may go to the client now: its windows take it, it
+ * reads what it was sent, and no gRPC bytes wait for its credit. */
+static int room_for(conn *c, size_t flow) {
+    h2state *h = &c->h2;
+    return h->window >= (int64_t)flow && h->stream_window >= flow && !h->backlog.len &&
+           c->client.out_len + h->pending.len + flow <= CHUNK;
+}
+
+/* The held call's request is whole: answered here when kept and fresh, else sent to gRPC. */
+static int resolve_held(Core *r, conn *c, buf *out) {
+    h2state *h = &c->h2;
+    double began = now();
+    const uint8_t *ident, *message = NULL;
+    size_t ident_len, size = 0, flow;
+    int verbose;
+    if (status_request(h->held_body.data, h->held_body.len, &ident, &ident_len, &verbose) == 0)
+        message = answers_get(&r->answers, h->held_method, ident, ident_len, verbose, began, &size);
+    if (!message || !room_for(c, size + 5)) return flush_held(h, out);
+    if (h->held_flow && window_frame(&h->pending, 0, h->held_flow) < 0) return -1;
+    if (answer_frames(&h->pending, h->held, message, size, &flow) < 0) return -1;
+    h->window -= (int64_t)flow;
+    h->owed += flow;
+    stream_ended(r, c, h->held, 1);
+    h->answered_last = h->held;
+    answers_count(&r->answers, h->held_method, now() - began);
+    forget_held(h);
+    return 0;
+}
+
+/* A whole header block: written again for gRPC, or held when it opens a status call. */
+static int block_done(Core *r, conn *c, buf *out) {
+    h2state *h = &c->h2;
+    block_facts facts;
+    r->recoded.len = 0;
+    if (hpack_recode(&h->table, h->block.data, h->block.len, &r->recoded, BLOCK_LIMIT, &facts) < 0)
+        return -1; /* the client's COMPRESSION_ERROR: the connection ends */
+    h->block.len = 0;
+    uint32_t stream = h->block_stream;
+    if (stream != h->held && not_grpcs(h, stream)) return -1; /* a stream that ended here */
+    if (flush_held(h, out) < 0) return -1; /* gRPC sees the streams in their order */
+    int method = status_method(facts.path, facts.path_len);
+    size_t most = h->block_frame > MAX_FRAME ? h->block_frame : MAX_FRAME; /* one frame when
+                                                                             * it came in one */
+    if (method >= 0 && stream > h->sent_last && r->answers.count && !(h->block_flags & END_STREAM)) {
+        h->held = stream;
+        h->held_method = method;
+        return header_frames(&h->held_frames, stream, h->block_flags, r->recoded.data,
+                             r->recoded.len, most);
+    }
+    if (stream > h->sent_last) h->sent_last = stream;
+    return header_frames(out, stream, h->block_flags, r->recoded.data, r->recoded.len, most);
+}
+
+/* A payload less its padding (and a HEADERS frame's priority); -1 when malformed. */
+static int unpad(uint8_t flags, int priority, const uint8_t **p, size_t *n) {
+    size_t pad = 0;
+    if (flags & PADDED) {
+        if (!*n) return -1;
+        pad = (*p)[0];
+        (*p)++;
+        (*n)--;
+    }
+    if (priority && (flags & PRIORITY)) {
+        if (*n < 5) return -1;
+        *p += 5;
+        *n -= 5;
+    }
+    if (pad > *n) return -1;
+    *n -= pad;
+    return 0;
+}
+
+static int headers_frame(Core *r, conn *c, buf *out, const uint8_t *p, size_t n) {
+    h2state *h = &c->h2;
+    uint32_t len, stream;
+    uint8_t type, flags;
+    parse_head(c->client.head, &len, &type, &flags, &stream);
+    if (unpad(flags, 1, &p, &n) < 0) return -1;
+    h->block.len = 0;
+    h->block_stream = stream;
+    h->block_frame = len;
+    h->block_flags = flags;
+    if (buf_add(&h->block, p, n) < 0) return -1;
+    if (!(flags & END_HEADERS)) {
+        h->in_block = 1;
+        return 0;
+    }
+    return block_done(r, c, out);
+}
+
+static int continuation_frame(Core *r, conn *c, buf *out, const uint8_t *p, size_t n) {
+    h2state *h = &c->h2;
+    if (buf_add(&h->block, p, n) < 0 || h->block.len > BLOCK_LIMIT) return -1;
+    if (n > h->block_frame) h->block_frame = (uint32_t)n;
+    if (!(c->client.head[4] & END_HEADERS)) return 0;
+    h->in_block = 0;
+    return block_done(r, c, out);
+}
+
+static int held_data(Core *r, conn *c, buf *out, const uint8_t *p, size_t n) {
+    h2state *h = &c->h2;
+    uint8_t flags = c->client.head[4];
+    size_t flow = n;
+    if (buf_add(&h->held_frames, c->client.head, HEAD) < 0 ||
+        buf_add(&h->held_frames, p, n) < 0 || unpad(flags, 0, &p, &n) < 0 ||
+        buf_add(&h->held_body, p, n) < 0)
+        return -1;
+    h->held_flow += flow;
+    return flags & END_STREAM ? resolve_held(r, c, out) : 0;
+}
+
+/* The client's credit: its connection window grows; what gave back answers' bytes is not
+ * gRPC's (gRPC's view of the window stays at most `owed` above the client's). */
+static int window_update(conn *c, buf *out, uint32_t stream, const uint8_t *p, size_t n) {
+    h2state *h = &c->h2;
+    if (n == 4 && stream == 0) {
+        uint32_t increment = be32(p) & 0x7FFFFFFFu;
+        uint32_t given_back = h->owed < increment ? (uint32_t)h->owed : increment;
+        h->window += increment;
+        h->owed -= given_back;
+        if (given_back) return increment > given_back ? window_frame(out, 0, increment - given_back) : 0;
+    } else if (not_grpcs(h, stream)) {
+        return 0;
+    }
+    return buf_add(out, c->client.head, HEAD) < 0 ? -1 : buf_add(out, p, n);
+}
+
+static void settings(h2state *h, uint8_t flags, const uint8_t *p, size_t n) {
+    if (flags & ACK) return;
+    for (size_t i = 0; i + 6 <= n; i += 6)
+        if (((uint32_t)p[i] << 8 | p[i + 1]) == 0x4) h->stream_window = be32(p + i + 2);
+}
+
+/* A client's frame read whole: what gRPC gets of it. */
+static int client_frame_done(Core *r, conn *c, buf *out) {
+    h2state *h = &c->h2;
+    const uint8_t *p = c->client.gather.data;
+    size_t n = c->client.gather.len;
+    uint32_t len, stream;
+    uint8_t type, flags;
+    parse_head(c->client.head, &len, &type, &flags, &stream);
+    switch (type) {
+    case F_DATA: return held_data(r, c, out, p, n);
+    case F_HEADERS: return headers_frame(r, c, out, p, n);
+    case F_CONTINUATION: return continuation_frame(r, c, out, p, n);
+    case F_WINDOW_UPDATE: return window_update(c, out, stream, p, n);
+    case F_SETTINGS: settings(h, flags, p, n); break;
+    case F_RST_STREAM:
+        if (stream && stream == h->held) { /* cancelled before gRPC saw it: its credit back */
+            int rc = h->held_flow ? window_frame(&h->pending, 0, h->held_flow) : 0;
+            forget_held(h);
+            return rc;
+        }
+        /* fall through */
+    case F_PRIORITY:
+        if (not_grpcs(h, stream)) return 0;
+        break;
+    }
+    return buf_add(out, c->client.head, HEAD) < 0 ? -1 : buf_add(out, p, n);
+}
+
+/* A client's frame header: its payload passed on, read whole, or dropped. */
+static int client_frame_begin(Core *r, conn *c, buf *out) {
+    side *s = &c->client;
+    h2state *h = &c->h2;
+    uint32_t len, stream;
+    uint8_t type, flags;
+    parse_head(s->head, &len, &type, &flags, &stream);
+    frame(r, s, s->head);
+    if (c->closed) return 0;
+    if (h->in_block != (type == F_CONTINUATION) || (h->in_block && stream != h->block_stream))
+        return -1; /* a header block is its frames in a row (RFC 9113 §6.10) */
+    s->remaining = len;
+    s->gathering = s->dropping = 0;
+    s->gather.len = 0;
+    switch (type) {
+    case F_DATA:
+        if (stream && stream == h->held) {
+            if (h->held_flow + len <= HELD_LIMIT) return s->gathering = 1, 0;
+            if (flush_held(h, out) < 0) return -1;
+        } else if (not_grpcs(h, stream)) { /* gRPC never saw the stream: the credit is ours */
+            s->dropping = 1;
+            return len ? window_frame(&h->pending, 0, len) : 0;
+        }
+        break;
+    case F_HEADERS: case F_CONTINUATION: case F_PRIORITY: case F_RST_STREAM: case F_SETTINGS:
+    case F_WINDOW_UPDATE:
+        if (len > BLOCK_LIMIT) return -1;
+        return s->gathering = 1, 0;
+    }
+    return buf_add(out, s->head, HEAD);
+}
+
+/* Whether the frame header in `s->head` is whole after taking what it needs of `data`. */
+static size_t take_head(side *s, const uint8_t *data, size_t size, int *whole) {
+    size_t need = HEAD - (size_t)s->head_len, step = size < need ? size : need;
+    memcpy(s->head + s->head_len, data, step);
+    s->head_len += (int)step;
+    *whole = s->head_len == HEAD;
+    if (*whole) s->head_len = 0;
+    return step;
+}
+
+static int from_client(Core *r, conn *c, const uint8_t *data, size_t size, buf *out) {
+    side *s = &c->client;
     size_t at = 0;
-    while (at < size && !s->conn->closed) {
-        if (s->skip) {
-            size_t step = size - at < s->skip ? size - at : s->skip;
-            s->skip -= (uint32_t)step;
+    while (at < size && !c->closed) {
+        size_t step;
+        int whole;
+        if (s->skip || s->remaining) {
+            uint32_t left = s->skip ? s->skip : s->remaining;
+            step = size - at < left ? size - at : left;
+            buf *into = s->gathering && !s->skip ? &s->gather : out;
+            if ((s->skip || !s->dropping) && buf_add(into, data + at, step) < 0) return -1;
             at += step;
+            if (s->skip) s->skip -= (uint32_t)step;
+            else if (!(s->remaining -= (uint32_t)step) && s->gathering &&
+                     client_frame_done(r, c, out) < 0)
+                return -1;
             continue;
         }
-        size_t need = HEAD - (size_t)s->head_len;
-        size_t step = size - at < need ? size - at : need;
-        memcpy(s->head + s->head_len, data + at, step);
-        s->head_len += (int)step;
-        at += step;
-        if (s->head_len == HEAD) {
-            s->head_len = 0;
-            s->skip = (uint32_t)s->head[0] << 16 | (uint32_t)s->head[1] << 8 | s->head[2];
-            frame(r, s, s->head);
-        }
+        at += take_head(s, data + at, size - at, &whole);
+        if (!whole) continue;
+        if (client_frame_begin(r, c, out) < 0) return -1;
+        if (!s->remaining && s->gathering && !c->closed && client_frame_done(r, c, out) < 0)
+            return -1;
     }
+    return 0;
+}
+
+/* ---- gRPC's frames as the client gets them (rule 8) ---- */
+
+static int give_pending(h2state *h, buf *out) {
+    if (!h->pending.len) return 0;
+    int rc = buf_add(out, h->pending.data, h->pending.len);
+    h->pending.len = 0;
+    return rc;
+}
+
+/* gRPC's bytes for the client: its frames pass as they come, the relay's own (`pending`) go
+ * between two of them, and a DATA frame past the client's window while answers' bytes are
+ * owed (gRPC's view of the window is then that much larger) waits for the client's credit with
+ * everything after it (`backlog`; gRPC is not read meanwhile). */
+static int from_server(Core *r, conn *c, const uint8_t *data, size_t size, buf *out) {
+    side *s = &c->server;
+    h2state *h = &c->h2;
+    size_t at = 0;
+    while (at < size && !c->closed) {
+        int whole;
+        if (s->remaining) {
+            size_t step = size - at < s->remaining ? size - at : s->remaining;
+            if (buf_add(out, data + at, step) < 0) return -1;
+            at += step;
+            s->remaining -= (uint32_t)step;
+            continue;
+        }
+        at += take_head(s, data + at, size - at, &whole);
+        if (!whole) continue;
+        uint32_t len, stream;
+        uint8_t type, flags;
+        parse_head(s->head, &len, &type, &flags, &stream);
+        if (type == F_DATA && (int64_t)len > h->window && h->owed) { /* the excess is ours */
+            s->paused = 1;
+            if (buf_add(&h->backlog, s->head, HEAD) < 0) return -1;
+            return buf_add(&h->backlog, data + at, size - at);
+        }
+        if (type == F_DATA) h->window -= len;
+        if (!h->server_in_block && give_pending(h, out) < 0) return -1;
+        if (type == F_HEADERS) h->server_in_block = !(flags & END_HEADERS);
+        else if (type == F_CONTINUATION && (flags & END_HEADERS)) h->server_in_block = 0;
+        frame(r, s, s->head);
+        if (buf_add(out, s->head, HEAD) < 0) return -1;
+        s->remaining = len;
+    }
+    return 0;
 }
 
 /* ---- ending connections ---- */
@@ -232,6 +592,12 @@ static void free_dead(Core *r) {
         free(c->client.out);
         free(c->server.out);
         free(c->streams);
+        buf_free(&c->client.gather);
+        buf_free(&c->server.gather);
+        hpack_free(&c->h2.table);
+        buf *bufs[] = {&c->h2.block, &c->h2.held_frames, &c->h2.held_body, &c->h2.pending,
+                       &c->h2.backlog};
+        for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) buf_free(bufs[i]);
         free(c);
     }
 }
@@ -251,9 +617,13 @@ static void count_calls(Core *r, conn *opening, long change) {
 /* ---- bytes (rule 4) ---- */
 
 static int append_out(side *s, const uint8_t *data, size_t size) {
-    if (!s->out) {
-        s->out = malloc(2 * CHUNK); /* at most CHUNK held, then one read more */
-        if (!s->out) return -1;
+    if (s->out_len + size > s->out_cap) { /* past CHUNK the peer is not read: one read more */
+        size_t cap = s->out_cap ? s->out_cap : 2 * CHUNK;
+        while (cap < s->out_len + size) cap *= 2;
+        uint8_t *grown = realloc(s->out, cap);
+        if (!grown) return -1;
+        s->out = grown;
+        s->out_cap = cap;
     }
     memcpy(s->out + s->out_len, data, size);
     s->out_len += size;
@@ -289,17 +659,49 @@ static void relay_bytes(Core *r, side *from, const uint8_t *data, size_t size) {
     watch(r, from);
 }
 
+/* The client-bound bytes that wait: gRPC's, once the client's credit covers them, then the
+ * relay's own at a frame boundary of gRPC's. */
+static void to_client_now(Core *r, conn *c) {
+    h2state *h = &c->h2;
+    buf *out = &r->to_peer;
+    out->len = 0;
+    if (h->backlog.len && h->window > 0) {
+        buf waiting = h->backlog;
+        h->backlog = (buf){0};
+        int rc = from_server(r, c, waiting.data, waiting.len, out);
+        buf_free(&waiting);
+        if (rc < 0) {
+            close_conn(r, c);
+            return;
+        }
+        if (!h->backlog.len && c->client.out_len + out->len <= CHUNK) c->server.paused = 0;
+    }
+    if (!c->server.remaining && !h->server_in_block && !h->backlog.len &&
+        give_pending(h, out) < 0) {
+        close_conn(r, c);
+        return;
+    }
+    relay_bytes(r, &c->server, out->data, out->len);
+}
+
 static void readable(Core *r, side *s) {
     ssize_t n;
+    conn *c = s->conn;
     do n = recv(s->fd, r->buffer, CHUNK, MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
     if (n <= 0) { /* its end, or an error: both sides end (relay.py's _Link) */
-        close_conn(r, s->conn);
+        close_conn(r, c);
         return;
     }
-    feed(r, s, r->buffer, (size_t)n);
-    if (!s->conn->closed) relay_bytes(r, s, r->buffer, (size_t)n);
+    buf *out = &r->to_peer;
+    out->len = 0;
+    int rc = s->is_client ? from_client(r, c, r->buffer, (size_t)n, out)
+                          : from_server(r, c, r->buffer, (size_t)n, out);
+    if (rc < 0) close_conn(r, c);
+    if (c->closed) return;
+    relay_bytes(r, s, out->data, out->len);
+    if (!c->closed && (c->h2.pending.len || c->h2.backlog.len)) to_client_now(r, c);
 }
 
 static void writable(Core *r, side *s) {
@@ -315,8 +717,10 @@ static void writable(Core *r, side *s) {
     } else { /* drained: an idle connection holds no buffer */
         free(s->out);
         s->out = NULL;
+        s->out_cap = 0;
     }
-    if (s->peer->paused && s->out_len <= CHUNK / 4 && !s->conn->connecting) {
+    if (s->peer->paused && s->out_len <= CHUNK / 4 && !s->conn->connecting &&
+        !(s->is_client && s->conn->h2.backlog.len)) { /* gRPC's side waits for credit */
         s->peer->paused = 0;
         watch(r, s->peer);
     }
@@ -411,6 +815,7 @@ static void accepted(Core *r, int fd) {
     c->client.peer = &c->server;
     c->server.peer = &c->client;
     c->accepted = c->idle_since = now();
+    c->h2.window = c->h2.stream_window = 65535; /* RFC 9113 §6.9.2 */
     c->prev = r->tail;
     if (r->tail) r->tail->next = c;
     else r->head = c;
@@ -557,6 +962,10 @@ static int Core_init(Core *r, PyObject *args, PyObject *kwds) {
         PyErr_SetFromErrno(PyExc_OSError);
         return -1;
     }
+    if (answers_init(&r->answers) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
     pthread_mutex_init(&r->lock, NULL);
     if (pthread_create(&r->thread, NULL, run, r) != 0) {
         PyErr_SetString(PyExc_RuntimeError, "the relay's thread could not start");
@@ -627,9 +1036,69 @@ static PyObject *Core_counts(Core *r, PyObject *unused) {
                          "busiest", values[5]);
 }
 
+/* ---- the status answers (rule 8) ---- */
+
+static PyObject *Core_put_status(Core *r, PyObject *args) {
+    int method, verbose;
+    const char *ident, *message;
+    Py_ssize_t ident_len, size;
+    double fresh_until;
+    if (!PyArg_ParseTuple(args, "iy#py#d", &method, &ident, &ident_len, &verbose, &message, &size,
+                          &fresh_until))
+        return NULL;
+    if (method < 0 || method >= ANSWER_METHODS) {
+        PyErr_Format(PyExc_ValueError, "status method %d: expected 0 or 1", method);
+        return NULL;
+    }
+    lock(r);
+    int kept = answers_put(&r->answers, method, (const uint8_t *)ident, (size_t)ident_len,
+                           verbose, (const uint8_t *)message, (size_t)size, fresh_until, now());
+    pthread_mutex_unlock(&r->lock);
+    if (kept < 0) return PyErr_NoMemory();
+    return PyBool_FromLong(kept);
+}
+
+static PyObject *Core_drop_status(Core *r, PyObject *arg) {
+    char *ident;
+    Py_ssize_t len;
+    if (PyBytes_AsStringAndSize(arg, &ident, &len) < 0) return NULL;
+    lock(r);
+    answers_drop(&r->answers, (const uint8_t *)ident, (size_t)len);
+    pthread_mutex_unlock(&r->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Core_clear_statuses(Core *r, PyObject *unused) {
+    lock(r);
+    answers_clear(&r->answers);
+    pthread_mutex_unlock(&r->lock);
+    Py_RETURN_NONE;
+}
+
+static PyObject *method_counts(answers *a, int method) {
+    PyObject *buckets = PyList_New(ANSWER_BUCKETS);
+    if (!buckets) return NULL;
+    for (int i = 0; i < ANSWER_BUCKETS; i++)
+        PyList_SET_ITEM(buckets, i, PyLong_FromUnsignedLongLong(a->buckets[method][i]));
+    return Py_BuildValue("{sK,sd,sN}", "answered", (unsigned long long)a->answered[method],
+                         "seconds", a->seconds[method], "buckets", buckets);
+}
+
+static PyObject *Core_status_counts(Core *r, PyObject *unused) {
+    lock(r);
+    answers copy = r->answers; /* the counters, read under the lock */
+    pthread_mutex_unlock(&r->lock);
+    return Py_BuildValue("{sN,sN,sn,sn}", "ContainerStatus", method_counts(&copy, 0),
+                         "PodSandboxStatus", method_counts(&copy, 1), "kept",
+                         (Py_ssize_t)copy.count, "bytes", (Py_ssize_t)copy.bytes);
+}
+
 static void Core_dealloc(Core *r) {
     stop(r);
     if (r->started) pthread_mutex_destroy(&r->lock);
+    answers_free(&r->answers);
+    buf_free(&r->to_peer);
+    buf_free(&r->recoded);
     if (r->epfd > 0) close(r->epfd);
     if (r->wakefd > 0) close(r->wakefd);
     Py_TYPE(r)->tp_free((PyObject *)r);
@@ -644,6 +1113,16 @@ static PyMethodDef Core_methods[] = {
      "Close every connection and end the relay's thread (waits for it)."},
     {"counts", (PyCFunction)Core_counts, METH_NOARGS,
      "The relay's counters now: connections, calls, evicted, refused, unused, busiest."},
+    {"put_status", (PyCFunction)Core_put_status, METH_VARARGS,
+     "put_status(method, ident, verbose, answer, fresh_until): answer calls for this key while "
+     "time.monotonic() <= fresh_until (method 0 ContainerStatus, 1 PodSandboxStatus); whether "
+     "it is kept."},
+    {"drop_status", (PyCFunction)Core_drop_status, METH_O,
+     "Answer no call about this ID (either method, either verbosity) any more."},
+    {"clear_statuses", (PyCFunction)Core_clear_statuses, METH_NOARGS,
+     "Answer no status call any more."},
+    {"status_counts", (PyCFunction)Core_status_counts, METH_NOARGS,
+     "Status calls answered here, by method (answered, seconds, buckets), and what is kept."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -665,6 +1144,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__relay(void) {
     if (PyType_Ready(&CoreType) < 0) return NULL;
+    hpack_init();
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&CoreType);
