@@ -44,6 +44,7 @@
 #define F_PRIORITY 0x2
 #define F_RST_STREAM 0x3
 #define F_SETTINGS 0x4
+#define F_PING 0x6
 #define F_WINDOW_UPDATE 0x8
 #define F_CONTINUATION 0x9
 #define END_STREAM 0x1
@@ -435,6 +436,11 @@ static int client_frame_done(Core *r, conn *c, buf *out) {
     case F_CONTINUATION: return continuation_frame(r, c, out, p, n);
     case F_WINDOW_UPDATE: return window_update(c, out, stream, p, n);
     case F_SETTINGS: settings(h, flags, p, n); break;
+    case F_PING: /* answered here once calls were: gRPC would count the client's pings after
+                  * answers it did not send (BDP probes) as abuse, and end the connection */
+        if (n == 8 && !(flags & ACK) && h->answered_last)
+            return frame_head(&h->pending, 8, F_PING, ACK, 0) < 0 ? -1 : buf_add(&h->pending, p, 8);
+        break;
     case F_RST_STREAM:
         if (stream && stream == h->held) { /* cancelled before gRPC saw it: its credit back */
             int rc = h->held_flow ? window_frame(&h->pending, 0, h->held_flow) : 0;
@@ -474,7 +480,7 @@ static int client_frame_begin(Core *r, conn *c, buf *out) {
         }
         break;
     case F_HEADERS: case F_CONTINUATION: case F_PRIORITY: case F_RST_STREAM: case F_SETTINGS:
-    case F_WINDOW_UPDATE:
+    case F_PING: case F_WINDOW_UPDATE:
         if (len > BLOCK_LIMIT) return -1;
         return s->gathering = 1, 0;
     }
