@@ -290,11 +290,12 @@ static int flush_held(h2state *h, buf *out) {
 }
 
 /* Whether an answer of `flow` DATA bytes may go to the client now: its windows take it, it
- * reads what it was sent, and no gRPC bytes wait for its credit. */
+ * reads what it was sent (at most CHUNK waits for it, then this answer), and no gRPC bytes
+ * wait for its credit. */
 static int room_for(conn *c, size_t flow) {
     h2state *h = &c->h2;
     return h->window >= (int64_t)flow && h->stream_window >= flow && !h->backlog.len &&
-           c->client.out_len + h->pending.len + flow <= CHUNK;
+           c->client.out_len + h->pending.len <= CHUNK;
 }
 
 /* The held call's request is whole: answered here when kept and fresh, else sent to gRPC. */
