@@ -7,12 +7,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.model import PodList
-from podcache.serve.crisock.calls import DURATION_BUCKETS, CallStats, connections
+from podcache.serve.crisock.calls import DURATION_BUCKETS, Answered, CallStats, connections
 from podcache.serve.crisock.lists import ANSWER_MEMO, ANSWER_MEMO_BYTES, AnswerMemo, normal_form
 from podcache.serve.crisock.routes import (
     METHODS,
@@ -75,6 +76,35 @@ def test_the_histogram_counts_each_call_in_its_bucket_cumulatively() -> None:
     assert buckets["0.005"] == 3
     assert buckets["+Inf"] == 4
     assert {sample.labels["method"] for sample in family.samples} == {"ListContainers"}
+
+
+def test_the_histogram_adds_the_calls_the_c_relay_answered_to_those_of_grpc() -> None:
+    stats = CallStats()
+    stats.record(RUNTIME + "ContainerStatus", "OK", 0.003)
+    relay = [0] * (len(DURATION_BUCKETS) + 1)
+    relay[0], relay[-1] = 5, 1  # five at most 0.5 ms, one past 5 s
+    only = [1] + [0] * len(DURATION_BUCKETS)
+    (family,) = [
+        stats.durations(
+            {
+                "ContainerStatus": Answered(6, 9.0, tuple(relay)),
+                "PodSandboxStatus": Answered(1, 0.0002, tuple(only)),
+            }
+        )
+    ]
+    samples = {
+        (sample.labels["method"], sample.name.rsplit("_", 1)[1], sample.labels.get("le")): (
+            sample.value
+        )
+        for sample in family.samples
+    }
+    assert samples["ContainerStatus", "bucket", str(DURATION_BUCKETS[0])] == 5
+    assert samples["ContainerStatus", "bucket", "0.005"] == 6  # gRPC's 3 ms one
+    assert samples["ContainerStatus", "bucket", "+Inf"] == 7
+    assert samples["ContainerStatus", "count", None] == 7
+    assert samples["ContainerStatus", "sum", None] == pytest.approx(9.003)
+    assert samples["PodSandboxStatus", "count", None] == 1  # answered by the relay alone
+    assert stats.requests == {("ContainerStatus", "OK"): 1}  # the relay's are added at a scrape
 
 
 def test_the_gauge_counts_connections_accepted_on_the_socket_and_open(tmp_path: Path) -> None:

@@ -177,6 +177,18 @@ def test_an_answer_evicted_by_the_bound_leaves_the_mirror() -> None:
     assert list(mirror.held) == [second]
 
 
+def test_an_answer_the_mirror_refused_is_not_offered_again_until_kept_again() -> None:
+    store, mirror, _ = mirrored_store(max_bytes=0)
+    key = StatusKey(CONTAINER, IDS[0], True)
+    store.keep(key, answer(IDS[0], 1, True), store.begin())
+    assert store.kept(key) is not None
+    assert store.kept(key) is not None
+    assert mirror.puts == 1
+    mirror.max_bytes = 1 << 20
+    store.keep(key, answer(IDS[0], 2, True), store.begin())
+    assert mirror.held == {key: (answer(IDS[0], 2, True), PERIOD)}
+
+
 class EventOnRead(Clock):
     """A clock that, read for the ``at``-th time, lets an event arrive (``fire``): as one
     read by the stream's thread while ``kept`` runs on the socket's loop, between its read
@@ -216,8 +228,10 @@ def test_a_new_mirror_and_the_one_replaced_start_empty() -> None:
     other = FakeMirror(clock)
     other.held[SANDBOX_KEY] = (b"old", 99.0)
     store.mirror_to(other)
+    assert store.mirror is other
     assert mirror.held == other.held == {}
     store.mirror_to(None)
+    assert store.mirror is None
     store.keep(StatusKey(CONTAINER, IDS[1], True), answer(IDS[1], 1, True), store.begin())
     assert other.puts == 0
 
@@ -305,3 +319,10 @@ def test_the_mirror_never_gives_what_the_store_would_not(
     for kind, a, b in history:
         getattr(run, kind)(a, b)
         assert_mirror_gives_only_what_the_store_gives(run.store, run.mirror)
+
+
+def test_only_a_store_on_the_monotonic_clock_says_it_may_be_mirrored() -> None:
+    """The server mirrors a store to the C relay only then: the relay's deadlines are
+    ``time.monotonic``'s, and a test's fake clock must never feed it."""
+    assert StatusStore(PERIOD).monotonic
+    assert not StatusStore(PERIOD, clock=Clock()).monotonic

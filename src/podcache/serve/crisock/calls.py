@@ -9,18 +9,42 @@ form a closed set whatever paths clients send. Deliberately not here: the exposi
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from podcache.serve.crisock.routes import method_label
 
-__all__ = ["DURATION_BUCKETS", "CallStats", "connections"]
+__all__ = ["DURATION_BUCKETS", "NO_TABLE", "Answered", "CallStats", "RelayTable", "connections"]
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 """Upper bounds (seconds) of ``podcache_cri_request_duration_seconds``: a cache answer takes
 well under a millisecond to a few, a forwarded one the runtime's time."""
+
+
+class Answered(NamedTuple):
+    """Calls of one method answered OK without gRPC (the C relay's table of status answers):
+    how many, their seconds in all, and how many took at most each of ``DURATION_BUCKETS``
+    (and one more: past the last), each call counted in one."""
+
+    calls: int
+    seconds: float
+    buckets: tuple[int, ...]
+
+
+class RelayTable(NamedTuple):
+    """The C relay's table of status answers: the calls it answered by method, the answers it
+    holds now and their bytes (their IDs' and messages')."""
+
+    answered: dict[str, Answered]
+    kept: int
+    size: int
+
+
+NO_TABLE = RelayTable({}, 0, 0)
+"""A relay without a table (the Python engine's): it answers no call itself."""
 
 
 class CallStats:
@@ -51,7 +75,8 @@ class CallStats:
             counts[index] += 1
             self._sums[method] = self._sums.get(method, 0.0) + seconds
 
-    def durations(self) -> Metric:
+    def durations(self, more: Mapping[str, Answered] | None = None) -> Metric:
+        """The histogram of the calls recorded here, and of ``more`` (by method label)."""
         family = HistogramMetricFamily(
             "podcache_cri_request_duration_seconds",
             "Time the CRI socket took to answer a call, by method (event streams excluded).",
@@ -60,6 +85,11 @@ class CallStats:
         with self._lock:
             table = {method: list(counts) for method, counts in self._buckets.items()}
             sums = dict(self._sums)
+        for method, answered in (more or {}).items():
+            counts = table.setdefault(method, [0] * (len(DURATION_BUCKETS) + 1))
+            for index, count in enumerate(answered.buckets):
+                counts[index] += count
+            sums[method] = sums.get(method, 0.0) + answered.seconds
         for method, counts in sorted(table.items()):
             cumulative, running = [], 0
             for bound, count in zip((*map(str, DURATION_BUCKETS), "+Inf"), counts, strict=True):

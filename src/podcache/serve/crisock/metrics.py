@@ -1,8 +1,10 @@
 """The CRI socket's Prometheus metrics, read at scrape time; no registry of its own.
 
 ``cri_metrics`` reads every series of docs/architecture.md §10 rule 7 from the socket's
-counters (``calls``, the forwarder's, the hub's). Every ``method`` label is a CRI method name
-or ``other`` (``routes.method_label``): a client's path never becomes a label of its own.
+counters (``calls``, the forwarder's, the hub's, and the C relay's: the status calls its
+table answered count as the socket's, from the cache, OK, and saved). Every ``method``
+label is a CRI method name or ``other`` (``routes.method_label``): a client's path never
+becomes a label of its own.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from podcache.serve.crisock.calls import connections
+from podcache.cri.wire.methods import SERVICE
+from podcache.serve.crisock.calls import NO_TABLE, Answered, RelayTable, connections
 from podcache.serve.crisock.relay import ENGINE
 from podcache.serve.crisock.routes import method_label
 from podcache.serve.crisock.statuscalls import SOURCES
@@ -66,9 +69,35 @@ def _load(socket: CRISocket) -> Iterator[Metric]:
     )
 
 
-def _statuses(socket: CRISocket) -> Iterator[Metric]:
-    """The status calls (docs/architecture.md §10 rule 8): answers by source, what is kept."""
-    calls = socket.statuses
+def _relay_table(socket: CRISocket) -> RelayTable:
+    """The C relay's table of status answers (``NO_TABLE``: no relay yet, or the Python one)."""
+    relay = socket.relay
+    return NO_TABLE if relay is None else relay.table()
+
+
+def _plus(table: dict[str, int], more: dict[str, int]) -> dict[str, int]:
+    """``table`` with ``more`` added (a key new to it only when its count is not 0)."""
+    added = {key: table.get(key, 0) + count for key, count in more.items() if count}
+    return table | added
+
+
+def _by_relay(relay: dict[str, Answered]) -> Metric:
+    """The status calls the C relay answered itself, by method."""
+    family = CounterMetricFamily(
+        "podcache_cri_relay_status_answers",
+        "ContainerStatus and PodSandboxStatus calls the C relay answered from its copies of "
+        "the kept answers, without gRPC (each counted as source=cache too).",
+        labels=["method"],
+    )
+    for method in ("ContainerStatus", "PodSandboxStatus"):
+        family.add_metric([method], relay[method].calls if method in relay else 0)
+    return family
+
+
+def _statuses(socket: CRISocket, table: RelayTable) -> Iterator[Metric]:
+    """The status calls (docs/architecture.md §10 rule 8): answers by source (the relay's
+    from the cache), what is kept."""
+    calls, relay = socket.statuses, table.answered
     answers = CounterMetricFamily(
         "podcache_cri_status_answers",
         "ContainerStatus and PodSandboxStatus answers, by method and source: cache (a kept "
@@ -77,15 +106,18 @@ def _statuses(socket: CRISocket) -> Iterator[Metric]:
         "answer, one call per key shared by every caller waiting for it).",
         labels=["method", "source"],
     )
-    table = dict(calls.answers)
+    given = dict(calls.answers)
     for method in ("ContainerStatus", "PodSandboxStatus"):
         for source in SOURCES:
-            answers.add_metric([method, source], table.get((method, source), 0))
+            answered = relay[method].calls if source == "cache" and method in relay else 0
+            answers.add_metric([method, source], given.get((method, source), 0) + answered)
     yield answers
+    yield _by_relay(relay)
     kept = GaugeMetricFamily(
         "podcache_cri_status_kept",
-        "Status answers the CRI socket keeps now: live (kept answers), departed, or not_found "
-        "(the runtime's NOT_FOUND for a whole ID).",
+        "Status answers the CRI socket keeps now: live (kept answers), departed, not_found "
+        "(the runtime's NOT_FOUND for a whole ID), or relay (the C relay's copies of live "
+        "ones).",
         labels=["store"],
     )
     kept_bytes = GaugeMetricFamily(
@@ -98,6 +130,7 @@ def _statuses(socket: CRISocket) -> Iterator[Metric]:
         ("live", calls.store.size),
         ("departed", (0, 0) if departed is None else departed.size),
         ("not_found", calls.store.missing_size),
+        ("relay", (table.kept, table.size)),
     ):
         kept.add_metric([store], count)
         kept_bytes.add_metric([store], size)
@@ -134,15 +167,21 @@ def _task_events(socket: CRISocket) -> Iterator[Metric]:
 
 def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
     """Every metric of the socket, from its counters."""
+    table = _relay_table(socket)
+    relay = table.answered
     requests = CounterMetricFamily(
         "podcache_cri_requests",
         "Calls answered by the CRI socket, by method and gRPC status code.",
         labels=["method", "code"],
     )
-    for (method, code), value in sorted(socket.calls.requests.items()):
+    counts = dict(socket.calls.requests)
+    for method, answered in relay.items():
+        if answered.calls:
+            counts[method, "OK"] = counts.get((method, "OK"), 0) + answered.calls
+    for (method, code), value in sorted(counts.items()):
         requests.add_metric([method, code], value)
     yield requests
-    yield socket.calls.durations()
+    yield socket.calls.durations(relay)
     yield GaugeMetricFamily(
         "podcache_cri_connections",
         "Connections open on the CRI socket's unix sockets.",
@@ -159,10 +198,10 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
         "Calls the CRI socket answered without a runtime call of their own, by method: lists "
         "and statuses answered from the cache, forwarded calls shared in flight, a kept "
         "Version.",
-        dict(forwarder.saved),
+        _plus(dict(forwarder.saved), {SERVICE + m: each.calls for m, each in relay.items()}),
     )
     yield from _load(socket)
-    yield from _statuses(socket)
+    yield from _statuses(socket, table)
     yield CounterMetricFamily(
         "podcache_cri_list_forwards",
         "List calls forwarded because the bytes of an item were not held.",

@@ -40,11 +40,16 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from podcache.cri.wire import frames
+from podcache.serve.crisock.calls import NO_TABLE, Answered, RelayTable
+from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusMirror
 
-__all__ = ["ENGINE", "AnyRelay", "NativeRelay", "Relay", "make_relay"]
+if TYPE_CHECKING:
+    from podcache.serve.crisock._relay import Core
+
+__all__ = ["ENGINE", "AnyRelay", "CoreMirror", "NativeRelay", "Relay", "make_relay"]
 
 _PREFACE = len(frames.PREFACE)
 """Bytes of the client's connection preface (RFC 9113 §3.4), before its first frame."""
@@ -231,6 +236,9 @@ class _Link:
 class Relay:
     """Accepts on listening sockets and relays each connection to ``target`` (rules above)."""
 
+    mirror: StatusMirror | None = None
+    """It answers no call itself: every status call goes to gRPC."""
+
     def __init__(
         self, target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
     ) -> None:
@@ -336,6 +344,10 @@ class Relay:
         for server in self._servers:
             server.close()
 
+    def table(self) -> RelayTable:
+        """It has no table of status answers: every status call goes to gRPC."""
+        return NO_TABLE
+
     async def aclose(self) -> None:
         """Stop accepting, close every connection."""
         await self.stop_accepting()
@@ -367,6 +379,15 @@ class AnyRelay(Protocol):
     @property
     def connections(self) -> int: ...
 
+    @property
+    def mirror(self) -> StatusMirror | None:
+        """Its table of status answers, given without gRPC (None: it has none)."""
+        ...
+
+    def table(self) -> RelayTable:
+        """Its table of status answers (``mirror``) now: the calls it answered, what it holds."""
+        ...
+
     async def serve(self, listening: socket.socket) -> None: ...
 
     async def stop_accepting(self) -> None: ...
@@ -374,9 +395,34 @@ class AnyRelay(Protocol):
     async def aclose(self) -> None: ...
 
 
+_CORE_METHODS = {CONTAINER: 0, SANDBOX: 1}
+"""The core's number of each status method."""
+
+
+class CoreMirror:
+    """The C core's table of status answers, as the status store's mirror (``statuses``
+    invariant 8): the core answers a call for a key it holds without waking Python, while
+    ``time.monotonic()`` is at most the answer's ``fresh_until``. IDs go to it as UTF-8,
+    as clients send them."""
+
+    def __init__(self, core: Core) -> None:
+        self._core = core
+
+    def put(self, key: StatusKey, answer: bytes, fresh_until: float) -> bool:
+        method = _CORE_METHODS[key.method]
+        return self._core.put_status(method, key.ident.encode(), key.verbose, answer, fresh_until)
+
+    def drop(self, ident: str) -> None:
+        self._core.drop_status(ident.encode())
+
+    def clear(self) -> None:
+        self._core.clear_statuses()
+
+
 class NativeRelay:
     """The rules above kept by ``_relay.Core`` (C, a thread of its own, no GIL held): a call
-    crosses it without waking Python. Its counters are read from the core when asked."""
+    crosses it without waking Python, and so does a status call its table answers
+    (``mirror``). Its counters are read from the core when asked."""
 
     def __init__(
         self, target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
@@ -384,6 +430,21 @@ class NativeRelay:
         from podcache.serve.crisock import _relay  # noqa: PLC0415 -- built only with a C compiler
 
         self._core = _relay.Core(target, max_connections, handshake_seconds, fair_calls)
+        self.mirror = CoreMirror(self._core)
+        """Its table of status answers, for the status store (``statuses`` invariant 8)."""
+
+    def table(self) -> RelayTable:
+        """Its table of status answers now: the calls it answered by method, what it holds."""
+        counts = self._core.status_counts()
+        answered = {
+            method: Answered(
+                counts[method]["answered"],
+                counts[method]["seconds"],
+                tuple(counts[method]["buckets"]),
+            )
+            for method in _CORE_METHODS
+        }
+        return RelayTable(answered, counts["kept"], counts["bytes"])
 
     def _count(self, name: str) -> int:
         return self._core.counts()[name]

@@ -14,6 +14,9 @@ Each method of the two CRI services is answered as ``routes.READ_ONLY`` says, or
 - Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
   environment values are redacted on the way (``redact``).
 - GetContainerEvents: ``serve.eventhub.EventHub``.
+- Status calls: ``statuscalls``; with the C relay, the status store is mirrored to the relay's
+  table (``statuses`` invariant 8), which answers the calls it holds without gRPC (only a
+  store on ``time.monotonic``, the relay's clock).
 
 Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. gRPC listens on a private
 socket (a directory of mode 0700); each ``--cri-listen`` socket is podcache's, its connections
@@ -309,10 +312,14 @@ class CRISocket:
             await server.start()
             for each in listening:
                 await relay.serve(each)
+            store = self.statuses.store
+            if relay.mirror is not None and store.monotonic:
+                store.mirror_to(relay.mirror)  # the C relay answers what the store would
             started.set_result(None)
             await self._stopping.wait()
             await relay.stop_accepting()
             await server.stop(self._grace)
+            store.mirror_to(None)  # before the core goes: events go on arriving
             await relay.aclose()
         finally:
             shutil.rmtree(private, ignore_errors=True)

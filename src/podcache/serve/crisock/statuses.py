@@ -188,6 +188,8 @@ class _Kept:
     """Given with the time of the answer as its ``timestamp`` (invariant 6)."""
     tasks: int = 0
     """The following of containerd's own events it was learnt under (0: none)."""
+    refused: bool = False
+    """The mirror refused it (invariant 8): not offered again."""
 
 
 def _last_answers(plain: _Kept | None, verbose: _Kept | None) -> tuple[bytes, bytes | None] | None:
@@ -327,6 +329,11 @@ class StatusStore:
         """Where answers are copied (invariant 8); None: nowhere."""
         return self._mirror
 
+    @property
+    def monotonic(self) -> bool:
+        """Whether its clock is ``time.monotonic``: only then may it be mirrored."""
+        return self._clock is time.monotonic
+
     def mirror_to(self, mirror: StatusMirror | None) -> None:
         """Copy answers to ``mirror`` from now on (None: to none); the one it replaces and the
         new one are cleared first."""
@@ -336,13 +343,17 @@ class StatusStore:
                     each.clear()
             self._mirror = mirror
 
-    def _offer(self, key: StatusKey, held: _Kept, answer: bytes) -> None:
-        """Under the lock, ``held`` being what ``kept(key)`` gives now (``answer``: its bytes,
-        or its status alone): copy it to the mirror if invariant 8 allows."""
-        mirror = self._mirror
+    def _offer(self, key: StatusKey, picked: tuple[_Kept, bool], answer: bytes) -> None:
+        """Under the lock, ``picked`` being what ``kept(key)`` gives now (``answer``: its
+        bytes, or the status alone of a verbose one): copy it to the mirror if invariant 8
+        allows. An answer the mirror refused (past its bounds) is not offered again as itself."""
+        mirror, (held, derived) = self._mirror, picked
         if mirror is None or held.stamped or held.ids[0] != key.ident:
             return
-        mirror.put(key, answer, held.learnt + self.period)  # refused: older ones left already
+        if derived:
+            mirror.put(key, answer, held.learnt + self.period)
+        elif not held.refused and not mirror.put(key, answer, held.learnt + self.period):
+            held.refused = True
 
     def _offer_given(self, key: StatusKey, picked: tuple[_Kept, bool], answer: bytes) -> None:
         """``kept`` gave ``answer`` from ``picked``, read without the lock: copied only if the
@@ -350,7 +361,7 @@ class StatusStore:
         with self._lock:
             again = self._pick(key)
             if again is not None and again[0] is picked[0] and again[1] == picked[1]:
-                self._offer(key, picked[0], answer)
+                self._offer(key, picked, answer)
 
     # -- answers -------------------------------------------------------------------------------
     def kept(self, key: StatusKey) -> bytes | None:
@@ -517,7 +528,7 @@ class StatusStore:
         if self._mirror is not None:
             picked = self._pick(key)
             if picked is not None and picked[0] is held and not picked[1]:
-                self._offer(key, held, answer)
+                self._offer(key, picked, answer)
 
     def _forget(self, key: StatusKey) -> None:
         """``key``'s answer leaves (and every answer of its ID the mirror holds: one given for
