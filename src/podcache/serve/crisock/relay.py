@@ -1,5 +1,5 @@
 """The CRI socket's listening sockets: each connection relayed to gRPC on a private socket and
-tracked by its HTTP/2 frame headers (docs/architecture.md §10 rule 6).
+tracked by its HTTP/2 frames (docs/architecture.md §10 rule 6).
 
 gRPC admits connections up to a bound and then refuses the next, and closes a connection only
 when it is idle past its bound; it cannot close the oldest idle connection to admit a new one,
@@ -19,17 +19,34 @@ on a socket in a directory only podcache's user can enter. Rules:
 4. **Bytes are relayed as they come**, both ways, each read written to the other side at
    once; while a side holds more than ``_CHUNK`` bytes unwritten (its reader does not read),
    the other side is not read: a client that does not read stops its own connection's
-   relay, and no other.
-5. **Frames are read by their 9-byte headers only** (the client's 24-byte preface first), never
-   their payloads (no HPACK): a client's HEADERS on a stream it never used opens a call; the
-   server's END_STREAM on it completes it; a RST_STREAM either way ends it.
+   relay, and no other. (The C engine reads a client's frames but DATA whole before it
+   writes them on, 256 KiB at most a frame or header block: past it the connection is
+   closed; rule 6.)
+5. **Calls are told by frame headers** (the client's 24-byte preface first): a client's
+   HEADERS on a stream it never used opens a call; the server's END_STREAM on it completes
+   it; a RST_STREAM either way ends it.
+6. **The C engine answers the status calls it holds an answer for** (docs/architecture.md
+   §10 rule 8). It decodes each client header block with the client's HPACK table and writes
+   it again as literals that use no table (gRPC keeps no table in step with the client's, so
+   a block it never sees costs nothing); a ``ContainerStatus`` or ``PodSandboxStatus`` is
+   held till its request is whole (4 KiB at most; a later header block sends it on first,
+   so that gRPC sees the streams in order) and answered from what Python put for its key
+   (method, ID as asked, verbose) while that is fresh, or sent to gRPC as it came. The
+   client's windows are kept: an answer goes only within them; a client's credit that gives
+   back answers' bytes is not passed to gRPC, whose view of the window is then at most those
+   bytes larger, and gRPC's DATA past the client's window waits for the credit with what
+   follows it (gRPC is not read meanwhile); the request bytes gRPC never saw are credited
+   back to the client. Once it answered a call on a connection, the relay answers the
+   client's PINGs there itself (gRPC would count the probes its answers draw as abuse and
+   end the connection). At most 16,384 answers, 32 MiB of them, 64 KiB each.
 
-Two engines keep these rules: ``NativeRelay``, the C extension ``_relay`` on a thread of its
+Two engines keep rules 1-5: ``NativeRelay``, the C extension ``_relay`` on a thread of its
 own that never holds the GIL (the default where it was compiled), and ``Relay``, asyncio
-protocols on the socket's event loop (where it was not, or with ``PODCACHE_CRI_RELAY=python``).
-Tests hold both to the rules above.
+protocols on the socket's event loop (where it was not, or with ``PODCACHE_CRI_RELAY=python``),
+which passes every byte as it came and answers nothing itself. Tests hold both to rules 1-5.
 
-Deliberately not here: HTTP/2 itself (gRPC's, behind the relay), what a call is answered.
+Deliberately not here: gRPC's HTTP/2 (behind the relay), which answers a status call may be
+given (``statuses``, which puts them).
 """
 
 from __future__ import annotations
