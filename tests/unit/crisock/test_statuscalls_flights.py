@@ -14,7 +14,7 @@ from typing import cast
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.serve.crisock.forward import Forwarder
-from podcache.serve.crisock.statuscalls import StatusCalls
+from podcache.serve.crisock.statuscalls import ListedItem, StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
 from tests.unit.crisock.test_statuses import (
     IDS,
@@ -161,9 +161,9 @@ def test_an_event_during_the_listings_wait_gives_its_status_not_a_runtime_call()
         fake = FakeForwarder()
         listing = asyncio.Event()
 
-        async def listed(sandbox: bool, ident: str, remaining: float | None) -> int | None:
+        async def listed(sandbox: bool, ident: str, remaining: float | None) -> ListedItem:
             await listing.wait()
-            return pb.SANDBOX_READY
+            return ListedItem(pb.SANDBOX_READY, clock.now + PERIOD)
 
         calls = StatusCalls(store, cast(Forwarder, fake), {}, listed)
         store.event(event(IDS[0], pb.CONTAINER_STARTED_EVENT, statuses=[]))  # keeps the sandbox's

@@ -326,3 +326,49 @@ def test_only_a_store_on_the_monotonic_clock_says_it_may_be_mirrored() -> None:
     ``time.monotonic``'s, and a test's fake clock must never feed it."""
     assert StatusStore(PERIOD).monotonic
     assert not StatusStore(PERIOD, clock=Clock()).monotonic
+
+
+def _kept_past_the_period() -> tuple[StatusStore, FakeMirror, Clock, tuple[bytes, int]]:
+    """A sandbox's plain answer kept, then the period passed: the store offers it only as a
+    listing confirms it (``kept_listed``)."""
+    store, mirror, clock = mirrored_store()
+    store.keep(SANDBOX_KEY, containerd_answer(), store.begin())
+    clock.now = PERIOD + 1
+    assert mirror.gives(SANDBOX_KEY) is None and store.kept(SANDBOX_KEY) is None
+    held = store.kept_listed(SANDBOX_KEY)
+    assert held is not None
+    return store, mirror, clock, held
+
+
+def test_an_answer_a_listing_confirmed_is_mirrored_till_the_listing_leaves_the_period() -> None:
+    store, mirror, clock, held = _kept_past_the_period()
+    store.offer_listed(SANDBOX_KEY, held, clock.now + 2)
+    assert mirror.held[SANDBOX_KEY] == (held[0], clock.now + 2)
+    clock.now += 2
+    assert mirror.gives(SANDBOX_KEY) == held[0]
+    clock.now += 0.5
+    assert mirror.gives(SANDBOX_KEY) is None
+
+
+def test_a_listings_answer_is_not_mirrored_when_the_store_changed_or_the_listing_is_old() -> None:
+    store, mirror, clock, held = _kept_past_the_period()
+    store.offer_listed(SANDBOX_KEY, held, clock.now)  # a listing no longer within the period
+    store.offer_listed(SANDBOX_KEY, (b"another", held[1]), clock.now + 2)
+    assert mirror.gives(SANDBOX_KEY) is None
+    # An event naming the sandbox brings its status: kept anew, and mirrored as such (till its
+    # own period ends), not as the listing's answer of before.
+    store.event(event(IDS[0], pb.CONTAINER_STOPPED_EVENT, statuses=[]))
+    store.offer_listed(SANDBOX_KEY, held, clock.now + 2)
+    assert mirror.held[SANDBOX_KEY][1] == clock.now + PERIOD
+
+
+@pytest.mark.parametrize("change", ["tasks_opened", "tasks_ended"])
+def test_a_change_in_following_containerds_own_events_empties_the_mirror(change: str) -> None:
+    store, mirror, clock, held = _kept_past_the_period()
+    store.offer_listed(SANDBOX_KEY, held, clock.now + 2)
+    assert SANDBOX_KEY in mirror.held
+    if change == "tasks_opened":
+        store.tasks_opened(0.0)
+    else:
+        store.tasks_ended()
+    assert mirror.held == {}

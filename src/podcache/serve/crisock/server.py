@@ -67,7 +67,7 @@ from podcache.serve.crisock.lists import (
 from podcache.serve.crisock.redact import answer_rewrites
 from podcache.serve.crisock.relay import AnyRelay, make_relay
 from podcache.serve.crisock.routes import Route, denial, is_cri, route_of
-from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, StatusCalls
+from podcache.serve.crisock.statuscalls import DEPARTED_TRAILER, ListedItem, StatusCalls
 from podcache.serve.crisock.statuses import StatusStore
 from podcache.serve.crisock.taskevents import TaskEvents
 from podcache.serve.eventhub import EventClient, EventHub, SubscribersFullError
@@ -430,14 +430,24 @@ class CRISocket:
         except PodcacheError as error:
             raise _FailureError(grpc.StatusCode.UNAVAILABLE, f"podcache: {error}") from None
 
-    async def _item_listed(self, sandbox: bool, ident: str, remaining: float | None) -> int | None:
+    async def _item_listed(
+        self, sandbox: bool, ident: str, remaining: float | None
+    ) -> ListedItem | None:
         """The item's state in the all view's snapshot by the cache's rules (within the
-        period), for a status kept past it; None when not listed or no snapshot came."""
+        period), for a status kept past it, and until when that snapshot is within the period
+        (the newest published one's timestamp + the period; now when it is not the newest);
+        None when not listed or no snapshot came."""
         try:
             pods = await self._snapshot(remaining)
         except _FailureError:
             return None
-        return listed_state(pods, sandbox, ident)
+        state = listed_state(pods, sandbox, ident)
+        if state is None:
+            return None
+        latest = self._latest
+        if latest is not None and latest[0] is pods:
+            return ListedItem(state, latest[1] + self._cache.cache_period)
+        return ListedItem(state, self._clock())
 
     def _ask_refresh_ahead(self) -> None:
         """Have the cache's loop make the ``get_pods`` call that starts the refresh-ahead (a

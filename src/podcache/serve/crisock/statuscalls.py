@@ -42,7 +42,14 @@ from podcache.serve.crisock.forward import Forwarder, UpstreamError
 from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore, Ticket
 from podcache.serve.crisock.statuswire import ProtobufError, plain_answer, status_request
 
-__all__ = ["DEPARTED_TRAILER", "SOURCES", "StatusAnswer", "StatusCalls", "status_method"]
+__all__ = [
+    "DEPARTED_TRAILER",
+    "SOURCES",
+    "ListedItem",
+    "StatusAnswer",
+    "StatusCalls",
+    "status_method",
+]
 
 DEPARTED_TRAILER = "podcache-departed"
 """The trailing metadata of an answer about a departed item: RFC 3339, when it left."""
@@ -63,7 +70,15 @@ class StatusAnswer(NamedTuple):
     departed: str | None = None
 
 
-Listed = Callable[[bool, str, float | None], Awaitable[int | None]]
+class ListedItem(NamedTuple):
+    """An item's CRI state in a listing, and until when that listing is within the period
+    (on the store's clock)."""
+
+    state: int
+    fresh_until: float
+
+
+Listed = Callable[[bool, str, float | None], Awaitable[ListedItem | None]]
 """An item's CRI state (a sandbox's when the first argument is true, else a container's) in
 a listing within the period, asked within a deadline (None: the socket's); None when it is
 not listed or no such listing came within it."""
@@ -137,9 +152,10 @@ class StatusCalls:
         held = self.store.kept_listed(key)
         if held is None:
             return None
-        state = await self._listed(key.method == SANDBOX, key.ident, remaining)
-        if state != held[1] or self.store.kept_listed(key) != held:
+        listed = await self._listed(key.method == SANDBOX, key.ident, remaining)
+        if listed is None or listed.state != held[1] or self.store.kept_listed(key) != held:
             return None
+        self.store.offer_listed(key, held, listed.fresh_until)
         return held[0]
 
     async def _forwarded(

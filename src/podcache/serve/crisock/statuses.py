@@ -72,6 +72,10 @@ and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
    replaced, or becomes ungivable (``_forget``; ``_named``, marking it stale), and every
    answer whenever all leave (``_drop_all``: the stream opened or ended, an unreadable
    event): under the lock, so before the event that caused it reaches any socket client.
+   Past the period, an answer ``kept_listed`` offers and a listing confirmed is given too
+   (``offer_listed``), till that listing leaves the period, if ``kept_listed`` still offers
+   it then; a change in following containerd's own events empties the mirror (what a
+   listing confirmed may have been covered by the following that ended).
    Its deadlines are on the store's clock: only a store on ``time.monotonic`` is mirrored.
 
 Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
@@ -293,11 +297,17 @@ class StatusStore:
             self._tasks_count += 1
             self._tasks = self._tasks_count
             self._tasks_from = self._clock() + settle
+            self._clear_mirror()  # what a listing renewed was under the following before
 
     def tasks_ended(self) -> None:
         """The subscription ended: no answer is covered past the period any more."""
         with self._lock:
             self._tasks = 0
+            self._clear_mirror()
+
+    def _clear_mirror(self) -> None:
+        if self._mirror is not None:
+            self._mirror.clear()
 
     def task_event(self, ident: str) -> None:
         """containerd says the container ``ident``'s status changed with no CRI event."""
@@ -407,6 +417,19 @@ class StatusStore:
         if key.method == CONTAINER and (not held.tasks or held.tasks != self._tasks):
             return None
         return held.answer, held.state
+
+    def offer_listed(self, key: StatusKey, held: tuple[bytes, int], fresh_until: float) -> None:
+        """``kept_listed(key)`` gave ``held`` and a listing fresh until ``fresh_until`` (on the
+        store's clock) showed its item in that state: the mirror may give it till then, while
+        the store would (invariant 8), so it is copied if the store still offers the same."""
+        with self._lock:
+            kept = self._answers.get(key)
+            if self._mirror is None or kept is None or key.ident != kept.ids[0]:
+                return
+            if fresh_until <= max(self._clock(), kept.learnt + self.period):
+                return  # the listing is older than the answer's own period, or than now
+            if self.kept_listed(key) == held and not kept.refused:
+                kept.refused = not self._mirror.put(key, held[0], fresh_until)
 
     def _givable(self, key: StatusKey) -> _Kept | None:
         """The answer kept for ``key`` while the stream that learnt it is open and no event
