@@ -8,6 +8,7 @@ answers). Every check is causal: a frame is looked for only after what must have
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import tempfile
@@ -440,4 +441,24 @@ def test_a_ping_after_answers_is_answered_here_and_before_none_it_is_grpcs(
         got = reader.frame()
     assert got == Frame(PING, ACK, 0, b"abcdefgh")
     client.close()
+    far.sock.close()
+
+
+def test_a_client_that_floods_pings_while_grpc_is_mid_frame_is_closed(relayed: Relayed) -> None:
+    """The relay's own frames for the client wait for a frame boundary of gRPC's: past 192 KiB
+    of them (a client that pings and pings while gRPC's frame waits) the connection ends."""
+    core = relayed.core
+    assert core.put_status(CONTAINER, b"a", False, b"\x0a\x01a", time.monotonic() + 600)
+    client, far = relayed.connect()
+    reader = Reader(client)
+    client.sendall(_status_call(hpack.Encoder(), 1, "a"))
+    _answer_frames(reader, 1)  # pings are the relay's to answer from now on
+    far.sock.sendall(frame(DATA, 0, 3, b"g" * 100)[:50])  # gRPC stops inside a frame
+    flood = frame(PING, 0, 0, b"12345678") * 12_000  # 204 KB of answers owed
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # closed on the way
+        client.sendall(flood)
+    with contextlib.suppress(ConnectionResetError):
+        while client.recv(65536):  # kept open, this would wait till SAFETY and fail
+            pass
+    assert core.counts()["connections"] == 0
     far.sock.close()

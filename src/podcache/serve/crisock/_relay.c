@@ -57,6 +57,7 @@
                                   * and as written again, at most: past it, the connection is
                                   * closed (gRPC refuses metadata past 64 KiB: a call's error) */
 #define HELD_LIMIT 4096    /* a held call's request bytes at most: past them, it goes to gRPC */
+#define PENDING_LIMIT (2 * (CHUNK + ANSWER_MAX_BYTES)) /* the relay's own bytes for a client */
 #define ENDED 0x80000000u /* a stream's mark in `streams`: ended (stream IDs are 31 bits) */
 #define MAX_LISTENERS 64
 #define ACCEPT_RETRY 1.0 /* seconds a listener rests after running out of descriptors */
@@ -522,7 +523,10 @@ static int from_client(Core *r, conn *c, const uint8_t *data, size_t size, buf *
         if (!s->remaining && s->gathering && !c->closed && client_frame_done(r, c, out) < 0)
             return -1;
     }
-    return 0;
+    /* What the relay owes the client itself (answers, credits, ping answers) waits for a
+     * frame boundary of gRPC's: a client that makes it grow past PENDING_LIMIT (what answers
+     * reach at most, twice) while it does not read ends. */
+    return c->h2.pending.len > PENDING_LIMIT ? -1 : 0;
 }
 
 /* ---- gRPC's frames as the client gets them (rule 8) ---- */

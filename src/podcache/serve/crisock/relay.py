@@ -38,7 +38,10 @@ on a socket in a directory only podcache's user can enter. Rules:
    follows it (gRPC is not read meanwhile); the request bytes gRPC never saw are credited
    back to the client. Once it answered a call on a connection, the relay answers the
    client's PINGs there itself (gRPC would count the probes its answers draw as abuse and
-   end the connection). At most 16,384 answers, 32 MiB of them, 64 KiB each.
+   end the connection). The relay's own frames for a client (answers, credits, ping
+   answers) go between two of gRPC's; past 192 KiB of them waiting (a client that pings
+   while gRPC is inside a frame and does not read) the connection is closed. At most 16,384
+   answers, 32 MiB of them, 64 KiB each.
 
 Two engines keep rules 1-5: ``NativeRelay``, the C extension ``_relay`` on a thread of its
 own that never holds the GIL (the default where it was compiled), and ``Relay``, asyncio
