@@ -17,8 +17,8 @@ import time
 from collections.abc import Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import grpc
 import hpack
@@ -27,9 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from podcache.cri.proto import api_pb2 as pb
+from podcache.cri.wire.frames import frame
 from podcache.serve.crisock._relay import Core
+from tests.unit.cri.h2fake import PREFACE, FakePeer
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE, CONTINUATION = 0, 1, 4, 6, 8, 9
 END_STREAM, ACK, END_HEADERS = 1, 1, 4
 CONTAINER, SANDBOX = 0, 1
@@ -39,45 +40,18 @@ SAFETY = 30.0
 ANSWERS_MAX, ANSWER_MAX_BYTES = 16384, 64 * 1024  # _h2.h
 
 
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    return (
-        len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
-    )
-
-
-@dataclass
-class Frame:
+class Frame(NamedTuple):
     kind: int
     flags: int
     stream: int
     payload: bytes
 
 
-@dataclass
-class Reader:
-    """Frames read off a blocking socket (after a preface, when one is expected)."""
-
-    sock: socket.socket
-    data: bytearray = field(default_factory=bytearray)
-
-    def _fill(self, size: int) -> None:
-        while len(self.data) < size:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise EOFError("the relay closed the connection")
-            self.data += chunk
-
-    def exactly(self, size: int) -> bytes:
-        self._fill(size)
-        out = bytes(self.data[:size])
-        del self.data[:size]
-        return out
+class Reader(FakePeer):
+    """The fake runtime's peer of ``h2fake``, reading frames off a blocking socket."""
 
     def frame(self) -> Frame:
-        head = self.exactly(9)
-        size = int.from_bytes(head[:3], "big")
-        stream = int.from_bytes(head[5:], "big") & 0x7FFFFFFF
-        return Frame(head[3], head[4], stream, self.exactly(size))
+        return Frame(*super().frame())
 
 
 @dataclass
@@ -95,7 +69,7 @@ class Relayed:
         accepted, _ = self.upstream.accept()
         accepted.settimeout(SAFETY)
         far = Reader(accepted)
-        assert far.exactly(len(PREFACE)) == PREFACE
+        far.preface()
         return client, far
 
 
@@ -405,7 +379,7 @@ def test_answers_stop_at_the_clients_window_and_grpc_never_overruns_it(relayed: 
     )
     headers = reader.frame()
     assert (headers.kind, headers.stream) == (HEADERS, 7)
-    assert not reader.data  # nothing came with the HEADERS: the DATA waits, and what follows it
+    assert not reader.inbox  # nothing came with the HEADERS: the DATA waits, and what follows it
     client.setblocking(False)
     with pytest.raises(BlockingIOError):
         client.recv(1)
