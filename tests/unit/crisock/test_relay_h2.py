@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 
 from podcache.cri.proto import api_pb2 as pb
 from podcache.cri.wire.frames import frame
-from podcache.serve.crisock._relay import Core
+from podcache.serve.crisock._relay import DURATION_BOUNDS, Core
+from podcache.serve.crisock.calls import DURATION_BUCKETS
 from tests.unit.cri.h2fake import PREFACE, FakePeer
 
 DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE, CONTINUATION = 0, 1, 4, 6, 8, 9
@@ -436,3 +437,9 @@ def test_a_client_that_floods_pings_while_grpc_is_mid_frame_is_closed(relayed: R
             pass
     assert core.counts()["connections"] == 0
     far.sock.close()
+
+
+def test_the_relays_duration_buckets_are_the_sockets() -> None:
+    """The relay's answers are merged into ``podcache_cri_request_duration_seconds`` bucket by
+    bucket: its bounds are the socket's."""
+    assert DURATION_BOUNDS == DURATION_BUCKETS

@@ -28,7 +28,7 @@ struct answer {
     uint8_t bytes[]; /* the ID, then the message */
 };
 
-static const double bounds[ANSWER_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+const double answer_bounds[ANSWER_BUCKETS - 1] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                   0.1,    0.25,  0.5,    1.0,   2.5,  5.0};
 
 int answers_init(answers *a) {
@@ -132,7 +132,7 @@ const uint8_t *answers_get(answers *a, int method, const uint8_t *ident, size_t 
 
 void answers_count(answers *a, int method, double seconds) {
     int bucket = 0;
-    while (bucket < ANSWER_BUCKETS - 1 && seconds > bounds[bucket]) bucket++;
+    while (bucket < ANSWER_BUCKETS - 1 && seconds > answer_bounds[bucket]) bucket++;
     a->answered[method]++;
     a->seconds[method] += seconds;
     a->buckets[method][bucket]++;

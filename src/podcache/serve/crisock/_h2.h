@@ -49,6 +49,8 @@ void hpack_free(hpack_table *t);
 
 #define ANSWER_METHODS 2 /* 0 ContainerStatus, 1 PodSandboxStatus */
 #define ANSWER_BUCKETS 14 /* calls.DURATION_BUCKETS and one past the last */
+extern const double answer_bounds[ANSWER_BUCKETS - 1]; /* calls.DURATION_BUCKETS (a test holds
+                                                        * them equal: DURATION_BOUNDS) */
 
 typedef struct answer answer;
 

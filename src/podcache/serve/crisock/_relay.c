@@ -1164,5 +1164,13 @@ PyMODINIT_FUNC PyInit__relay(void) {
         Py_DECREF(m);
         return NULL;
     }
+    PyObject *bounds = PyTuple_New(ANSWER_BUCKETS - 1);
+    for (int i = 0; bounds && i < ANSWER_BUCKETS - 1; i++)
+        PyTuple_SET_ITEM(bounds, i, PyFloat_FromDouble(answer_bounds[i]));
+    if (!bounds || PyModule_AddObject(m, "DURATION_BOUNDS", bounds) < 0) {
+        Py_XDECREF(bounds);
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -2,6 +2,8 @@
 
 from typing import Any
 
+DURATION_BOUNDS: tuple[float, ...]
+
 class Core:
     def __init__(
         self, target: str, max_connections: int, handshake_seconds: float, fair_calls: int
