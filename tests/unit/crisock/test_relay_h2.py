@@ -443,3 +443,17 @@ def test_the_relays_duration_buckets_are_the_sockets() -> None:
     """The relay's answers are merged into ``podcache_cri_request_duration_seconds`` bucket by
     bucket: its bounds are the socket's."""
     assert DURATION_BOUNDS == DURATION_BUCKETS
+
+
+@pytest.mark.parametrize(("size", "kept"), [(65_536, True), (65_537, False)])
+def test_a_clients_table_is_at_most_64_kib(relayed: Relayed, size: int, kept: bool) -> None:
+    client, far = relayed.connect()
+    encoder = hpack.Encoder()
+    encoder.header_table_size = size  # the block starts with a size update
+    client.sendall(frame(HEADERS, END_STREAM | END_HEADERS, 1, encoder.encode([("x-a", "b")])))
+    if kept:
+        assert _fields(hpack.Decoder().decode(far.frame().payload)) == [("x-a", "b")]
+    else:
+        with pytest.raises(EOFError):
+            far.frame()
+    client.close()
