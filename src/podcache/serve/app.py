@@ -1,18 +1,7 @@
-"""The HTTP application: a request's way from its parts to a ``Response``; no framework, no
-HTTP parsing, sockets or signals, and none of the parts it joins.
-
-``App.respond(method, path, query, headers)`` is the whole API as one coroutine from request
-parts to a ``Response``; ``App.respond_now`` gives the same answer without a coroutine when no
-waiting is needed (the snapshot is fresh), else the coroutine that answers. Podcache's own
-HTTP/1.1 server (``http1``) calls ``respond_now`` and awaits that coroutine in a task;
-``asgi.asgi_app`` is the ASGI 3 entry point around ``respond``. Checks run cheapest first:
-sizes (414, 431), method (405), route (404), token (401), parameters (400), and only then the
-cache. The parts, one concern each: the route table and its router (``routes``, ``router``),
-the token gate (``auth.AuthGate``), the handlers (``handlers``: each returns a ``plan.Plan``,
-which ``_begin`` completes and ``respond_now`` / ``respond`` carry out), the memo of views and
-answers (``views``; the rule for replaying from it is written at ``respond_now``), snapshots
-for requests (``reading``), the lookups past the snapshot (``lookups``) and the keeper
-(``keeper``). Server startup, sockets and signals live in ``server``."""
+"""The HTTP application: a request's way from its parts to a ``Response``
+(docs/architecture.md §5, item 3); no framework, no HTTP parsing, sockets or signals, and none
+of the parts it joins. ``_begin`` runs the checks and completes the handler's ``plan.Plan``;
+``respond_now`` / ``respond`` carry it out. The replay rule is written at ``respond_now``."""
 
 from __future__ import annotations
 
@@ -81,10 +70,8 @@ DEFAULT_MAX_STALE = 30.0
 fails; requests that ask for newer data get 503 meanwhile."""
 
 ALL_REVISIONS_FROM = 2**52
-"""Where the ``?all=1`` view numbers its revisions from (plus ms since the epoch at its start,
-as the default view): the two ranges never meet, so a ``since`` from one view is always out of
-the other's history (410), never a revision it means otherwise; both stay below 2**53, exact
-in JavaScript."""
+"""Where the ``?all=1`` view numbers its revisions from, plus ms since the epoch at its start
+(docs/architecture.md §8 rule 8)."""
 
 _METHODS = frozenset({"GET", "HEAD"})
 _ALLOW = [("allow", "GET, HEAD")]
@@ -146,10 +133,8 @@ class _Options:
         all_pods: bool,
     ) -> AsyncRuntimeCache:
         """An App's cache over its call timer: stats on, events when asked and ``getter``
-        offers them, departures stamped on the wall clock, revisions from the wall clock in
-        ms unless ``first_revision`` is given (a since from before a restart is then always
-        older than this process's first revision, 410, never one it reuses), the all view's
-        from ``ALL_REVISIONS_FROM`` more."""
+        offers them, departures stamped on the wall clock, revisions numbered as
+        docs/architecture.md §8 rule 8 says unless ``first_revision`` is given."""
         first = int(self.wall() * 1000) if self.first_revision is None else self.first_revision
         return AsyncRuntimeCache(
             calls,
@@ -177,11 +162,9 @@ class App:
     ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
     ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
 
-    ``?all=1`` (NotReady pods included, as ``podcache pods -a``) is answered by a second App,
-    the *all view*, built on the first such request (``_all_pods``): the same options over
-    ``get_pods(True)``, with its own cache, memo and watch streams, and revisions numbered from
-    ``ALL_REVISIONS_FROM``; it counts into this App's ``metrics``. ``all_pods`` makes an App
-    that view (it has none of its own); ``metrics``: the metrics to count into (None: its own).
+    ``?all=1`` is answered by a second App, the all view (docs/architecture.md §5), built on
+    the first such request (``_all_pods``). ``all_pods`` makes an App that view (it has none
+    of its own); ``metrics``: the metrics to count into (None: its own).
     """
 
     def __init__(

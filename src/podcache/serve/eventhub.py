@@ -1,40 +1,25 @@
 """One subscription to the runtime's container events, shared by the caches and the CRI socket.
 
-``EventHub`` holds podcache serve's one ``GetContainerEvents`` stream to the runtime and hands
-every event to every follower: the caches' streams (``follower()``: ``ContainerEvent``
-values, for their subscriptions, docs/architecture.md §7; every cache of serve follows the
-hub, with or without ``--cri-listen``) and the CRI socket's clients (``attach()``: each
-event's bytes as the runtime sent them). Rules (docs/architecture.md §10 rule 5):
+``EventHub`` holds serve's one ``GetContainerEvents`` stream and hands every event to every
+follower: the caches' streams (``follower()``: ``ContainerEvent`` values, docs/architecture.md
+§7) and the CRI socket's clients (``attach()``: each event's bytes as the runtime sent them).
+The rules are docs/architecture.md §10 rule 5; what the code adds to them:
 
-1. **One upstream stream.** It is opened by the first follower that opens while none is open
-   (later ones wait for that opening's outcome, and share its failure), kept while any
-   follower or client is attached, closed ``LINGER_SECONDS`` after the last left if nobody
-   came meanwhile (a client that subscribes again at once finds it open; a stream closed so
-   ends nobody: it has nobody). So the runtime sees one subscriber, whatever the number of
-   caches and clients (containerd 1.7 hands each event to
-   one subscriber only; 2.x delivers to its subscribers one after another).
-2. **Every client gets every event from its attachment on, in the runtime's order, as the
-   runtime sent it.** The stream's reading thread appends each event's bytes to every
-   client's queue, under one lock, before the event reaches the caches: O(clients) per
-   event, never a wait for a client.
-3. **A client's queue is bounded** (``EventBuffer``: 10,000 events and 16 MiB by default).
-   An event that would pass either bound ends that client with RESOURCE_EXHAUSTED instead
-   (counted in ``cut_off["slow"]``, logged once per client); the others, the caches and the
-   runtime never wait for it. A client cut off leaves the hub at once: its place under
-   ``max_clients`` is free whatever its connection does afterwards (``subscribers``, the
-   gauge, is what the cap counts). A client's own leave is never a cut-off.
-4. **An upstream end holds every client** (their streams stay open, silent) while the hub
-   opens the stream again (``REOPEN_EVERY``; the caches' followers end with the stream's error
-   and resubscribe by their own rules, sharing that opening). A held client keeps its stream
-   only if nothing was lost: the first full listing of the watched cache (``watch``) that
-   began after the new stream opened (the hub asks for one, ``_judge``) must show the node's
-   state exactly as it was when the old one ended (the same revision: no change in between,
-   none that a lost event would have told). Until then the new stream's events wait apart
-   (``EventClient.hold``), sent only if it keeps its stream: once a client is to be ended it
-   gets nothing more. Otherwise, or when no such listing comes within
-   ``HOLD_SECONDS``, it ends with UNAVAILABLE after its queued events (counted
-   ``cut_off["upstream"]``), as the runtime's own stream would. Without a watched cache every
-   client ends at once.
+1. **One upstream stream**, kept ``LINGER_SECONDS`` after the last follower or client left.
+   Followers that open while it is opening wait for that opening's outcome and share its
+   failure; a stream closed for want of readers ends nobody.
+2. **Every client gets every event from its attachment on**: the reading thread appends it
+   to every client's queue under one lock, before the caches see it: O(clients) per event,
+   never a wait for a client.
+3. **A client's queue is bounded** (``EventBuffer``). ``subscribers``, the gauge, is what
+   ``max_clients`` counts.
+4. **An upstream end holds every client** while the hub reopens the stream every
+   ``REOPEN_EVERY``; the caches' followers end with the stream's error and resubscribe by
+   their own rules, sharing that opening. The judge is the watched cache (``watch``): its
+   first full listing begun after the reopening (``_judge`` asks for one) must show the
+   revision it showed when the old stream ended; else, or past ``HOLD_SECONDS``, the client
+   ends with UNAVAILABLE (``cut_off["upstream"]``). Without a watched cache every client ends
+   at once.
 5. **Thread and loop.** The upstream stream, the followers and the opening run on the cache's
    event loop; the stream's reading thread pushes to the clients under one lock; clients wait
    on the socket's own loop (``EventClient.next``, a future woken by
@@ -507,10 +492,9 @@ class EventHub:
 
     # -- the socket's clients (their calls on the socket's loop) ------------------------------
     def _fan_out(self, data: bytes) -> None:
-        """In the upstream's reading thread: the event's bytes to every client (rules 2, 3).
-        A client cut off leaves the hub at once: its place under the cap is free, whatever its
-        connection does afterwards. The status store reads it first: a client told of a
-        change finds the status it asks for next as new as the event."""
+        """In the upstream's reading thread: the event's bytes to every client (rules 2, 3; a
+        client cut off leaves the hub at once). The status store reads it first: a client
+        told of a change finds the status it asks for next as new as the event."""
         if self.statuses is not None:
             self.statuses.event(data)
         with self._lock:

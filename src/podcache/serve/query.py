@@ -1,7 +1,7 @@
 """Request parsing and validation: sizes, queries, freshness, labels, ETags; no cache, no clock.
 
 Pure functions from request text to values or an ``HTTPError`` (4xx) that names the bad input;
-no routing, no cache and no clock (the application maps wall time onto the cache's clock).
+no routing (the application maps wall time onto the cache's clock).
 """
 
 from __future__ import annotations
@@ -232,11 +232,8 @@ def _rfc3339_seconds(match: re.Match[str], text: str) -> float:
 
 
 def parse_at(text: str) -> float:
-    """``?at=``: an RFC 3339 time with its offset (``2026-12-02T01:02:03.5Z``) or unix seconds
-    with an optional fraction (``1796173323.5``), as unix seconds in UTC years 1-9999; a 400
-    naming ``at`` and examples that work else. ``2026-12-02T01:02:03 01:00`` (an unencoded
-    ``+``, decoded as a space) is ``+01:00``; a leap second (``23:59:60Z``) is the next
-    second."""
+    """``?at=`` as unix seconds in UTC years 1-9999 (docs/architecture.md §5, "Who held a
+    key"); a 400 naming ``at`` and examples that work else."""
     if _EPOCH.fullmatch(text):
         return _in_utc_years(float(text), text)
     match = _RFC3339.fullmatch(text)

@@ -1,16 +1,12 @@
-"""Listen addresses, the listening sockets, the serving loop, signals; no HTTP, no token policy.
+"""Listen addresses, the listening sockets, the serving loop, signals (docs/architecture.md §5,
+item 1); no HTTP, no token policy.
 
-``--listen`` is ``HOST:PORT`` (an IP literal or ``localhost``; ``[::1]:PORT`` for IPv6) or
-``unix:PATH``, given once or more: one server, one app and one set of connection bounds behind
-every listener, each with its own Host rule (``Listener``). The HTTP server is podcache's own
-(``http1``: an asyncio protocol on uvloop with httptools' parser), in the same event loop and
-process as the cache and the app. This module binds the sockets itself: a unix socket is
-created with mode 0600 (umask held during bind, then checked), a stale one is replaced, a live
-one is an error; a TCP port already in use is an error (no SO_REUSEPORT: two servers never
-share a port silently). SIGTERM, SIGINT and SIGHUP (a closed terminal) stop accepting, let
-requests in progress finish (at most ``SHUTDOWN_GRACE``), close idle connections, remove the
-sockets and return normally. The token policy (which addresses need one) is the command's;
-routing is the app's; HTTP is ``http1``'s.
+This module binds the sockets itself: a unix socket is created with mode 0600 (umask held
+during bind, then checked), a stale one is replaced, a live one is an error; a TCP port already
+in use is an error (no SO_REUSEPORT: two servers never share a port silently). On a stopping
+signal, requests in progress get at most ``SHUTDOWN_GRACE`` to finish, idle connections are
+closed, the sockets removed, and ``run`` returns normally. The token policy (which addresses
+need one) is the command's; routing is the app's; HTTP is ``http1``'s.
 """
 
 # ruff: noqa: PLC0415 -- uvloop and the HTTP server are imported when serving starts: the CLI stays fast

@@ -1,17 +1,11 @@
-"""The response memo: one snapshot's JSON, serialised once, and the answers given from it.
+"""The response memo: one snapshot's JSON, serialised once, and the answers given from it
+(docs/architecture.md §5, items 4-5, and what lives between requests).
 
-A ``SnapshotView`` belongs to one PodList object (the cache hands every caller of a snapshot
-the same object, so identity is the key). It holds the snapshot's wall-clock time, its ETag,
-the JSON of the whole list, and ``answers``: what each request target was answered from this
-snapshot, built on first use (and each pod's JSON, which the next snapshot's view takes over
-for the pods that did not change). It is serve's only memo: the application keeps the view of the
-current snapshot and drops it, answers and all, when the cache hands out another PodList, so
-nothing in it can outlive its snapshot. The age changes with every request, so a body is
-stored without it: ``head`` ends just before the age, and the server sends the age after it
-(``Response.suffix``). Pods become JSON through ``podcache.jsonview`` (the shape ``podcache
--o json`` prints too). It deliberately does not route, parse requests, check tokens or talk
-to the cache: which answers may be reused for which request is the application's rule
-(``App.respond_now``).
+A ``SnapshotView`` belongs to one PodList object (§3 rule 6: identity is the key), so nothing
+in it can outlive its snapshot. A body is stored without the age: ``head`` ends just before
+it, and the server sends the age after it (``Response.suffix``). Pods become JSON through
+``podcache.jsonview``. It deliberately does not route, parse requests, check tokens or talk to
+the cache: which answers may be reused for which request is ``App.respond_now``'s rule.
 """
 
 from __future__ import annotations
@@ -67,12 +61,9 @@ class SnapshotView:
 
     Built when asked: making a view reads no pod. ``build`` (first use of the ETag or the
     body) takes each pod's encoding from the previous view, encodes the pods it lacks and
-    hashes the digests: O(pods) steps in C plus one encoding per changed pod. The body (about
-    6 MB at 5,000 pods) is joined only when an answer needs it (``items_head``), in one join.
-    A publish that changed many pods is built in a worker thread when the application asks for
-    it there (``build(body=True)``); one that changed a few costs, on first use, their
-    encoding and those C steps (about 1.5 ms at 5,000 pods): a relist of one pod publishes a
-    view, and the first request after it builds the view on the event loop.
+    hashes the digests: O(pods) steps in C plus one encoding per changed pod. The body is
+    joined only when an answer needs it (``items_head``), in one join. Where it is built (the
+    loop or a worker thread, ``build(body=True)``) is docs/architecture.md §5 item 4's rule.
     """
 
     __slots__ = (
@@ -104,8 +95,7 @@ class SnapshotView:
         self.wall = wall
         self.wall_text = b"%.6f" % wall
         # Each pod's JSON and digest by the Pod object: a refresh hands unchanged pods over as
-        # the same objects, so an earlier view's bytes serve again (at 5,000 pods, 80 ms of
-        # encoding saved per refresh).
+        # the same objects, so an earlier view's bytes serve again.
         self._known = {} if previous is None else previous.known()
         self._pod_json = {}
         self._built = False
@@ -155,8 +145,8 @@ class SnapshotView:
         Idempotent; safe in a worker thread while the loop reads other views (it publishes its
         results only when complete, and builds of one view compute the same bytes).
 
-        One pod per encode call: the encoder holds the GIL while it runs, and one call for the
-        whole list holds it ~30 ms. The body's bytes equal the list's encoding."""
+        One pod per encode call: the encoder holds the GIL while it runs (docs/architecture.md
+        §5, "Threads beside the loop", rule 2). The body's bytes equal the list's encoding."""
         if not self._built:
             entries, table = self._encoded(self._known)
             digests = b"".join(map(_DIGEST_OF, entries))
@@ -168,12 +158,9 @@ class SnapshotView:
             _ = self.items_head
 
     def retire(self) -> None:
-        """A newer snapshot's view took over (``App._published``): drop the joined body and the
-        answers, and keep each pod's JSON (shared with the newer view) and the ETag. The body
-        is most of a view (about 6 MB at 5,000 pods) and the application keeps the views of
-        the last 16 publications; a late request that still needs it has it joined again,
-        with no pod encoded again. (A build running in a worker thread as the view retires
-        may still keep its body: the view then costs what it did before.)"""
+        """A newer snapshot's view took over: drop the joined body and the answers, keep each
+        pod's JSON and the ETag (docs/architecture.md §5, ``RECENT_VIEWS``). A build running in
+        a worker thread as the view retires may still keep its body."""
         self._retired = True
         self.answers = {}
         self._items_head = b""
@@ -195,8 +182,7 @@ class SnapshotView:
         return entries, dict(zip(keys, entries, strict=True))
 
     def _body(self, entries: list[_Encoded]) -> bytes:
-        """The list's JSON up to the age, in one join (one allocation: at 5,000 pods a join
-        of the items and a second one around them took 9 ms, this one 1.7)."""
+        """The list's JSON up to the age, in one join (one allocation)."""
         closing = b'],"cache_time":' + self.wall_text + b',"age_seconds":'
         if not entries:
             return b'{"items":[' + closing

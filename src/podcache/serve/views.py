@@ -1,14 +1,8 @@
-"""The answer memo: each published snapshot's view, built off the loop when it is big; no
-routing, no HTTP.
+"""The answer memo: each published snapshot's view, built off the loop when it is big
+(docs/architecture.md §5, item 4); no routing, no HTTP.
 
-``Views.published`` is the cache's publish hook, the one way a snapshot reaches serve's
-answers: the new snapshot's view becomes the memo (``Views.memo``: the view and the answers
-given from it, the only thing kept between requests). The views of the last ``RECENT_VIEWS``
-publications are kept so that a request that got its pods before newer ones were published
-still answers from its own snapshot. Making a view reads no pod; a view whose pods may be
-many objects no view encoded is built in a worker thread (``_many_new_pods``), and requests
-that need it meanwhile wait (``Views.ready``). Cost: a publish is O(1) on the loop; a build
-is O(pods it has to encode), in a worker when that may be more than ``BUILD_OFF_LOOP``.
+Cost: a publish is O(1) on the loop; a build is O(pods it has to encode), in a worker when
+that may be more than ``BUILD_OFF_LOOP``.
 """
 
 from __future__ import annotations
@@ -25,8 +19,8 @@ from podcache.serve.snapshot import SnapshotView
 __all__ = ["BUILD_OFF_LOOP", "RECENT_VIEWS", "Views"]
 
 BUILD_OFF_LOOP = 64
-"""A publish that changed more pods than this has its view built in a worker thread (encoding
-a pod takes ~16 us: more would hold the loop over a millisecond); fewer, on first use."""
+"""A publish that changed more pods than this has its view built in a worker thread (more
+would hold the loop over a millisecond); fewer, on first use."""
 
 RECENT_VIEWS = 16
 """Views of past publications kept, so a request that got its pods before newer ones were
@@ -53,12 +47,9 @@ class Views:
 
     def published(self, publication: Publication) -> None:
         """The cache's publish hook (on the loop, before anyone is handed the snapshot): the
-        view of the new snapshot becomes the memo. Making it reads no pod. Its build runs in a
-        worker thread when its pods may be many new objects (``_many_new_pods``), or when the
-        previous view's build still runs there (the new view's pods are then mostly not
-        encoded yet: it waits for that build and reuses its pods' JSON); requests that need
-        it meanwhile wait for that build (``ready``). So no build of a node's pods runs on
-        the loop, however quickly small publishes follow a big one."""
+        view of the new snapshot becomes the memo; where it is built is docs/architecture.md
+        §5 item 4's rule (requests that need it meanwhile wait, ``ready``). So no build of a
+        node's pods runs on the loop, however quickly small publishes follow a big one."""
         now = self._clock()
         timestamp = publication.timestamp
         previous = self.memo
@@ -112,10 +103,8 @@ class Views:
 def _many_new_pods(publication: Publication) -> bool:
     """Whether a publication's pods may hold more than ``BUILD_OFF_LOOP`` objects no view
     encoded: a publish that changed that many, or a full listing of more pods than that (a
-    listing may hand over new objects with the same content, which no change reports: the
-    cold start's second listing, the pods' addresses filled in, made 4,608 new objects at
-    5,000 pods, 50 ms of encoding on the loop). A relist of one pod carries every other pod's
-    object over."""
+    listing may hand over new objects with the same content, which no change reports). A
+    relist of one pod carries every other pod's object over."""
     if len(publication.changes) > BUILD_OFF_LOOP:
         return True
     return publication.relisted is None and len(publication.pods) > BUILD_OFF_LOOP

@@ -1,44 +1,13 @@
-"""``GET /pods?watch=1``: the cache's changes as an NDJSON stream; no routing, no sockets.
+"""``GET /pods?watch=1``: the cache's changes as an NDJSON stream (docs/architecture.md §8
+rules 7-9); no routing, no sockets.
 
-The application routes a watch request here (``WatchRequest``, after the token check and the
-parameters); ``WatchStreams.open`` opens the cache's watch before anything is sent, so a
-``since`` out of the history is a plain 410 (and a runtime that fails the first listing a
-503), then answers 200 with a ``Response`` whose ``stream`` the HTTP server writes chunk by
-chunk (``transfer-encoding: chunked``). The lines are ``podcache.watchjson``'s: each change,
-``BOOKMARK`` lines, and a last ``ERROR`` line (410) when the watcher must list again.
-
-Rules of a stream:
-
-* opened without ``since``: an ``ADDED`` line for every pod (filtered), then a bookmark at the
-  snapshot's revision, then the changes; opened with ``since=r``: a bookmark at ``r`` first,
-  then exactly the changes after ``r``;
-* a bookmark at least every ``bookmark_interval`` seconds (15 by default), with the revision
-  every line so far brings the client to; lines are written a whole revision at a time, so a
-  bookmark always stands at a revision boundary;
-* ``namespace`` and ``label`` filter as in ``/pods``; a pod that enters the filtered view is
-  ``ADDED``, one that leaves it ``DELETED`` (``changes.visible``);
-* bounds: a watcher more than ``max_lag`` changes behind (the cache's) gets the ``ERROR`` line
-  and the end; one whose client leaves more than ``max_unsent`` bytes unread (beyond the
-  first chunk, which holds every pod of the node when the stream opens without ``since``)
-  is reset by the server; both count as cut off. Streams are connections: the server's
-  connection cap, idle rules and shutdown (SIGTERM: each stream ends cleanly, with its last
-  chunk) apply.
-
-Each change is encoded once for every watcher that sends it (a small memo by identity).
-
-Delivery: the broadcast
------------------------
-The per-stream path is the stream's own iterator: the HTTP server's task asks it for a chunk,
-it waits in its watch for a publish, reads, encodes and returns. With a thousand streams a
-publish would wake a thousand tasks. So (``WatchStreams(broadcast=True)``, the default) a
-stream with nothing to send *parks* in the ``_Broadcast`` instead, which the cache's publish
-hook tells of each publish; after it one pass over the parked streams reads each
-stream's cursor (``AsyncPodWatch.read_nowait``, no waiting), encodes the chunk for that
-range of the log and that filter once (its lines, then the bookmark: exactly the chunk the
-iterator would return), and writes it through the sink the server attached
-(``response.ChunkSink``: the server's framing, the stream's ``max_unsent`` bound and
-cut-off, as for the iterator's chunks). Lone bookmarks come from one timer for all parked
-streams, written the same way.
+``WatchStreams.open`` opens the cache's watch before anything is sent (a ``since`` out of the
+history is a plain 410, a failing first listing a 503). The lines are ``podcache.watchjson``'s.
+Opened without ``since``: an ``ADDED`` line for every pod shown, then a bookmark at the
+snapshot's revision; with ``since=r``: a bookmark at ``r`` first. Lines go a whole revision at
+a time, so a bookmark always stands at a revision boundary. ``max_unsent`` counts beyond the
+first chunk (every pod of the node when opened without ``since``). Each change is encoded once
+for every watcher that sends it (a memo by identity, ``LINE_MEMO``).
 
 THE BROADCAST RULE. The pass writes to a stream exactly when all of these hold, and
 otherwise leaves it to the per-stream path:
@@ -51,10 +20,10 @@ otherwise leaves it to the per-stream path:
 4. the read brought changes (an empty read: nothing to send, the stream stays parked).
 
 A paused transport is not skipped: the per-stream path does not wait for the client either;
-the ``max_unsent`` bound is what limits it, and it is the sink's. What the pass skips is
-therefore never lost: the changes stay in the stream's cursor until its own read. A stream
-read by every pass sends the same bytes on both paths; one read later sends the same lines
-with fewer bookmarks (tests/serve/test_watch_broadcast.py).
+the sink's ``max_unsent`` bound limits both. What the pass skips is never lost: the changes
+stay in the stream's cursor until its own read. A stream read by every pass sends the same
+bytes on both paths; one read later sends the same lines with fewer bookmarks
+(tests/serve/test_watch_broadcast.py).
 """
 
 from __future__ import annotations
