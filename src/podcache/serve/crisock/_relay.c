@@ -1,10 +1,5 @@
-/* podcache.serve.crisock._relay: the CRI socket's relay (relay.py states its rules 1-5) on a
- * thread of its own that never holds the GIL.
- *
- * Why: relayed on the socket's event loop, each call crosses two Python callbacks each way and
- * waits for the loop's thread, which also runs gRPC's handlers; a status answered from the
- * cache spent about a fifth of its latency in the relay (docs/performance.md). Here the relay
- * is one epoll loop in C: Python hands it listening sockets and reads its counters.
+/* podcache.serve.crisock._relay: the CRI socket's relay (relay.py states its rules), one epoll
+ * loop on a thread of its own that never holds the GIL (docs/architecture.md §10 rule 1).
  *
  * Invariants:
  * - every piece of relay state is read and written under `lock`; the relay's thread holds it

@@ -1,55 +1,36 @@
-"""The CRI socket's listening sockets: each connection relayed to gRPC on a private socket and
-tracked by its HTTP/2 frames (docs/architecture.md §10 rule 6).
-
-gRPC admits connections up to a bound and then refuses the next, and closes a connection only
-when it is idle past its bound; it cannot close the oldest idle connection to admit a new one,
-nor one that completed no call. Here podcache accepts, and gRPC sees one connection per client
-on a socket in a directory only podcache's user can enter. Rules:
+"""The CRI socket's listening sockets, each connection relayed to gRPC on a private socket and
+tracked by its HTTP/2 frames (docs/architecture.md §10 rules 1 and 6, which say why). Rules:
 
 1. **At most ``max_connections``.** At the bound, the connection idle longest (no call open)
    is closed to admit the new one; with none idle, the new one is closed.
 2. **A connection must use its first seconds.** One with no call completed and none open
    ``handshake_seconds`` after it was accepted is closed.
 3. **No connection keeps another's call out.** Past ``fair_calls`` calls open over all
-   connections (set below gRPC's own bound, so the calls already on their way still fit), a
-   call opened on a connection closes the busiest connection, the one with the most calls
-   open, when that one holds more than the opening one: its calls end (CANCELLED at its
-   client) and the new call is answered. So clients that open many calls, on however many
-   connections, can hold gRPC's bound only against each other.
-4. **Bytes are relayed as they come**, both ways, each read written to the other side at
-   once; while a side holds more than ``_CHUNK`` bytes unwritten (its reader does not read),
-   the other side is not read: a client that does not read stops its own connection's
-   relay, and no other. (The C engine reads a client's frames but DATA whole before it
-   writes them on, 256 KiB at most a frame or header block: past it the connection is
-   closed; rule 6.)
+   connections, a call opened on a connection closes the busiest one (the most calls open)
+   when that one holds more than the opening one (its calls end CANCELLED at its client).
+4. **Bytes are relayed as they come**, each read written to the other side at once; while a
+   side holds more than ``_CHUNK`` bytes unwritten, the other side is not read. (The C engine
+   reads a client's frames but DATA whole, 256 KiB at most a frame or header block, past it
+   the connection is closed; rule 6.)
 5. **Calls are told by frame headers** (the client's 24-byte preface first): a client's
    HEADERS on a stream it never used opens a call; the server's END_STREAM on it completes
    it; a RST_STREAM either way ends it.
-6. **The C engine answers the status calls it holds an answer for** (docs/architecture.md
-   §10 rule 8). It decodes each client header block with the client's HPACK table and writes
-   it again as literals that use no table (gRPC keeps no table in step with the client's, so
-   a block it never sees costs nothing); a ``ContainerStatus`` or ``PodSandboxStatus`` is
-   held till its request is whole (4 KiB at most; a later header block sends it on first,
-   so that gRPC sees the streams in order) and answered from what Python put for its key
-   (method, ID as asked, verbose) while that is fresh, or sent to gRPC as it came. The
-   client's windows are kept: an answer goes only within them; a client's credit that gives
-   back answers' bytes is not passed to gRPC, whose view of the window is then at most those
-   bytes larger, and gRPC's DATA past the client's window waits for the credit with what
-   follows it (gRPC is not read meanwhile); the request bytes gRPC never saw are credited
-   back to the client. Once it answered a call on a connection, the relay answers the
-   client's PINGs there itself (gRPC would count the probes its answers draw as abuse and
-   end the connection). The relay's own frames for a client (answers, credits, ping
-   answers) go between two of gRPC's; past 192 KiB of them waiting (a client that pings
-   while gRPC is inside a frame and does not read) the connection is closed. At most 16,384
-   answers, 32 MiB of them, 64 KiB each.
+6. **The C engine answers the status calls it holds an answer for** (§10 rule 8), each client
+   header block decoded with the client's HPACK table and written again as literals. A
+   ``ContainerStatus`` or ``PodSandboxStatus`` is held till its request is whole (4 KiB at
+   most; a later header block sends it on first, so gRPC sees the streams in order) and
+   answered from what Python put for its key while fresh, else sent to gRPC as it came. An
+   answer goes only within the client's windows; a client's credit that gives back answers'
+   bytes is not passed to gRPC (whose window is then at most those bytes larger), and gRPC's
+   DATA past the client's window waits for the credit with what follows it (gRPC not read
+   meanwhile); request bytes gRPC never saw are credited back to the client. Once it answered
+   a call on a connection, the relay answers the client's PINGs there itself (gRPC would
+   count the probes its answers draw as abuse). The relay's own frames for a client go
+   between two of gRPC's; past 192 KiB of them waiting the connection is closed. At most
+   16,384 answers, 32 MiB of them, 64 KiB each.
 
-Two engines keep rules 1-5: ``NativeRelay``, the C extension ``_relay`` on a thread of its
-own that never holds the GIL (the default where it was compiled), and ``Relay``, asyncio
-protocols on the socket's event loop (where it was not, or with ``PODCACHE_CRI_RELAY=python``),
-which passes every byte as it came and answers nothing itself. Tests hold both to rules 1-5.
-
-Deliberately not here: gRPC's HTTP/2 (behind the relay), which answers a status call may be
-given (``statuses``, which puts them).
+Two engines keep rules 1-5: ``NativeRelay`` (C, ``_relay``) and ``Relay`` (asyncio protocols
+on the socket's loop, which passes every byte as it came and answers nothing itself).
 """
 
 from __future__ import annotations
@@ -77,11 +58,9 @@ _HEAD = frames.HEAD_BYTES
 _HEADERS, _DATA, _RST_STREAM = frames.HEADERS, frames.DATA, frames.RST_STREAM
 _END_STREAM = frames.END_STREAM
 _CHUNK = 32 * 1024
-"""Bytes read at once from either side (into the relay's one buffer, copied out at once), and
-written ahead of a side that does not read before the other side's reading stops: a
-connection holds at most about 4 times this in podcache's memory (two directions, a write
-buffer each and the last read written past its bound), 128 KiB; 1,024 stalled connections
-128 MiB at most."""
+"""Bytes read at once from either side, and written ahead of a side that does not read before
+the other side's reading stops (rule 4): a connection holds at most about 4 times this
+(§10 rule 1)."""
 
 
 class _Frames:
@@ -168,9 +147,8 @@ class _Connection:
 
 
 class _Side(asyncio.BufferedProtocol):
-    """One socket of a relayed connection (the client's or gRPC's): what it reads is counted
-    by ``frames`` and written to ``peer``'s socket (rule 4). While this socket's write buffer
-    is past ``_CHUNK`` (its reader is not reading), the peer's socket is not read."""
+    """One socket of a relayed connection: what it reads is counted by ``frames`` and written
+    to ``peer``'s socket (rule 4)."""
 
     def __init__(self, frames: _Frames, link: _Link, buffer: memoryview) -> None:
         self.transport: asyncio.Transport | None = None
@@ -420,10 +398,8 @@ _CORE_METHODS = {CONTAINER: 0, SANDBOX: 1}
 
 
 class CoreMirror:
-    """The C core's table of status answers, as the status store's mirror (``statuses``
-    invariant 8): the core answers a call for a key it holds without waking Python, while
-    ``time.monotonic()`` is at most the answer's ``fresh_until``. IDs go to it as UTF-8,
-    as clients send them."""
+    """The C core's table of status answers as the status store's mirror (``statuses``
+    invariant 8). IDs go to it as UTF-8, as clients send them."""
 
     def __init__(self, core: Core) -> None:
         self._core = core
@@ -440,9 +416,8 @@ class CoreMirror:
 
 
 class NativeRelay:
-    """The rules above kept by ``_relay.Core`` (C, a thread of its own, no GIL held): a call
-    crosses it without waking Python, and so does a status call its table answers
-    (``mirror``). Its counters are read from the core when asked."""
+    """The rules above kept by ``_relay.Core`` (C, a thread of its own, no GIL held); its
+    counters are read from the core when asked."""
 
     def __init__(
         self, target: str, *, max_connections: int, handshake_seconds: float, fair_calls: int
@@ -454,7 +429,6 @@ class NativeRelay:
         """Its table of status answers, for the status store (``statuses`` invariant 8)."""
 
     def table(self) -> RelayTable:
-        """Its table of status answers now: the calls it answered by method, what it holds."""
         counts = self._core.status_counts()
         answered = {
             method: Answered(
@@ -491,9 +465,8 @@ class NativeRelay:
 
 
 def _engine() -> str:
-    """``c`` where the extension was built, unless ``PODCACHE_CRI_RELAY=python`` asks for the
-    event loop's relay; ``python`` otherwise. ``PODCACHE_CRI_RELAY=c`` without the extension
-    is an error naming it."""
+    """``c`` where the extension was built, unless ``PODCACHE_CRI_RELAY=python``; ``python``
+    otherwise (§10 rule 1)."""
     asked = os.environ.get("PODCACHE_CRI_RELAY", "")
     if asked not in ("", "c", "python"):
         raise ValueError(f"PODCACHE_CRI_RELAY={asked!r}: expected c or python")
