@@ -1,8 +1,5 @@
-"""``serve --cri-keep-departed DURATION``: the last status of an item the runtime deleted.
-
-``DepartedStatuses`` keeps, for ``keep_for`` seconds after a DELETED event, the last
-``ContainerStatus`` / ``PodSandboxStatus`` answers podcache knew of the item (plain, and
-verbose when one was kept), with the time it left (docs/architecture.md §10 rule 9). Rules:
+"""``serve --cri-keep-departed DURATION``: the last status answers of an item the runtime
+deleted, kept ``keep_for`` seconds (docs/architecture.md §10 rule 9). Rules:
 
 1. **Exact IDs only.** An item is found by its whole ID (a prefix names nothing here: the
    runtime no longer resolves it either).
@@ -15,8 +12,7 @@ verbose when one was kept), with the time it left (docs/architecture.md §10 rul
    nanoseconds); ``keep_for`` runs from then.
 
 Costs: ``left`` O(1) amortized (expired and excess items leave from the oldest end), ``answer``
-O(1). Thread-safe (one lock). Deliberately not here: when an item departs (``statuses``), the
-trailing metadata (``server``).
+O(1). Thread-safe (one lock).
 """
 
 from __future__ import annotations

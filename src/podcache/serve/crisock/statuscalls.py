@@ -1,33 +1,17 @@
-"""``ContainerStatus`` and ``PodSandboxStatus`` on the CRI socket: the store's, else one call.
+"""``ContainerStatus`` and ``PodSandboxStatus`` on the CRI socket: the store's, else one call
+(docs/architecture.md §10 rules 8 and 9). ``StatusCalls.answer`` answers, in order:
 
-``StatusCalls.answer`` answers a status call (docs/architecture.md §10 rule 8), in order:
+1. **Kept** (``source="cache"``): the store's answer; one it offers past the period
+   (``kept_listed``) while ``listed`` shows the item in the state it gives and the store still
+   keeps it after that wait. After the departed, the runtime's kept NOT_FOUND of a whole ID.
+2. **Departed** (``source="departed"``, ``--cri-keep-departed``).
+3. **One call per change** (``source="upstream"``, for each caller it answers): the runtime is
+   asked once for the key; callers meanwhile join it within their own deadlines unless the
+   store says an event overtook it (``overtaken``); a container's plain call with no flight
+   of its own joins the verbose flight. The call has the socket's ``timeout`` and runs to its
+   end when its callers leave. Without an event stream the call is forwarded as any other.
 
-1. **Kept**: the store's answer (``statuses.StatusStore``: an event's status as it came, or
-   the runtime's answer since which no event named the item, within the period), counted
-   ``source="cache"``; after the departed (2), so is the runtime's kept NOT_FOUND of a whole
-   ID (the store's invariant 7), raised with the runtime's own details. An answer the store
-   offers past the period (``kept_listed``) is given while ``listed``, the all
-   view's snapshot by the cache's rules (within the period: at most one full listing a
-   period, shared with the list calls), shows the item in the state the answer gives, and
-   the store still keeps it after that wait (no event named the item meanwhile).
-2. **Departed** (``--cri-keep-departed``): the last answer of an item deleted within the
-   duration, with the time it left, counted ``source="departed"``.
-3. **One call per change**: the runtime is asked once for the key (method, ID as asked,
-   verbose); every call for the same key that arrives meanwhile waits for that one call's
-   outcome within its own deadline (``saved``), whatever deadline it has, unless an event
-   named the item since that call began (the store's ``overtaken``): its answer may predate
-   the event the caller was told of, so a new call begins, and later callers join that one.
-   A container's plain call with no flight of its own joins the verbose flight for the same
-   ID (same rule) and takes its answer's status. The call itself has the socket's
-   ``timeout`` (rule 3 of ``forward`` is kept for everything else), and runs to its end when
-   its callers leave, so that the next one finds its answer. Counted ``source="upstream"``
-   for each caller it answers.
-   When the store is not streaming (no event stream: containerd 1.6, CRI-O without events),
-   the call is forwarded as any other (``forward``'s sharing), nothing kept.
-
-Costs: O(1) per call but the runtime's; at most one flight per key, and at most the
-forwarder's slots at the runtime. Runs on the socket's loop. Deliberately not here: gRPC
-(``server``), what the store keeps (``statuses``).
+Costs: O(1) per call but the runtime's; at most one flight per key. Runs on the socket's loop.
 """
 
 from __future__ import annotations
@@ -79,9 +63,8 @@ class ListedItem(NamedTuple):
 
 
 Listed = Callable[[bool, str, float | None], Awaitable[ListedItem | None]]
-"""An item's CRI state (a sandbox's when the first argument is true, else a container's) in
-a listing within the period, asked within a deadline (None: the socket's); None when it is
-not listed or no such listing came within it."""
+"""An item's CRI state (a sandbox's when the first argument is true) in a listing within the
+period, asked within a deadline (None: the socket's); None when not listed or none came."""
 
 
 class StatusCalls:
@@ -173,10 +156,8 @@ class StatusCalls:
     async def _once(
         self, path: str, key: StatusKey, request: bytes, remaining: float | None
     ) -> bytes:
-        """The key's one flight's answer: joined, or begun here (also when the one in the air
-        began before an event that named the item). A container's plain call joins its
-        verbose flight when it has none of its own: the verbose answer's status is the plain
-        answer (as the store's invariant 3 gives a kept one)."""
+        """The key's one flight's answer, joined or begun here (rule 3); a plain answer joined
+        to a verbose flight is that answer's status."""
         flight, derived = self._joinable(key)
         if flight is not None:
             self._forwarder.count_saved(path)

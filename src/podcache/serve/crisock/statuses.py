@@ -1,90 +1,53 @@
-"""``ContainerStatus`` and ``PodSandboxStatus`` answers kept for the CRI socket; no I/O.
+"""``ContainerStatus`` and ``PodSandboxStatus`` answers kept for the CRI socket; no I/O
+(docs/architecture.md §10 rules 8 and 9, the freshness rule and what stands past the period).
 
-``StatusStore`` holds the answers the socket may give without asking the runtime, and decides
-when one may be given (docs/architecture.md §10 rule 8). It is told three things: the event
-stream opened or ended (``stream_opened``, ``stream_ended``, on the cache's loop), each event's
-bytes (``event``, in the stream's reading thread, before any socket client sees the event),
-and each answer the runtime gave (``keep``, on the socket's loop). Invariants:
+``StatusStore`` is told of the event stream opening and ending (on the cache's loop), of each
+event's bytes (``event``, in the stream's reading thread, before any socket client sees it)
+and of each answer the runtime gave (``keep``, on the socket's loop). Invariants:
 
-1. **Only while streaming.** An answer is given from the store only while the event stream is
-   open and has been since the answer was learnt (its ``epoch``): a stream that ended may have
-   lost events, so every kept answer goes with it.
-2. **An event ends the answers of what it names.** An event drops every kept answer of the
-   container it names, of its sandbox (``pod_sandbox_status``), and of each container whose
-   status it carries; then the statuses it carries are kept as the non-verbose answers of
-   their IDs, as they are (but the status of an item the event says was deleted). With the
-   departed kept, an answer dropped so stays, marked stale (never given), as the last known
-   of its item: an event of a container's sibling names their sandbox and so ends the
-   container's answers, not what was last known of it; a departed item's verbose answer is
-   its last status with the last ``info``. An item's DELETED event ends its own answers for
-   good: with the departed kept, the departed hold its last known from then.
-3. **Never older than the period.** A kept answer is given only while
-   ``clock() - learnt <= period``: what changes a status without an event
-   (``UpdateContainerResources`` on containerd 1.7 and 2.1, measured) is seen within it.
-   Two answers stand in for others: a container's kept verbose answer gives its non-verbose
-   one (the verbose answer's status alone, as the runtime answers it), and ``kept_listed``
-   offers an answer past the period, with its state, for the caller to check against a
-   listing within the period: a sandbox's non-verbose answer that is its status alone (a
-   sandbox's status changes only with its state), and a container's answer learnt while
-   containerd's own events were followed (``tasks_opened`` .. ``tasks_ended``, the
-   ``taskevents`` module: they name each container whose status changes with no CRI event,
-   ``task_event``, which ends its answers as a CRI event does) and followed since.
+1. **Only while streaming.** An answer is given only while the stream that learnt it (its
+   ``epoch``) is still open; a stream's end drops every kept answer.
+2. **An event ends the answers of what it names** (its container, its sandbox, each container
+   status it carries), then keeps the statuses it carries as their IDs' plain answers (not a
+   deleted item's). With the departed kept, an answer so ended stays, stale (never given), as
+   the last known of its item, until the item's DELETED hands it to the departed.
+3. **Never older than the period** (``clock() - learnt <= period``). A container's kept
+   verbose answer gives its plain one; ``kept_listed`` offers, past the period, a sandbox's
+   plain answer that is its status alone and a container's answer learnt under the following
+   of containerd's own events (``tasks_opened`` .. ``tasks_ended``; ``task_event`` ends a
+   container's answers as a CRI event does), for the caller to check against a listing.
 4. **An answer that an event may have overtaken is not kept.** ``begin()`` is taken before the
-   runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (each
-   ID's last event number is remembered for ``RECENT_IDS`` IDs; an answer begun before the
-   oldest forgotten one is dropped too) or the stream ended or reopened meanwhile;
-   ``overtaken`` says the same of a call still in flight, which a later caller then does not
-   join.
-5. **Bounded.** At most ``max_answers`` answers and ``max_bytes`` of them; past either the
-   oldest kept goes first. At most ``max_pairs`` containers' sandboxes and ``RECENT_IDS``
-   IDs' last events are remembered. The departed (``departed``) are bounded on their own.
-6. **A sandbox's answer is the runtime's shape, and its time the answer's.** Whether the
-   runtime's ``PodSandboxStatus`` answers carry the evented fields (``containers_statuses``
-   and ``timestamp``: CRI-O with ``enable_pod_events``) is learnt from its first answer kept
-   on each stream (``sandbox_extras``: None until then). An event's sandbox status is kept as
-   the plain answer only once the runtime is known to answer the status alone (containerd):
-   CRI-O's answer lists the sandbox's containers, which an event does not tell (its
-   ``containers_statuses`` are the pod UID's, of every sandbox); with the departed kept, it is
-   kept stale all the same, as the last known of its sandbox (rule 9). An answer kept with a
-   ``timestamp`` is kept without it and given with the time of the answer
-   (``wall_clock``), as CRI-O sets it: a kept answer is current until an event names it
-   (invariant 2), so the time it is given is the time it is known true. It depends on the
-   containers it lists too: an event naming one of them drops it.
-
-7. **A runtime's NOT_FOUND is kept as an answer.** ``keep_missing`` keeps the details of the
-   runtime's NOT_FOUND for a whole ID (``WHOLE_ID`` characters: an agent asks
-   ``ContainerStatus`` of a sandbox event's ID, which the runtime does not know as a
-   container) under invariants 1, 3 and 4, and an event naming the ID drops it, as any kept
-   answer; ``missing`` gives it, also for the same call of the other verbosity (a runtime
-   does not find an ID more or less for ``verbose``: containerd, CRI-O and the simulator
-   give one message). At most ``MAX_MISSING``, the oldest first.
-
-8. **The mirror never gives what ``kept`` would not.** A mirror (``StatusMirror``: the C
-   relay's table, which answers a call for its exact key without waking Python) is given an
-   answer only under the lock, and only what ``kept(key)`` gives at that moment: never a
-   stamped one (invariant 6: its time is the call's), never one asked by a prefix (``key.ident``
-   is the answer's own ID, its first), with ``fresh_until`` the learnt time of the answer it
-   is (of the verbose answer, for a container's plain status taken from it) plus the period.
-   It is given when kept (``_put``) and when ``kept`` gives it, then only if the same
-   ``_Kept`` is still what ``kept`` picks (``kept`` reads without the lock while events
-   arrive in another thread: an event that ended the answer meanwhile wins). Every answer of
-   an ID leaves the mirror whenever an answer kept under that ID leaves the store, is
-   replaced, or becomes ungivable (``_forget``; ``_named``, marking it stale), and every
-   answer whenever all leave (``_drop_all``: the stream opened or ended, an unreadable
-   event): under the lock, so before the event that caused it reaches any socket client.
-   Past the period, an answer ``kept_listed`` offers and a listing confirmed is given too
-   (``offer_listed``), till that listing leaves the period, if ``kept_listed`` still offers
-   it then; a change in following containerd's own events empties the mirror (what a
-   listing confirmed may have been covered by the following that ended).
-   Its deadlines are on the store's clock: only a store on ``time.monotonic`` is mirrored.
+   runtime is asked; ``keep`` drops the answer when an event named one of its IDs since (for
+   ``RECENT_IDS`` IDs; one begun before the oldest forgotten is dropped too) or the stream
+   ended or reopened; ``overtaken`` says the same of a call in flight.
+5. **Bounded.** At most ``max_answers`` answers and ``max_bytes``, the oldest first; at most
+   ``max_pairs`` containers' sandboxes and ``RECENT_IDS`` IDs' last events.
+6. **A sandbox's answer has the runtime's shape, and its time is the answer's.**
+   ``sandbox_extras`` (None until the first sandbox answer kept on a stream) says whether the
+   runtime's answers carry ``containers_statuses`` and ``timestamp`` (CRI-O); an event's sandbox
+   status is kept as the plain answer only when it is False (with the departed kept, as stale
+   all the same). An answer with a ``timestamp`` is kept without it and given with
+   ``wall_clock``; an event naming one of the containers it lists drops it.
+7. **A runtime's NOT_FOUND is kept as an answer** for a whole ID (``WHOLE_ID``) under
+   invariants 1, 3 and 4, dropped by an event naming the ID, given for either verbosity; at
+   most ``MAX_MISSING``, the oldest first.
+8. **The mirror never gives what ``kept`` would not.** A mirror (``StatusMirror``, the C
+   relay's table) is given, under the lock, only what ``kept(key)`` gives at that moment:
+   never a stamped answer, never one asked by a prefix (``key.ident`` is the answer's own ID),
+   with ``fresh_until`` the learnt time of the answer it is plus the period. It is given when
+   kept (``_put``) and when ``kept`` gives it, then only if the same ``_Kept`` is still what
+   ``kept`` picks (``kept`` reads without the lock: an event meanwhile wins). Every answer of
+   an ID leaves the mirror whenever an answer kept under that ID leaves, is replaced or
+   becomes ungivable (``_forget``, ``_named``), and every answer whenever all leave
+   (``_drop_all``), under the lock, so before the event reaches any socket client. Past the
+   period, an answer a listing confirmed is given till that listing leaves the period
+   (``offer_listed``); a change in following containerd's own events empties the mirror.
+   Only a store on ``time.monotonic`` (the relay's clock) is mirrored.
 
 Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
 statuses it carries + the answers it drops); ``keep`` O(1), a sandbox's O(its bytes), read
 once; nothing walks every pod or every kept answer; with a mirror, one call into it per
 answer kept, given or dropped. Thread-safe (one lock).
-
-Deliberately not here: gRPC, the runtime call and its sharing (``server``), the bytes
-(``statuswire``).
 """
 
 from __future__ import annotations
@@ -131,7 +94,7 @@ CONTAINER, SANDBOX = "ContainerStatus", "PodSandboxStatus"
 MAX_ANSWERS = 50_000
 """Kept answers at most: a verbose and a plain one of every item of a 5,000-pod node."""
 MAX_BYTES = 64 * 1024 * 1024
-"""Bytes of kept answers at most (a verbose containerd answer is 5-20 KB: its OCI spec)."""
+"""Bytes of kept answers at most."""
 RECENT_IDS = 65_536
 """IDs whose last event number is remembered (invariant 4)."""
 MAX_MISSING = 4_096
@@ -354,9 +317,8 @@ class StatusStore:
             self._mirror = mirror
 
     def _offer(self, key: StatusKey, picked: tuple[_Kept, bool], answer: bytes) -> None:
-        """Under the lock, ``picked`` being what ``kept(key)`` gives now (``answer``: its
-        bytes, or the status alone of a verbose one): copy it to the mirror if invariant 8
-        allows. An answer the mirror refused (past its bounds) is not offered again as itself."""
+        """Under the lock, ``picked`` being what ``kept(key)`` gives now as ``answer``: copy it
+        to the mirror if invariant 8 allows; one the mirror refused is not offered again."""
         mirror, (held, derived) = self._mirror, picked
         if mirror is None or held.stamped or held.ids[0] != key.ident:
             return
@@ -408,9 +370,8 @@ class StatusStore:
 
     def kept_listed(self, key: StatusKey) -> tuple[bytes, int] | None:
         """An answer kept past the period that may stand while a listing within the period
-        shows its item in the state it gives (invariant 3), and that state; invariants 1 and
-        2 hold for it. Never a CRI-O sandbox answer (invariant 6): it lists containers, whose
-        statuses change with no change of the sandbox's state."""
+        shows its item in the state it gives (invariant 3), and that state. Never a CRI-O
+        sandbox answer: its containers' statuses change with no change of its state."""
         held = self._givable(key)
         if held is None or held.state is None:
             return None
@@ -419,9 +380,8 @@ class StatusStore:
         return held.answer, held.state
 
     def offer_listed(self, key: StatusKey, held: tuple[bytes, int], fresh_until: float) -> None:
-        """``kept_listed(key)`` gave ``held`` and a listing fresh until ``fresh_until`` (on the
-        store's clock) showed its item in that state: the mirror may give it till then, while
-        the store would (invariant 8), so it is copied if the store still offers the same."""
+        """``kept_listed(key)`` gave ``held`` and a listing fresh until ``fresh_until`` showed
+        its item in that state: copied to the mirror if the store still offers the same."""
         with self._lock:
             kept = self._answers.get(key)
             if self._mirror is None or kept is None or key.ident != kept.ids[0]:
@@ -630,10 +590,8 @@ class StatusStore:
 
     def _last_known(self, facts: EventFacts) -> tuple[str, bytes, bytes | None] | None:
         """For a DELETED event: the method, and the last plain and verbose answers known of
-        the item it names, before the event drops them (a sandbox's from the event itself
-        when nothing was kept: containerd 2.1 sends its last status on DELETED). With only a
-        verbose answer kept (an agent's start-up asked verbose of a container no event named
-        until it was deleted), its status is the last plain one."""
+        the item it names, before the event drops them (§10 rule 9: else a sandbox's from the
+        event itself)."""
         ident = facts.container_id
         if facts.kind != DELETED or not ident:
             return None

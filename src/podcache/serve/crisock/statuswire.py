@@ -1,24 +1,5 @@
-"""The status calls' bytes, read and written by hand; pure, no protobuf import.
-
-What the CRI socket's status answers need of the wire (docs/architecture.md §10 rule 8):
-
-- ``status_request``: a ``ContainerStatus`` / ``PodSandboxStatus`` request's ID (field 1) and
-  ``verbose`` (field 2), the key its answer is kept under; None for bytes that are not such a
-  request (the runtime then answers them itself);
-- ``event_facts``: what a ``ContainerEventResponse`` says, each status as the runtime's own
-  bytes (``pod_sandbox_status``, field 4; each of ``containers_statuses``, field 5), with the
-  ID each names (field 1 of a status);
-- ``status_answer``: a status's bytes as the non-verbose answer, ``{status: <bytes>}`` (an
-  empty ``info``: containerd 1.7 and 2.1 answer a non-verbose call so, with no ``timestamp``
-  and no ``containers_statuses``, measured);
-- ``answer_id``: the ID an answer's status names; ``info_fields``: its ``info`` map's bytes;
-  ``plain_answer``: a verbose answer's status as the non-verbose answer;
-- ``sandbox_state``: a non-verbose ``PodSandboxStatus`` answer's state, when the answer is
-  its status alone (containerd's shape), else None; ``container_state``: any status
-  answer's state.
-- ``sandbox_parts``: a ``PodSandboxStatus`` answer without its ``timestamp`` (field 4), whether
-  it carried CRI-O's evented fields (``containers_statuses``, field 3, or ``timestamp``), and
-  the IDs of the containers it lists; ``stamped``: such an answer with a ``timestamp`` again.
+"""The status calls' bytes, read and written by hand; pure, no protobuf import
+(docs/architecture.md §10 rule 8).
 
 Every input is the runtime's or a client's: a field past the end, a varint past 10 bytes or a
 wire type protobuf lacks is ``ProtobufError``, never an index error. Fields are kept as bytes

@@ -1,31 +1,20 @@
-"""containerd's own events of what changes a container's status with no CRI event, for the CRI
-socket's status store (docs/architecture.md §10 rule 8).
-
-containerd sends no CRI event when ``UpdateContainerResources`` changes a container's
-``resources`` and spec, nor when a process inside a running container is killed for memory
-(its status's ``reason`` becomes ``OOMKilled``); measured on 1.7 and 2.1, it publishes them on
-its own Events service as ``/containers/update`` (a ``ContainerUpdate`` naming the container)
-and ``/tasks/oom`` (a ``TaskOOM`` naming it). ``TaskEvents`` follows that service
-(``containerd.services.events.v1.Events/Subscribe``, on the runtime's socket) in a thread of
-its own and tells the store of each container named (``StatusStore.task_event``), of the
-subscription (``tasks_opened``) and of its end (``tasks_ended``). While it follows, a
-container's kept answer may be given past the period (the store's invariant 3).
-
-Rules:
+"""containerd's own events of what changes a container's status with no CRI event
+(``/containers/update``, ``/tasks/oom``), followed for the CRI socket's status store in a
+thread of its own (docs/architecture.md §10 rule 8, "containerd's own events"): each container
+named is told to ``StatusStore.task_event``, the subscription to ``tasks_opened``, its end to
+``tasks_ended``. Rules:
 
 1. **Registered after a settle.** containerd sends nothing on a subscription until its first
-   event, so no answer confirms it: it counts as registered ``settle`` seconds (the period)
-   after it was asked without an error, and only answers begun after that are covered.
-2. **A runtime without the service is not asked again.** UNIMPLEMENTED (CRI-O, the
-   simulator's CRI-O flavour) ends the following for good; any other end is retried every
-   ``retry`` seconds, and the store hears of each end at once.
-3. **Every message is hostile.** At most ``MAX_ENVELOPE_BYTES`` a message (a
-   ``ContainerUpdate`` carries the container's labels: a larger one ends the subscription,
-   which is asked again); a message that does not read as an envelope of a wanted topic naming
-   an ID of at most ``MAX_ID_CHARS`` characters ends it too (counted, ``unreadable``).
+   event: it counts as registered ``settle`` seconds after it was asked without an error, and
+   only answers begun after that are covered.
+2. **A runtime without the service is not asked again.** UNIMPLEMENTED ends the following for
+   good; any other end is retried every ``retry`` seconds, the store told of each end at once.
+3. **Every message is hostile.** At most ``MAX_ENVELOPE_BYTES`` a message (a larger one ends
+   the subscription, which is asked again); a message that does not read as an envelope of a
+   wanted topic naming an ID of at most ``MAX_ID_CHARS`` characters ends it too (counted,
+   ``unreadable``).
 
-Costs: O(1) per event; one connection and one thread. Deliberately not here: what the store
-does with a container named (``statuses``).
+Costs: O(1) per event; one connection and one thread.
 """
 
 from __future__ import annotations
