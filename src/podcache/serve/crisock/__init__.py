@@ -1,11 +1,5 @@
-"""``podcache serve --cri-listen``: the read-only CRI socket (docs/architecture.md §10).
-
-``CRISocketSetup`` wires it into serve: the runtime getter keeps the listed items' bytes
-(``WireItems``), every cache's events come from one ``EventHub``, and once the app exists
-the socket serves from the all view's cache. The modules: ``routes`` (the allow-list),
-``lists`` (list answers from a snapshot), ``forward`` (calls forwarded to the runtime),
-``server`` (gRPC) and ``metrics``; the one event subscription and its clients are
-``serve.eventhub``'s (every cache of serve follows it, with or without the socket).
+"""``podcache serve --cri-listen``: the read-only CRI socket (docs/architecture.md §10, which
+names its modules). ``CRISocketSetup`` wires it into serve.
 """
 
 from __future__ import annotations
@@ -96,9 +90,8 @@ class CRISocketSetup:
         socket.start()
         tasks.start()
         self.hub.watch(view.cache)  # serve's caches read time.monotonic
-        # The socket's answers come from the all view: kept within its period as the default
-        # view is (an idle serve answers through a runtime restart, and the hub knows the
-        # node's revision before an outage: rule 4 of serve.eventhub).
+        # Kept within its period as the default view is (the hub needs the node's revision
+        # before an outage: rule 4 of serve.eventhub).
         view.keep_fresh()
         app.metrics.sources.append(lambda: cri_metrics(socket))
 

@@ -1,9 +1,6 @@
 """The calls the CRI socket answered: counts by method and code, durations by method, and the
-connections open on its sockets (docs/architecture.md §10 rule 7).
-
-Every ``method`` is ``routes.method_label``'s: a CRI method name or ``other``, so the series
-form a closed set whatever paths clients send. Deliberately not here: the exposition
-(``metrics``).
+connections open on its sockets (docs/architecture.md §10 rule 7: method labels from
+``routes.method_label``, a closed set).
 """
 
 from __future__ import annotations
@@ -20,14 +17,12 @@ from podcache.serve.crisock.routes import method_label
 __all__ = ["DURATION_BUCKETS", "NO_TABLE", "Answered", "CallStats", "RelayTable", "connections"]
 
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
-"""Upper bounds (seconds) of ``podcache_cri_request_duration_seconds``: a cache answer takes
-well under a millisecond to a few, a forwarded one the runtime's time."""
+"""Upper bounds (seconds) of ``podcache_cri_request_duration_seconds``."""
 
 
 class Answered(NamedTuple):
-    """Calls of one method answered OK without gRPC (the C relay's table of status answers):
-    how many, their seconds in all, and how many took at most each of ``DURATION_BUCKETS``
-    (and one more: past the last), each call counted in one."""
+    """Calls of one method the C relay answered itself: how many, their seconds in all, and
+    the count in each of ``DURATION_BUCKETS`` (and one more: past the last)."""
 
     calls: int
     seconds: float
@@ -48,9 +43,8 @@ NO_TABLE = RelayTable({}, 0, 0)
 
 
 class CallStats:
-    """The socket's calls: counts by (method label, code name), and the durations of the calls
-    that end (not ``GetContainerEvents``, a stream for as long as its client stays) by method
-    label. Thread-safe; at most (methods + 1) x codes series."""
+    """The socket's calls: counts by (method label, code name), durations by method label
+    (event streams not timed). Thread-safe; at most (methods + 1) x codes series."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -59,8 +53,7 @@ class CallStats:
         self._sums: dict[str, float] = {}
 
     def record(self, path: str, code: str, seconds: float | None) -> None:
-        """One call on ``path`` answered with ``code``; ``seconds``: its duration (None: not
-        timed)."""
+        """One call on ``path`` answered with ``code``, taking ``seconds`` (None: not timed)."""
         method = method_label(path)
         with self._lock:
             key = (method, code)

@@ -1,34 +1,17 @@
-"""Read-only calls forwarded to the runtime as bytes: shared in flight, bounded, deadlines kept.
+"""Read-only calls forwarded to the runtime as bytes (docs/architecture.md §10 rule 4). Rules:
 
-Rules (docs/architecture.md §10):
-
-1. **One call in flight per key.** The key is the method and the request's bytes. A call that
-   arrives while an identical one is in flight, whose deadline is no earlier than its own,
-   waits for that call's answer (or failure) instead of making another: the runtime cache's
-   rule 5, applied to what the socket forwards. ``saved`` counts them.
-2. **Bounded.** At most ``max_in_flight`` (16) calls reach the runtime at once; the others
-   wait for a slot in a queue of at most ``max_waiting`` (64) calls, each within its own
-   deadline (DEADLINE_EXCEEDED past it); a call that finds the queue full is answered
-   RESOURCE_EXHAUSTED at once, naming podcache and the bound.
-3. **The client's deadline is passed on**: the upstream call's timeout is the time the client
-   has left (``timeout`` when it set none); a client that gave up leaves the call to whoever
-   shares it.
-4. **Version is kept** (``Route.CACHED_FORWARD``): one answer per method, keyed by nothing in
-   the request (a runtime's Version depends on the runtime alone), so no request can grow the
-   table. It is asked again after the runtime's connection left READY (a restart: the
-   runtime may have been upgraded); while the runtime cannot be reached, the answer it last
-   gave is the answer (crictl and Falco's CRI client ask Version before anything else).
-5. **The runtime's answer is the answer**: bytes, status code and details as the runtime sent
-   them (a method the runtime lacks is its UNIMPLEMENTED). A failure of podcache's own (the
-   runtime unreachable, its deadline passed, no slot) is said in podcache's words, naming
-   podcache, the runtime's endpoint and the method.
-
-6. **Waiting holds no thread.** Every method but ``close`` runs on the CRI socket's event loop:
-   a waiting call is a coroutine, the upstream call is the channel's future (gRPC's own
-   thread reads its answer), and a shared call runs as a task of its own, so a client that
-   leaves ends neither the call nor another caller's wait.
-
-Deliberately not here: which methods are forwarded (``routes``), gRPC serving (``server``).
+1. **One call in flight per key** (the method and the request's bytes): a call whose deadline
+   is no later than the identical call's in flight waits for that one (``saved``).
+2. **Bounded.** At most ``max_in_flight`` calls at the runtime, ``max_waiting`` more waiting
+   for a slot, each within its deadline; past the queue, RESOURCE_EXHAUSTED at once.
+3. **The client's deadline is passed on** (``timeout`` when it set none); a client that gave
+   up leaves the call to whoever shares it.
+4. **Version is kept**: one answer per method, asked again after the runtime's connection
+   left READY, and given while the runtime cannot be reached.
+5. **The runtime's answer is the answer** (bytes, code, details); a failure of podcache's own
+   is said in podcache's words, naming the runtime's endpoint and the method.
+6. **Waiting holds no thread.** Everything but ``close`` runs on the socket's loop; a shared
+   call is a task of its own, so a client that leaves ends neither it nor another's wait.
 """
 
 from __future__ import annotations
@@ -51,9 +34,8 @@ __all__ = ["MAX_IN_FLIGHT", "MAX_WAITING", "Forwarder", "UpstreamError"]
 MAX_IN_FLIGHT = 16
 """Forwarded calls at the runtime at once."""
 MAX_WAITING = 4 * MAX_IN_FLIGHT
-"""Forwarded calls waiting for a slot at once: four rounds of the slots (a call past them would
-wait at least five of the runtime's answers in turn, where its deadline is better spent failing
-at once and retrying)."""
+"""Forwarded calls waiting for a slot at once: four rounds of the slots (a call past them is
+better failed at once and retried than kept waiting five answers in turn)."""
 
 
 class UpstreamError(Exception):
@@ -183,8 +165,7 @@ class Forwarder:
         self.upstream: dict[str, int] = {}
         """Calls made to the runtime, by method path."""
         self.saved: dict[str, int] = {}
-        """Calls answered without a runtime call of their own, by method path: shared in
-        flight, a kept Version, and (``count_saved``) what the socket answered from the cache."""
+        """Calls answered without a runtime call of their own, by method path (§10 rule 7)."""
 
     def _connectivity(self, state: grpc.ChannelConnectivity) -> None:
         if state is not grpc.ChannelConnectivity.READY:

@@ -1,29 +1,12 @@
-"""ListPodSandbox and ListContainers answered from a snapshot and the items' wire bytes; pure.
+"""ListPodSandbox and ListContainers answered from a snapshot and the items' wire bytes; pure
+(docs/architecture.md §10 rule 3: the join, the filters, the costs).
 
-The snapshot (a ``PodList`` of the all view: NotReady sandboxes and exited containers
-included) says which items are current; ``WireItems`` holds each one's bytes as the runtime
-sent them; an answer is the join of the selected items' entries, which is the runtime's own
-answer message with the same items (order aside). The filters are the CRI's, applied as
-containerd applies them:
-
-- ``id``: an exact ID, or a prefix that names exactly one item of that kind (containerd's
-  truncindex); an ambiguous or unknown one selects nothing. A container filter's
-  ``pod_sandbox_id`` is resolved among the sandboxes the same way.
-- ``state``: the item's CRI state number equals it.
-- ``label_selector``: every pair equals the item's label.
-
-Cost: O(items returned) when a filter names an ID, a sandbox or a pod UID (label
-``io.kubernetes.pod.uid``), through the snapshot's ID and UID tables (built once per
-snapshot by ``PodList``); O(items of the node) otherwise. A prefix is looked up in the
-snapshot's sorted IDs (``model.ids_with_prefix``: built once, then carried from snapshot to
-snapshot with one pod's keys changed, never rebuilt per relist), O(log n + the IDs it
-matches). Items are found in the pod the snapshot groups them in:
-sandboxes by their metadata UID, containers by their pod UID label (the kubelet's grouping),
-which is the pod their sandbox belongs to on every runtime the kubelet drives.
-
-``None`` instead of bytes: a selected item's bytes are not in the store (``wireitems`` rule
-4); the caller forwards the request to the runtime. Deliberately not here: freshness (the
-cache's) and gRPC (``server``).
+An ID filter's prefix that is ambiguous or unknown selects nothing, as containerd's truncindex;
+a container filter's ``pod_sandbox_id`` is resolved among the sandboxes the same way. Items are
+found in the pod the snapshot groups them in: sandboxes by their metadata UID, containers by
+their pod UID label (the kubelet's grouping), which is the pod their sandbox belongs to on
+every runtime the kubelet drives. ``None`` instead of bytes: a selected item's bytes are not
+in the store; the caller forwards the request.
 """
 
 from __future__ import annotations
@@ -54,10 +37,8 @@ def _items_of(pod: Pod, kind: int) -> Iterable[Container]:
 
 def _resolve(pods: PodList, kind: int, wanted: str) -> tuple[Pod, Container] | None:
     """The item of ``kind`` an ID filter names: exact, else a unique prefix among that kind's
-    IDs (the snapshot's sorted IDs of both kinds, ``ids_with_prefix``: the matches of the
-    other kind are passed over, each by one look-up in the ID table, so a short prefix costs
-    its matches, never a walk of the node per match; an ID that names items of both kinds,
-    never seen on a real runtime, counts as the kind the table holds it as)."""
+    IDs (matches of the other kind passed over by one ID-table look-up each; an ID naming
+    items of both kinds counts as the kind the table holds it as)."""
     pod = _pod_holding(pods, kind, wanted)
     if pod is not None:
         return pod, _item_of(pod, kind, wanted)
@@ -187,16 +168,10 @@ ANSWER_MEMO_BYTES = 64 * 1024 * 1024
 
 
 class AnswerMemo:
-    """The answers given for one snapshot (``pods``), keyed two ways:
-
-    - by the request's bytes as sent (a hit costs no decoding), at most ``ANSWER_MEMO``;
-    - by the request's known fields, deterministically encoded (``normal_form``): requests that
-      differ only in unknown fields or encoding share one answer, so a client cannot make the
-      socket build the node's list again by varying them. At most ``ANSWER_MEMO`` answers and
-      ``ANSWER_MEMO_BYTES``.
-
-    Past a bound nothing new is kept (the answer is built for that call only).
-    """
+    """The answers given for one snapshot (``pods``), by the request's bytes as sent and by
+    its ``normal_form`` (§10 rule 3). At most ``ANSWER_MEMO`` of each, the latter within
+    ``ANSWER_MEMO_BYTES``; past a bound nothing new is kept (the answer is built for that
+    call only)."""
 
     __slots__ = ("_by_form", "_by_sent", "_held_bytes", "pods")
 

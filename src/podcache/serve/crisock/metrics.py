@@ -1,10 +1,5 @@
-"""The CRI socket's Prometheus metrics, read at scrape time; no registry of its own.
-
-``cri_metrics`` reads every series of docs/architecture.md §10 rule 7 from the socket's
-counters (``calls``, the forwarder's, the hub's, and the C relay's: the status calls its
-table answered count as the socket's, from the cache, OK, and saved). Every ``method``
-label is a CRI method name or ``other`` (``routes.method_label``): a client's path never
-becomes a label of its own.
+"""The CRI socket's Prometheus metrics (docs/architecture.md §10 rule 7), read from its
+counters at scrape time; no registry of its own.
 """
 
 from __future__ import annotations
@@ -35,8 +30,7 @@ def _by_method(name: str, help_text: str, table: dict[str, int]) -> Metric:
 
 
 def _load(socket: CRISocket) -> Iterator[Metric]:
-    """What the socket is doing now: calls in flight, calls waiting for an upstream slot; the
-    connections its relay closed, by reason."""
+    """Calls in flight and waiting for an upstream slot; connections the relay closed."""
     relay = socket.relay
     closed = CounterMetricFamily(
         "podcache_cri_connections_closed",
@@ -95,8 +89,7 @@ def _by_relay(relay: dict[str, Answered]) -> Metric:
 
 
 def _statuses(socket: CRISocket, table: RelayTable) -> Iterator[Metric]:
-    """The status calls (docs/architecture.md §10 rule 8): answers by source (the relay's
-    from the cache), what is kept."""
+    """The status calls: answers by source (the relay's from the cache), what is kept."""
     calls, relay = socket.statuses, table.answered
     answers = CounterMetricFamily(
         "podcache_cri_status_answers",
@@ -211,8 +204,7 @@ def cri_metrics(socket: CRISocket) -> Iterator[Metric]:
 
 
 def _events(socket: CRISocket) -> Iterator[Metric]:
-    """The event hub: GetContainerEvents streams served, held, cut off; streams opened to the
-    runtime."""
+    """The event hub's streams: served, held, cut off, opened to the runtime."""
     hub = socket.hub
     yield GaugeMetricFamily(
         "podcache_cri_event_subscribers",

@@ -1,28 +1,18 @@
-"""``serve --cri-redact-env``: environment values taken out of ContainerStatus answers; pure.
-
-A verbose ``ContainerStatus`` answer (``crictl inspect``) carries, in its ``info`` map, what
-the runtime knows of the container as JSON, the OCI spec included, and so every variable of
-the container's environment with its value (a read-only socket still shows them). With the
-option, ``redact_container_status`` rewrites the runtime's answer before it is sent:
+"""``serve --cri-redact-env``: environment values taken out of ContainerStatus answers; pure
+(docs/architecture.md §10 rule 4). Rules:
 
 1. **Values, not names.** In each ``info`` value that is a JSON object, at any depth: every
-   string ``NAME=value`` of a list under the key ``env`` (the OCI spec's ``process.env``:
-   containerd's and CRI-O's ``runtimeSpec``) becomes ``NAME=<redacted>``, and every
-   ``{"key": NAME, "value": ...}`` of a list under ``envs`` (the CRI ``ContainerConfig``
-   containerd copies into ``config``) gets the value ``<redacted>``, an empty or missing one
-   too. A string without ``=`` is a name alone and stays.
-2. **Nothing else changes.** Only the ``info`` map (field 2) is decoded; every other field
-   keeps the runtime's bytes, in the runtime's order. An ``info`` value with nothing to
-   redact keeps its bytes too; one that changed is the same JSON, encoded again
-   (compact, keys in their order).
-3. **An ``info`` value that is not a JSON object is passed as it is**: containerd and CRI-O
-   put their JSON under ``info``; a plain string has no environment list to find.
-4. **An answer that cannot be read is refused** (``ValueError`` naming what was malformed),
-   never passed on unredacted.
+   string ``NAME=value`` of a list under ``env`` becomes ``NAME=<redacted>``, and every
+   ``{"key": NAME, "value": ...}`` of a list under ``envs`` gets the value ``<redacted>``, an
+   empty or missing one too. A string without ``=`` is a name alone and stays.
+2. **Nothing else changes.** Only the ``info`` map (field 2) is decoded; every other field,
+   and an ``info`` value with nothing to redact, keeps the runtime's bytes in its order; one
+   that changed is the same JSON encoded again (compact, keys in their order).
+3. **An ``info`` value that is not a JSON object is passed as it is.**
+4. **An answer that cannot be read is refused** (``ValueError`` naming what was malformed).
 
-Deliberately not here: the gRPC call (``server`` applies ``answer_rewrites`` to a forwarded
-answer), and the sandboxes' ``PodSandboxStatus`` info (the pause container's spec, with no
-environment of the pod's).
+Not redacted: ``PodSandboxStatus``'s info (the pause container's spec, no environment of the
+pod's).
 """
 
 from __future__ import annotations
@@ -121,8 +111,8 @@ def _redact_assignments(env: list[Any]) -> bool:
 
 
 def _redact_pairs(envs: list[Any]) -> bool:
-    """``{"key": NAME, "value": value}`` objects (the CRI ``KeyValue``; containerd leaves out
-    an empty value, which gets one too: an answer does not tell which values were empty)."""
+    """``{"key": NAME, "value": value}`` objects (the CRI ``KeyValue``; a value containerd left
+    out as empty gets one too: an answer does not tell which values were empty)."""
     changed = False
     for item in envs:
         if isinstance(item, dict) and "key" in item:

@@ -1,14 +1,5 @@
-"""The CRI socket's allow-list: which method is answered how; everything else is denied.
-
-The one place that says what the read-only socket does with a method (docs/architecture.md
-§10). A method is named by its gRPC path, ``/runtime.v1.<Service>/<Rpc>``. The table holds
-only read-only methods; a method of the two CRI services that it does not list (every call
-that changes or enters anything, and any call added to the CRI later) answers
-PERMISSION_DENIED with ``denial(path)``. A method of any other service is not served at all:
-gRPC answers UNIMPLEMENTED, as the runtime does for a service it lacks.
-
-Deliberately not here: how a route is carried out (``server``, ``lists``, ``forward``,
-``serve.eventhub``).
+"""The CRI socket's allow-list: which method, by gRPC path, is answered how; every other
+method of the CRI services is denied (docs/architecture.md §10 rule 2).
 """
 
 from __future__ import annotations
@@ -99,8 +90,7 @@ METHODS: frozenset[str] = frozenset(
 """Every method path of the two CRI services: the CRI v1 API's, and any more in the proto
 this podcache was built with."""
 OTHER = "other"
-"""The metric label of every path that is not one of ``METHODS`` (the path is the client's:
-labels come from a closed set, or each new name would be a series for ever)."""
+"""The metric label of every path that is not one of ``METHODS`` (§10 rule 7)."""
 QUOTE_BYTES = 128
 """At most this many characters of a client's method path are quoted in a message."""
 

@@ -1,28 +1,7 @@
-"""``podcache serve --cri-listen PATH``: a read-only CRI socket answered from the cache.
-
-grpcio's asyncio server on an event loop of its own, in a thread of its own (serve's loop is
-never slowed by it), with raw-bytes generic handlers: no message is decoded but a list
-request's filter, no answer encoded (docs/architecture.md §10). A call waiting on anything
-(flow control, an upstream slot, the runtime, an event) is a coroutine: it holds no thread.
-Each method of the two CRI services is answered as ``routes.READ_ONLY`` says, or denied
-(PERMISSION_DENIED naming it); a method of another service is UNIMPLEMENTED (gRPC's own).
-
-- Lists: the all view's snapshot by the cache's freshness rules (§3), taken on the socket's
-  loop (``get_pods_nowait``, or the newest published snapshot while it is within the period)
-  and only past the period awaited on the cache's loop, within the client's deadline; then
-  ``lists``; answers are kept per snapshot (``lists.AnswerMemo``). ``clock`` is the cache's.
-- Forwarded calls: ``forward.Forwarder``; with ``redact_env``, a ContainerStatus answer's
-  environment values are redacted on the way (``redact``).
-- GetContainerEvents: ``serve.eventhub.EventHub``.
-- Status calls: ``statuscalls``; with the C relay, the status store is mirrored to the relay's
-  table (``statuses`` invariant 8), which answers the calls it holds without gRPC (only a
-  store on ``time.monotonic``, the relay's clock).
-
-Bounds (the HTTP side's, docs/architecture.md §5): ``CRILimits``. gRPC listens on a private
-socket (a directory of mode 0700); each ``--cri-listen`` socket is podcache's, its connections
-relayed to gRPC (``relay``). A unix socket is created mode 0600 (umask held during bind), then
-given ``mode`` and ``group``. Deliberately not
-here: the allow-list (``routes``), the answers' rules (``lists``, ``forward``, ``serve.eventhub``).
+"""``podcache serve --cri-listen PATH``: the read-only CRI socket's gRPC server
+(docs/architecture.md §10 rules 1-4 and 6), raw-bytes generic handlers on an event loop of its
+own: no message is decoded but a list request's filter, no answer encoded. ``clock`` is the
+cache's.
 """
 
 from __future__ import annotations
@@ -88,33 +67,27 @@ __all__ = [
 
 
 FAIR_MARGIN = 64
-"""Calls below gRPC's bound (``max_calls``) at which the relay starts closing the busiest
-connection for another's call (its rule 3): room for calls already on their way to gRPC."""
+"""Calls below gRPC's bound (``max_calls``) at which the relay's rule 3 starts."""
 
 
 @dataclass(frozen=True, slots=True)
 class CRILimits:
-    """The socket's bounds, matched to the HTTP side's (docs/architecture.md §5 and §10)."""
+    """The socket's bounds (docs/architecture.md §10 rule 6)."""
 
     max_connections: int = 1024
-    """Connections at once (the relay's): at the bound, the one idle longest is closed to admit
-    a new one."""
+    """Connections at once (the relay's rule 1)."""
     max_calls: int = 1024
     """Calls at once over all connections; one more answers RESOURCE_EXHAUSTED."""
     max_streams_per_connection: int = 100
-    """HTTP/2 streams, so calls, one connection may have open at once (SETTINGS_MAX_CONCURRENT_
-    STREAMS: a client past it waits in its own HTTP/2 layer, it is not refused)."""
+    """HTTP/2 streams, so calls, one connection may have open at once."""
     max_request_bytes: int = 64 * 1024
-    """A request message at most, and its metadata (a hard bound, counted as HPACK does: each
-    header's name and value and 32 bytes): the HTTP side's 64 KiB head."""
+    """A request message at most, and its metadata (a hard bound, counted as HPACK does)."""
     max_answer_bytes: int = MAX_RECEIVE_MESSAGE_BYTES
-    """An answer at most: what a CRI client receives by default (16 MiB)."""
+    """An answer at most: what a CRI client receives by default."""
     idle_seconds: float = 75.0
-    """A connection without calls this long is closed (``--idle-timeout``; gRPC draws each
-    connection's bound within 10% of it)."""
+    """A connection without calls this long is closed (``--idle-timeout``, gRPC's)."""
     handshake_seconds: float = 5.0
-    """A connection with no call completed and none open this long after it was accepted is
-    closed (the relay's rule 2; gRPC's ``grpc.server_handshake_timeout_ms`` too)."""
+    """The relay's rule 2, and gRPC's ``grpc.server_handshake_timeout_ms``."""
     max_event_streams: int = 64
     """GetContainerEvents subscribers at once (``EventHub.max_clients``)."""
 
@@ -183,12 +156,9 @@ Answers = AsyncGenerator[bytes, None]
 
 
 class CRISocket:
-    """The socket's server: ``start()`` on the event loop that runs ``cache``, ``stop()``.
-
-    Threads and loops: the server runs on the socket's own event loop (``_serve``, in the
-    thread ``podcache-cri``); the cache, the hub's stream and the publish hook on the cache's
-    loop. The socket's loop asks the cache's with ``run_coroutine_threadsafe`` only for a
-    snapshot past the period and for an event subscription."""
+    """The socket's server: ``start()`` on the event loop that runs ``cache``, ``stop()``. It
+    runs on its own loop in the thread ``podcache-cri``; the cache, the hub's stream and the
+    publish hook on the cache's loop (§10 rule 1)."""
 
     task_events: TaskEvents | None = None
     """containerd's own events for the status store (``taskevents``), once started."""
@@ -293,8 +263,7 @@ class CRISocket:
         )
 
     async def _serve(self, started: concurrent.futures.Future[None]) -> None:
-        """gRPC on a private socket, in a directory only this user may enter; the
-        ``--cri-listen`` paths are podcache's, each connection relayed to it (``relay``)."""
+        """gRPC on a private socket; the ``--cri-listen`` paths relayed to it (``relay``)."""
         self._stopping = asyncio.Event()
         private = tempfile.mkdtemp(prefix="podcache-cri-")  # mode 0700
         try:
@@ -404,9 +373,7 @@ class CRISocket:
         self._items.prune(publication.pods)
 
     async def _snapshot(self, remaining: float | None) -> PodList:
-        """The all view's pods by the cache's rules (§3 rule 1), on the socket's loop: a hit;
-        else the newest published snapshot while it is within the period (a refresh-ahead is
-        then asked of the cache's loop, not waited for); else ``get_pods`` awaited there."""
+        """The all view's pods by the cache's rules, on the socket's loop (§10 rule 3)."""
         pods = self._cache.get_pods_nowait()
         if pods is not None:
             return pods
@@ -433,9 +400,8 @@ class CRISocket:
     async def _item_listed(
         self, sandbox: bool, ident: str, remaining: float | None
     ) -> ListedItem | None:
-        """The item's state in the all view's snapshot by the cache's rules (within the
-        period), for a status kept past it, and until when that snapshot is within the period
-        (the newest published one's timestamp + the period; now when it is not the newest);
+        """The item's state in the all view's snapshot by the cache's rules, and until when
+        that snapshot is within the period (now when it is not the newest published one);
         None when not listed or no snapshot came."""
         try:
             pods = await self._snapshot(remaining)
@@ -580,9 +546,8 @@ _Streaming = Callable[[str, bytes, Context], AsyncGenerator[bytes, None]]
 
 
 class _Handlers(_GenericHandler):  # type: ignore[misc]
-    """Every method of the CRI services: its route's handler, or the denial. A streamed answer
-    is written with ``context.write``, each message awaited: a client that does not read
-    parks its coroutine, never a thread."""
+    """Every method of the CRI services: its route's handler, or the denial. Each streamed
+    message is awaited: a client that does not read parks a coroutine, never a thread."""
 
     def __init__(self, socket: CRISocket) -> None:
         self._socket = socket
