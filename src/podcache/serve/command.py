@@ -1,10 +1,8 @@
 """The ``podcache serve`` click command: options, the token rule, wiring; no HTTP, no event loop.
 
-The ``podcache`` CLI mounts ``serve_command``; ``python -m podcache.serve`` runs it alone. It
-decides what may listen where (loopback or a unix socket without a token; anything else only
+It decides what may listen where (loopback or a unix socket without a token; anything else only
 with ``--token-file``) and owns the simulated runtime of ``--sim``. Heavy imports (gRPC, uvloop,
-httptools) wait until the command runs, so ``podcache --help`` stays fast. It holds no HTTP
-logic.
+httptools) wait until the command runs, so ``podcache --help`` stays fast.
 """
 
 # ruff: noqa: PLC0415 -- imports inside the command are deliberate: start-up stays fast
@@ -500,11 +498,10 @@ def _cri_group(group: str) -> int:
 
 
 def _event_hub(runtime: Any, cri: _CRIOptions | None) -> tuple[Any, Any]:
-    """The one GetContainerEvents stream every cache of serve follows (``serve.eventhub``,
-    docs/architecture.md §7), with or without --cri-listen: containerd 1.7 hands each event
-    to one of its subscribers, so a stream per cache would each miss some. The socket's
-    subscribers are its clients, each within ``--cri-event-buffer``. With it, the caches'
-    getter: ``runtime``, its events a follower of the hub's stream."""
+    """The one GetContainerEvents stream every cache of serve follows, with or without
+    --cri-listen (``serve.eventhub``, docs/architecture.md §7), its socket subscribers each
+    within ``--cri-event-buffer``; and the caches' getter: ``runtime``, its events a follower
+    of the hub's stream."""
     from podcache.serve.eventhub import EventBuffer, EventHub, HubGetter
 
     if cri is None:

@@ -1,10 +1,6 @@
-"""What the API answers for an exception: one table from exception class to HTTP status.
+"""What the API answers for an exception: one table from exception class to HTTP status, read
+along the exception's MRO (docs/architecture.md §5, item 4).
 
-``FAILURES`` maps a class to a ``Failure`` (status, the message's reason, whether a client may
-retry); ``failure_of`` reads it along the exception's MRO, so the most specific class listed
-wins whatever order handlers catch in and whatever order the table lists: ``ProcFormatError``
-is a ``PodcacheError`` (and a ``ValueError``) with an entry of its own, so a ``/proc`` file
-that does not parse is "cannot read process", never "runtime unavailable";
 ``RuntimeDeadlineError`` is a ``CRIError`` before it is a ``TimeoutError``, and both say the
 runtime did not answer. A class with no entry along its MRO is no failure of this table: the
 handler lets it through (logged, and a 500). Each handler states which exceptions it turns

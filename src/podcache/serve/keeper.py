@@ -1,19 +1,9 @@
-"""Keeping an idle server's snapshot within its period: one reader that never goes away.
-
-serve answers from its cache, which refreshes on demand: a busy server's readers keep the
-snapshot within its period (refresh-ahead starts each refresh before expiry), but one that
-nobody reads would keep the snapshot of its last reader, however old, and relists of one pod
-after events do not make a snapshot fresh (docs/architecture.md §3 rule 11). When the runtime
-then failed, an idle server's snapshot would already be past ``--max-stale`` and it would
-answer 503 where a busy one serves stale data. The keeper reads the snapshot as a busy
-reader would, each time it reaches its refresh-ahead point: a hit there starts the background
-refresh, so an idle server lists the node once per ``period - refresh_ahead``, as a busy one
-does, and answers through a runtime restart as a busy one does.
+"""Keeping an idle server's snapshot within its period: one reader that never goes away
+(docs/architecture.md §5, "The age, and an idle server").
 
 What it deliberately is not: a second way to refresh. It calls ``get_pods``, the readers'
-method, and the cache's rules decide (a failure is the readers' too, and counted so; with the
-runtime down it reads once per ``fresh_for``, never in a loop). No HTTP, no metrics of its own;
-its reads are hits (one per period) and, while the runtime fails, stale serves.
+method, and the cache's rules decide (a failure is the readers' too, and counted so). No HTTP,
+no metrics of its own.
 """
 
 from __future__ import annotations

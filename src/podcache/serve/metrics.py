@@ -1,13 +1,10 @@
-"""Prometheus metrics: cache, refreshes, snapshot size, requests; no global registry, no HTTP.
+"""Prometheus metrics: cache, refreshes, snapshot size, requests; no global registry, no HTTP
+(docs/architecture.md §5, what lives between requests).
 
-Counting a request is one dict update and one histogram observation (a bisection) on the
-serving path; everything else is read when ``/metrics`` is scraped (from ``cache.stats()`` and
-the latest snapshot), so metrics cost the hot path next to nothing. Each ``Metrics`` has its
-own registry (nothing global: several servers or tests in one process do not collide), with
-the standard process (``process_*``, read from ``/proc/self``) and Python (``python_info``,
-``python_gc_*``) collectors. No series has a ``_created`` sample: the counters are built at
-scrape time without one, and the histograms here (``_Histogram``) are built the same way
-(prometheus_client's own would add one), so all agree. It holds no HTTP and no cache logic.
+Everything but the request counts is read when ``/metrics`` is scraped (from ``cache.stats()``
+and the latest snapshot). Each ``Metrics`` has its own registry: several servers or tests in
+one process do not collide. The histograms here (``_Histogram``) are built at scrape time as
+the counters are: prometheus_client's own would add a ``_created`` sample.
 """
 
 from __future__ import annotations

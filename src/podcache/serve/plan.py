@@ -1,18 +1,12 @@
-"""How a request will be answered: a ``Plan``, one of three kinds, made by the route handlers.
-
-- ``Now``: the answer is known (an error, ``/healthz``, ``/metrics``): no snapshot needed.
-- ``FromSnapshot``: the answer is built from a snapshot (``build(view)``); ``App`` answers at
-  once when the cache hands out a fresh one without waiting, else after waiting for it.
-- ``Later``: the answer needs awaiting beyond the snapshot (``/pids/{pid}`` reads the process
-  and may refresh for it, ``/readyz`` waits for a snapshot it judges, a watch opens a stream):
-  ``run(need)`` gives it, always in a coroutine.
+"""How a request will be answered: a ``Plan``, one of three kinds (docs/architecture.md §5,
+item 3), made by the route handlers.
 
 A handler returns a plan with only its own part (the response, ``build`` or ``run``); ``App``
 completes it with what the request's checks found (``route``, the memo ``target``, the
 freshness ``need``, the headers) before it is answered. ``Plan`` is the closed union of the
 three, so a ``match`` over it is checked for every kind (mypy, ``assert_never``). Plans are
-made per request and never kept (slotted, not frozen: the constructor is on the hot path and
-a frozen one costs twice as much, 1.0 against 0.3 µs measured).
+made per request and never kept (slotted, not frozen: the constructor is on the hot path,
+where a frozen one costs more).
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """A request's snapshot and its response: read-your-writes, staleness, the age and revision
 headers, ETag revalidation; no routing, no memo of its own.
 
-``Reader.snapshot(need)`` is the snapshot a request may be answered from, after any
-read-your-writes wait (docs/architecture.md §5, Snapshot), and whether it is stale for that
-request; ``Reader.from_answer`` turns an ``Answer`` into the ``Response`` with the
-snapshot's age. Staleness belongs to the request, never to the app: other requests are
-answered while one awaits, from other snapshots.
+``Reader.snapshot(need)`` is the snapshot a request may be answered from and whether it is
+stale for that request (docs/architecture.md §5, item 4); ``Reader.from_answer`` turns an
+``Answer`` into the ``Response`` with the snapshot's age.
 """
 
 from __future__ import annotations

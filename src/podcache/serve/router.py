@@ -1,10 +1,9 @@
 """Matching a request's path and query against the route table; no handlers, no auth.
 
-``Router`` reads ``routes.ROUTES`` once: a route without path parameters is one dict entry;
-the others are found by their first segment (``/pods/``, ``/namespaces/``), then matched
-segment by segment, a parameter taking one non-empty segment, or the rest of the path when it
-may hold ``/`` (``Param.slashes``; possibly empty when ``Param.empty``, which its parser then
-refuses). Cost: one dict lookup, and for a parameterised path one more and a split.
+``Router`` reads ``routes.ROUTES`` once (docs/architecture.md §5, item 3). A path parameter
+takes one non-empty segment, or the rest of the path when it may hold ``/``
+(``Param.slashes``; possibly empty when ``Param.empty``, which its parser then refuses). Cost:
+one dict lookup, and for a parameterised path one more and a split.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The HTTP API's route table: every route, and all that is said of it; nothing else is served.
 
-The one place that says what ``podcache serve`` answers (docs/architecture.md §5). Each row
-gives a route's path template, its parameters (``params``: each with its parser and its
-OpenAPI description), its handler (``handlers``), its OpenAPI entry (summary, the 200's body,
-the statuses beyond the common ones) and its line in ``podcache serve --help``. The router
-(``router``), the query's allowed names, the OpenAPI document's paths (``openapi``) and the
-help are all read from ``ROUTES``; a test holds the served document and the help against it.
-Adding a route is one row and its handler. Every route is GET and HEAD (read-only).
+The one place that says what ``podcache serve`` answers (docs/architecture.md §5, item 3).
+Every route is GET and HEAD (read-only).
 
 Deliberately not here: how a route is answered (``handlers``), how a path is matched
 (``router``), and the body schemas (``openapi.SCHEMAS``).

@@ -1,12 +1,8 @@
 """Admission and budgets: what all connections share, and the one timer that ticks them.
 
-Holds ``Admission``, the base of ``HTTPServer``: the responder and the limits, the open
-connections (``max_connections``, and the bound on connections refused for it), the byte
-budget of unsent answers over all connections (``max_buffered``: the biggest holders reset
-first), the coarse clock and ``Date`` header refreshed by the tick, which also enforces every
-connection's timeouts, and the server's shutdown. It knows a connection only as ``Admitted``
-(what the tick and the budget call). Deliberately not here: a connection's own states, parsing
-and answers (``connection`` and the modules its class is made of).
+``Admission``, the base of ``HTTPServer``, knows a connection only as ``Admitted`` (what the
+tick and the budget call). Deliberately not here: a connection's own states, parsing and
+answers (``connection`` and the modules its class is made of).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``HTTPConnection``, the ``asyncio.Protocol`` of one client connection, and ``HTTPServer``.
 
-Holds the protocol's callbacks (a new connection admitted or refused for the cap, input, the
-client's EOF, write flow control, the loss of the connection), which hand work to the parts
-the class is made of (``parsing``, ``answering``, ``streaming``, on ``lifecycle``), and
-``HTTPServer``: ``admission.Admission`` with the factory of these connections. Deliberately not
-here: what each part does, which its own module holds.
+The protocol's callbacks hand work to the parts the class is made of (``parsing``,
+``answering``, ``streaming``, on ``lifecycle``). Deliberately not here: what each part does.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """What a connection holds between callbacks: the items of its queue, the stream it writes.
 
-Holds ``_Request`` (a parsed request), ``_Refusal`` (an answer the server gives itself),
-``_End`` (the client's EOF or the server's shutdown, queued after the last request) and
-``_Writing`` (the stream of a ``STREAMING`` connection). Deliberately not here: who makes them
-(parsing, the protocol callbacks) and who consumes them (answering, streaming).
+Deliberately not here: who makes them (parsing, the protocol callbacks) and who consumes them
+(answering, streaming).
 """
 
 from __future__ import annotations

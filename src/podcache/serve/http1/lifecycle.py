@@ -1,12 +1,9 @@
 """A connection's lifecycle: its state, its timeouts, its unsent bytes, and its end.
 
-Holds ``Lifecycle``, the base of ``HTTPConnection``'s parts: the attributes they share, the
-only code that changes the state (``_enter``, checked against ``states.TRANSITIONS``), the
-tick's timeouts (``check``), the unsent bytes that admission's budget counts, pausing and
-resuming reading, and every way a connection ends (``_end``: half-close then linger;
-``shutdown``; ``abort``: reset, telling a stream why). Deliberately not here: how requests are
-parsed, answered or streamed (``parsing``, ``answering``, ``streaming``), which it calls only
-through the methods declared for them below.
+``Lifecycle`` is the base of ``HTTPConnection``'s parts and holds the only code that changes
+the state (``_enter``). Deliberately not here: how requests are parsed, answered or streamed
+(``parsing``, ``answering``, ``streaming``), which it calls only through the methods declared
+for them below.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The bounds of the HTTP server: timeouts, sizes and counts, each with its reason.
 
-Holds the public defaults (``HEAD_TIMEOUT`` ... ``SEND_BUFFER``, which ``HTTPServer`` takes as
-arguments and ``podcache serve``'s flags override) and the fixed private bounds of parsing and
-ending. Deliberately not here: where each bound is enforced (admission, parsing, the
-connection's lifecycle), which the package docstring's "Bounds" describes.
+The public ones are ``HTTPServer``'s defaults, which ``podcache serve``'s flags override.
+Deliberately not here: where each bound is enforced (the package docstring's "Bounds").
 """
 
 from __future__ import annotations
@@ -38,8 +36,7 @@ connections holding the most are reset first."""
 SEND_BUFFER = 128 * 1024
 """``SO_SNDBUF`` of every connection: the kernel's share of its unsent bytes (Linux doubles
 it). Without it the kernel grows the buffer of a client that does not read up to
-``tcp_wmem``'s maximum (4 MiB), so 2,000 such clients pinned the kernel's whole TCP memory
-(``tcp_mem``) outside any budget of ours; with it they pin at most 256 KiB each."""
+``tcp_wmem``'s maximum (4 MiB), outside any budget of ours; with it each pins at most 256 KiB."""
 
 
 _FEED_STEP = 8 * 1024  # a larger read is parsed in steps, so a full queue stops parsing early

@@ -1,11 +1,8 @@
 """Parsing and head checks: httptools' callbacks, target splitting, the Host rule.
 
-Holds ``Parsing``, the part of ``HTTPConnection`` that feeds input to llhttp (in
-``_FEED_STEP`` steps, holding back what is left once ``MAX_PIPELINE`` requests wait), collects
-each head within ``MAX_TARGET``, ``MAX_HEAD`` and ``MAX_HEADER_FIELDS``, checks its version,
-body and Host (exactly one; one of ``allowed_hosts`` when given), and queues a ``_Request`` or
-the ``_Refusal`` that ends the connection. Deliberately not here: answering what is queued
-(``answering``) and when reading pauses (``lifecycle``).
+Each complete head becomes a ``_Request`` in the queue, or the ``_Refusal`` that ends the
+connection. Deliberately not here: answering what is queued (``answering``) and when reading
+pauses (``lifecycle``).
 """
 
 from __future__ import annotations
@@ -30,7 +27,7 @@ __all__ = ["Parsing"]
 
 log = logging.getLogger("podcache.serve")
 
-_SLASH, _QUESTION, _HASH, _PERCENT = b"/?#%"  # int membership in bytes is ~10x a bytes one
+_SLASH, _QUESTION, _HASH, _PERCENT = b"/?#%"  # int membership in bytes beats a bytes one
 
 
 class _Stop(Exception):  # noqa: N818 -- ends parsing on purpose, not an error

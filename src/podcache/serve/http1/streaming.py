@@ -1,11 +1,8 @@
 """Streaming answers: the stream's task, ``send_chunk``, and how a stream ends.
 
-Holds ``Streaming``, the part of ``HTTPConnection`` that writes a streaming answer
-(``Response.stream``) chunk by chunk in its own task, under ``max_unsent`` and the chunked
-framing (bare chunks to HTTP/1.0), lets the iterator write between its yields (``attach``),
-and decides a stream's end (by a flag its task reads, never by cancelling a task that has not
-run); and ``_close_iterator``. Deliberately not here: choosing to stream (``answering``) and the
-resets that cut a stream off (``lifecycle``).
+A stream is written chunk by chunk in its own task, under ``max_unsent``, chunked (bare chunks
+to HTTP/1.0); the iterator may write between its yields (``attach``). Deliberately not here:
+choosing to stream (``answering``) and the resets that cut a stream off (``lifecycle``).
 """
 
 from __future__ import annotations
