@@ -1,28 +1,17 @@
 """A ``ContainerEventResponse`` read from its wire bytes: the fields podcache uses, the rest
-skipped by its length without being decoded; no protobuf, no I/O.
+skipped by its length without being decoded; no protobuf, no I/O (docs/architecture.md §7:
+read off the event loop, never holding the GIL for long). Its cost is one step per field at
+the top level, in the sandbox status (each label is a field there) and in each container
+status (whose labels and annotations are skipped whole). Two implementations, one result:
 
-Why not protobuf's decoder: an event's sandbox status carries the pod's labels and annotations
-(about 1.5 MB for a legitimate pod, up to the receive limit for a hostile one) and its
-container statuses as much again; decoding all of it is one C call that holds the GIL for tens
-of milliseconds, and on the event loop it stopped every request (12 events/s of 15 MB: /healthz
-p50 45 ms, p99 140 ms). This reader runs in the event stream's own thread (``eventstream``) or
-the status call's (``status_fields``), never on the loop, and never holds the GIL for long. Its
-cost is one step per field at the top level, in the sandbox status (each label is a field
-there) and in each container status (whose labels and annotations are skipped whole). Two
-implementations, one result:
-
-- the C extension's (``podcache.cri._wire``, when it is built: ``EVENT_READER == "c"``): a scan
-  that touches no Python object records the values and the offsets of the strings read, then
-  the strs are built. The scan of an input of at least 64 KiB of bytes (or a memoryview of
-  bytes) runs with the GIL released, so a 16 MiB event (about 12 ms) stops no other thread.
-  A smaller input keeps the GIL, as retaking it can cost a switch interval (5 ms): a real
-  event of a few KB takes under 1 us, the densest 64 KiB (two-byte fields) 150-200 us. So
-  does a mutable buffer (a bytearray), which could change under a scan without the GIL;
-- the Python one (``event_fields_python``, ``status_fields_python``), where the extension is
-  not built, and the reference the C one is held to (tests/unit/cri/test_eventwire_c.py: equal
-  results and equal error messages on every input tested). It hands the GIL over like any
-  Python code, every switch interval. 25-45 us per real event, 35 to 40 times the C one's
-  (benchmarks/bench_eventwire.py).
+- the C extension's (``podcache.cri._wire``, when built: ``EVENT_READER == "c"``): a scan that
+  touches no Python object, then the strs are built. The scan runs with the GIL released for
+  an input of at least 64 KiB of bytes (or a memoryview of bytes); a smaller one keeps it
+  (retaking it can cost a switch interval), and so does a mutable buffer (a bytearray), which
+  could change under a scan without the GIL;
+- the Python one (``event_fields_python``, ``status_fields_python``): the fallback where the
+  extension is not built, and the reference the C one is held to (tests/unit/cri/
+  test_eventwire_c.py: equal results and equal error messages).
 
 ``event_fields(data)`` returns ``EventFields`` as protobuf would decode them from ``data``:
 
@@ -31,8 +20,7 @@ implementations, one result:
   ``namespace`` (3)), ``state`` (3), ``created_at`` (4), ``network`` (5: ``ip`` (1),
   ``additional_ips`` (2, repeated ``PodIP``: ``ip`` (1))) and ``linux`` (6) ``namespaces`` (1)
   ``options`` (2) ``network`` (1, the ``NamespaceMode``); ``containers_statuses`` (5): of each,
-  the fields ``ContainerFields`` names (what an event says of a container: docs/architecture.md
-  §7, "Events are facts");
+  the fields ``ContainerFields`` names (docs/architecture.md §7, "Events are facts");
 - of ``containers_statuses`` the first ``MAX_EVENT_CONTAINERS`` are kept, the others read
   (checked) and counted (``containers_dropped``);
 - ``status_fields(data)`` reads a ``PodSandboxStatusResponse`` the same way: its ``status``
@@ -40,9 +28,9 @@ implementations, one result:
 - of ``additional_ips`` the first ``MAX_ADDITIONAL_IPS`` are kept, the others only counted
   (``additional_ips_dropped``); an IP string that is not UTF-8 is kept with its bad bytes
   replaced (U+FFFD), so that it is dropped as an invalid address, not as a broken event;
-- the last value of a scalar wins; a message field given several times is merged (its fields
-  read in order, the last of each winning); a known field with another wire type is an unknown
-  field, skipped, as protobuf does; unknown fields (groups too) are skipped;
+- the last value of a scalar wins; a message field given several times is merged; a known
+  field with another wire type is an unknown field, skipped, as protobuf does; unknown fields
+  (groups too) are skipped;
 - malformed wire data anywhere (a truncated or over-long varint, a length past the end, a
   field number 0 outside an unknown group, wire type 6 or 7, an unmatched group end, groups
   nested past ``MAX_DEPTH``) and a field it reads that is not UTF-8 are an
@@ -50,10 +38,9 @@ implementations, one result:
   bytes) this reader accepts: it is never stricter than protobuf.
 
 The one difference from protobuf, by design: a string podcache does not read (a label, a
-container status) is never decoded, so one that is not valid UTF-8 is not noticed. The
-decoder is the reference of both readers: tests/unit/cri/test_eventwire.py holds each to one
-specification on generated messages and corrupted bytes (test_eventwire_c.py the C one to the
-Python one). Both take bytes or a memoryview (the C one any contiguous buffer).
+container status) is never decoded, so one that is not valid UTF-8 is not noticed.
+tests/unit/cri/test_eventwire.py holds both readers to protobuf on generated messages and
+corrupted bytes. Both take bytes or a memoryview (the C one any contiguous buffer).
 """
 
 from __future__ import annotations
