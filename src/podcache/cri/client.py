@@ -72,7 +72,7 @@ from podcache.cri.converter import (
     _read_both,
     _read_messages,
 )
-from podcache.cri.endpoint import check_timeout, resolve_endpoint
+from podcache.cri.endpoint import RuntimeAddress
 from podcache.cri.eventstream import AsyncContainerEventStream, ContainerEventStream
 from podcache.cri.eventwire import EventFields
 from podcache.cri.failures import (
@@ -134,15 +134,11 @@ def _read_answer(url: str, method: str, read: Callable[[bytes], Listing], data: 
         raise RuntimeProtocolError(url, _not_cri_message(method)) from None
 
 
-class _Base:
+class _Base(RuntimeAddress):
     """What the twins share: endpoint, timeout and the memo."""
 
     def __init__(self, endpoint: str | None, timeout: float, config_path: str | None) -> None:
-        resolved = resolve_endpoint(endpoint, config_path=config_path)
-        self._endpoint = resolved.endpoint
-        # Where the endpoint came from: "argument", the variable, the config file, "default".
-        self.endpoint_source = resolved.source
-        self._timeout = check_timeout(timeout)
+        super().__init__(endpoint, timeout, config_path)
         # The last listing's conversions: a refresh re-reads only what changed (see convert).
         self._memo = Memo()
         # Each sandbox's IPs, asked once per sandbox ID (see networks).
@@ -163,16 +159,6 @@ class _Base:
     def status_failures(self) -> int:
         """PodSandboxStatus calls that failed (their pods' IPs stay unknown until a retry)."""
         return self._networks.status_failures
-
-    @property
-    def endpoint(self) -> str:
-        """The resolved endpoint URL (``unix:///run/containerd/containerd.sock``)."""
-        return self._endpoint.url
-
-    @property
-    def timeout(self) -> float:
-        """Seconds allowed for each call."""
-        return self._timeout
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.endpoint!r}, timeout={self._timeout:g})"

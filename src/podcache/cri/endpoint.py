@@ -32,6 +32,7 @@ __all__ = [
     "CrictlConfig",
     "Endpoint",
     "ResolvedEndpoint",
+    "RuntimeAddress",
     "check_timeout",
     "load_crictl_config",
     "parse_endpoint",
@@ -278,3 +279,25 @@ def check_timeout(timeout: float) -> float:
     if not (timeout > 0 and math.isfinite(timeout)):
         raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
     return float(timeout)
+
+
+class RuntimeAddress:
+    """What every getter of the runtime holds: its endpoint, resolved as crictl does, and the
+    seconds allowed for each call."""
+
+    def __init__(self, endpoint: str | None, timeout: float, config_path: str | None) -> None:
+        resolved = resolve_endpoint(endpoint, config_path=config_path)
+        self._endpoint = resolved.endpoint
+        # Where the endpoint came from: "argument", the variable, the config file, "default".
+        self.endpoint_source = resolved.source
+        self._timeout = check_timeout(timeout)
+
+    @property
+    def endpoint(self) -> str:
+        """The resolved endpoint URL (``unix:///run/containerd/containerd.sock``)."""
+        return self._endpoint.url
+
+    @property
+    def timeout(self) -> float:
+        """Seconds allowed for each call."""
+        return self._timeout

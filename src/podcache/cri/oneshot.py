@@ -1,47 +1,25 @@
-"""One-shot reads of the runtime for the CLI: Version, a node's listing and its pods' IPs, made
-on one HTTP/2 connection of its own, without grpcio, protobuf or asyncio.
-
-``podcache pods``, ``ps``, ``inspect``, ``which`` and ``version`` ask the runtime once and exit;
-importing grpcio (and asyncio with it) and protobuf costs them more than the calls. So
-``OneShotRuntime`` makes the same calls as ``CRIRuntime.get_pods`` (Version, ListPodSandbox and
-ListContainers with the kubelet's filters, then PodSandboxStatus for each pod's newest READY
-sandbox) as plain gRPC over HTTP/2 on one connection (the three first calls sent together,
-the statuses ``STATUSES_IN_FLIGHT`` at a time: a new one as soon as one ends, which a runtime
-serving calls on a pool of threads answers faster than all at once; the getters, whose rounds
-wait for the event loop's turns, send theirs in rounds of ``networks.STATUS_CONCURRENCY``),
-and reads the answers with the same reader and conversion (``convert``, ``networks``): a
-listing equal to ``CRIRuntime``'s (a test compares them on the simulator).
+"""One-shot reads of the runtime for the CLI (docs/architecture.md §6 rule 1): Version, a
+node's listing and its pods' IPs, made on one HTTP/2 connection of its own without grpcio,
+protobuf or asyncio, a driver of the connection core (§4, "One wire, two drivers"); its
+listing equals ``CRIRuntime.get_pods``'s.
 
 Rules:
 
-- **Success only.** Anything but a clean answer (no socket, a refused connection, a status
-  other than OK, a frame the connection core rejects, the deadline, bytes a reader rejects:
-  any exception) makes the whole read again with ``CRIRuntime``, whose errors name the
-  endpoint and say what is wrong (its diagnosis is the reference); that fallback imports
-  grpcio. A PodSandboxStatus that ends with a status other than OK (its trailers', a reset's,
-  an HTTP status's) leaves its pod's IPs unknown, as ``CRIRuntime``'s listing does. A runtime
-  that hangs is waited for twice (this read, then the fallback's), each within ``timeout``
-  per call.
-- **A driver of the connection core.** What it speaks and its bounds are ``h2core``'s (the
-  pooled connection's too), requests encoded by the wire's method table
-  (``cri.wire.methods``); at most ``BATCH`` calls in flight (and no more than the runtime's
+- **Success only.** Anything but a clean answer (any exception) makes the whole read again
+  with ``CRIRuntime``, whose errors are the reference; that fallback imports grpcio. A
+  PodSandboxStatus that ends with a status other than OK leaves its pod's IPs unknown, as
+  ``CRIRuntime``'s listing does. A runtime that hangs is waited for twice (this read, then
+  the fallback's), each within ``timeout`` per call.
+- **Scheduling.** At most ``BATCH`` calls in flight (nor more than the runtime's
   SETTINGS_MAX_CONCURRENT_STREAMS), one message per answer; every read and write within one
   call's timeout of the last call sent (no call ending for that long fails the read).
-
-Start-up (docs/architecture.md §6 rule 1): the module imports no ``socket`` (its C core
-``_socket`` is enough), no ``hpack`` package (and ``logging`` with it), no msgspec (``values``'
-records) and no model or conversion: a listing imports those after its requests are sent,
-while the runtime answers; ``version`` imports ``values`` once its answer came, and never the
-model. What the CLI imports before it (``cri.endpoint``, ``ipaddr``) imports no msgspec either.
-
-Begun early (``OneShotRuntime.begin``, for the CLI's ``cli.early``): the listing is sent
-before the caller's other start-up work, and once it answered (within ``EARLY_WAIT``) the
-statuses ``get_pods`` will most likely want are asked ahead, at most ``BATCH``, all at once;
-``get_pods(False)`` then reads them as it needs them (a frame is taken whole or not at all by
-the bounded wait, ``_Connection.wait_answers``) and calls the rest once all those ended.
-
-Deliberately not here: the long-lived getters and their connection discipline (``client``,
-``http2``: event streams, pools, relists of one pod, reconnect backoff).
+- **Start-up.** The module imports no ``socket`` (``_socket`` is enough), no ``hpack``, no
+  msgspec (``values``' records) and no model or conversion: a listing imports those after its
+  requests are sent, while the runtime answers; ``version`` imports ``values`` once its answer
+  came, and never the model.
+- **Begun early** (``OneShotRuntime.begin``): ``get_pods(False)`` reads the statuses asked
+  ahead as it needs them (a frame is taken whole or not at all by the bounded wait,
+  ``_Connection.wait_answers``) and calls the rest once all those ended.
 """
 
 # ruff: noqa: PLC0415 -- imports inside functions are deliberate: start-up stays fast
@@ -55,7 +33,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING, NamedTuple, Self
 
 from podcache.cri import h2core
-from podcache.cri.endpoint import Endpoint, check_timeout, resolve_endpoint
+from podcache.cri.endpoint import Endpoint, RuntimeAddress, check_timeout
 from podcache.cri.h2core import Stream, preface
 from podcache.cri.wire.grpcwire import OK
 from podcache.cri.wire.headers import authority
@@ -77,8 +55,7 @@ __all__ = [
 ]
 
 STATUSES_IN_FLIGHT = 8
-"""PodSandboxStatus calls a one-shot read has in flight at once (the simulator's pool of
-threads answers 105 this way in about 0.75x the time of all at once)."""
+"""PodSandboxStatus calls a one-shot read has in flight at once, a new one as each ends."""
 
 BATCH = 100
 """Most calls in flight at once (PodSandboxStatus calls go in batches of this many)."""
@@ -245,7 +222,7 @@ def _message(call: Stream) -> bytes:
 # -- the getter ---------------------------------------------------------------------------------
 
 
-class OneShotRuntime:
+class OneShotRuntime(RuntimeAddress):
     """The runtime at ``endpoint`` (resolved as crictl does), read once per call:
     ``get_pods(all)`` and ``version()`` as ``CRIRuntime``'s, each on a connection of its own
     that it closes (module rules). ``timeout``: seconds per call, as ``CRIRuntime``'s.
@@ -269,13 +246,10 @@ class OneShotRuntime:
         ips: bool = True,
         find_ips: frozenset[str] | None = None,
     ) -> None:
+        super().__init__(endpoint, timeout, config_path)
         self._ips = ips
         self._find_ips = find_ips
         self._given_endpoint = endpoint
-        resolved = resolve_endpoint(endpoint, config_path=config_path)
-        self._endpoint = resolved.endpoint
-        self.endpoint_source = resolved.source
-        self._timeout = check_timeout(timeout)
         self._config_path = config_path
         self._begun: _Begun | None = None
         self._fallback: CRIRuntime | None = None
@@ -287,16 +261,6 @@ class OneShotRuntime:
         """What it was made with but the timeout: endpoint (as given), config path, ips,
         find_ips."""
         return (self._given_endpoint, self._config_path, self._ips, self._find_ips)
-
-    @property
-    def endpoint(self) -> str:
-        """The resolved endpoint URL."""
-        return self._endpoint.url
-
-    @property
-    def timeout(self) -> float:
-        """Seconds allowed for each call."""
-        return self._timeout
 
     def version(self) -> RuntimeVersion:
         """The runtime's Version answer (a protocol error when a field is empty)."""
