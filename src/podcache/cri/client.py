@@ -1,50 +1,26 @@
-"""CRI getters CRIRuntime (threads) and AsyncCRIRuntime (asyncio) over gRPC; no grouping rules.
+"""CRI getters CRIRuntime (threads) and AsyncCRIRuntime (asyncio) over gRPC; no grouping rules
+(docs/architecture.md §4, "Calls", and the modules it names for each concept).
 
-They list sandboxes and containers the way the kubelet does and hand the responses to
-``convert`` (which owns every grouping rule); endpoint lookup is ``endpoint``'s job. What lives
-here is the connection discipline and the error story:
+The connection discipline, beside §4's:
 
 - one channel at a time per getter, insecure, on the unix socket with authority ``localhost``,
-  receive limit 16 MiB, reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the
-  kubelet's), and its own subchannel (``grpc.use_local_subchannel_pool``): no other channel in
-  the process shares its connection or its reconnect backoff;
-- ``AsyncCRIRuntime``'s calls are made on its sync channel in worker threads
-  (``listcalls._ListCaller``), so that the list answers (8-12 MB at 5,000 pods) never become
-  bytes on the event loop;
-- one Version call per channel, made lazily by the first request (and retried until it
-  succeeds): its ``runtime_name`` is the type of every ContainerID;
-- a node's two list calls are streamed (``StreamPodSandboxes``, ``StreamContainers``; CRI
-  list streaming, KEP-5825) when the runtime streams lists, so no answer is bound by gRPC's
-  16 MiB message limit: asked once per channel, UNIMPLEMENTED falls back to ``ListPodSandbox``
-  and ``ListContainers`` at once and for the channel's life (``liststream``, the kubelet's
-  rule); the filtered calls of one pod or one ID (small answers) are never streamed;
-- a ``convert.Memo`` of the last listing, so a refresh converts only the items that changed;
+  reconnect backoff 100 ms to 3 s, minimum connect timeout 5 s (the kubelet's), and its own
+  subchannel (``grpc.use_local_subchannel_pool``): no other channel in the process shares its
+  connection or its reconnect backoff;
 - every call carries the deadline (``timeout``) and ``wait_for_ready``;
 - a call on a READY channel goes straight to gRPC (the hot path: nothing else is done). On any
-  other channel it first connects to the endpoint with a plain socket and closes again (tens of
-  microseconds): a missing socket, a refused connection or a denied one fails at once, not at
-  the deadline. When the endpoint accepts but the channel is in reconnect backoff (the runtime
-  was down long enough for gRPC to wait seconds between attempts, and is back), the channel is
-  replaced by a fresh one, which connects at once: the call never waits for a reconnect timer
-  that may fire after its deadline. Calls still waiting on the old channel go on on the new one;
-- the thread getter's filtered list calls (one pod, one ID) and the event stream are made on
-  podcache's own HTTP/2 client (``http2``; docs/architecture.md §7 rule 6), whose failures
-  are mapped by the same table;
+  other channel it first connects to the endpoint with a plain socket and closes again: a
+  missing socket, a refused connection or a denied one fails at once, not at the deadline.
+  When the endpoint accepts but the channel is in reconnect backoff, the channel is replaced
+  by a fresh one, which connects at once: the call never waits for a reconnect timer that may
+  fire after its deadline. Calls still waiting on the old channel go on on the new one;
 - a call that reaches its deadline is followed by one short probe of the endpoint (a plain
-  connect that sends the HTTP/2 preface) to say what is wrong: nothing there, nobody
-  listening, something that is not gRPC, or a runtime that is up but does not answer.
+  connect that sends the HTTP/2 preface, at most ``min(0.5, timeout)`` seconds) to say what
+  is wrong: nothing there, nobody listening, something that is not gRPC, or a runtime that is
+  up but does not answer.
 
 Every failure is raised as a ``podcache.errors`` exception naming the endpoint, with the gRPC
-error as its ``__cause__``. The probe costs at most ``min(0.5, timeout)`` seconds.
-
-This module holds the getters themselves; each other concept has a module of its own:
-``values`` (``RuntimeVersion``, ``RuntimeStatus``), ``queries`` (the list requests),
-``channels`` (a channel, its methods and state), ``caller`` (``SyncCaller``: the sync calls'
-discipline, which ``CRIRuntime`` holds and delegates to), ``listcalls`` (``_ListCaller``, the
-asyncio getter's list calls in threads, holding a ``SyncCaller`` of its own), ``failures``
-(error mapping), ``diagnosis`` (socket checks and probes) and ``converter`` (conversion, its
-thread and the GC pause). Deliberately not here: endpoint lookup (``endpoint``), grouping
-rules (``convert``), the event stream (``eventstream``).
+error as its ``__cause__``.
 """
 
 from __future__ import annotations
@@ -352,7 +328,7 @@ class AsyncCRIRuntime(_Base):
         self._list_caller: _ListCaller | None = None  # every call, made in its threads
         self._converter = _Converter(self.endpoint)
         # One pod's answers are read in a thread of their own: never queued behind a full
-        # listing's conversion (tens of ms at 1,000 pods) that happens to run.
+        # listing's conversion.
         self._pod_converter = _Converter(self.endpoint)
         self._statuses = StatusReader(self._networks, self._statuses_of)
         self._pod_fetches: dict[str, _PodFetch] = {}  # relists of one pod not yet begun
@@ -401,9 +377,8 @@ class AsyncCRIRuntime(_Base):
         """The node's pods: running ones (ready sandboxes, running containers), or all.
 
         The list calls are made in worker threads (``_ListCaller``) and their answers read and
-        converted in another, never on the event loop (at 5,000 pods the answers are 8-12 MB
-        and converting them takes about 100 ms); the sandboxes are read before ListContainers
-        is called. Cancelling the caller cancels the list call in flight.
+        converted in another, never on the event loop; the sandboxes are read before
+        ListContainers is called. Cancelling the caller cancels the list call in flight.
         """
         runtime_name = (await self.version()).runtime_name
         lister = self._lister()
@@ -422,15 +397,9 @@ class AsyncCRIRuntime(_Base):
 
     async def get_pod(self, uid: str, all: bool = False) -> Pod | None:
         """The twin of ``CRIRuntime.get_pod``: one pod's two filtered list calls, made off the
-        event loop as ``get_pods``' are, and read on it when their answers are small
-        (``INLINE_POD_BYTES``: the thread hops would cost more than the reading), else in the
-        pod converter's thread.
-
-        Relists of one pod asked before its calls begin share them (``_PodFetch``): serve's
-        two views relist a pod on the same event, and one pair of calls listing every item of
-        the pod serves both; ``all=False`` keeps the ready sandboxes and running containers
-        of it, as the runtime's state filters would (the CRI's filter is equality on the
-        item's state). The calls begin after every sharer asked."""
+        event loop, their answers read on it up to ``INLINE_POD_BYTES``, else in the pod
+        converter's thread. Relists of one pod asked before its calls begin share them
+        (``_PodFetch``; docs/architecture.md §7 rule 6)."""
         _check_uid(uid)
         runtime_name = (await self.version()).runtime_name
         fetch = self._pod_fetches.get(uid)
@@ -479,11 +448,8 @@ class AsyncCRIRuntime(_Base):
         container_request: pb.ListContainersRequest,
         listing: ListingPass | None = None,
     ) -> PodList:
-        """The pods of two filtered list calls (small answers), without the listing memo.
-
-        The two calls are made together, in one write on a connection of the own HTTP/2
-        client, from one pool thread (``_ListCaller.pod_calls``, as the thread getter makes
-        them): a relist of one pod waits for one round trip and one thread hand-off."""
+        """The pods of two filtered list calls (small answers, made together:
+        ``_ListCaller.pod_calls``), without the listing memo."""
         runtime_name = (await self.version()).runtime_name
         sandbox_bytes, container_bytes = await self._pod_calls(sandbox_request, container_request)
         converter = self._pod_converter
@@ -516,8 +482,8 @@ class AsyncCRIRuntime(_Base):
         container_answer: tuple[str, list[bytes]],
         listing: ListingPass,
     ) -> PodList:
-        """In the converter's thread: read the containers, then build the pods. Both listings
-        are released here too: freeing their rows is some milliseconds at 5,000 pods."""
+        """In the converter's thread: read the containers, then build the pods; both listings
+        are released here too, off the loop."""
         sandboxes, held.listing = held.listing, None
         assert sandboxes is not None
         containers = self._converter.read_all(*container_answer)

@@ -1,28 +1,19 @@
 """CRI list responses -> PodList, as the kubelet's GetPods builds it; pure, no gRPC, no I/O.
 
-The grouping follows the kubelet (``pkg/kubelet/kuberuntime``, ``GetPods``) item by item, with
-the two deliberate improvements of docs/architecture.md §4: a pod's ``created_at`` is the
-newest of its sandboxes', and every order is total (pods newest first, ties by pod ID
-ascending; containers and sandboxes inside a pod newest first by CRI ``created_at``, ties by ID
-ascending). Pods also get their newest sandbox's own labels (a podcache addition).
-
-Trade-off: this runs on every cache refresh over every container of the node, so it prefers
-speed and a small snapshot over elegance. Reading a field of a upb message allocates, so each
-is read once, into a local; ``HasField`` runs only when a read value cannot prove presence;
-repeated strings are shared so a snapshot holds one object per distinct value;
-ordering uses C-level sort keys. And since a CRI item never changes after creation except for
-its state (labels, annotations, image and metadata are fixed when it is created), an optional
-``Memo`` carries each item's conversion to the next listing: an item listed again with the
-same id, ``created_at`` and state costs three field reads instead of a dozen.
+The rules are docs/architecture.md §4's ("Conversion", "The total order", "Speed without
+other rules"). This runs on every refresh over every container of the node: each field of a
+upb message is read once, into a local (a read allocates); ``HasField`` runs only when a read
+value cannot prove presence; repeated strings are shared so a snapshot holds one object per
+distinct value; ordering uses C-level sort keys.
 
 Two readers feed the same assembly: protobuf messages (``build_pods``), and the raw bytes of
 the two list answers (``read_sandboxes``/``read_containers``, then ``pods_from_listings``),
 which the C extension ``podcache.cri._wire`` reads in one pass into rows with named fields
-(``SandboxRow``, ``ContainerRow``), several times faster than upb's decode plus field reads;
-where the extension is not built, protobuf decodes the bytes and the message reader reads them.
-Either way each item becomes its facts (``_KeptSandbox`` ... ``_SkippedContainer``: what it
-contributes to the pods, and the unit a ``Memo`` keeps), and the assembly groups facts into pods
-in small steps: facts, groups, placement in each group, pods, their order.
+(``SandboxRow``, ``ContainerRow``); where it is not built, protobuf decodes the bytes and the
+message reader reads them. Either way each item becomes its facts (``_KeptSandbox`` ...
+``_SkippedContainer``: what it contributes to the pods, and the unit a ``Memo`` keeps), and
+the assembly groups facts into pods in small steps: facts, groups, placement in each group,
+pods, their order.
 """
 
 from __future__ import annotations
@@ -410,16 +401,9 @@ def build_pods(
     containers: Iterable[pb.Container],
     memo: Memo | None = None,
 ) -> PodList:
-    """Group listed sandboxes and containers into pods, exactly as the kubelet's GetPods.
-
-    ``runtime_name`` (from the runtime's Version) becomes the type of every ContainerID.
-    Sandboxes: grouped by metadata uid (name and namespace from the first one's metadata);
-    no metadata -> skipped; empty id -> skipped but its pod remains. Containers: grouped by
-    the label ``io.kubernetes.pod.uid``, a pod synthesised from the pod labels when no sandbox
-    made it (created_at 0; missing labels give the one pod with an empty ID); no metadata ->
-    skipped before grouping; empty id or no image -> skipped after grouping (the pod remains).
-    A pod's ``labels`` are its newest sandbox's, less the kubelet's ``io.kubernetes.pod.*``
-    keys (a podcache addition); a pod with no converted sandbox has none.
+    """Group listed sandboxes and containers into pods, exactly as the kubelet's GetPods
+    (docs/architecture.md §4, "Conversion" rules 1-4); ``runtime_name`` (from the runtime's
+    Version) becomes the type of every ContainerID.
 
     ``memo`` (optional) carries conversions from the previous call to the next; the result is
     the same with or without it.
@@ -447,12 +431,8 @@ class Listing:
         return self._rows
 
     def release(self) -> None:
-        """Drop the rows (the listing is empty afterwards), ``RELEASE_SLICE`` at a time.
-
-        The last reference to 20,000 rows freed in one go holds the GIL for 2-7 ms in one C
-        call; a slice takes a fraction of a millisecond, and the interpreter may hand the GIL
-        over between slices (docs/architecture.md §4).
-        """
+        """Drop the rows (the listing is empty afterwards), ``RELEASE_SLICE`` at a time: the
+        interpreter may hand the GIL over between slices (docs/architecture.md §4)."""
         rows = self._rows
         self._rows = ()
         if isinstance(rows, list):
@@ -486,9 +466,8 @@ def split_items(data: bytes, piece: int) -> list[memoryview] | None:
     anything else (unknown fields, groups, a truncated item) gives None, and the answer is
     read whole, so the reader alone decides what is malformed.
 
-    The pieces are views of ``data``, nothing is copied (copies of a 12 MB answer cost 7-10 ms
-    in page faults); the C extension finds the cuts in one pass (``_item_cuts_python`` is
-    the reference it is tested against, 20 ms of Python at 5,000 pods).
+    The pieces are views of ``data``, nothing is copied; the C extension finds the cuts in one
+    pass (``_item_cuts_python`` is the reference it is tested against).
     """
     find_cuts = _item_cuts_python if _WIRE is None else _WIRE.item_cuts
     cuts = find_cuts(data, piece)
@@ -752,12 +731,9 @@ def _newest_first(kept: list[_Kept]) -> None:
 def _ordered(items: list[_Dated]) -> list[_Dated]:
     """``items`` newest first, ties by ID ascending, then as they came (a stable order).
 
-    A long list is ordered by the C extension, which sorts with the GIL released: sorted here
-    by a key, one C call holds the GIL throughout (4-15 ms at 15,000 containers whose
-    creation times tie), and ``podcache serve``'s event loop waits as long (docs/
-    architecture.md §4). Its keys are gathered in Python, which hands the GIL over between
-    bytecodes. Without the extension: one sort by time, and only if two times tie, the
-    slower sorts by ID then time.
+    A long list is ordered by the C extension with the GIL released, its keys gathered in
+    Python (docs/architecture.md §4, "No long hold of the GIL"). Without the extension: one
+    sort by time, and only if two times tie, the slower sorts by ID then time.
     """
     if _WIRE is not None and len(items) >= ORDER_IN_C_FROM:
         order = _WIRE.newest_first([item.created_at for item in items], [item.id for item in items])

@@ -1,56 +1,31 @@
 """The HTTP/2 connection core of podcache's own gRPC client: one connection's streams, frames,
-flow control, bounds, deadlines and outcomes, over a socket its driver connected. Its two
-drivers are the pooled connection (``http2``: the list calls of one pod, a listing's statuses,
-the event stream) and the one-shot read (``oneshot``: the CLI's listing); they differ in how
-they connect and schedule calls, and in what they do with a failure.
-
-Rules:
+flow control, bounds, deadlines and outcomes, over a socket its driver connected; its two
+drivers are ``http2`` (pooled) and ``oneshot`` (docs/architecture.md §4, "One wire, two
+drivers"). The rules a hostile runtime is held to (deadlines, the control-frame budget,
+received flow control, the decode memo's bound) are §7 rule 6's; besides them:
 
 - **One thread per connection.** A connection is used by one thread at a time; ``cancel()`` is
   the one call another thread may make: it shuts the socket down, and the reading thread sees
   its call cancelled.
 - **What it speaks.** HTTP/2 over the runtime's socket (unix or loopback TCP), no TLS, no
   compression asked for (a compressed message is a violation), request headers written as
-  literals (never indexed); answers' header blocks are decoded by ``cri.wire.headers``. PINGs and
-  SETTINGS are acknowledged, flow control is kept both ways: the windows it gives the runtime
-  (``STREAM_WINDOW`` per stream, ``CONNECTION_WINDOW``: ``preface``) are given back as it
-  reads, the ones the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
-- **Bounds.** A frame of at most ``MAX_FRAME_BYTES`` (what it advertises), a header block of at
-  most ``MAX_HEADER_BLOCK`` bytes and ``MAX_CONTINUATIONS`` CONTINUATION frames (empty ones
-  add no bytes), at most two HPACK table size updates at a block's start (RFC 7541 §4.2), a
-  message of at most ``MAX_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit),
-  one message in a unary answer (a second is a violation; a stream's are taken one at a time,
-  so at most one frame's worth wait), the decode memo of at most ``MAX_MEMO_BYTES``.
-- **Control frames are budgeted.** Every frame that carries no DATA payload (PING, SETTINGS,
-  WINDOW_UPDATE, RST_STREAM, PRIORITY, GOAWAY, HEADERS, CONTINUATION, empty DATA, unknown
-  types) takes one from a budget of ``CONTROL_FRAME_BURST``, given back at
-  ``CONTROL_FRAMES_PER_SECOND`` and ``CONTROL_FRAMES_PER_CALL`` for each call opened (a call
-  brings some four: its headers, trailers, a window update, a PING); a runtime that overdraws
-  it is flooding (the HTTP/2 CVEs of 2019 and 2024: ping, settings, reset, empty-frame and
-  CONTINUATION floods), and the connection ends with a violation naming the frame.
-- **Deadlines.** Every read and write under ``_deadline`` (the driver's: its unary calls'),
-  the acknowledgements and window updates it writes included, checked before each frame is
-  taken as well as before each read; a write that does not finish breaks the connection.
-  Without one (a stream's), reads wait as long as the driver asks and writes have
-  ``SEND_TIMEOUT`` each.
-- **Flow control, received.** The runtime may send DATA only within the windows given; DATA
-  past them, DATA on stream 0 or on a stream it ended or that was never opened, a WINDOW_UPDATE
-  of 0 or one that takes a window past 2^31-1, a SETTINGS_INITIAL_WINDOW_SIZE past 2^31-1 (or
-  one that takes a window there), a SETTINGS_MAX_FRAME_SIZE outside RFC 9113's range and
-  SETTINGS_ENABLE_PUSH other than 0 are connection errors (RFC 9113 §5.1, §6.5.2, §6.9): a
-  violation naming the frame.
+  literals (never indexed). PINGs and SETTINGS are acknowledged; the windows it gives the
+  runtime (``STREAM_WINDOW``, ``CONNECTION_WINDOW``: ``preface``) are given back as it reads;
+  the ones the runtime gives it are never overrun (a request waits for a WINDOW_UPDATE).
+- **Bounds.** ``MAX_FRAME_BYTES``, ``MAX_HEADER_BLOCK`` and ``MAX_CONTINUATIONS``, at most
+  ``MAX_SIZE_UPDATES`` HPACK table size updates at a block's start, a message of at most
+  ``MAX_MESSAGE_BYTES`` (RESOURCE_EXHAUSTED past it, as grpcio's limit), one message in a
+  unary answer (a second is a violation; a stream's are taken one at a time, so at most one
+  frame's worth wait), ``MAX_MEMO_BYTES`` of decode memo.
+- **Deadlines.** ``_deadline`` is the driver's; without one (a stream's), reads wait as long
+  as the driver asks and writes have ``SEND_TIMEOUT`` each.
 - **Outcomes.** A call ends with gRPC's status number and details (``Stream.status``): the
   trailers' grpc-status and grpc-message (percent-decoded), an HTTP status other than 200 by
   gRPC's table, RST_STREAM by its error code, GOAWAY UNAVAILABLE. A failure of the connection
   is a ``CallFailedError``: a lost connection UNAVAILABLE (cancelled: CANCELLED), the deadline
   DEADLINE_EXCEEDED; a runtime that breaks HTTP/2 or gRPC framing is a ``WireViolationError``
-  (a ``CallFailedError``): the connection is closed, never reused. Every failure names the
-  method being read or written. ``grpc.StatusCode`` is mapped only in ``status_code``, for the
-  pooled connection's callers (the one-shot read imports no grpc).
-
-Deliberately not here: the bytes of frames, HPACK and gRPC's framing and the methods' paths
-(``cri.wire``), connecting, the calls' scheduling and their deadlines (the drivers), the pool
-(``h2pool``), podcache's errors (``caller`` maps these failures), TLS and compression.
+  naming the frame: the connection is closed, never reused. Every failure names the method
+  being read or written. ``grpc.StatusCode`` is mapped only in ``status_code``.
 """
 
 from __future__ import annotations

@@ -1,37 +1,19 @@
-"""podcache's own HTTP/2 client for the gRPC calls a pod change makes: the GetContainerEvents
-stream and the filtered list calls of one pod (docs/architecture.md §7 rule 6), and for a
-listing's PodSandboxStatus calls, made together (``call_each``: each call's failure its own).
-The pooled driver of the connection core (``h2core``), as the one-shot read is its other.
+"""podcache's own HTTP/2 client for the gRPC calls a pod change makes (docs/architecture.md §7
+rule 6: the event stream, the filtered list calls of one pod, a listing's PodSandboxStatus
+calls made together by ``call_each``, each call's failure its own): the pooled driver of the
+connection core (``h2core``, whose rules hold here too).
 
-Why not grpcio for these: its Python layer costs several times the CPU per streamed message
-and per unary call (measured in docs/architecture.md §7 rule 6); here the thread that needs an
-answer reads it from its own socket. grpcio keeps every other call (the full listings,
-Version, Status), and the tests hold this client to it.
-
-Rules (the core's hold too: what it speaks, bounds, the control-frame budget, flow control,
-outcomes):
+Rules:
 
 - **One thread per connection.** The ``ConnectionPool`` (``h2pool``) lends its idle
-  connections (at most ``MAX_IDLE`` kept) to the threads that relist pods, and an event stream
-  owns a connection of its own. ``StreamCall.cancel()`` is the one call another thread may
-  make (``Connection.cancel``); ``ConnectionPool.close()`` cancels every connection it has lent
-  the same way, so every call in flight ends at once (CANCELLED), whatever it waits for.
-- **Deadlines.** Every read and write of a unary call, the acknowledgements and window
-  updates it writes included, is under the call's deadline; the connect and the preface's
-  write under the connect timeout. A stream's reads wait without a deadline and its writes
-  have ``SEND_TIMEOUT`` each.
+  connections to the threads that relist pods, and an event stream owns a connection of its
+  own. ``StreamCall.cancel()`` is the one call another thread may make; ``ConnectionPool
+  .close()`` cancels every connection it has lent the same way.
+- **Deadlines.** A unary call's every read and write is under its deadline; the connect and
+  the preface's write under the connect timeout; a stream's reads wait without a deadline.
 - **Outcomes.** A call's status other than OK, and every failure of the connection, is a
-  ``CallFailedError`` with a ``grpc.StatusCode``, the same codes ``failures`` maps for
-  grpcio's calls; a ``WireViolationError`` closes the connection.
-- **Retry.** A pooled connection the runtime closed while it was idle (a restart) fails before
-  any answer arrives; the pool then makes the calls once more on a fresh connection (the list
-  calls only read).
-
-Here: ``Connection`` (connecting, the calls) and ``StreamCall``. Deliberately not here: the
-connection's frames, flow control and bounds (``h2core``), the bytes of the wire
-(``cri.wire``), the pool (``h2pool``), podcache's errors (``caller`` maps these failures, with
-how long the call took), and any call but the list calls of one pod, a listing's statuses and
-the event stream.
+  ``CallFailedError`` with a ``grpc.StatusCode``; a ``WireViolationError`` closes the
+  connection.
 """
 
 from __future__ import annotations
