@@ -14,7 +14,7 @@ import asyncio
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Self
 
 from podcache.errors import EventsUnsupportedError
@@ -23,6 +23,13 @@ from podcache.model import ContainerEvent, Pod, PodList
 __all__ = ["AsyncFakeEventStream", "AsyncFakeRuntime", "FakeEventStream", "FakeRuntime"]
 
 FAKE_ENDPOINT = "fake://runtime"
+
+
+def _polls(done: Callable[[], bool], timeout: float) -> Iterator[None]:
+    """One item per poll of ``done`` while it is false, for ``timeout`` seconds at most."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        yield
 
 
 class _End:
@@ -58,6 +65,17 @@ class _FakeStreamBase:
     def _put(self, item: ContainerEvent | _End) -> None:
         raise NotImplementedError
 
+    def _taken(self, item: ContainerEvent | _End) -> ContainerEvent | None:
+        """The event ``item`` is, or None where the stream ends (raising the runtime's error
+        when it ended the stream with one; a stream the client closed ends without)."""
+        if not isinstance(item, _End):
+            return item
+        closed = self.closed
+        self._forget()
+        if item.error is not None and not closed:
+            raise item.error
+        return None
+
 
 class FakeEventStream(_FakeStreamBase):
     """``FakeRuntime.container_events()``: events ``emit()``ted while it is open."""
@@ -80,14 +98,10 @@ class FakeEventStream(_FakeStreamBase):
         self.open()
         if self.closed:
             raise StopIteration
-        item = self._inbox.get()
-        if isinstance(item, _End):
-            closed = self.closed  # closed by the client: no error; ended by the runtime: its
-            self._forget()
-            if item.error is not None and not closed:
-                raise item.error
+        event = self._taken(self._inbox.get())
+        if event is None:
             raise StopIteration
-        return item
+        return event
 
     def close(self) -> None:
         self._forget()
@@ -115,14 +129,10 @@ class AsyncFakeEventStream(_FakeStreamBase):
         await self.open()
         if self.closed:
             raise StopAsyncIteration
-        item = await self._inbox.get()
-        if isinstance(item, _End):
-            closed = self.closed  # closed by the client: no error; ended by the runtime: its
-            self._forget()
-            if item.error is not None and not closed:
-                raise item.error
+        event = self._taken(await self._inbox.get())
+        if event is None:
             raise StopAsyncIteration
-        return item
+        return event
 
     async def aclose(self) -> None:
         self._forget()
@@ -237,9 +247,12 @@ class _FakeBase:
                 return pod.id
         return None
 
-    def _leave(self, all: bool) -> PodList:
+    def _exit(self) -> None:
         with self._lock:
             self.in_flight -= 1
+
+    def _leave(self, all: bool) -> PodList:
+        self._exit()
         if self.on_call is not None:
             self.on_call(all)
         if self.error is not None:
@@ -278,12 +291,9 @@ class FakeRuntime(_FakeBase):
 
     def wait_for_subscriptions(self, count: int, timeout: float = 5.0) -> bool:
         """Wait until at least ``count`` event streams were opened; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while self.subscriptions < count:
-            if time.monotonic() >= deadline:
-                return False
+        for _ in _polls(lambda: self.subscriptions >= count, timeout):
             time.sleep(0.001)
-        return True
+        return self.subscriptions >= count
 
     def get_pods(self, all: bool) -> PodList:
         """The pods, after the configured latency and while not blocked; or ``error``."""
@@ -295,8 +305,7 @@ class FakeRuntime(_FakeBase):
             if self.latency:
                 time.sleep(self.latency)
         except BaseException:
-            with self._lock:
-                self.in_flight -= 1
+            self._exit()
             raise
         return self._leave(all)
 
@@ -351,12 +360,9 @@ class AsyncFakeRuntime(_FakeBase):
 
     async def wait_for_calls(self, count: int, timeout: float = 5.0) -> bool:
         """Wait until at least ``count`` calls have started; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while self.calls < count:
-            if time.monotonic() >= deadline:
-                return False
+        for _ in _polls(lambda: self.calls >= count, timeout):
             await asyncio.sleep(0.001)
-        return True
+        return self.calls >= count
 
     def container_events(self) -> AsyncFakeEventStream:
         """A stream of the events ``emit()``ted while it is open (opens on first use)."""
@@ -364,12 +370,9 @@ class AsyncFakeRuntime(_FakeBase):
 
     async def wait_for_subscriptions(self, count: int, timeout: float = 5.0) -> bool:
         """Wait until at least ``count`` event streams were opened; False on timeout."""
-        deadline = time.monotonic() + timeout
-        while self.subscriptions < count:
-            if time.monotonic() >= deadline:
-                return False
+        for _ in _polls(lambda: self.subscriptions >= count, timeout):
             await asyncio.sleep(0.001)
-        return True
+        return self.subscriptions >= count
 
     async def get_pods(self, all: bool) -> PodList:
         """The pods, after the configured latency and while not blocked; or ``error``."""
@@ -379,8 +382,7 @@ class AsyncFakeRuntime(_FakeBase):
             if self.latency:
                 await asyncio.sleep(self.latency)
         except BaseException:
-            with self._lock:
-                self.in_flight -= 1
+            self._exit()
             raise
         return self._leave(all)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, Self, cast
 
@@ -135,19 +135,28 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
             if self._count_hits:
                 self._fast_hits += 1
             return current[0]  # type: ignore[return-value]  # fresh_until is -inf until filled
-        check_timeout(timeout)
-        if self._subscription is not None and self._subscriber is None:
-            self._start_subscriber()
-        now = self._clock()
-        pods, refresh, start = self._core.plan(now)
-        self._arm(self._core.arm(now))
-        if refresh is not None and start:
-            self._spawn(refresh)
+        pods, refresh = self._plan(timeout)
         if pods is not None:
             return pods
         assert refresh is not None
         await self._wait(refresh, timeout)
         return self._outcome(refresh)
+
+    def _plan(
+        self, timeout: float | None, need: float | None = None
+    ) -> tuple[PodList | None, Refresh[asyncio.Future[None]] | None]:
+        """``FreshnessCore.plan`` for a miss (``need``: a forced caller's), its timer armed
+        and the refresh it starts spawned; the subscriber starts here when it could not at
+        construction."""
+        check_timeout(timeout)
+        if self._subscription is not None and self._subscriber is None:
+            self._start_subscriber()
+        now = self._clock()
+        pods, refresh, start = self._core.plan(now, need)
+        self._arm(self._core.arm(now))
+        if refresh is not None and start:
+            self._spawn(refresh)
+        return pods, refresh
 
     def _outcome(self, refresh: Refresh[asyncio.Future[None]]) -> PodList:
         """What the refresh a reader waited for gives it: its pods; when it failed, the last
@@ -175,16 +184,9 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         self, min_expected_cache_time: float, *, timeout: float | None = None
     ) -> None:
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
-        check_timeout(timeout)
-        if self._subscription is not None and self._subscriber is None:
-            self._start_subscriber()
-        now = self._clock()
-        _, refresh, start = self._core.plan(now, min_expected_cache_time)
-        self._arm(self._core.arm(now))
+        _, refresh = self._plan(timeout, min_expected_cache_time)
         if refresh is None:
             return
-        if start:
-            self._spawn(refresh)
         await self._wait(refresh, timeout)
         if refresh.error is not None:
             raise refresh.error
@@ -318,7 +320,11 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
             self._spawn(start.full)
 
     def _spawn(self, refresh: Refresh[asyncio.Future[None]]) -> None:
-        task = asyncio.get_running_loop().create_task(self._run(refresh), name="podcache-refresh")
+        self._task(self._run(refresh), "podcache-refresh")
+
+    def _task(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run ``work`` as a task ``close()`` waits for."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -355,11 +361,7 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
     def _spawn_pods(self, relists: Sequence[PodRelist]) -> None:
         for relist in relists:
-            task = asyncio.get_running_loop().create_task(
-                self._run_pod(relist), name="podcache-pod-relist"
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._task(self._run_pod(relist), "podcache-pod-relist")
 
     def _arm_pods(self, delay: float | None) -> None:
         """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""

@@ -154,6 +154,15 @@ def make_hit_path(
     return HitPath(get, publish, read_hits, get_pods_nowait)
 
 
+def _timer(delay: float | None, fire: Callable[[], None], name: str) -> None:
+    """Call ``fire`` in a daemon timer thread after ``delay`` seconds (None: never)."""
+    if delay is not None:
+        timer = threading.Timer(delay, fire)
+        timer.name = name
+        timer.daemon = True
+        timer.start()
+
+
 class RuntimeCache(Driving[threading.Event, PodGetter]):
     """A bounded-staleness cache of ``getter.get_pods(all)`` for threads (``all=False``, the
     default: the kubelet's running view; ``all=True``: NotReady sandboxes and exited
@@ -252,12 +261,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         self, min_expected_cache_time: float, *, timeout: float | None = None
     ) -> None:
         """Refresh unless the cache holds pods fetched at or after ``min_expected_cache_time``."""
-        check_timeout(timeout)
-        with self._lock:
-            now = self._clock()
-            _, refresh, start = self._core.plan(now, min_expected_cache_time)
-            delay = self._core.arm(now)
-        self._arm(delay)
+        _, refresh, start = self._plan(timeout, min_expected_cache_time)
         if refresh is not None:
             self._await(refresh, start, timeout)
             if refresh.error is not None:
@@ -359,13 +363,20 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         return self.get_pods()
 
     # -- internals ---------------------------------------------------------------------------
-    def _get_slow(self, timeout: float | None) -> PodList:
+    def _plan(
+        self, timeout: float | None, need: float | None = None
+    ) -> tuple[PodList | None, Refresh[threading.Event] | None, bool]:
+        """``FreshnessCore.plan`` for a miss (``need``: a forced caller's), its timer armed."""
         check_timeout(timeout)
         with self._lock:
             now = self._clock()
-            pods, refresh, start = self._core.plan(now)
+            plan = self._core.plan(now, need)
             delay = self._core.arm(now)
         self._arm(delay)
+        return plan
+
+    def _get_slow(self, timeout: float | None) -> PodList:
+        pods, refresh, start = self._plan(timeout)
         if pods is not None:
             if refresh is not None:  # refresh-ahead: readers keep the current pods meanwhile
                 self._spawn(refresh)
@@ -402,11 +413,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
 
     def _arm(self, delay: float | None) -> None:
         """After ``delay`` seconds, ask the core whether the queued refresh may start."""
-        if delay is not None:
-            timer = threading.Timer(delay, self._fire)
-            timer.name = "podcache-refresh-timer"
-            timer.daemon = True
-            timer.start()
+        _timer(delay, self._fire, "podcache-refresh-timer")
 
     def _fire(self) -> None:
         with self._lock:
@@ -469,11 +476,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
 
     def _arm_pods(self, delay: float | None) -> None:
         """After ``delay`` seconds, ask the core which waiting relists the budget lets start."""
-        if delay is not None:
-            timer = threading.Timer(delay, self._fire_pods)
-            timer.name = "podcache-relist-timer"
-            timer.daemon = True
-            timer.start()
+        _timer(delay, self._fire_pods, "podcache-relist-timer")
 
     def _fire_pods(self) -> None:
         with self._lock:

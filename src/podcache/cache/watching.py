@@ -194,6 +194,27 @@ class _Watch(Generic[_Host]):
         self._buffer.clear()
         return batch
 
+    def _open_cursor(self) -> Cursor | None:
+        """After the fill (under the thread host's lock): the watch's cursor, None when it was
+        closed meanwhile."""
+        if self._closed:
+            return None
+        host = self._host
+        cursor = host.log.open(self._since)
+        self._handle.cursor = cursor
+        self._revision = cursor.revision
+        host.opened()
+        return cursor
+
+    def _close_cursor(self) -> None:
+        """Mark the watch closed and give its cursor back (under the thread host's lock)."""
+        self._closed = True
+        self._buffer.clear()
+        cursor = self._handle.cursor
+        if cursor is not None:
+            self._host.log.close(cursor)
+            self._host.closed()
+
     def _read(self, log: ChangeLog, cursor: Cursor) -> list[PodChange]:
         try:
             batch = log.read(cursor)
@@ -276,25 +297,13 @@ class PodWatch(_Watch[WatchHost], Iterator[PodChange]):
         if self._since is None:
             host.fill()
         with host.lock:
-            if self._closed:
-                return None
-            cursor = host.log.open(self._since)
-            self._handle.cursor = cursor
-            self._revision = cursor.revision
-            host.opened()
-        return cursor
+            return self._open_cursor()
 
     def close(self) -> None:
         """End the watch; a thread waiting in it returns (idempotent)."""
-        host = self._host
-        with host.changed:
-            self._closed = True
-            self._buffer.clear()
-            cursor = self._handle.cursor
-            if cursor is not None:
-                host.log.close(cursor)
-                host.closed()
-            host.changed.notify_all()
+        with self._host.changed:
+            self._close_cursor()
+            self._host.changed.notify_all()
 
 
 # -- asyncio -----------------------------------------------------------------------------------
@@ -424,24 +433,12 @@ class AsyncPodWatch(_Watch[AsyncWatchHost], AsyncIterator[PodChange]):
         host = self._host
         if self._since is None:
             await host.fill()
-        if self._closed:
-            return None
-        cursor = host.log.open(self._since)
-        self._handle.cursor = cursor
-        self._revision = cursor.revision
-        host.opened()
-        return cursor
+        return self._open_cursor()
 
     def close(self) -> None:
         """End the watch; a task waiting in it returns (idempotent)."""
-        self._closed = True
-        self._buffer.clear()
-        cursor = self._handle.cursor
-        host = self._host
-        if cursor is not None:
-            host.log.close(cursor)
-            host.closed()
-        host.wake()
+        self._close_cursor()
+        self._host.wake()
 
 
 def _age(now: float, cache_time: float | None) -> float | None:
