@@ -1,40 +1,18 @@
 """The freshness core: every decision the runtime cache makes, and no I/O, threads or clock.
 
-Everything that affects what a caller receives lives in this file; the rules it keeps are
-docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below. The drivers
-(``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the getter
-and wait; they ask this core what to do and report back what happened.
+It keeps docs/architecture.md §3 rules 1-9, stated from the inside as the invariants below; the
+drivers (``threaded.RuntimeCache``, ``aio.AsyncRuntimeCache``) only read the clock, call the
+getter and wait, asking this core what to do and reporting back what happened.
 
-Theory of operation
--------------------
-The cache holds one *snapshot*: ``(pods, timestamp)``, where the timestamp is the clock read
-just before the fetch that produced the pods began. A caller states a *need*: the oldest
-timestamp it accepts (``call_time - period`` for ``get_pods``, ``t`` for
-``force_update_if_older(t)``). A period of 0 asks for data fetched after the call began, which
-no existing snapshot or in-flight refresh can satisfy (even when the clock has not advanced).
-
-* snapshot new enough                      -> hit (drivers do this check without a lock)
-* no refresh in flight                     -> start one; the caller waits for it
-* in-flight refresh started new enough     -> join it
-* in-flight refresh started too early      -> wait for the *next* refresh, shared by every caller
-                                              in that position; it starts as soon as the
-                                              in-flight one ends (whatever its outcome)
-
-Forced refreshes are rate-limited (``min_refresh_interval``, off when 0). A refresh is *forced*
+A caller's need is met by the snapshot (a hit), else by the refresh in flight if it began late
+enough (a join), else by the next refresh, queued and shared by every caller in that position,
+which starts as soon as the one in flight ends, whatever its outcome. A refresh is *forced*
 when a ``force_update_if_older`` caller needs it (started for one, or queued with one waiting).
-No refresh that only forced callers wait for begins sooner than ``min_refresh_interval`` after
-the last forced refresh began: it stays queued (its callers wait for it, as above) until that
-time, when the driver's timer asks the core to start it (``fire``), or until the in-flight one
-ends at or after it. A ``get_pods`` caller that needs it (or a routine start while it waits)
-starts it at once: routine refreshes are bounded by the period, not by this rule. Either way it
-begins after every waiting caller arrived, so each still gets data fetched after its need.
-
-Refreshes the runtime's events ask for (``hint``) have a time budget instead: one that only
-hints need (no reader and no forced caller waits for it) begins at least ``EVENT_BUDGET``
-times the last successful listing's duration after that listing ended, so listings caused by
-events take at most a tenth of the time however fast events come (a runtime sending thousands
-of events a second for IDs it never lists cannot keep the cache relisting back to back). A
-reader or a forced caller that needs it starts it by its own rule, as above.
+One that only forced callers need stays queued until ``min_refresh_interval`` after the last
+forced start: the driver's timer starts it then (``fire``), or the end of the one in flight at
+or after that time. A ``get_pods`` caller that needs it, or a routine start while it waits,
+starts it at once. Either way it begins after every waiting caller arrived. One that only the
+runtime's events need (``hint``) waits for the event budget (§7) instead.
 
 Invariants
 ----------
@@ -51,13 +29,11 @@ Invariants
    with its revision: callers and watchers see the same numbered PodList. Its ``Publication``
    waits in ``published`` for the driver, which hands it to the publish hooks before it wakes
    anyone (``cache.publishing``).
-8. Relists of one pod (``pod_hint``, ``pod_complete``; the rules are ``cache.podrelists``')
-   replace that pod in the snapshot and keep its timestamp, the last full listing's: the
-   freshness rules above hold unchanged, and the timestamp is never newer than any pod's data.
-   A failed one, or a storm of them, asks for a full listing as an event does (``hint``).
-   They have a budget of their own, also a tenth of the time (``podrelists`` invariant 6):
-   pods waiting for it always have a way to start (a relist in flight whose end starts them,
-   or the driver's timer, ``pod_arm`` and ``pod_fire``).
+8. Relists of one pod (``pod_hint``, ``pod_complete``; their rules are ``cache.podrelists``')
+   replace that pod and keep the snapshot's timestamp (§3 rule 11). A failed one, or a storm
+   of them, asks for a full listing as an event does (``hint``). Pods waiting for their budget
+   (``podrelists`` invariant 6) always have a way to start (a relist in flight whose end starts
+   them, or the driver's timer, ``pod_arm`` and ``pod_fire``).
 """
 
 from __future__ import annotations
@@ -546,8 +522,7 @@ class FreshnessCore(Generic[S]):
         """The event subscription was closed: the relists not begun are forgotten (hints, left
         to the period as every change after the close is), and so is a queued refresh that
         only hints asked for (no reader waits for it; it would wait for the event budget, ten
-        times the last listing: half a minute after a cold start at 5,000 pods). That refresh
-        is returned: the driver releases its signal."""
+        times the last listing). That refresh is returned: the driver releases its signal."""
         self.pod_relists.forget_pending()
         queued = self.queued
         if queued is None or queued.forced or queued.routine:

@@ -1,42 +1,14 @@
 """Keys that pods stopped holding, and who held an ID, UID or IP at a time; no I/O, no threads.
 
-Each cache feeds one ``Departed`` from its publish hooks (docs/architecture.md §3 rule 12).
+Each cache feeds one ``Departed`` from its publish hooks and its events: the holdings, releases
+and ``find`` of docs/architecture.md §3 rule 12, the reports of §7 "Events are facts". Beyond
+them: a key listed again after a listing (not an event) ended its report holds it anew (the
+ready view lists a container only once it runs), released by rule 12 as any listed key.
 
-Holdings. A listed pod *holds* its UID, its containers' and sandboxes' IDs (every attempt) and
-its IPs while a snapshot lists them in it. A holding runs from the pod's newest sandbox's
-creation (``Pod.created_at``; a container has no time of its own in the list model, and its
-pod's creation is never after its own) until the wall-clock time the cache first saw the key
-gone (``held_until``). A key is released when its pod leaves the snapshot (all its keys), and
-also while the pod stays: a container that exits leaves the ready view's pod (the kubelet's
-``get_pods(False)`` lists running containers only), a removed one leaves the all view's, an
-IP can change. Every released key is remembered with the pod as it last held it, for
-``departed_for`` seconds and at most ``departed_max`` keys (the oldest releases go first).
-Remembering per key, not per departed pod, is what lets a container that exited before its
-pod left be found (the ready view's pod leaves with no containers).
-
-Finding. ``find`` answers one key from the current snapshot first, then from the keys
-released, newest release first; with ``at``, the holding that contains ``at`` (the newest
-sandbox of several: so an IP reused by a later pod never answers for a time before that pod's
-sandbox was created, and a released key never answers for a time after its release). A found
-holding's ``departed_at`` is when its pod left, None while the snapshot lists its UID (a pod
-that comes back with its UID, after a listing that missed it, is no longer departed). A
-container key may be a unique prefix of at least ``MIN_PREFIX`` characters, over the
-snapshot's IDs and the remembered ones together (``AmbiguousContainerIDError`` for several).
-
-Events are facts (docs/architecture.md §7). A key an event reports held that no snapshot lists
-for that pod is a ``Reported`` key, answered as held now, until a DELETED event, a call begun
-after its last event that does not list it, or the same IP told of another pod ends it (then it
-is a release like the others); a publish that lists it takes it over without a release, and
-one that lists it again after a listing ended its report (the ready view lists a container
-only once it runs) holds it anew, released by rule 12 as any listed key. The
-count and ``departed_bytes`` (``pod_cost``) bound releases and reports together.
-
-Costs: recording a publish is O(its changes' keys) (a MODIFIED change compares the pod's keys
-before and after); ``find`` is O(1) by a whole key, O(log n + limit) more by a prefix (a
-bisection of the snapshot's sorted IDs and of ``SortedIDs``), and O(holdings of that key) with
-``at``; pruning is O(keys pruned). Nothing walks every pod or every remembered key. Memory:
-one ``Holding`` and its index entries per remembered key (benchmarks/bench_departed.py
-measures it), and the pod versions they hold.
+Costs: recording a publish is O(its changes' keys); ``find`` is O(1) by a whole key, O(log n +
+limit) more by a prefix (a bisection of the snapshot's sorted IDs and of ``SortedIDs``), and
+O(holdings of that key) with ``at``; pruning is O(keys pruned). Nothing walks every pod or
+every remembered key.
 """
 
 from __future__ import annotations
@@ -86,7 +58,7 @@ DEPARTED_MAX = 50_000
 sandbox, three containers and an IP); the oldest releases go first."""
 DEPARTED_BYTES = 64 * 1024 * 1024
 """Most bytes the remembered keys' pods may cost, as ``pod_cost`` counts them (the
-``departed_bytes=`` default): at 50,000 keys of 10,000 pods about 40 MiB; the oldest go first."""
+``departed_bytes=`` default); the oldest go first."""
 PREFIX_MATCHES = 64
 """Most remembered IDs one prefix lookup reads (an ambiguous prefix lists at most these)."""
 
@@ -185,8 +157,7 @@ def lookup_key(container_id: str | None, uid: str | None, ip: str | None) -> Key
 
 
 IP_MEMO = 4096
-"""Most spellings of IP addresses kept with their canonical text (then the memo starts over):
-parsing one with ``ipaddress`` costs about 3 us, most of a lookup's budget."""
+"""Most spellings of IP addresses kept with their canonical text (then the memo starts over)."""
 
 _canonical: dict[str, str] = {}
 
@@ -302,7 +273,8 @@ def _check_count(value: int, name: str) -> None:
 
 
 class Departed:
-    """The keys the pods of one cache stopped holding, indexed by key (module docstring)."""
+    """The keys the pods of one cache stopped holding, indexed by key (docs/architecture.md
+    §3 rule 12)."""
 
     def __init__(
         self,
@@ -617,11 +589,11 @@ class Departed:
 
     # -- finding --------------------------------------------------------------------------------
     def find(self, pods: PodList | None, key: Key, at: float | None, now: float) -> Found | None:
-        """The pod holding ``key``: in ``pods`` (the current snapshot) first, then the keys
-        events report held, then the keys released (none older than ``departed_for`` at wall
-        time ``now``); with ``at``, the holding that contains ``at`` (module docstring). A
-        container key may be a unique prefix: AmbiguousContainerIDError when it names several
-        IDs, ValueError when it is shorter than ``MIN_PREFIX`` and names none whole."""
+        """The pod holding ``key`` (docs/architecture.md §3 rule 12): in ``pods`` (the current
+        snapshot) first, then the keys events report held, then the keys released (none older
+        than ``departed_for`` at wall time ``now``); with ``at``, the holding that contains
+        ``at``. A container key may be a unique prefix: AmbiguousContainerIDError when it names
+        several IDs, ValueError when it is shorter than ``MIN_PREFIX`` and names none whole."""
         self.prune(now)
         if key[0] == "container_id":
             whole = self._whole_id(pods, key[1])
@@ -697,8 +669,8 @@ class Departed:
 
     def _whole_id(self, pods: PodList | None, ident: str) -> str | None:
         """The whole container or sandbox ID ``ident`` names: itself when the snapshot or the
-        remembered keys hold it, else the one ID of both that starts with it (module
-        docstring); None when none does."""
+        remembered keys hold it, else the one ID of both that starts with it; None when none
+        does."""
         if ("container_id", ident) in self._holdings or ("container_id", ident) in self._reported:
             return ident
         if pods is not None and pods.by_exact_id(ident) is not None:

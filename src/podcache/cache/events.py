@@ -1,54 +1,28 @@
 """The event subscription's decisions: a state table, counters and backoff; no I/O, no threads.
 
-A cache built with ``events=True`` over a getter that offers ``container_events()`` keeps one
-subscription to the runtime's container events in the background (a thread in
-``RuntimeCache``, a task in ``AsyncRuntimeCache``). The drivers run the stream and report what
-happened (a ``Signal``); this module says what to do next (a ``Step``) and keeps the numbers
-``stats()`` shows.
+The drivers run the stream and report what happened (a ``Signal``); this module says what to
+do next (a ``Step``, by ``TRANSITIONS``) and keeps the numbers ``stats()`` shows. The rules are
+docs/architecture.md §7's (the subscription's table and what follows it); from the inside:
 
-Rules
------
-1. Every event asks for a refresh; so does every successful (re)subscription (changes made
-   while no stream was open are then never missed). The refresh itself is coalesced by the
-   freshness core: at most one in flight and one queued (``FreshnessCore.hint``).
-2. A stream that fails or ends, and a runtime that is not there at all (nothing listening),
-   is tried again after a capped, jittered exponential backoff: ``BACKOFF_FIRST`` doubling up
-   to ``BACKOFF_CAP``, each wait drawn uniformly from its upper half, so an outage costs at
-   most about one attempt per ``BACKOFF_CAP / 2`` seconds once grown (7 attempts in its first
-   2 s, then 1 every 1-2 s), and a runtime back from one is found within ``BACKOFF_CAP``.
-   The backoff starts over after a successful subscription: one whose stream stayed open
+1. Every event asks for a refresh, and so does every successful (re)subscription; the core
+   coalesces them (``FreshnessCore.hint``).
+2. A stream that fails or ends, and a runtime not reached at all, is tried again after a
+   capped, jittered exponential backoff (``BACKOFF_FIRST`` doubling to ``BACKOFF_CAP``, each
+   wait drawn from its upper half), which starts over only after a stream stayed open
    ``BACKOFF_CAP`` seconds, so a runtime that accepts and drops streams at once costs one
-   refresh per backoff step, not a storm. The subscription never gives up.
-3. A runtime that sends no events leaves the cache polling by its period, as without events:
-   one without the RPC (UNIMPLEMENTED), and one whose stream ends at once with OK before any
-   event (CRI-O's default, ``enable_pod_events = false``: ``cri/eventstream.py``), as long as
-   it never streamed: once it sent an event or kept a stream ``BACKOFF_CAP`` seconds, either
-   is an ordinary end, retried on the backoff (a runtime shutting down or recovering may end
-   a stream at once). That is
-   logged once per cache, and the runtime is asked again after ``UNSUPPORTED_RETRY``
-   seconds, or sooner when a refresh succeeds after one failed (the runtime was restarted,
-   perhaps reconfigured).
-4. ``resubscriptions`` counts successful subscriptions after the first: one runtime restart
-   is one resubscription, however many attempts the outage took, and one that came before
-   the first subscription was open (the stream still being confirmed) is none: the
-   subscription after it is the first; ``failures`` counts every
-   failed attempt (a stream that could not be opened, failed, ended, or met an unreachable or
-   unsupporting runtime), one each. A stream lost within
-   ``BACKOFF_CAP`` seconds of a resubscription that ended an outage (the runtime was
-   unreachable in between: it restarted) belongs to that outage (containerd may end the first
-   stream it takes while it is still recovering), so the subscription after it is not counted
-   again.
-5. **What the operator is told** (``log``, the ``podcache.cache`` logger): each change of the
-   state the log last reported, once, with its cause and naming the method and the endpoint:
-   at WARNING when the subscription starts failing (the error that ended or refused the
-   stream), when it is subscribed after failing (how many attempts, how long; "again" only
-   when a stream was open before: a runtime down or restarting before the first subscription
-   ends its outage with the first one, which is no resubscription, rule 4), when the
-   runtime turns out to have no events (once per cache, rule 3) and when it streams again;
-   at INFO the first subscription and the close. A failure that changes no reported state (the
-   next attempt of an outage) is DEBUG: a restart is two WARNING lines, however long it lasts.
-   The state is ``subscribing`` until the first attempt's outcome, so ``reconnecting`` always
-   means a stream was lost or refused.
+   refresh per backoff step. It never gives up.
+3. "No events" (UNIMPLEMENTED, or a stream ending at once with OK before any event) waits
+   ``UNSUPPORTED_RETRY``, or until a refresh succeeds after one failed; only while the runtime
+   never streamed: once it sent an event or kept a stream ``BACKOFF_CAP`` seconds, either is an
+   ordinary end, retried on the backoff (a runtime shutting down or recovering may end a stream
+   at once). Logged once per cache.
+4. ``resubscriptions`` counts one per outage, ``failures`` every failed attempt. A stream lost
+   within ``BACKOFF_CAP`` seconds of a resubscription that ended an outage with the runtime
+   unreachable belongs to that outage (containerd may end the first stream it takes while it
+   recovers), and one before the first subscription was open is none.
+5. The log (``podcache.cache``) reports each change of the state it last reported, once, with
+   its cause, naming the method and the endpoint (§7 says at which level): a restart is two
+   WARNING lines, however long it lasts.
 """
 
 from __future__ import annotations
