@@ -1,25 +1,10 @@
 """Revisions, the changes between snapshots, and the history watchers read: no I/O, no clock.
 
 Both cache drivers own one ``ChangeLog`` (through their ``FreshnessCore``) and call it under
-their own mutual exclusion; they only wait and wake. The log decides everything a watcher
-receives.
-
-Theory of operation
--------------------
-A snapshot's *state* is the map UID -> pod (``PodList.by_uid``: the newest of several pods with
-one UID; the pod with the empty UID is one pod). ``diff`` gives the changes from one state to
-the next: ``DELETED`` (the pod as it last was; by UID), then ``ADDED`` and ``MODIFIED`` (the
-pod as it now is). ``Tracker`` computes them at a cost that grows with the changes: a
-converter that reuses unchanged pods (``cri.convert``'s memo) hands the same objects from one
-snapshot to the next, so the pods that changed are found by identity, without reading the
-others.
-
-Every published snapshot gets a revision: the previous one plus one when the diff is not
-empty, else the same. The log keeps the changes in order, each with a *sequence number* (its
-position since the log began) and the revision it brought the state to; a revision's changes
-are appended together. A watcher is a ``Cursor``: the sequence number of the next change it
-has not read. A read returns every change from the cursor to the end of the log (whole
-revisions), so a watcher always stands at a revision boundary.
+their own mutual exclusion; the log decides everything a watcher receives (docs/architecture.md
+§8 rules 1-5). Each change carries a *sequence number* (its position since the log began) and
+the revision it brought the state to; a watcher is a ``Cursor``, the sequence number of the
+next change it has not read.
 
 Invariants
 ----------
@@ -60,6 +45,7 @@ __all__ = [
     "PodChange",
     "Tracker",
     "diff",
+    "getter_order",
     "moved",
     "replay",
     "visible",
@@ -136,7 +122,7 @@ SMALL = 16
 """Slices this short are matched object by object rather than split further."""
 
 
-def _order(pod: Pod) -> tuple[int, str]:
+def getter_order(pod: Pod) -> tuple[int, str]:
     """A runtime getter's order: newest first, ties by UID."""
     return (-pod.created_at, pod.id)
 
@@ -216,7 +202,7 @@ def _split(
     pivot = new[middle]
     at = _near(old, pivot, a + (middle - c), a, b)
     if at is None:
-        at = bisect.bisect_left(old, _order(pivot), a, b, key=_order)
+        at = bisect.bisect_left(old, getter_order(pivot), a, b, key=getter_order)
     if at < b and old[at] is pivot:
         return [(a, at, c, middle), (at + 1, b, middle + 1, d)]
     arrivals.append(pivot)
@@ -369,11 +355,8 @@ class Cursor:
 class ChangeLog:
     """The revision, the last published snapshot, the change history and the open watchers.
 
-    ``first_revision`` is the revision of the empty cache (0 by default); a server that
-    outlives its clients' memory starts from the clock, so a ``since`` from before a restart
-    is older than anything it numbers (410), never a revision it reuses.
-
-    ``history``/``history_age``/``max_lag`` as in the module docstring.
+    ``first_revision``: the revision of the empty cache (docs/architecture.md §8 rule 8);
+    ``history``, ``history_age`` and ``max_lag`` as in invariant 3.
     """
 
     def __init__(

@@ -16,45 +16,30 @@ Invariants
    full listing began, with that data; a pod not in it came with the last full listing. A
    relist that began before its pod's data was fetched is dropped: a pod's data never goes
    back in time.
-3. A full listing keeps every pod relisted after it began (``merge``): the relist's data is
-   newer than the listing's for that pod. Entries from before it are forgotten. Between full
-   listings (none may run for hours when nobody reads) ``fetched`` holds the pods the snapshot
-   holds, plus pods a relist found gone: of those, the entries a full listing in flight
-   began before (it must not bring them back), and at most ``GONE_KEPT`` more, the oldest
-   forgotten first (a forgotten one only stops covering its pod's late events, invariant 4).
-   A pending pod whose last event came before the listing began is no longer pending: the
-   listing holds its change.
-4. An event that says when it happened (``happened``: the runtime's ``created_at``, wall
-   clock seconds) before the call that fetched its pod's data began, or before the relist in
-   flight for it began (each call's ``started_wall``, read by the driver just before it calls
-   the runtime), needs no relist: that call's listing already holds the change (a runtime
-   reports a change after making it). An event without a time counts as happening when it
-   arrived. So a burst of
-   events for one pod costs one relist, and old events a runtime replays to a new
-   subscriber (containerd 2.x keeps them 5 minutes) cost none after the listing that
-   (re)subscribing makes. A runtime that lies about its events' times only delays its own
-   changes, by at most the period.
+3. A full listing keeps every pod relisted after it began (``merge``); entries from before it
+   are forgotten. Between full listings ``fetched`` holds the pods the snapshot holds, plus
+   pods a relist found gone that a full listing in flight began before, plus at most
+   ``GONE_KEPT`` more, the oldest forgotten first. A pending pod whose last event came before
+   the listing began is no longer pending: the listing holds its change.
+4. An event that happened (``happened``: the runtime's ``created_at``, wall clock seconds)
+   before the call that fetched its pod's data began, or before the relist in flight for it
+   began (each call's ``started_wall``, read by the driver just before it calls the runtime),
+   needs no relist (docs/architecture.md §7 rule 4). An event without a time counts as
+   happening when it arrived.
 5. More than ``MAX_PENDING`` pods pending is a storm: the pending ones are forgotten and one
    full listing is asked for instead (the relists in flight finish).
-6. **The budget.** Relists use at most ``1 / (1 + EVENT_BUDGET)`` (a tenth) of the time, on
-   the core's clock, however many events arrive and whatever pods they name. A ledger,
-   ``budget_at``, never moves backward; a relist begins only at or after it, and then moves
-   it to ``now + (1 + EVENT_BUDGET) * charged``, ``charged`` being the last relist's duration
-   (its estimate of this one); when it ends after taking ``d > charged`` the ledger moves on
-   by ``(1 + EVENT_BUDGET) * (d - charged)``. So for any two relists begun at ``s_j <= s_k``,
-   ``s_k - s_j >= (1 + EVENT_BUDGET) *`` the durations of the relists begun in between (those
-   still in flight counted at their charge), and a pod's next relist begins at least
-   ``EVENT_BUDGET`` times its last one's duration after that one ended. Failed relists count
-   as well (a runtime failing fast must not buy more). While a relist has been in flight for
-   any time on the clock, none begins (it will be charged ten times that as it ends): on a
-   moving clock relists run one at a time, and a burst at a cold start (no duration known
-   yet) cannot start ``MAX_IN_FLIGHT`` slow ones that then silence events for ten times
-   their sum. Pods waiting for the budget are coalesced (one entry each, in the order their
-   first event came); a pod whose relist ends with one more pending goes to the back, so one
-   pod's flood never starves the others. Every pending pod is relisted by a call that begins
-   after its last event (its own relist, or a full listing: invariants 3 and 5): the end of a
-   relist starts the next, and while pods wait with none running the driver's timer is armed
-   for ``budget_at`` (``arm``, ``fire``).
+6. **The budget** (§7 rule 7). A ledger, ``budget_at``, never moves backward; a relist begins
+   only at or after it, and then moves it to ``now + (1 + EVENT_BUDGET) * charged``,
+   ``charged`` being the last relist's duration (its estimate of this one); when it ends after
+   taking ``d > charged`` the ledger moves on by ``(1 + EVENT_BUDGET) * (d - charged)``, failed
+   relists too. So for any two relists begun at ``s_j <= s_k``, ``s_k - s_j >= (1 +
+   EVENT_BUDGET) *`` the durations of the relists begun in between (those still in flight
+   counted at their charge). While a relist has been in flight for any time on the clock,
+   none begins. Pods waiting for the budget are coalesced (one entry each, in the order their
+   first event came); a pod whose relist ends with one more pending goes to the back. Every
+   pending pod is relisted by a call that begins after its last event (its own relist, or a
+   full listing: invariants 3 and 5): the end of a relist starts the next, and while pods wait
+   with none running the driver's timer is armed for ``budget_at`` (``arm``, ``fire``).
 
 Costs: an event is O(1); a finished relist O(log n) to find the pod's place, plus one copy of
 the tuple of pointers (C speed: no pod is read); a full listing O(relisted + pending) on top of
@@ -68,6 +53,7 @@ import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from podcache.cache.changes import getter_order
 from podcache.model import Pod, PodList, derive
 
 __all__ = [
@@ -307,16 +293,11 @@ def _marked_since(marks: dict[str, int], order: int) -> dict[str, int]:
     return {uid: mark for uid, mark in marks.items() if mark >= order}
 
 
-def _order(pod: Pod) -> tuple[int, str]:
-    """A runtime getter's order: newest first, ties by UID."""
-    return (-pod.created_at, pod.id)
-
-
 def _place(pods: tuple[Pod, ...], pod: Pod) -> int:
     """Where ``pod`` (this very object) is in ``pods``: by bisection in the getters' order,
     else (a getter with another order) by a scan in C."""
-    at = bisect.bisect_left(pods, _order(pod), key=_order)
-    while at < len(pods) and _order(pods[at]) == _order(pod):
+    at = bisect.bisect_left(pods, getter_order(pod), key=getter_order)
+    while at < len(pods) and getter_order(pods[at]) == getter_order(pod):
         if pods[at] is pod:
             return at
         at += 1
@@ -336,15 +317,15 @@ def replace_pod(pods: PodList, was: Pod | None, pod: Pod | None) -> PodList:
     items = pods.pods
     if was is None:
         assert pod is not None
-        at = bisect.bisect_left(items, _order(pod), key=_order)
+        at = bisect.bisect_left(items, getter_order(pod), key=getter_order)
         return derive(pods, _spliced(items, at, at, pod), was, pod)
     gone = _place(items, was)
     if pod is None:
         return derive(pods, items[:gone] + items[gone + 1 :], was, pod)
-    if _order(pod) == _order(was):  # a pod changed in place (the usual event)
+    if getter_order(pod) == getter_order(was):  # a pod changed in place (the usual event)
         return derive(pods, _spliced(items, gone, gone + 1, pod), was, pod)
     rest = items[:gone] + items[gone + 1 :]
-    at = bisect.bisect_left(rest, _order(pod), key=_order)
+    at = bisect.bisect_left(rest, getter_order(pod), key=getter_order)
     return derive(pods, _spliced(rest, at, at, pod), was, pod)
 
 
