@@ -60,26 +60,20 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
     A getter whose ``get_pods`` is a plain function is run in a worker thread, so the event
     loop never blocks on the runtime.
 
-    ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
-    default ``False``, ``"off"``, see the README for why the library's default is off): when
-    the getter offers ``container_events()``, a background task keeps a
-    subscription to the runtime's container events (from construction inside a running loop,
-    else from the first call that is not a hit); every event starts a background refresh
-    (coalesced; rules in ``podcache.cache.events``). End it with ``await close()`` or
-    ``async with``.
+    ``events=`` as ``RuntimeCache``'s, the subscription a background task (from construction
+    inside a running loop, else from the first call that is not a hit). End it with ``await
+    close()`` or ``async with``.
     """
 
     _refresher: TaskRefresher
     _pod_timer: asyncio.TimerHandle | None = None
-    """The timer for relists of one pod waiting for their budget (docs/architecture.md §7
-    rule 7), while armed."""
+    """The timer for relists of one pod waiting for their budget, while armed."""
 
     def _new_signal(self) -> asyncio.Future[None]:
         return asyncio.get_running_loop().create_future()
 
     def _init_driver(self, getter: AsyncPodGetter | PodGetter, count_hits: bool) -> None:
-        """The loop's parts, the watches' parts, the PID probe, and whether the getter's calls
-        are coroutines."""
+        """The driver's own parts (``Driving``)."""
         self._is_async = inspect.iscoroutinefunction(getter.get_pods)
         self._init_loop_parts(count_hits)
         self._refresher, self._watch_host = self._watch_parts()
@@ -170,9 +164,7 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         return refresh.pods
 
     def get_pods_nowait(self) -> PodList | None:
-        """The pods ``get_pods`` would return at once, without waiting or starting a refresh;
-        None when it would have to (then await ``get_pods``). A snapshot returned counts as a
-        hit, as in ``get_pods``."""
+        """As ``RuntimeCache.get_pods_nowait`` (None: await ``get_pods``)."""
         current = self._core.snapshot
         if self._clock() <= current[2]:
             if self._count_hits:
@@ -227,8 +219,7 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         return with_events(self._core.stats(now, self._fast_hits), self._subscription, now)
 
     def watch(self, since: int | None = None) -> AsyncPodWatch:
-        """The pods' changes as they are published: an async iterator of ``PodChange``; the
-        twin of ``RuntimeCache.watch`` (same arguments, same errors, same changes)."""
+        """The twin of ``RuntimeCache.watch``: an async iterator of ``PodChange``."""
         return AsyncPodWatch(self._watch_host, since)
 
     async def close(self) -> None:
@@ -329,7 +320,7 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         task.add_done_callback(self._tasks.discard)
 
     async def _run(self, refresh: Refresh[asyncio.Future[None]]) -> None:
-        """Call the getter for ``refresh``, record the outcome, start any queued refresh."""
+        """As ``RuntimeCache._run``."""
         pods: PodList | None = None
         error: BaseException | None = None
         refresh.started_wall = self._wall()  # §7 rule 4: events before it need no relist

@@ -1,19 +1,10 @@
 """Which pod runs a process, through a cache: the PID lookup's policy (docs/architecture.md §9).
 
-``podcache.procs`` reads what a process's cgroup names; this module decides what the cache does
-with it: ``PodLookup`` reads the process once (through ``OwnerMemo``) and matches it against
-snapshots; ``lookup_pod`` / ``alookup_pod`` (what ``RuntimeCache.pod_of_pid`` and its asyncio
-twin run, and serve's ``/pids/{pid}`` and ``podcache which``) decide whether the snapshot is
-new enough, when to refresh, and when to ask the runtime about one container instead
-(``sync_probe`` / ``async_probe``, remembering IDs it does not list in ``UnknownIDs``).
-
-Memos
------
-``OwnerMemo`` remembers owners by ``(proc root, pid, start time)`` (``procs.ProcessIdentity``:
-two processes share that key only if the PID space wraps within one clock tick, 10 ms). Only
-owners that name a container are remembered (a process in no container may still be on its
-way into one, as ``runc init`` is), and a lookup whose container the snapshot no longer lists
-forgets its entry. Both memos are bounded and start over when full.
+``PodLookup`` reads the process once (through ``OwnerMemo``) and matches it against snapshots;
+the policy is ``_steps``, carried out by ``lookup_pod`` and ``alookup_pod``. ``OwnerMemo``'s key
+``(proc root, pid, start ticks)`` is shared by two processes only if the PID space wraps within
+one clock tick; it keeps only owners naming a container (a process in no container may still
+be on its way into one, as ``runc init`` is). Both memos are bounded and start over when full.
 """
 
 from __future__ import annotations
@@ -85,11 +76,8 @@ class PodProcess:
 
 
 class OwnerMemo:
-    """Owners of processes already read, by ``(proc root, pid, start ticks)``; bounded.
-
-    Safe across threads (single dict operations) and tasks. See the module docstring for why
-    only owners naming a container are kept.
-    """
+    """Owners of processes already read, by ``(proc root, pid, start ticks)``; bounded. Safe
+    across threads (single dict operations) and tasks."""
 
     __slots__ = ("_owners", "limit")
 
@@ -117,11 +105,8 @@ class OwnerMemo:
 class UnknownIDs:
     """IDs the runtime listed nothing for when asked (a container ID, or a pod UID), each with
     the clock reading it was asked at: remembered ``keep_for`` seconds, at most ``limit`` of
-    them (then it starts over). Single dict operations: safe across threads and tasks.
-
-    Anyone who can make a cgroup can name an ID the runtime never heard of; each new ID costs
-    one probe of the runtime (two small filtered list calls), and a repeated one nothing for
-    ``keep_for`` seconds."""
+    them (then it starts over; §9 rule 7). Single dict operations: safe across threads and
+    tasks."""
 
     __slots__ = ("_asked", "keep_for", "limit")
 
@@ -375,9 +360,8 @@ def _steps(
     probing: bool,
     unknown: UnknownIDs,
 ) -> _Steps:
-    """The lookup's policy, no I/O (``lookup_pod`` says it): it yields each step it needs done
-    and is sent the step's result; it returns the ``LookupResult``. ``lookup_pod`` and
-    ``alookup_pod`` only carry the steps out."""
+    """The lookup's policy, no I/O: it yields each step it needs done and is sent the step's
+    result; it returns the ``LookupResult``."""
     if not lookup.in_container:
         return LookupResult(None, lookup.outcome, False, None)
     pods: PodList = yield _GetPods()
@@ -457,16 +441,10 @@ def lookup_pod(
     probe: PodProbe | None = None,
     unknown: UnknownIDs | None = None,
 ) -> LookupResult:
-    """``RuntimeCache.pod_of_pid``: look; if the container is missing and the snapshot predates
-    the process: with a ``probe`` (a getter with ``get_pod``), ask the runtime about that
-    container only (``pod_uid_of`` unless the cgroup names the pod, then ``get_pod``; an ID it
-    does not list is remembered in ``unknown`` for ``UNKNOWN_FOR`` seconds and costs nothing
-    meanwhile), never relisting the node; without one, look again after the refresh in flight
-    (or a new one), and only if that one began before the process, after one more. A lookup
-    starts at most one refresh: the one it joins first was started by someone else, or else
-    it began after the process. (Containers are listed by their runtime before any of their
-    processes start, so joining first lets a burst of processes of one new container share
-    one refresh.) ProcessLookupError when there is no such process."""
+    """``RuntimeCache.pod_of_pid`` (docs/architecture.md §9 rules 6-7): with a ``probe`` (a
+    getter with ``get_pod``), a missing container is asked about alone (an ID it does not list
+    remembered in ``unknown``); without one, at most one refresh is started. ProcessLookupError
+    when there is no such process."""
     steps = _steps_of(PodLookup(pid, proc_root, memo), cache, clock, memo, probe, unknown)
     result: Any = None
     while True:

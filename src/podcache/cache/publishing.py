@@ -1,24 +1,11 @@
-"""The publish hook: the one way a snapshot reaches code outside the cache (docs/architecture.md §3
-rule 10). No I/O, no threads: the drivers call ``Hooks.run`` at the moment the rule names.
+"""The publish hook: the one way a snapshot reaches code outside the cache; no I/O, no threads.
 
-A cache *publishes* every snapshot it stores: after a full listing, and after a relist of one
-pod (§7). Each publish hands every hook one ``Publication``: the new ``PodList`` (already
-numbered with its revision), the changes it brought (empty when the pods are equal to the
-previous snapshot's and only the time moved), the snapshot's timestamp, and what produced it.
-
-THE HOOK RULE.
-
-1. A hook runs once per publish, in publish order, before any caller waiting for that
-   snapshot is woken and before any watch can read its changes: whoever is handed the
-   snapshot afterwards finds every hook's work done.
-2. ``RuntimeCache`` runs hooks in the thread that stored the snapshot, under the cache's lock;
-   ``AsyncRuntimeCache`` runs them on the event loop, in the task that stored it. So a hook
-   must return quickly and must not block, wait or call the cache (any method that takes its
-   lock or awaits: ``get_pods``'s slow path, ``force_update_if_older``, ``stats``, ``watch``);
-   it may keep the publication and schedule work elsewhere (a thread, a loop callback).
-3. A hook that raises is logged and the others still run; the snapshot is published anyway.
-4. Hooks are added and removed at any time (``on_publish`` returns the remover); one added
-   during a publish first hears the next.
+The rule a hook keeps, and when the drivers call ``Hooks.run``, is docs/architecture.md §3 rule
+10; cited here as the hook rule: 1. once per publish, in publish order, before any waiter is
+woken and any watch reads its changes; 2. where it runs (under the thread cache's lock, on the
+asyncio cache's loop), so it must not block, wait or call the cache; 3. a hook that raises is
+logged, the others run. 4. Hooks are added and removed at any time (``on_publish`` returns the
+remover); one added during a publish first hears the next.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """RuntimeCache: the freshness core driven by threads. It waits; the core decides.
 
-Hits take no lock: one read of the immutable ``(pods, timestamp, fresh_until)`` snapshot and one
-clock read. Misses take a short lock to ask the core what to do, never across the getter call.
-A caller without a timeout runs the getter in its own thread; with a timeout the getter runs in
-a daemon thread, so the caller can stop waiting while the refresh completes for the others.
+Hits take no lock (docs/architecture.md §3 rule 7); misses take a short lock to ask the core,
+never across the getter call. A caller without a timeout runs the getter in its own thread;
+with one the getter runs in a daemon thread, so the caller can stop waiting (rule 8).
 """
 
 from __future__ import annotations
@@ -83,12 +82,10 @@ class PerInstance(Generic[F]):
 class HitPath(NamedTuple):
     """The lock-free ``get_pods`` of one cache, and the functions that share its cells.
 
-    Measured choices (benchmarks/bench_hit.py): a closure reading cells beat a method reading
-    attributes; comparing the clock with the precomputed ``fresh_until`` saves a subtraction;
-    two cells (pods, then fresh_until) beat indexing a tuple; and a positional-or-keyword
-    ``timeout`` default is about 20 ns cheaper than a keyword-only one (CPython fills those
-    from a dict), so the closure accepts ``timeout`` either way while its declared type
-    (``GetPods``, what callers and mypy see) keeps it keyword-only.
+    Its shape is measured (benchmarks/bench_hit.py): a closure reading two cells (pods, then
+    ``fresh_until``), compared with the clock, and a positional-or-keyword ``timeout`` (cheaper
+    to fill than a keyword-only one) while its declared type, ``GetPods``, keeps it
+    keyword-only.
     """
 
     get_pods: GetPods
@@ -111,13 +108,8 @@ def make_hit_path(
     slow: Callable[[float | None], PodList],
     count_hits: bool,
 ) -> HitPath:
-    """The lock-free ``get_pods`` as a closure (docs/architecture.md §3 rule 7), with its
-    ``publish`` and hit-count reader (``HitPath`` says why it is shaped so).
-
-    ``publish`` stores the pods before ``fresh_until`` and a hit reads ``fresh_until`` before
-    the pods, so a reader racing a publish gets the old pods or newer ones, never older pods
-    than the freshness it checked.
-    """
+    """The lock-free ``get_pods`` as a closure (docs/architecture.md §3 rule 7: pods stored
+    before ``fresh_until``, read after it), with its ``publish`` and hit-count reader."""
     pods = _UNFILLED if snapshot[0] is None else snapshot[0]
     until = snapshot[2]
     hits = 0
@@ -171,14 +163,13 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
     ``get_pods`` returns pods fetched at most ``cache_period`` before the call (strictly
     greater is expired); ``force_update_if_older(t)`` makes sure the cache holds pods fetched
     from ``t`` on. One getter call at most is in flight; callers that need the same refresh
-    share it and receive the same immutable ``PodList``.
+    share it and receive the same immutable ``PodList`` (docs/architecture.md §3).
 
     ``events="auto"`` (or True; ``"on"``: the getter must offer them, else a TypeError;
-    default ``False``, ``"off"``, see the README for why the library's default is off): when
-    the getter offers ``container_events()``, a background thread keeps
-    a subscription to the runtime's container events, and every event starts a background
-    refresh (coalesced; rules in ``podcache.cache.events``). End it with ``close()`` or a
-    ``with`` block; a cache without events needs neither.
+    default ``False``, ``"off"``): when the getter offers ``container_events()``, a
+    background thread keeps a subscription to the runtime's container events, and every
+    event starts a background refresh (coalesced; §7). End it with ``close()`` or a ``with``
+    block; a cache without events needs neither.
     """
 
     _new_signal = threading.Event
@@ -246,9 +237,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
 
         ``get_pods(*, timeout=None) -> PodList``. Raises the getter's exception unchanged when
         the refresh fails, and ``TimeoutError`` when ``timeout`` seconds pass first (the refresh
-        then carries on for others). Each instance's is the lock-free closure that
-        ``make_hit_path`` builds (a hit is one clock read and one comparison); on a miss it
-        calls ``_get_slow``.
+        then carries on for others). Each instance's is the closure ``make_hit_path`` builds.
         """
     )
 
@@ -276,11 +265,10 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         When the container is not in the snapshot and the snapshot predates the process, the
         cache asks the runtime about that container alone when the getter offers ``get_pod``
         and ``pod_uid_of`` (the CRI getters do; an ID the runtime does not list is remembered
-        for ``procs.UNKNOWN_FOR`` seconds), else it refreshes (at most once) and looks again.
-        The process's start goes onto the cache's clock as ``clock() - age``, the age measured
-        since boot (``/proc/<pid>/stat`` against ``<proc_root>/uptime``, CLOCK_BOOTTIME): exact
-        for the default ``time.monotonic`` (but for suspend); a custom clock is taken to count
-        real seconds.
+        for ``pids.UNKNOWN_FOR`` seconds), else it refreshes (at most once) and looks again
+        (docs/architecture.md §9 rules 6-7: the process's start goes onto the cache's clock,
+        exact for the default ``time.monotonic``; a custom clock is taken to count real
+        seconds).
         """
         return lookup_pod(
             self,
@@ -358,8 +346,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         return PodWatch(self._watch_host, since)
 
     def _fill(self) -> PodList:
-        """``get_pods()`` (a watch's ``WatchHost.fill``; the bound method is set per instance
-        later in ``__init__``)."""
+        """``get_pods()``, a watch's ``WatchHost.fill`` (``get_pods`` is set after the hosts)."""
         return self.get_pods()
 
     # -- internals ---------------------------------------------------------------------------
@@ -452,7 +439,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
 
     def _published(self) -> None:
         """Under the lock, after the core stored a snapshot: the hooks, then the hit path and
-        the watches (the publish hook's rule 1)."""
+        the watches (docs/architecture.md §3 rule 10)."""
         published = self._core.take_published()
         if published is not None:
             self._hooks.run(published)

@@ -1,26 +1,11 @@
 """Watch iterators over a cache's change log, and the refresher that runs while one is open.
 
-``PodWatch`` (threads) and ``AsyncPodWatch`` (asyncio) are what ``RuntimeCache.watch`` and
-``AsyncRuntimeCache.watch`` return; every decision is the change log's (``changes``), these
-only open a cursor, wait for publishes and hand out what the log gives. A watch opens on its
-first read: without ``since`` it first makes sure the cache holds a snapshot (a refresh when
-it is older than the period; the getter's error is raised), then starts from that snapshot.
-
-While at least one watch is open its cache refreshes itself every period (at least
-``WATCH_MIN_PERIOD`` apart), in a daemon thread or a task; when the last one closes, the
-refresher stops and the cache goes back to refreshing on demand. A refresh that fails is
-counted in the cache's stats and retried a period later; watchers keep what they have.
-
-A watch left unclosed (a ``break`` out of a ``for`` loop) is closed when it is garbage
-collected: the finaliser only marks its cursor closed (no lock: it may run in any thread, even
-one holding the cache's lock), and the log forgets closed cursors at its next publish or the
-refresher's next turn.
-
-The drivers are reached through stated interfaces, never their attributes: ``WatchHost`` and
-``AsyncWatchHost`` (what a watch uses: the change log, the driver's lock and wake-ups, a way to
-fill the cache, and the open/close notices) and ``RefreshHost`` (what the refresher uses: the
-clock, the period, the snapshot's time, and a forced refresh). Each driver builds its hosts
-once; this module imports neither driver.
+Every decision is the change log's (docs/architecture.md §8); ``PodWatch`` and ``AsyncPodWatch``
+only open a cursor on their first read, wait for publishes and hand out what the log gives.
+The refresher (§8 rule 6) retries a failed refresh a period later; watchers keep what they
+have. An unclosed watch's finaliser only marks its cursor closed (no lock: it may run in any
+thread, even one holding the cache's lock); the log forgets it at its next publish or the
+refresher's next turn. The drivers are reached only through their hosts (§2).
 """
 
 from __future__ import annotations
