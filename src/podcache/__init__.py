@@ -2,7 +2,7 @@
 
 The public names are imported on first use (PEP 562): ``import podcache`` (and so every
 ``import podcache.<module>``, the CLI's included) costs no import of the cache, asyncio or the
-CRI client. ``from podcache import RuntimeCache`` and ``podcache.RuntimeCache`` work as ever.
+CRI client.
 """
 
 from __future__ import annotations

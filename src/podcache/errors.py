@@ -21,15 +21,11 @@
         ├── NotFoundError            nothing matches (exit 3)
         └── AmbiguousIDError         an ID prefix matches several (exit 2)
 
-Every error podcache raises on purpose is in this tree; each keeps the built-in base a caller
-would catch without knowing podcache (``ValueError``, ``LookupError``, ``TimeoutError``). The
-ones here are importable from here and from where they are used (``podcache.model``,
-``podcache.cri.convert``, ``podcache.serve.auth``, ``podcache.serve.server``); ``HTTPError``
-and the ``CLIError`` family need their layer's imports (http headers, click) and live there,
-``ProcFormatError`` lives with the /proc parser it describes (also a ValueError), and
-``CRISocketError`` with the CRI socket.
-CRIError messages name the endpoint; the gRPC error that caused one is its ``__cause__``; this
-module itself knows nothing of gRPC.
+Every error podcache raises on purpose is in this tree, keeping its built-in base
+(docs/architecture.md §2). ``HTTPError``, the ``CLIError`` family, ``ProcFormatError`` and
+``CRISocketError`` live in the modules named beside them; the rest here. CRIError messages
+name the endpoint; the gRPC error that caused one is its ``__cause__``; this module itself
+knows nothing of gRPC.
 """
 
 from __future__ import annotations

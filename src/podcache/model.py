@@ -244,7 +244,7 @@ def with_sorted_labels(pod: Pod, labels: tuple[tuple[str, str], ...]) -> Pod:
     """Give ``pod`` (built without labels) ``labels`` that are already sorted ``(k, v)`` pairs.
 
     For runtime getters building thousands of pods per refresh: skips the per-pair check that
-    construction does (about 1.7 us a pod). Only for a pod no one else has seen yet.
+    construction does. Only for a pod no one else has seen yet.
     """
     if labels:
         msgspec.structs.force_setattr(pod, "labels", labels)
@@ -495,10 +495,7 @@ class PodList(Sequence[Pod]):
         return index.find(matches[0])
 
 
-# -- container events (CRI GetContainerEvents) --------------------------------------------------
-# podcache uses events only as a hint that the pod list changed (the cache then refreshes); the
-# list itself always comes from a listing, never from replaying events, so a lost, repeated or
-# reordered event can delay a change by at most the cache period but never make the cache wrong.
+# -- container events (CRI GetContainerEvents; a hint, never data: docs/architecture.md §7) ----
 
 MAX_ID_LENGTH = 256
 """Longest container or sandbox ID an event may carry (containerd's are 64 hex digits)."""

@@ -3,60 +3,16 @@
 ``container_of_pid(pid)`` reads ``/proc/<pid>/cgroup`` and returns the container ID in it (bare,
 64 lower-case hex digits), None for a process in no container, ``ProcessLookupError`` when there
 is no such process. ``cgroup_owner(pid)`` returns the whole finding, ``CgroupOwner``: the
-container ID and the pod UID (a path can name a pod and no container, e.g. CRI-O's conmon,
-which runs in the pod's cgroup but in no container). ``read_owner`` gives it with the
-process's ``ProcessIdentity``, ``refresh_time`` the process's start on a caller's clock.
+container ID and the pod UID. ``read_owner`` gives it with the process's ``ProcessIdentity``,
+``refresh_time`` the process's start on a caller's clock. This module only reads ``/proc``
+(docs/architecture.md §2); the lookup's policy is ``podcache.cache.pids``.
 
-This module only reads ``/proc``: it holds no state and knows no cache. What a lookup does
-with its findings (the memo of owners, the IDs found unknown, when to refresh or ask the
-runtime) is the cache's, in ``podcache.cache.pids``.
-
-Paths understood
-----------------
-Every line of the file is ``hierarchy-ID:controllers:path`` (cgroup v1, one line per hierarchy)
-or ``0::path`` (cgroup v2, also the last line of a v1 "hybrid" file). Each path is split into
-segments and read root first:
-
-* a pod segment: ``pod<uid>`` (cgroupfs driver, under any kubelet ``cgroup_parent``:
-  ``/kubepods/burstable/pod<uid>``) or a systemd slice whose last dash-separated word is
-  ``pod<uid with _ for ->`` (``kubepods-burstable-pod<uid>.slice``). ``<uid>`` is a UUID, or 32
-  hex digits (the kubelet's static pods); it is returned with dashes.
-* a container segment: 64 hex digits (containerd's cgroupfs driver), ``crio-<64 hex>`` (CRI-O's
-  cgroupfs manager: no ``.scope``), or a systemd scope ``cri-containerd-<64 hex>.scope``,
-  ``crio-<64 hex>.scope``, ``docker-<64 hex>.scope`` or ``libpod-<64 hex>.scope``. A sandbox's
-  (pause) processes are found the same way: its ID is what the runtime lists as the
-  sandbox's. CRI-O's conmon, ``crio-conmon-<id>`` (cgroupfs) or ``crio-conmon-<id>.scope``
-  (systemd), is no container (CRI-O's ``internal/config/cgmgr``).
-
-The rule (one answer, never a list to pick from): the pod is the shallowest pod segment; the
-container is the shallowest container segment below it (with no pod segment, the shallowest
-container segment at all). Everything a container may create lies below its own segment
-(``.../<id>/init.scope``, a systemd inside it, a nested runtime's ``.../<id>/docker/<id2>``), so
-it never changes the answer; a node that is itself a container (kind:
-``/docker/<node id>/kubepods/...``) is above the pod and is skipped by ``container_of_pid``
-(``CgroupOwner.outer_id`` keeps it: ``pod_of_pid`` answers a container above the pod when the
-runtime lists it, so a container that makes ``.../<its id>/pod<uid>/<id>`` below itself is
-still answered as itself, never as that pod). Lines are read in file order;
-the first line naming a container wins, else the first naming a pod. Segments that match no
-pattern (``..`` from a cgroup namespace, ``init.scope``, a path's `` (deleted)`` suffix) are
-skipped, so paths seen from inside a cgroup namespace are understood too.
-
-Hostile contents
-----------------
-The files belong to the kernel, but paths name cgroups that privileged processes may create,
-so nothing in them is trusted: at most ``MAX_CGROUP_BYTES`` (``MAX_STAT_BYTES``) are read
-(larger is a ``ProcFormatError``); IDs and UIDs must match their patterns exactly (ASCII,
-lower-case hex, fixed lengths); lines that do not parse are skipped.
-
-PID reuse
----------
-A process is identified by ``ProcessIdentity``: its PID and its start time (``/proc/<pid>/stat``
-field 22, clock ticks since boot, read after the last ``)`` so that a ``comm`` holding spaces
-or parentheses cannot shift it). The identity is read before and after the cgroup; if they
-differ the process exited and its PID was reused while it was read, and the answer is
-``ProcessLookupError`` (never another process's cgroup). The identity is what a memo of
-owners can be keyed by (``podcache.cache.pids.OwnerMemo``): two processes share it only if
-the PID space wraps within one clock tick (10 ms).
+The paths understood, the answer's rule, the bounds on hostile contents and the identity under
+PID reuse are §9 rules 1-6. Beyond them: a pod segment may sit under any kubelet
+``cgroup_parent``, and its UID is returned with dashes; a sandbox's (pause) processes are found
+as a container's, by the ID the runtime lists as the sandbox's; segments that match no pattern
+(``..`` from a cgroup namespace, ``init.scope``, a path's `` (deleted)`` suffix) are skipped, so
+paths seen from inside a cgroup namespace are understood too.
 """
 
 from __future__ import annotations
@@ -223,7 +179,7 @@ def _pod_of_segment(segment: bytes) -> str | None:
 
 
 def _owner_of_path(path: bytes) -> CgroupOwner:
-    """The rule of the module docstring, for one path."""
+    """docs/architecture.md §9 rules 1-2, for one path."""
     if path.endswith(_DELETED):
         path = path[: -len(_DELETED)]
     pod_uid: str | None = None
@@ -245,8 +201,8 @@ def _owner_of_path(path: bytes) -> CgroupOwner:
 
 
 def owner_from_cgroup(data: bytes) -> CgroupOwner:
-    """The owner named by the text of a ``/proc/<pid>/cgroup`` file (see the module docstring):
-    the first line naming a container, else the first naming a pod, else nobody."""
+    """The owner named by the text of a ``/proc/<pid>/cgroup`` file: the first line naming a
+    container, else the first naming a pod, else nobody (docs/architecture.md §9 rule 1)."""
     pod_only: CgroupOwner | None = None
     for line in data.split(b"\n"):
         parts = line.split(b":", 2)
@@ -308,12 +264,9 @@ def refresh_time(identity: ProcessIdentity, proc_root: str, now: float) -> float
     since boot too (truncated to 10 ms). The process's age is ``uptime - start``; taking the
     start one tick later and uptime as read (never later than the truth) makes the age a lower
     bound, so ``now - age`` is never earlier than the real start: a snapshot fetched from that
-    time on was fetched after the process started. Never later than ``now``.
-
-    Exact for ``time.monotonic`` (the cache's default clock) unless the machine was suspended
-    after the process started (monotonic time stops then, boot time does not: the result is
-    then earlier by the time suspended). Any other clock is taken to count seconds as they
-    pass, and the process's age is subtracted from its ``now``.
+    time on was fetched after the process started. Never later than ``now``. A suspend after
+    the process started makes it earlier on ``time.monotonic`` by the time suspended (§9 rule
+    6).
     """
     age = uptime(proc_root) - (identity.start_ticks + 1) / CLOCK_TICKS
     return now - max(age, 0.0)
