@@ -199,13 +199,9 @@ class SyncCaller:
         self, method: str, request: Message, response: type[_R]
     ) -> tuple[_R | StreamedAnswer, _Line]:
         """A node's list call (``ListPodSandbox``, ``ListContainers``): its streaming twin
-        (``liststream.STREAMED``, KEP-5825) while the runtime may stream lists, else ``method``.
-
-        Asked once per channel, as the kubelet's CRI client does: the first listing on a channel
-        calls the twin; when it answers UNIMPLEMENTED the channel is marked (``_Line.streaming``)
-        and ``method`` is called at once, within the same deadline; every later listing on that
-        channel calls ``method`` only. A channel replaced (a restarted runtime, perhaps a newer
-        one) asks again. A streamed answer comes back as a ``StreamedAnswer``.
+        (``liststream.STREAMED``) while the runtime may stream lists, else ``method``, asked
+        once per channel (docs/architecture.md §4, list streaming rule 1). A streamed answer
+        comes back as a ``StreamedAnswer``.
         """
         deadline = time.monotonic() + self._timeout
         line = self.line
@@ -253,9 +249,7 @@ class SyncCaller:
 
     def statuses(self, sandbox_ids: Sequence[str]) -> list[EventFields | CRIError]:
         """Each sandbox's PodSandboxStatus fields (``eventwire``), or the error its call ended
-        with; the calls made together on a connection of the pool (``http2``): a listing's
-        thousands of status calls are a few round trips and reads of one thread per round, not
-        a thread hand-off and a gRPC completion each (docs/architecture.md §5). A failure of
+        with; the calls made together on a connection of the pool (``http2``). A failure of
         the connection is every call's."""
         self.check_open()
         wire = [request("PodSandboxStatus", s) for s in sandbox_ids]

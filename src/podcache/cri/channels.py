@@ -143,7 +143,7 @@ def _state_reader(channel: grpc.Channel) -> Callable[[bool], int]:
     polling thread (one per channel) makes ``close()`` wait up to 0.2 s for it, races it (a
     thread traceback "Cannot monitor channel state: Channel closed!") and delivers each change
     from a new thread. So this asks the core channel under the sync one directly, as
-    ``get_state()`` and that thread do: one C call, well under a microsecond. Should a gRPC
+    ``get_state()`` and that thread do: one C call. Should a gRPC
     release move it, every state reads IDLE: each call then checks the endpoint first (correct,
     a little slower), but a channel in backoff is no longer replaced; a test pins the reader.
     """

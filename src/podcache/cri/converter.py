@@ -49,9 +49,8 @@ READ_PIECE_BYTES = 128 * 1024
 
 INLINE_POD_BYTES = 16 * 1024
 """The most bytes of one pod's two answers that ``AsyncCRIRuntime.get_pod`` converts on the
-event loop (about 0.05 ms, a pod of a dozen items); larger ones go to the pod converter's
-thread. Below it, the two thread hops a relist would cost (each a wait for the GIL and the
-loop's wake-up: 0.3-1 ms on a busy 2-core node) are the larger part of a relist's time."""
+event loop; larger ones go to the pod converter's thread (docs/architecture.md §7 rule 6:
+below it, the two thread hops would cost more than the reading)."""
 
 
 _READERS: dict[str, Callable[[bytes | memoryview], Listing]] = {
@@ -110,11 +109,10 @@ def _converted(
 class _GCPause:
     """Pauses Python's cyclic garbage collector while listings are read and converted.
 
-    A conversion at 5,000 pods allocates some 100,000 container objects (the reader's rows)
-    that reference counting frees when it ends. Collections triggered meanwhile scan them,
-    hold the GIL for the whole scan (5-15 ms for a young one) and promote the live rows to
-    older generations, which then need full collections (40-70 ms, the event loop stopped)
-    every few refreshes. Paused, the rows are gone before the next collection looks.
+    The rows a conversion allocates are freed by reference counting when it ends
+    (docs/architecture.md §4, "Calls"); a collection triggered meanwhile would scan them with
+    the GIL held and promote the live rows to older generations, which then need full
+    collections.
 
     Process-wide (the collector has one switch): pauses nest across threads and runtimes; the
     collector is enabled again when the last one ends, and only if it was enabled when the
@@ -186,8 +184,7 @@ class _Converter:
         """``data``, the answer of ``method``, read (a protocol error when it is not one).
 
         A large answer is read in pieces of whole items (see ``split_items``): the reader
-        holds the GIL for one piece at a time, not for the whole answer (~30 ms at 5,000
-        pods), so the event loop is never kept waiting longer than a piece takes.
+        holds the GIL for one piece at a time, not for the whole answer.
         """
         read = _READERS[method]
         try:

@@ -6,10 +6,8 @@ usual home), and loopback TCP (``tcp://127.0.0.1:PORT``, ``tcp://localhost:PORT`
 (another scheme, a relative path, an empty string, a non-loopback host) is a ValueError that
 names the value: podcache only ever talks to the runtime of the node it runs on.
 
-Resolution order, as crictl: the explicit endpoint; else ``CONTAINER_RUNTIME_ENDPOINT``; else
-``runtime-endpoint`` in the crictl config file (the given path, else ``CRI_CONFIG_FILE``, else
-``/etc/crictl.yaml``); else the first of crictl's default sockets that exists. Everything is a
-parameter (environment, config path, default list, existence check) so it can be tested.
+Resolution order: crictl's (docs/architecture.md §4, "Endpoint"). Everything is a parameter
+(environment, config path, default list, existence check) so it can be tested.
 """
 
 from __future__ import annotations
@@ -215,7 +213,7 @@ def resolve_endpoint(
     defaults: Sequence[str] = DEFAULT_ENDPOINTS,
     exists: Callable[[str], bool] = os.path.exists,
 ) -> ResolvedEndpoint:
-    """Find the runtime endpoint the way crictl does (see the module docstring for the order).
+    """Find the runtime endpoint the way crictl does (docs/architecture.md §4, "Endpoint").
 
     ``env`` defaults to ``os.environ``; an empty variable or config value counts as unset.
     An explicit ``config_path`` that does not exist is a FileNotFoundError (the environment's

@@ -1,48 +1,22 @@
 """GetContainerEvents as an iterator (threads) and an async iterator (asyncio); no channel logic.
 
-``CRIRuntime.container_events()`` and ``AsyncCRIRuntime.container_events()`` return these
-streams; the runtimes open the call (an ``http2.StreamCall`` on a connection of its own,
-docs/architecture.md §7 rule 6) and say what a failed status means, this module turns the
-call into checked ``ContainerEvent`` values.
+The runtimes open the call (an ``http2.StreamCall`` on a connection of its own) and say what a
+failed status means; this module turns the call into checked ``ContainerEvent`` values. The
+rules are docs/architecture.md §7's (a stream *open* after ``CONFIRM_SECONDS``, the checks of
+every response, the receive limit, the ends that are clean, ``MAX_PENDING_EVENTS`` and what a
+dropped event costs, nothing on the event loop) and §4 "Two runtimes" rule 2's (a stream that
+ends OK with no event within ``NO_EVENTS_SECONDS`` is ``EventsUnsupportedError``); besides
+them:
 
-Rules:
-
-- A stream is *open* once its call, made on a connection the runtime accepted, has stayed alive for
-  ``CONFIRM_SECONDS``: gRPC acknowledges nothing, and containerd sends nothing until the first
-  change, so this is the only sign that the runtime took the subscription. A call that fails
-  within that time fails ``open()`` itself (``EventsUnsupportedError`` for UNIMPLEMENTED, at
-  once). ``connected`` tells a failure to reach the runtime at all (False: nothing listening,
-  no connection) from a failure of a runtime that was reached (True).
-- A stream that ends with OK before any event, within ``NO_EVENTS_SECONDS`` of its call, is a
-  runtime that sends no events: ``EventsUnsupportedError``, in ``open()`` as in the iteration
-  (the cache then polls by its period). CRI-O's default (``enable_pod_events = false``) does
-  exactly this: its ``GetContainerEvents`` returns at once, OK, having sent nothing
-  (``server/container_events.go``). A stream that lived longer before a clean end (a runtime
-  shutting down) is an ordinary end.
-- Iterating opens the stream first if needed. A stream the runtime ends cleanly stops the
-  iteration; one that fails raises the runtime's error class naming the endpoint; one that
-  was ``close()``d stops the iteration. containerd 2.x ends a subscription it closes itself
-  (its CRI service stopping) with UNAVAILABLE "container events subscription closed by
-  server" where 1.7 ends it cleanly: that status (``_ended_by_server``) is a clean end too,
-  in ``open()`` as in the iteration.
-- Every response is hostile until checked (``event_from_bytes``): read from its bytes by
-  ``eventwire`` (only the fields used; protobuf's decoder would hold the GIL for the whole of a
-  sandbox status's labels), then a known event type, IDs of at most ``MAX_ID_LENGTH``
-  characters of ``[A-Za-z0-9_.+-]`` (a container ID is required; the pod UID too), a
-  ``created_at`` that is not negative. A response that breaks a rule ends the stream with
-  ``RuntimeProtocolError``, and so does a runtime that breaks HTTP/2 (``WireViolationError``:
-  a flood of control frames, flow control overrun), in ``open()`` as in the iteration.
-- The receive limit: an event message is at most ``MAX_RECEIVE_MESSAGE_BYTES``
-  (16 MiB, the list calls' limit too; a legitimate pod's labels and annotations make a sandbox
-  status of about 1.5 MB). A larger one fails the stream (RESOURCE_EXHAUSTED): the cache
-  resubscribes with its backoff and relists, within its event budget.
-- Never on the event loop: ``AsyncContainerEventStream`` reads a ``ContainerEventStream`` (the
-  sync stream of the runtime's list caller) in a thread of its own, which receives, reads and
-  checks every message and hands the loop only the finished ``ContainerEvent``. The thread
-  reads the runtime promptly whatever the loop does (containerd 2.x blocks delivery to every
-  subscriber while one reads slowly): up to ``MAX_PENDING_EVENTS`` events wait for the loop;
-  past that the oldest are dropped and counted (``dropped``). A dropped event loses nothing a
-  full listing needs: the refresh the events still queued ask for starts after it was dropped.
+- a call that fails within ``CONFIRM_SECONDS`` fails ``open()`` itself; ``connected`` tells a
+  failure to reach the runtime at all (False: nothing listening, no connection) from a
+  failure of a runtime that was reached (True);
+- a stream that lived past ``NO_EVENTS_SECONDS`` before a clean end (a runtime shutting down)
+  is an ordinary end;
+- iterating opens the stream first if needed; a stream that was ``close()``d stops the
+  iteration; a runtime that breaks HTTP/2 (``WireViolationError``) ends the stream with
+  ``RuntimeProtocolError``, in ``open()`` as in the iteration;
+- a container ID is required of every event, and the pod UID too.
 """
 
 from __future__ import annotations
@@ -325,9 +299,8 @@ class AsyncContainerEventStream:
     """The asyncio twin of ``ContainerEventStream``: ``async for``, ``open()``, ``aclose()``.
 
     It reads ``stream`` (a ``ContainerEventStream``) in a thread of its own, which receives,
-    reads and checks each message, so that nothing of a message's size reaches the event loop
-    (see the module docstring: its pending bound, and what a dropped event costs). Failures
-    reach the iteration as ``stream``'s errors.
+    reads and checks each message (at most ``MAX_PENDING_EVENTS`` waiting for the loop: the
+    module rules). Failures reach the iteration as ``stream``'s errors.
     """
 
     def __init__(self, stream: ContainerEventStream, pending: int = MAX_PENDING_EVENTS) -> None:

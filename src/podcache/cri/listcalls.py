@@ -77,10 +77,9 @@ class _ListCaller:
     of a small pool (``LIST_CALL_THREADS``), with ``CRIRuntime``'s deadlines, channel
     replacement and error mapping: both hold a ``SyncCaller`` and delegate to it.
 
-    The answers (8-12 MB each at 5,000 pods) become bytes in gRPC's threads, never on the
-    event loop (grpc.aio builds each answer's bytes in a loop callback, a stall of several
-    milliseconds); the loop only receives the finished ``bytes`` object. Calls are gRPC
-    futures so that the awaiting task's cancellation cancels them (``_CallHandle``).
+    The answers become bytes in gRPC's threads, never on the event loop (grpc.aio would build
+    them in a loop callback); the loop only receives the finished ``bytes`` object. Calls are
+    gRPC futures so that the awaiting task's cancellation cancels them (``_CallHandle``).
     """
 
     def __init__(self, endpoint: Endpoint, timeout: float) -> None:
@@ -162,10 +161,9 @@ class _ListCaller:
 
     async def pod_calls(self, requests: Sequence[tuple[str, Message]]) -> list[bytes]:
         """``SyncCaller.pod_calls`` in a pool thread: the filtered list calls of one pod or
-        one ID, made together in one write on a connection of the caller's pool and read by
-        its reader (one thread hand-off for both, not a gRPC future and a hand-off each). A
-        cancelled caller leaves them to finish in their thread (small answers, within the
-        call timeout); nothing waits for them."""
+        one ID, made together (one thread hand-off for both). A cancelled caller leaves them
+        to finish in their thread (small answers, within the call timeout); nothing waits for
+        them."""
         if self._pool is None:
             self._pool = ThreadPoolExecutor(LIST_CALL_THREADS, thread_name_prefix="podcache-list")
         loop = asyncio.get_running_loop()

@@ -4,30 +4,9 @@ Holds ``STREAMED`` (each unary list call, its streaming twin and the twin's requ
 ``StreamedAnswer`` (one streamed answer's messages as bytes), ``collect`` (a streaming call read
 into one, at most ``MAX_STREAMED_LIST_BYTES``), ``ListStreamTooLongError`` (past that bound) and
 ``over_limit_reason`` (what a list answer, or one streamed message, past gRPC's message limit
-is told).
-
-Rules:
-
-- Each message of ``StreamPodSandboxes``/``StreamContainers`` holds, as field 1, the same
-  repeated item as ``ListPodSandboxResponse``/``ListContainersResponse``: on the wire each
-  message *is* a unary list answer. The list readers read each message as they read a unary
-  answer, and the rows of the messages, in order, are the listing (items of a repeated field
-  are independent). A message is never joined to the next before it is read: a truncated item
-  at the end of one would otherwise swallow the start of the next.
-- The proto asks for at least one item per message; an empty one is accepted and dropped (it
-  holds nothing), as the kubelet accepts it, and counts toward the bound with its frame.
-- A streamed answer has no per-answer size limit of gRPC's, and one message of it may be as
-  large as the whole answer's bound (``MAX_STREAMED_MESSAGE_BYTES``, the channel's per-method
-  limit for the two streaming calls, ``channels.channel_options``): a runtime chunks by item
-  count, not size (CRI-O: 3,000 items a message, ``server/server.go`` ``streamChunkSize``;
-  containerd 2.4: 5,000), so one message of a node's listing can be far past gRPC's 16 MiB
-  default, which every unary call keeps. ``MAX_STREAMED_LIST_BYTES`` bounds what podcache
-  holds of one answer, frames included, so a runtime that never ends its stream costs at most
-  that much memory before its deadline.
-
-Deliberately not here: when to stream (``caller.SyncCaller.listing``: asked once per
-connection, UNIMPLEMENTED falls back to the unary call, as the kubelet's CRI client does),
-making the calls (the callers) and reading the messages (``convert``, ``converter``).
+is told). The rules are docs/architecture.md §4's (list streaming, and "Two runtimes" rule 1);
+besides them: an empty message counts toward the bound with its frame, and the bound is what
+a runtime that never ends its stream costs in memory before its deadline.
 """
 
 from __future__ import annotations
@@ -54,13 +33,12 @@ __all__ = [
 MAX_STREAMED_LIST_BYTES = 256 * 1024 * 1024
 """The most bytes of one streamed list answer podcache receives (its messages' bytes plus
 ``FRAME_BYTES`` each); past it the call is cancelled and fails. 16 times gRPC's limit on one
-message: 1,000 pods carrying 16 KiB of annotations each list in about 16 MiB of sandboxes."""
+message."""
 
 MAX_STREAMED_MESSAGE_BYTES = MAX_STREAMED_LIST_BYTES
 """The largest single message of a streamed list answer podcache receives (gRPC refuses a
 larger one, RESOURCE_EXHAUSTED): the whole answer's bound, so how a runtime cuts its listing
-into messages never matters. CRI-O sent 70 sandboxes of 250 KiB annotations as one 17.9 MB
-message; 3,000 items (its chunk) of 64 KiB each would be 188 MiB."""
+into messages never matters."""
 
 FRAME_BYTES = 5
 """gRPC's frame header before each message (a flag byte and a 4-byte length)."""

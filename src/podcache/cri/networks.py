@@ -1,41 +1,13 @@
-"""Pod IPs: each sandbox's network status, read once per sandbox ID and remembered; no gRPC.
+"""Pod IPs: each sandbox's network status, read once per sandbox ID and remembered in a
+``NetworkMemo``; no gRPC. The rules, costs and bounds (``STATUS_CONCURRENCY``,
+``STATUS_ATTEMPTS``, ``UNCONFIRMED_MAX``, ``LEARNT_MAX``, ``MEMO_MAX``; the oldest entry goes
+first past each) are docs/architecture.md §4's, "Pod IPs"; besides them:
 
-``ListPodSandbox`` carries no IPs; ``PodSandboxStatus`` does (``network.ip``, then
-``network.additional_ips``; ``linux.namespaces.options.network == NODE`` for a host-network
-pod). An IP never changes during a sandbox's life, so a getter asks once per new sandbox ID and
-keeps the answer in a ``NetworkMemo``:
-
-- a listing looks up each pod's newest READY sandbox in the memo (a dict lookup: the hit path
-  makes no call). The IDs it misses are the getter's to ask for, after the listing, in
-  rounds of at most ``STATUS_CONCURRENCY`` calls made together; their pods are then given
-  their IPs;
-- a status call that fails leaves that pod's IPs empty (unknown, not wrong); the sandbox is
-  asked again at later listings, at most ``STATUS_ATTEMPTS`` times in all;
-- an event's ``pod_sandbox_status`` of a READY sandbox that states an address (or the host
-  network) fills the memo with no call;
-- hostile answers: a string that is not an IP address is dropped and counted
-  (``invalid_ips``), as are additional IPs past ``eventwire.MAX_ADDITIONAL_IPS``; never an
-  error for the listing. A host-network sandbox has no IPs of its own: its strings are ignored.
-
-Bounds (they hold whether or not anyone reads, with no full listing at all):
-
-- **One entry per pod.** Only a pod's newest READY sandbox is ever looked up, so an entry
-  belongs to its pod (the UID a relist named, else the status's own metadata UID) and
-  learning a pod's newer sandbox drops the older one. A relist of one pod (``settle``) drops
-  its entry when the pod is gone or its newest READY sandbox is another; a full listing keeps
-  only the sandboxes it used (plus those fetched or learnt while it ran). So the memo holds
-  the pods the node holds now, plus the pods gone since without a relist of their own, plus:
-- at most ``UNCONFIRMED_MAX`` sandboxes learnt from events that no listing or relist has used
-  yet (a runtime may send READY statuses for sandboxes it never lists: the oldest go first);
-- at most ``LEARNT_MAX`` remembered as learnt since the last full listing began (what that
-  listing keeps although it did not list them; the oldest are forgotten, costing a call);
-- never more than ``MEMO_MAX`` entries in all (the oldest go first); failure counts only for
-  sandboxes it holds or a listing still wants.
-Every change is O(1) (ordered dicts: the oldest goes without a scan); a full listing's pruning
-is O(its pods).
-
-All counters and tables are changed under one lock held for no I/O; readers' lookups (``get``,
-a listing's) are single dict reads, so the memo may be shared by threads.
+- additional IPs past ``eventwire.MAX_ADDITIONAL_IPS`` are dropped and counted as invalid
+  strings are (``invalid_ips``);
+- failure counts are kept only for sandboxes the memo holds or a listing still wants;
+- all counters and tables are changed under one lock held for no I/O; readers' lookups
+  (``get``, a listing's) are single dict reads, so the memo may be shared by threads.
 """
 
 from __future__ import annotations
@@ -70,10 +42,8 @@ __all__ = [
 ]
 
 STATUS_CONCURRENCY = 128
-"""PodSandboxStatus calls a getter makes together, in one round, on one connection: a cold
-start's 5,000 go 128 at a time, each round's answers read by one thread in a few reads (in
-rounds of 8 on a loaded machine the cold start's calls took twice as long: each round waits
-for the runtime and for a turn of the event loop)."""
+"""PodSandboxStatus calls a getter makes together, in one round, on one connection; each
+round's answers are read by one thread."""
 
 STATUS_ATTEMPTS = 3
 """Status calls made for one sandbox in all (the first and two retries, one per later listing)
@@ -83,10 +53,12 @@ MEMO_MAX = 65_536
 """Sandboxes a ``NetworkMemo`` remembers at most (far above a node's pods; the oldest go)."""
 
 UNCONFIRMED_MAX = 1_024
-"""Sandboxes learnt from events and not yet used by a listing or relist, kept at most."""
+"""Sandboxes learnt from events and not yet used by a listing or relist, kept at most (a
+runtime may send READY statuses for sandboxes it never lists: the oldest go first)."""
 
 LEARNT_MAX = 4_096
-"""Sandboxes remembered as learnt while a full listing runs (for it to keep), at most."""
+"""Sandboxes remembered as learnt while a full listing runs (for it to keep), at most; the
+oldest are forgotten past it, costing a call."""
 
 _NODE = 2  # NamespaceMode.NODE
 _READY = 0  # PodSandboxState.SANDBOX_READY
@@ -410,11 +382,8 @@ class StatusReader:
     getter runs ``complete`` in a worker thread.
 
     Pacing (docs/architecture.md §5, "Threads beside the loop"): a round begins only when the
-    previous one has ended and ``pace`` has returned. The asyncio getter's pace is
-    ``loop_turn``: between two rounds the event loop runs a turn, so a cold start's thousands
-    of calls (one thread reading their answers beside the loop) hold the loop up for at most
-    one round at a time, however many there are. Without a pace (the thread getter) rounds
-    follow each other.
+    previous one has ended and ``pace`` has returned (the asyncio getter's is ``loop_turn``;
+    without one, the thread getter's rounds follow each other).
     """
 
     def __init__(self, memo: NetworkMemo, batch: StatusBatch) -> None:

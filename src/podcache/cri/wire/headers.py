@@ -2,9 +2,8 @@
 it does not depend on the table), and the decoder of the blocks a runtime answers with, which
 both drivers use (``cri.http2``, ``cri.oneshot``); no I/O.
 
-The decoder is podcache's own rather than the ``hpack`` package's: it decodes a runtime's
-header blocks about five times faster, and a CLI command imports neither ``hpack`` nor
-``logging`` with it (``benchmarks/bench_hpack.py``, docs/architecture.md §4).
+Why podcache's own and not the ``hpack`` package: docs/architecture.md §4, "One HPACK
+decoder".
 
 ``HPACKDecoder.decode(block)`` gives a block's headers as ``(name, value)`` byte pairs, in
 order, and keeps the dynamic table between blocks, as ``hpack.Decoder.decode(block,

@@ -1,8 +1,7 @@
 """The one table of the CRI methods podcache's client calls: each method's gRPC path, its
 request message, its own wire's request encoder, and the reader of its answer.
 
-Every client takes its paths from here: grpcio's channels (``cri.channels``), the pooled
-connection (``cri.http2``, through ``cri.caller``) and the one-shot read (``cri.oneshot``).
+Every client takes its paths from here (docs/architecture.md §4, "One wire, two drivers").
 Adding a call to the client is one row (a test goes through the table: each encoder against
 the generated protobuf module, each reader importable, each path in the proto's service).
 
@@ -34,7 +33,7 @@ class CRIMethod:
     """One method the client calls: ``request``, its request message's name in api.proto;
     ``encode``, the own wire's encoder of it (None: only grpcio sends it, from a protobuf
     message); ``reader``, its answer's reader; ``streaming``: a server-streaming call.
-    (A class, not a NamedTuple, which would cost the one-shot read's start-up 0.2 ms.)"""
+    (A class, not a NamedTuple, whose creation would slow the one-shot read's start-up.)"""
 
     __slots__ = ("encode", "name", "path", "reader", "request", "streaming")
 
