@@ -1,13 +1,12 @@
 /* podcache.cri._wire: the two CRI list answers read straight from their protobuf wire bytes
  * (and, at the end of this file, eventwire's reader of events: see "event_fields").
  *
- * Why: a refresh at node scale spends most of its time reading fields out of decoded upb
- * messages (every read allocates a wrapper or a string). This reads only the fields the
- * kubelet's GetPods uses, in one pass over the bytes, and hands Python one row per item: a
+ * It reads only the fields the kubelet's GetPods uses (docs/architecture.md §4, "Speed
+ * without other rules"), in one pass over the bytes, and hands Python one row per item: a
  * SandboxRow or a ContainerRow, objects with named, read-only fields (declared once, in the
- * *_ROW_FIELDS tables below; _wire.pyi repeats them for the type checker and a test holds the
- * two to each other). The kubelet's rules themselves stay in Python (convert.py); this file
- * knows the wire format and podcache's api.proto subset, nothing else.
+ * *_ROW_FIELDS tables below; _wire.pyi repeats them and a test holds the two to each other).
+ * The kubelet's rules stay in Python (convert.py); this file knows the wire format and
+ * podcache's api.proto subset, nothing else.
  *
  * It accepts and rejects exactly what upb (protobuf's decoder) does with the same .proto:
  * - wire types as declared, or else the field is unknown and skipped; unknown fields are
@@ -1105,7 +1104,7 @@ done:
 
 #define EV_MAX_ADDITIONAL_IPS 8     /* eventwire.MAX_ADDITIONAL_IPS */
 #define EV_MAX_CONTAINERS 16        /* eventwire.MAX_EVENT_CONTAINERS */
-#define EV_RELEASE_BYTES (64 * 1024) /* scans of at most ~200 us keep the GIL */
+#define EV_RELEASE_BYTES (64 * 1024) /* smaller scans keep the GIL (above) */
 
 enum { EV_VARINT = 0, EV_FIXED64 = 1, EV_LENGTH = 2, EV_START_GROUP = 3, EV_END_GROUP = 4 };
 
