@@ -229,8 +229,7 @@ class AuthGate:
 
     def check(self, route: str, authorization: str | None) -> None:
         """``allowed``, or the 401 (with ``WWW-Authenticate``)."""
-        auth = self._auth
-        if not (auth is None or route in self._open or auth.check(authorization)):
+        if not self.allowed(route, authorization):
             raise HTTPError(
                 401,
                 "a valid bearer token is required (Authorization: Bearer <token>)",

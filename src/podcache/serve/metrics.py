@@ -316,15 +316,13 @@ def _cache_metrics(stats: CacheStats) -> Iterator[Metric]:
 
 def _snapshot_metrics(stats: CacheStats, pods: PodList | None) -> Iterator[Metric]:
     """The snapshot's age and size."""
-    age = GaugeMetricFamily(
+    yield _gauge_unless_none(
         "podcache_snapshot_age_seconds",
         "How old the snapshot's content is at most: seconds since the full listing it comes "
         "from began (relists of one pod since only make pods newer); kept under the cache "
         "period while the runtime answers, idle or not (absent until the first listing).",
+        stats.age,
     )
-    if stats.age is not None:
-        age.add_metric([], stats.age)
-    yield age
     yield GaugeMetricFamily(
         "podcache_pods", "Pods in the latest snapshot.", value=0 if pods is None else len(pods)
     )
@@ -339,22 +337,26 @@ def _timestamps(stats: CacheStats, wall: float) -> Iterator[Metric]:
     """When the last full listing began and the last event arrived, as unix timestamps
     (Prometheus's convention for a time: alert on ``time() - metric``); each is absent until
     it first happens."""
-    listing = GaugeMetricFamily(
+    yield _gauge_unless_none(
         "podcache_last_full_listing_timestamp_seconds",
         "Unix time at which the last successful listing of the whole node began (the "
         "snapshot's time).",
+        None if stats.age is None else wall - stats.age,
     )
-    if stats.age is not None:
-        listing.add_metric([], wall - stats.age)
-    yield listing
-    event = GaugeMetricFamily(
+    yield _gauge_unless_none(
         "podcache_last_event_timestamp_seconds",
         "Unix time at which the last container event was received from the runtime (a quiet "
         "node sends none: not a liveness signal on its own).",
+        None if stats.last_event_age is None else wall - stats.last_event_age,
     )
-    if stats.last_event_age is not None:
-        event.add_metric([], wall - stats.last_event_age)
-    yield event
+
+
+def _gauge_unless_none(name: str, help_text: str, value: float | None) -> Metric:
+    """A gauge of ``value``, without a sample while it is None (the family is still listed)."""
+    gauge = GaugeMetricFamily(name, help_text)
+    if value is not None:
+        gauge.add_metric([], value)
+    return gauge
 
 
 def _requests(counts: dict[tuple[str, int], int]) -> Metric:

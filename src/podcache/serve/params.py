@@ -116,6 +116,12 @@ def _yes_no(name: str, description: str) -> Param[bool]:
     return Param(name, "query", description, _YES_NO, partial(parse_bool, where=name))
 
 
+def _full_name_part(name: str, description: str, what: str) -> Param[str]:
+    """A path parameter that is part of a pod's full name, ``name_namespace``: no ``_``."""
+    parse = partial(check_name, what=what, underscore=False)
+    return Param(name, "path", description, _name_schema(POD_NAME_PATTERN), parse)
+
+
 def _parse_ip_segment(text: str) -> str:
     """``/ips/{ip}``: the segment percent-decoded (``::ffff:...`` arrives as ``%3A``), then
     ``parse_ip``."""
@@ -133,20 +139,8 @@ def parse_since(text: str) -> int:
 UID = Param(
     "uid", "path", "The pod UID.", _name_schema(NAME_PATTERN), partial(check_name, what="pod UID")
 )
-POD_NAMESPACE = Param(
-    "namespace",
-    "path",
-    "The namespace (no '_').",
-    _name_schema(POD_NAME_PATTERN),
-    partial(check_name, what="namespace", underscore=False),
-)
-POD_NAME = Param(
-    "name",
-    "path",
-    "The pod name (no '_').",
-    _name_schema(POD_NAME_PATTERN),
-    partial(check_name, what="pod name", underscore=False),
-)
+POD_NAMESPACE = _full_name_part("namespace", "The namespace (no '_').", "namespace")
+POD_NAME = _full_name_part("name", "The pod name (no '_').", "pod name")
 CONTAINER = Param(
     "id",
     "path",
