@@ -275,21 +275,18 @@ class App:
         without waiting; else a coroutine (from ``_answer_later``) that waits for the snapshot
         or runs the ``Later`` plan, and never raises (but for cancellation).
 
-        THE REPLAY RULE. A request is answered from the memo, skipping routing, parameter
-        parsing and lookups, exactly when all of these hold:
+        THE REPLAY RULE (docs/architecture.md §5, the response memo). A request is answered
+        from the memo, skipping routing, parameter parsing and lookups, exactly when all hold:
 
         1. it is a GET or HEAD whose target (path, and ``?query`` as sent) is a key of the
-           memo's answers: a request with that target was answered from this same snapshot
-           after passing every check of the full path (``_finish`` keeps only those, and never
-           one whose target asks for freshness, ``fresh`` or ``newer_than``, nor /readyz,
-           whose answer depends on the request's staleness, nor ``/pids/{pid}``);
+           memo's answers (``_finish`` keeps only answers that passed every check of the full
+           path, and none to freshness targets, /readyz or ``/pids/{pid}``);
         2. the cache hands out that very snapshot now, without waiting (so the answer is
            what the full path would compute, to the byte but for the age);
-        3. it carries no header that could change the answer or make it an error on the full
-           path: no If-None-Match, no X-Podcache-Newer-Than, no repeated Authorization, and
-           within the header limits (``_replayable``);
-        4. the token check passes, replayed or not (``AuthGate``, in ``_replayable``); the
-           Host check is the HTTP server's, done before any request reaches the app.
+        3. no header could change the answer or make it an error on the full path
+           (``_replayable``);
+        4. the token check passes (``AuthGate``, in ``_replayable``); the Host check is the
+           HTTP server's, before any request reaches the app.
 
         Anything else takes the full path (``_begin``, then ``_finish``), which answers at
         once too when the snapshot is fresh and the request asks for nothing newer. A request

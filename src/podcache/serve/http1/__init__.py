@@ -72,14 +72,8 @@ bound
 ``connection_lost``                       any                    ``CLOSED``
 ========================================  =====================  ==========================
 
-Bounds. Reading stops while ``MAX_PIPELINE`` requests wait or in ``BLOCKED``: a client that
-sends without reading holds bounded memory. ``max_connections`` connections at most: the
-next one is answered 503 (JSON) and closed. ``max_buffered`` bytes of unsent answers in all
-connections together: past it, the connections holding the most unsent bytes are reset first
-until the total is back under it. ``send_buffer`` (``SO_SNDBUF``) bounds the kernel's share
-of each connection's unsent bytes. A request needs exactly one Host header (else 400); a
-server given ``allowed_hosts`` answers any other Host 421. One timer for all connections
-ticks once a second; no timer is set per request.
+Bounds: docs/architecture.md §5, item 2 (their values and reasons in ``limits``). One timer
+for all connections ticks once a second; no timer is set per request.
 
 Streaming answers (for long-lived feeds such as a watch), the API a responder plugs into:
 
@@ -115,14 +109,8 @@ Streaming answers (for long-lived feeds such as a watch), the API a responder pl
   writes nothing (False) once the stream's end is decided (its iterator ended, shutdown,
   client EOF, a reset).
 
-Modules, one concept each: ``limits`` (the bounds), ``states`` (``State`` and the data of
-the tables above, ``states.TRANSITIONS``, which ``_enter`` checks: an unlisted transition
-raises), ``items`` (what a connection queues), ``admission`` (``HTTPServer``'s base: the
-connection cap, the byte budget, the tick, shutdown), ``lifecycle`` (a connection's state,
-timeouts, unsent bytes and end), ``parsing`` (httptools' callbacks and the head checks),
-``answering`` (the queue, heads, refusals), ``streaming`` (streaming answers) and
-``connection`` (``HTTPConnection``, the ``asyncio.Protocol`` made of those parts, and
-``HTTPServer``). This package imports nothing of podcache but ``serve.response``.
+Modules, one concept each: docs/architecture.md §5, item 2; ``states.TRANSITIONS`` is the
+data of the tables above. This package imports nothing of podcache but ``serve.response``.
 
 It deliberately supports only what a read-only JSON API needs: no request bodies (refused,
 never read), no upgrades (answered as plain HTTP/1.1, then closed), no HTTP/2. Targets must be
