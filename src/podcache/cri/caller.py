@@ -341,8 +341,8 @@ class SyncCaller:
         return bool(self.line.state(False) == _CORE_BACKING_OFF)
 
     def container_events(self) -> ContainerEventStream:
-        """The GetContainerEvents stream, on a connection of its own (``http2``: grpcio's
-        streaming costs several times the CPU per event). ``close()`` cancels it."""
+        """The GetContainerEvents stream, on a connection of its own (``http2``;
+        docs/architecture.md §7 rule 6). ``close()`` cancels it."""
         self.check_open()
 
         def start() -> StreamCall:

@@ -45,7 +45,7 @@ Keeper = Callable[[str, bytes, Sequence[Any]], None]
 
 
 READ_PIECE_BYTES = 128 * 1024
-"""Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (about 0.3 ms)."""
+"""Bytes of a list answer read per call of the reader in ``AsyncCRIRuntime`` (a GIL hold)."""
 
 INLINE_POD_BYTES = 16 * 1024
 """The most bytes of one pod's two answers that ``AsyncCRIRuntime.get_pod`` converts on the
