@@ -33,6 +33,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from podcache.cri.wire.protobuf import varint
+
 __all__ = [
     "MAX_INTEGER_BYTES",
     "MAX_SIZE_UPDATES",
@@ -338,13 +340,7 @@ def _encoded_integer(value: int, prefix_bits: int, first: int) -> bytes:
     limit = (1 << prefix_bits) - 1
     if value < limit:
         return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return bytes((first | limit,)) + varint(value - limit)  # the rest: base-128, as protobuf's
 
 
 def literal(name: str | int, value: str) -> bytes:
