@@ -499,9 +499,8 @@ class AsyncCRIRuntime(_Base):
         """The runtime's container events as an async iterator (see ``CRIRuntime``'s).
 
         ``async for event in runtime.container_events()``; ``await stream.open()`` subscribes
-        without waiting for an event, ``await stream.aclose()`` ends it. The call is made on the
-        list calls' sync channel and read in a thread of its own: no message, whatever its
-        size, is received or read on the event loop (``eventstream``).
+        without waiting for an event, ``await stream.aclose()`` ends it. Read in a thread of
+        its own: nothing of a message is received or read on the event loop (``eventstream``).
         """
         self._check_open()
         stream = self._lister().container_events()

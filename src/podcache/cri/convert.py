@@ -222,12 +222,10 @@ _NOTHING_REMEMBERED = _Remembered("", {}, {}, {})
 
 
 class Memo:
-    """The conversions of one listing, for the next ``build_pods`` to reuse; opaque.
-
-    An item listed again with the same id, ``created_at`` and state is not read again: CRI
-    items are immutable but for their state. A pod whose parts all came out the same is the
-    previous snapshot's Pod object. Each call replaces the whole content (one attribute swap),
-    so a memo only ever holds the last listing and may be shared by threads.
+    """The conversions of one listing, for the next ``build_pods`` to reuse; opaque
+    (docs/architecture.md §4, "Speed without other rules"). Each call replaces the whole
+    content (one attribute swap), so a memo only ever holds the last listing and may be shared
+    by threads.
     """
 
     __slots__ = ("_last",)

@@ -1,17 +1,11 @@
 """The listed items' wire bytes, as the runtime sent them, keyed by (ID, state); no filtering.
 
-``podcache serve --cri-listen`` answers ListPodSandbox and ListContainers from the cache
-(docs/architecture.md §10): the cache's snapshot says *which* items are current, this store
-says *what the runtime sent* for each, so the socket re-sends the runtime's own bytes, every
-field included, without decoding or encoding them.
+The store the CRI socket's list answers are joined from (docs/architecture.md §10). Rules:
 
-Rules:
-
-1. A CRI item never changes after its creation but for its state, so the bytes of an item are
-   a function of its ID and state: the store keys them by ``(id, ContainerState)`` (the
-   state as the snapshot's ``Container`` holds it). Any listing may teach it (full, one pod's,
-   one ID's; one the cache later drops; each message of a streamed one, KEP-5825): the bytes
-   of a key are the same whoever listed them.
+1. The store keys an item's bytes by ``(id, ContainerState)`` (the state as the snapshot's
+   ``Container`` holds it): any listing may teach it (full, one pod's, one ID's; one the
+   cache later drops; each message of a streamed one), the bytes of a key being the same
+   whoever listed them.
 2. Learning costs O(items listed) dictionary look-ups, in the getter's converter thread (never
    on the event loop); only an item not seen before is copied and decoded (protobuf, for its
    labels and its sandbox ID, which the socket's filters need). A steady node decodes nothing.
