@@ -14,11 +14,6 @@
 #include "_h2.h"
 
 #define SLOTS 32768 /* a power of two, twice ANSWERS_MAX */
-#define F_DATA 0x0
-#define F_HEADERS 0x1
-#define END_STREAM 0x1
-#define END_HEADERS 0x4
-#define MAX_FRAME 16384 /* every peer takes frames this large (RFC 9113 §4.2) */
 
 struct answer {
     answer *next;

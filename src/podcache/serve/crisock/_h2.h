@@ -15,6 +15,14 @@ int buf_add(buf *b, const void *data, size_t size); /* 0, or -1 out of memory */
 int buf_byte(buf *b, uint8_t byte);
 void buf_free(buf *b);
 
+/* ---- HTTP/2 frames (RFC 9113 §6) ---- */
+
+#define F_DATA 0x0
+#define F_HEADERS 0x1
+#define END_STREAM 0x1
+#define END_HEADERS 0x4
+#define MAX_FRAME 16384 /* the frames the relay writes: every peer takes this size (§4.2) */
+
 /* ---- HPACK (RFC 7541), the client's encoder as seen by its peer ---- */
 
 #define HPACK_DEFAULT 4096 /* a dynamic table's size before any update (RFC 9113 §6.5.2) */

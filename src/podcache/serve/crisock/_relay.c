@@ -34,20 +34,15 @@
 #define CHUNK (32 * 1024)
 #define PREFACE 24 /* the client's connection preface (RFC 9113 §3.4) */
 #define HEAD 9     /* a frame's header */
-#define F_DATA 0x0
-#define F_HEADERS 0x1
 #define F_PRIORITY 0x2
 #define F_RST_STREAM 0x3
 #define F_SETTINGS 0x4
 #define F_PING 0x6
 #define F_WINDOW_UPDATE 0x8
 #define F_CONTINUATION 0x9
-#define END_STREAM 0x1
 #define ACK 0x1
-#define END_HEADERS 0x4
 #define PADDED 0x8
 #define PRIORITY 0x20
-#define MAX_FRAME 16384    /* the frames the relay writes: every peer takes this size */
 #define BLOCK_LIMIT (256 * 1024) /* a client's frame read whole (not DATA), a header block as sent
                                   * and as written again, at most: past it, the connection is
                                   * closed (gRPC refuses metadata past 64 KiB: a call's error) */
