@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from podcache.cri.wire.methods import path
+from podcache.cri.wire.protobuf import ProtobufError, read_varint, varint
 
 __all__ = ["CONTAINER_STATUS", "REDACTED", "answer_rewrites", "redact_container_status"]
 
@@ -49,7 +50,7 @@ def redact_container_status(answer: bytes) -> bytes:
         if field == _INFO_FIELD and body is not None:
             entry = _redacted_entry(answer[body:end])
             if entry is not None:
-                parts.append(_tag(_INFO_FIELD, _LEN) + _varint(len(entry)) + entry)
+                parts.append(_string_field(_INFO_FIELD, entry))
                 changed = True
                 continue
         parts.append(answer[start:end])
@@ -150,29 +151,16 @@ def _fields(data: bytes) -> list[tuple[int, int, int, int | None]]:
 
 
 def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < len(data) and shift < 64:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, pos
-        shift += 7
-    raise ValueError(f"ContainerStatus answer: varint truncated at byte {pos}")
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    try:
+        return read_varint(data, pos)
+    except ProtobufError:
+        stopped = min(len(data), pos + 10)  # where a varint's reading ends, at most 10 bytes
+        raise ValueError(f"ContainerStatus answer: varint truncated at byte {stopped}") from None
 
 
 def _tag(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
+    return varint(field << 3 | wire_type)
 
 
 def _string_field(field: int, value: bytes) -> bytes:
-    return _tag(field, _LEN) + _varint(len(value)) + value
+    return _tag(field, _LEN) + varint(len(value)) + value

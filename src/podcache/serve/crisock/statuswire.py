@@ -198,21 +198,10 @@ def container_state(answer: bytes) -> int | None:
 def info_fields(answer: bytes) -> bytes:
     """The answer's ``info`` map (field 2: each entry's bytes with its tag), as it came."""
     parts: list[bytes] = []
-    pos, end = 0, len(answer)
-    while pos < end:
+    pos = 0
+    while pos < len(answer):
         start = pos
-        tag, pos = read_varint(answer, pos)
-        if tag & 7 == _LEN:
-            length, pos = read_varint(answer, pos)
-            pos += length
-        elif tag & 7 == _VARINT:
-            _, pos = read_varint(answer, pos)
-        elif tag & 7 in (_I64, _I32):
-            pos += 8 if tag & 7 == _I64 else 4
-        else:
-            raise ProtobufError(f"wire type {tag & 7} in field {tag >> 3}")
-        if pos > end:
-            raise ProtobufError(f"field {tag >> 3} runs past the message's end")
+        tag, pos = _field_end(answer, pos)
         if tag == 2 << 3 | _LEN:
             parts.append(answer[start:pos])
     return b"".join(parts)
