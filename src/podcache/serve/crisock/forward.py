@@ -126,7 +126,8 @@ class _Slots:
         self._free += 1
 
 
-def _identity(data: bytes) -> bytes:
+def identity(data: bytes) -> bytes:
+    """Raw bytes as gRPC's serializer and deserializer."""
     return data
 
 
@@ -223,13 +224,13 @@ class Forwarder:
         flight = self._flights.get(key)
         if flight is not None and flight.deadline >= deadline:
             self._count(self.saved, path)
-            return await self._wait(path, flight, budget)
+            return await joined(flight.outcome, budget, self.endpoint, path)
         loop = asyncio.get_running_loop()
         flight = self._flights[key] = _Flight(deadline, loop.create_future())
         task = loop.create_task(self._fly(key, flight))
         self._tasks.add(task)  # held until done (the loop keeps only a weak reference)
         task.add_done_callback(self._tasks.discard)
-        return await _outcome(flight)
+        return await asyncio.shield(flight.outcome)  # a caller that leaves cancels only itself
 
     async def _fly(self, key: tuple[str, bytes], flight: _Flight) -> None:
         """The shared call (rule 1), for whoever still waits for it."""
@@ -237,27 +238,11 @@ class Forwarder:
         try:
             flight.outcome.set_result(await self._upstream(path, request, flight.deadline))
         except UpstreamError as error:
-            flight.outcome.set_exception(error)
-            flight.outcome.exception()  # retrieved: each waiter raises it itself
+            fail_shared(flight.outcome, error)
         finally:
             if self._flights.get(key) is flight:
                 del self._flights[key]
-            if not flight.outcome.done():  # cancelled: the socket is stopping
-                flight.outcome.set_exception(
-                    UpstreamError(grpc.StatusCode.UNAVAILABLE, "podcache's CRI socket is stopping")
-                )
-                flight.outcome.exception()
-
-    async def _wait(self, path: str, flight: _Flight, budget: float) -> bytes:
-        try:
-            async with asyncio.timeout(budget):  # not wait_for: it may swallow a cancellation
-                return await _outcome(flight)
-        except TimeoutError:
-            raise UpstreamError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"podcache: the runtime at {self.endpoint} did not answer "
-                f"{_method(path)} within the deadline ({budget:g}s)",
-            ) from None
+            end_shared(flight.outcome)
 
     async def _slot(self, path: str, deadline: float) -> None:
         """A slot (rule 2) before ``deadline``, or the call's UpstreamError."""
@@ -285,7 +270,7 @@ class Forwarder:
             method = self._calls.get(path)
             if method is None:
                 method = self._calls[path] = self._channel.unary_unary(
-                    path, request_serializer=_identity, response_deserializer=_identity
+                    path, request_serializer=identity, response_deserializer=identity
                 )
             call = method.future(request, timeout=max(0.0, deadline - self._clock()))
             try:
@@ -324,10 +309,34 @@ class Forwarder:
         self._channel.close()
 
 
-async def _outcome(flight: _Flight) -> bytes:
-    # Shielded: a caller that leaves (its call cancelled) must not cancel the outcome others
-    # wait for.
-    return await asyncio.shield(flight.outcome)
+async def joined(
+    outcome: asyncio.Future[bytes], budget: float | None, endpoint: str, path: str
+) -> bytes:
+    """A shared call's ``outcome`` (its answer, or its UpstreamError) within the caller's
+    ``budget`` s (None: unbounded); a caller that leaves cancels only itself."""
+    try:
+        async with asyncio.timeout(budget):  # not wait_for: it may swallow a cancellation
+            return await asyncio.shield(outcome)
+    except TimeoutError:
+        raise UpstreamError(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"podcache: the runtime at {endpoint} did not answer "
+            f"{_method(path)} within the deadline ({budget:g}s)",
+        ) from None
+
+
+def fail_shared(outcome: asyncio.Future[bytes], error: UpstreamError) -> None:
+    """A shared call failed: ``error`` is its ``outcome``, retrieved (each waiter raises it)."""
+    outcome.set_exception(error)
+    outcome.exception()
+
+
+def end_shared(outcome: asyncio.Future[bytes]) -> None:
+    """A shared call's task ended: an ``outcome`` still unsettled (cancelled: the socket is
+    stopping) fails UNAVAILABLE."""
+    if not outcome.done():
+        stopping = UpstreamError(grpc.StatusCode.UNAVAILABLE, "podcache's CRI socket is stopping")
+        fail_shared(outcome, stopping)
 
 
 def _answer_of(call: Any) -> asyncio.Future[bytes]:

@@ -22,7 +22,13 @@ from typing import NamedTuple
 
 import grpc
 
-from podcache.serve.crisock.forward import Forwarder, UpstreamError
+from podcache.serve.crisock.forward import (
+    Forwarder,
+    UpstreamError,
+    end_shared,
+    fail_shared,
+    joined,
+)
 from podcache.serve.crisock.statuses import CONTAINER, SANDBOX, StatusKey, StatusStore, Ticket
 from podcache.serve.crisock.statuswire import ProtobufError, plain_answer, status_request
 
@@ -169,15 +175,7 @@ class StatusCalls:
             task = loop.create_task(self._fly(path, key, request, (flight, ticket)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        try:
-            async with asyncio.timeout(remaining):
-                data = await asyncio.shield(flight)
-        except TimeoutError:
-            raise UpstreamError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"podcache: the runtime at {self._forwarder.endpoint} did not answer "
-                f"{key.method} within the deadline ({remaining:g}s)",
-            ) from None
+        data = await joined(flight, remaining, self._forwarder.endpoint, path)
         if not derived:
             return data
         try:
@@ -217,16 +215,11 @@ class StatusCalls:
                 error = UpstreamError(grpc.StatusCode.INTERNAL, f"podcache: {error}")
             elif error.code is grpc.StatusCode.NOT_FOUND and not error.unreachable:
                 self.store.keep_missing(key, error.details, ticket)
-            flight.set_exception(error)
-            flight.exception()  # retrieved: each waiter raises it itself
+            fail_shared(flight, error)
         else:
             self.store.keep(key, data, ticket)
             flight.set_result(data)
         finally:
             if self._flights.get(key) == flying:
                 del self._flights[key]
-            if not flight.done():  # cancelled: the socket is stopping
-                flight.set_exception(
-                    UpstreamError(grpc.StatusCode.UNAVAILABLE, "podcache's CRI socket is stopping")
-                )
-                flight.exception()
+            end_shared(flight)

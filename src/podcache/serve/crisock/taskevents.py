@@ -27,6 +27,7 @@ import grpc
 
 from podcache.cri.endpoint import Endpoint
 from podcache.cri.wire.protobuf import ProtobufError, varint
+from podcache.serve.crisock.forward import identity
 from podcache.serve.crisock.statuswire import message_fields, text_of
 
 __all__ = [
@@ -81,10 +82,6 @@ def named_container(envelope: bytes) -> str | None:
     if not ident or len(ident) > MAX_ID_CHARS:
         raise ProtobufError(f"a {topic} event names no container ID of at most {MAX_ID_CHARS}")
     return text_of(ident, f"a {topic} event's container ID")
-
-
-def _identity(data: bytes) -> bytes:
-    return data
 
 
 class TaskEvents:
@@ -154,7 +151,7 @@ class TaskEvents:
             options.append(("grpc.default_authority", "localhost"))
         with grpc.insecure_channel(self._endpoint.target, options=options) as channel:
             subscribe = channel.unary_stream(
-                SUBSCRIBE, request_serializer=_identity, response_deserializer=_identity
+                SUBSCRIBE, request_serializer=identity, response_deserializer=identity
             )
             call: Any = subscribe(subscribe_request())
             self._call = call
