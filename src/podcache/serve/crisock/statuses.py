@@ -31,18 +31,12 @@ and of each answer the runtime gave (``keep``, on the socket's loop). Invariants
 7. **A runtime's NOT_FOUND is kept as an answer** for a whole ID (``WHOLE_ID``) under
    invariants 1, 3 and 4, dropped by an event naming the ID, given for either verbosity; at
    most ``MAX_MISSING``, the oldest first.
-8. **The mirror never gives what ``kept`` would not.** A mirror (``StatusMirror``, the C
-   relay's table) is given, under the lock, only what ``kept(key)`` gives at that moment:
-   never a stamped answer, never one asked by a prefix (``key.ident`` is the answer's own ID),
-   with ``fresh_until`` the learnt time of the answer it is plus the period. It is given when
-   kept (``_put``) and when ``kept`` gives it, then only if the same ``_Kept`` is still what
-   ``kept`` picks (``kept`` reads without the lock: an event meanwhile wins). Every answer of
-   an ID leaves the mirror whenever an answer kept under that ID leaves, is replaced or
-   becomes ungivable (``_forget``, ``_named``), and every answer whenever all leave
-   (``_drop_all``), under the lock, so before the event reaches any socket client. Past the
-   period, an answer a listing confirmed is given till that listing leaves the period
-   (``offer_listed``); a change in following containerd's own events empties the mirror.
-   Only a store on ``time.monotonic`` (the relay's clock) is mirrored.
+8. **The mirror never gives what ``kept`` would not** (§10 rule 8, "the C relay gives
+   copies"). It is given, under the lock, what ``kept(key)`` gives then: when kept (``_put``)
+   and when ``kept`` gave it, if the same ``_Kept`` is still picked (``kept`` reads without
+   the lock: an event meanwhile wins); past the period, what ``offer_listed`` confirms. An
+   ID's copies leave with ``_forget`` and ``_named``, all with ``_drop_all`` and a change in
+   following containerd's own events.
 
 Costs: ``kept`` O(1) (a stamped answer: a copy of its bytes); ``event`` O(the IDs and
 statuses it carries + the answers it drops); ``keep`` O(1), a sandbox's O(its bytes), read
