@@ -658,10 +658,9 @@ def _end_tasks(loop: asyncio.AbstractEventLoop) -> None:
 
 
 async def _write(context: Context, data: bytes) -> None:
-    """Send ``data``; a write that fails means the call ended under it (the client left or its
-    deadline passed: every message is within the send bound). That is CancelledError, what
-    gRPC raises in a handler whose call was cancelled: it then sends nothing more (a status
-    after a failed write is refused, and logged as the servicer's error)."""
+    """Send ``data``; a write that fails (the call ended under it, §10 rule 1) is
+    CancelledError, as gRPC raises in a cancelled call's handler: a status sent after it would
+    be refused and logged as the servicer's error."""
     try:
         await context.write(data)
     except Exception:  # ExecuteBatchError, which grpc does not export

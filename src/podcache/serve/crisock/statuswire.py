@@ -169,9 +169,8 @@ def plain_answer(answer: bytes) -> bytes:
 
 
 def sandbox_state(answer: bytes) -> int | None:
-    """The ``PodSandboxState`` (0 READY, 1 NOTREADY) of a ``PodSandboxStatusResponse`` that
-    is its status alone (field 1, nothing else: no ``info``, ``containers_statuses`` or
-    ``timestamp``); None for any other answer. ``ProtobufError`` for unreadable bytes."""
+    """The ``PodSandboxState`` of a ``PodSandboxStatusResponse`` that is its status alone
+    (field 1, nothing else); None for any other answer. ``ProtobufError`` for unreadable bytes."""
     fields = message_fields(answer)
     if len(fields) != 1:
         return None
@@ -179,10 +178,9 @@ def sandbox_state(answer: bytes) -> int | None:
 
 
 def container_state(answer: bytes) -> int | None:
-    """The state (field 3) of the status (field 1) a status answer carries, verbose or not:
-    a ``ContainerState`` (0 CREATED, 1 RUNNING, 2 EXITED, 3 UNKNOWN) or a
-    ``PodSandboxState``; None when it carries no status or a state that is not a varint.
-    ``ProtobufError`` for unreadable bytes."""
+    """The state (field 3) of the status (field 1) a status answer carries, verbose or not;
+    None when it carries no status or a state that is not a varint. ``ProtobufError`` for
+    unreadable bytes."""
     statuses = [v for n, _, v in message_fields(answer) if n == 1]
     if len(statuses) != 1 or not isinstance(statuses[0], bytes):
         return None
