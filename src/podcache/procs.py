@@ -231,10 +231,8 @@ def read_owner(pid: int, proc_root: str) -> tuple[ProcessIdentity, CgroupOwner]:
 
 
 def cgroup_owner(pid: int, *, proc_root: str = "/proc") -> CgroupOwner:
-    """The container ID and pod UID in the process's cgroup (see ``CgroupOwner``).
-
-    ProcessLookupError when there is no such process (or it exited while being read).
-    """
+    """The container ID and pod UID in the process's cgroup (see ``CgroupOwner``);
+    ProcessLookupError when there is no such process (or it exited while being read)."""
     return read_owner(check_pid(pid), os.fspath(proc_root))[1]
 
 

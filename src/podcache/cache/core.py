@@ -71,9 +71,8 @@ Snapshot = tuple[PodList | None, float, float]
 """``(pods, timestamp, fresh_until)``, one immutable object so a hit is one attribute read.
 
 ``fresh_until`` is the last clock reading at which the snapshot is served without waking the
-refresh machinery (see ``fresh_until``): the period (minus the refresh-ahead margin, when on)
-after the timestamp, or ``-inf`` when the period is 0 (caching disabled: ``0 > 0`` is false,
-so an age comparison alone would serve a snapshot to a clock that has not moved).
+refresh machinery: the period (minus the refresh-ahead margin, when on) after the timestamp,
+or ``-inf`` when the period is 0 (docs/architecture.md §3 rule 1).
 """
 
 
@@ -259,13 +258,9 @@ class FreshnessCore(Generic[S]):
 
     # -- needs ---------------------------------------------------------------------------
     def accepts(self, timestamp: float, now: float, min_time: float | None) -> bool:
-        """Does data fetched from ``timestamp`` on meet a caller's need?
-
-        ``min_time`` None is a ``get_pods`` caller at ``now``: it needs ``now - timestamp <=
-        period`` (the same expression as the drivers' hit check, so rounding never makes the
-        two disagree), and nothing already fetched or begun when the period is 0.
-        Otherwise it is ``force_update_if_older(min_time)``: it needs ``timestamp >= min_time``.
-        """
+        """Does data fetched from ``timestamp`` on meet a caller's need? ``min_time`` None is a
+        ``get_pods`` caller at ``now`` (rule 1; the drivers' hit check agrees by ``fresh_until``),
+        else ``force_update_if_older(min_time)`` (rule 4)."""
         if min_time is None:
             return self.period != 0 and now - timestamp <= self.period
         return timestamp >= min_time

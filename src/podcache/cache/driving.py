@@ -1,9 +1,8 @@
 """What the two cache drivers do alike around their core and steps: ``Driving``, their base.
 
-Each method here runs a step or reads the departed keys inside ``_guard`` (the thread
-driver's lock; for the asyncio driver a context that does nothing, its loop being the only
-place anything runs), then leaves the starting to the driver's own ``_start``. Deliberately
-not here: waiting, threads, tasks, timers and the hit path (the drivers' own).
+Each method here runs a step or reads the departed keys inside ``_guard`` (the thread driver's
+lock; for the asyncio driver a context that does nothing), then leaves the starting to the
+driver's own ``_start``. Not here: waiting, threads, tasks, timers and the hit path.
 """
 
 from __future__ import annotations

@@ -2,11 +2,8 @@
 listing or a relist of one pod ended, after a timer fired, and after the event subscription
 said something (docs/architecture.md §3, §7).
 
-Each step asks the freshness core (``FreshnessCore``), keeps the departed keys
-(``Departed``) and the subscription (``Subscription``) up to date, runs the driver's publish
-step, and returns a ``Start``: the full listing and the relists of one pod to start, the
-timers to arm, whether the subscriber may ask for events again now. The driver only does what
-it says: a thread or a task per refresh, a ``threading.Timer`` or ``call_later`` per delay.
+Each step asks the freshness core, keeps the departed keys and the subscription up to date,
+runs the driver's publish step, and returns a ``Start``, which the driver only carries out.
 
 Rules:
 

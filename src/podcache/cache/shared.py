@@ -1,8 +1,6 @@
 """What both cache drivers share and nothing else: the getter protocols, the checks of
-constructor arguments and timeouts, and the event counters added to the stats.
-
-``threaded`` and ``aio`` (and serve) import these from here, never from each other: neither
-driver is the other's base.
+constructor arguments and timeouts, and the event counters added to the stats
+(docs/architecture.md §2: the drivers never import each other).
 """
 
 from __future__ import annotations
@@ -86,10 +84,9 @@ def offers_pod(getter: object) -> bool:
 
 
 def gone_unseen(event: object) -> bool:
-    """Whether ``event`` reports the removal of something of no known pod: a DELETED event with
-    no pod UID, whose IDs ``event_pod`` found in no pod of the snapshot. Then nothing the
-    snapshot holds changed, and nothing is relisted (containerd 1.7 sends a sandbox's DELETED
-    with an empty sandbox status, after the relist that already removed its pod)."""
+    """Whether ``event`` reports the removal of something of no known pod (a DELETED event with
+    no pod UID, whose IDs ``event_pod`` found in no pod of the snapshot): nothing is relisted
+    (docs/architecture.md §7)."""
     return (
         isinstance(event, ContainerEvent)
         and event.type is ContainerEventType.DELETED
@@ -109,8 +106,7 @@ def event_time(event: object, wall_now: float) -> float | None:
 def event_pod(event: object, pods: PodList | None) -> str | None:
     """The UID of the pod ``event`` is about: the one the runtime sent with it, else the pod
     ``pods`` lists for its container or sandbox ID; None when neither says (the node is
-    relisted). The lookup builds the snapshot's ID table once per snapshot at most; the CRI
-    runtimes with events (containerd 1.7, 2.x) send the UID with every event."""
+    relisted). The lookup builds the snapshot's ID table once per snapshot at most."""
     if not isinstance(event, ContainerEvent):
         return None
     if event.pod_uid:
