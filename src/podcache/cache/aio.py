@@ -14,14 +14,14 @@ from collections.abc import Awaitable, Coroutine, Sequence
 from datetime import datetime
 from typing import Any, Protocol, Self, cast
 
-from podcache.cache.core import CacheStats, Refresh
+from podcache.cache.core import Refresh
 from podcache.cache.departed import (
     Found,
     epoch_seconds,
     lookup_key,
 )
 from podcache.cache.driving import Driving
-from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
+from podcache.cache.events import Signal, Step, Subscription
 from podcache.cache.pids import PodProcess, alookup_pod, async_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.scheduling import Start
@@ -32,10 +32,8 @@ from podcache.cache.shared import (
     endpoint_name,
     events_wanted,
     offers_pod,
-    with_events,
 )
 from podcache.cache.watching import AsyncPodWatch, AsyncWatchHost, TaskRefresher
-from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
 __all__ = ["AsyncPodGetter", "AsyncRuntimeCache"]
@@ -213,10 +211,8 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         pods = await self.get_pods(timeout=timeout)
         return self._departed.find(pods, key, moment, self._wall())
 
-    def stats(self) -> CacheStats:
-        """Counters and gauges; hits are counted only when built with ``stats=True``."""
-        now = self._clock()
-        return with_events(self._core.stats(now, self._fast_hits), self._subscription, now)
+    def _hits(self) -> int:
+        return self._fast_hits
 
     def watch(self, since: int | None = None) -> AsyncPodWatch:
         """The twin of ``RuntimeCache.watch``: an async iterator of ``PodChange``."""
@@ -342,11 +338,8 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
         self._start(start)
 
     def _published(self) -> None:
-        """After the core stored a snapshot: the hooks, then the watches (the publish hook's
-        rule 1; no await in between, so no caller runs before the hooks)."""
-        published = self._core.take_published()
-        if published is not None:
-            self._hooks.run(published)
+        """After the core stored a snapshot and the hooks ran (no await in between, so no
+        caller runs before the hooks): the watches."""
         self._wake_watchers()
 
     # -- relists of one pod (docs/architecture.md §7) ----------------------------------------
@@ -418,13 +411,9 @@ class AsyncRuntimeCache(Driving[asyncio.Future[None], AsyncPodGetter | PodGetter
                     step = self._event(event)
                     if step is Step.STOP:
                         return step
-            return Step.STOP if self._closed else self._signal(Signal.FAILED, ENDED)
-        except EventsUnsupportedError as exc:
-            return self._signal(Signal.UNSUPPORTED, exc.reason)
+            return self._stream_ended(self._closed)
         except Exception as exc:
-            if self._closed:
-                return Step.STOP
-            return self._signal(failure(stream), cause_of(exc))
+            return self._stream_failed(stream, exc, self._closed)
         finally:
             self._stream = None
             await self._close_stream(stream)

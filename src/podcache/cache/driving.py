@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, Protocol, TypeVar
 
 from podcache.cache.changes import HISTORY, MAX_LAG
-from podcache.cache.core import CoreReadings, FreshnessCore
+from podcache.cache.core import CacheStats, CoreReadings, FreshnessCore
 from podcache.cache.departed import (
     DEPARTED_BYTES,
     DEPARTED_FOR,
@@ -24,12 +24,13 @@ from podcache.cache.departed import (
     epoch_seconds,
     lookup_key,
 )
-from podcache.cache.events import Signal, Step
+from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
 from podcache.cache.pids import UnknownIDs
 from podcache.cache.publishing import PublishHook
-from podcache.cache.scheduling import Start, with_hooks
-from podcache.cache.shared import Events, check_getter, offers_pod
+from podcache.cache.scheduling import Scheduling, Start
+from podcache.cache.shared import Events, check_getter, offers_pod, with_events
 from podcache.cache.watching import RefreshHost
+from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
 __all__ = ["Driving"]
@@ -59,6 +60,9 @@ class Driving(CoreReadings[S], Generic[S, G]):
     _published: Callable[[], None]
     _start: Callable[[Start[S]], None]
     """Arm the timers and start the refreshes a step asked for."""
+    _hits: Callable[[], int]
+    """Hits served without the core so far (counted only with ``stats=True``)."""
+    _subscription: Subscription | None
 
     def __init__(
         self,
@@ -96,7 +100,7 @@ class Driving(CoreReadings[S], Generic[S, G]):
         self._unknown = UnknownIDs()  # IDs pod_of_pid found the runtime does not list
         self._departed = Departed(departed_for, departed_max, departed_bytes)  # §3 rule 12
         self._init_driver(getter, stats)
-        self._steps, self._hooks = with_hooks(
+        self._steps = Scheduling(
             self._core,
             self._departed,
             clock,
@@ -122,13 +126,19 @@ class Driving(CoreReadings[S], Generic[S, G]):
         with self._guard:
             return self._departed.find(pods, key, moment, self._wall())
 
+    def stats(self) -> CacheStats:
+        """Counters and gauges; hits are counted only when built with ``stats=True``."""
+        with self._guard:
+            now = self._clock()
+            return with_events(self._core.stats(now, self._hits()), self._subscription, now)
+
     def on_publish(self, hook: PublishHook) -> Callable[[], None]:
         """Call ``hook(publication)`` at every snapshot this cache stores from now on (under the
         thread cache's lock; on the asyncio cache's loop), before anyone is handed that
         snapshot; returns what removes the hook. The rule a hook keeps is
         ``podcache.cache.publishing``'s (docs/architecture.md §3 rule 10)."""
         with self._guard:
-            return self._hooks.add(hook)
+            return self._steps.hooks.add(hook)
 
     def _event(self, event: object) -> Step:
         """One event: its pod relisted, or a full listing asked for (``Scheduling.event``)."""
@@ -144,6 +154,18 @@ class Driving(CoreReadings[S], Generic[S, G]):
             step, start = self._steps.signal(signal, cause)
         self._start(start)
         return step
+
+    def _stream_ended(self, closing: bool) -> Step:
+        """The stream ended without an error (``closing``: by ``close()``)."""
+        return Step.STOP if closing else self._signal(Signal.FAILED, ENDED)
+
+    def _stream_failed(self, stream: object, error: Exception, closing: bool) -> Step:
+        """The stream failed with ``error``: "no events" even while closing, else a failure."""
+        if isinstance(error, EventsUnsupportedError):
+            return self._signal(Signal.UNSUPPORTED, error.reason)
+        if closing:
+            return Step.STOP
+        return self._signal(failure(stream), cause_of(error))
 
     def _refresh_host(self, force: Callable[[float], F]) -> RefreshHost[F]:
         """What the watches' refresher reaches of this cache (``force``: its

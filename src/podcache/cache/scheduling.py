@@ -31,7 +31,7 @@ from podcache.cache.publishing import Hooks, Publication
 from podcache.cache.shared import event_pod, event_time, gone_unseen
 from podcache.model import Pod, PodList
 
-__all__ = ["Scheduling", "Start", "with_hooks"]
+__all__ = ["Scheduling", "Start"]
 
 S = TypeVar("S")
 
@@ -50,8 +50,8 @@ class Start(NamedTuple, Generic[S]):
 
 class Scheduling(Generic[S]):
     """The steps of one cache (see the module rules). ``published``: the driver's publish step
-    (hooks, hit path, watches), run after each outcome the core stores; ``relists_pods``: the
-    getter relists one pod (else every event asks for a full listing)."""
+    (hit path, watches), run after each outcome the core stores, after the hooks;
+    ``relists_pods``: the getter relists one pod (else every event asks for a full listing)."""
 
     def __init__(
         self,
@@ -71,6 +71,9 @@ class Scheduling(Generic[S]):
         self._relists_pods = relists_pods
         self.subscription: Subscription | None = None
         """The event subscription, once the driver made one."""
+        self.hooks = Hooks()
+        """The cache's publish hooks, the departed keys' first, so later hooks find them."""
+        self.hooks.add(self.record_departures)
 
     def record_departures(self, publication: Publication) -> None:
         """The cache's own publish hook: the keys the publish took from pods are released now."""
@@ -83,7 +86,7 @@ class Scheduling(Generic[S]):
         now = self._clock()
         queued = self._core.complete(refresh, pods, error, now)
         delay = self._core.arm(now)
-        self._published()
+        self._publish()
         listed = self._core.snapshot[0]
         if pods is not None and listed is not None:  # what events reported and it no longer lists
             self._departed.settle(None, listed, refresh.started_wall, self._wall())
@@ -98,10 +101,18 @@ class Scheduling(Generic[S]):
         following, full = self._core.pod_complete(relist, pod, error, now)
         delay = self._core.arm(now)
         pod_delay = self._core.pod_arm(now)
-        self._published()
+        self._publish()
         if error is None:  # what events reported of the pod and it no longer holds left
             self._departed.settle(relist.uid, pod, relist.started_wall, self._wall())
         return Start(full=full, relists=following, delay=delay, pod_delay=pod_delay)
+
+    def _publish(self) -> None:
+        """The hooks with what the core stored, if anything, then the driver's publish step
+        (docs/architecture.md §3 rule 10)."""
+        published = self._core.take_published()
+        if published is not None:
+            self.hooks.run(published)
+        self._published()
 
     def fired(self) -> Start[S]:
         """The refresh timer ended: the refresh its time came for, and when to look again."""
@@ -146,20 +157,3 @@ class Scheduling(Generic[S]):
         delay = self._core.arm(now)  # one waiting for the event budget
         subscription.counted_refresh(scheduled)
         return step, Start(full=refresh, delay=delay)
-
-
-def with_hooks(
-    core: FreshnessCore[S],
-    departed: Departed,
-    clock: Callable[[], float],
-    wall: Callable[[], float],
-    published: Callable[[], None],
-    *,
-    relists_pods: bool,
-) -> tuple[Scheduling[S], Hooks]:
-    """The steps of one cache (``Scheduling``'s arguments) and its publish hooks, the departed
-    keys' first, so later hooks find them."""
-    steps = Scheduling(core, departed, clock, wall, published, relists_pods=relists_pods)
-    hooks = Hooks()
-    hooks.add(steps.record_departures)
-    return steps, hooks

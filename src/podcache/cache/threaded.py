@@ -13,14 +13,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Generic, NamedTuple, Protocol, Self, TypeVar, overload
 
-from podcache.cache.core import CacheStats, Refresh, Snapshot
+from podcache.cache.core import Refresh, Snapshot
 from podcache.cache.departed import (
     Found,
     epoch_seconds,
     lookup_key,
 )
 from podcache.cache.driving import Driving
-from podcache.cache.events import ENDED, Signal, Step, Subscription, cause_of, failure
+from podcache.cache.events import Signal, Step, Subscription
 from podcache.cache.pids import PodProcess, lookup_pod, sync_probe
 from podcache.cache.podrelists import PodRelist
 from podcache.cache.scheduling import Start
@@ -31,10 +31,8 @@ from podcache.cache.shared import (
     check_timeout,
     endpoint_name,
     events_wanted,
-    with_events,
 )
 from podcache.cache.watching import PodWatch, ThreadRefresher, WatchHost
-from podcache.errors import EventsUnsupportedError
 from podcache.model import PodList
 
 __all__ = ["POD_WORKER_IDLE", "GetPods", "PodGetter", "RuntimeCache"]
@@ -189,7 +187,7 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         hit_path = make_hit_path(self._clock, self._core.snapshot, self._get_slow, count_hits)
         self.get_pods = hit_path.get_pods
         self._publish = hit_path.publish
-        self._fast_hits = hit_path.read_hits
+        self._hits = hit_path.read_hits
         self._nowait = hit_path.get_pods_nowait
 
     def _init_events(self, events: Events, getter: PodGetter) -> None:
@@ -302,12 +300,6 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
         pods = self.get_pods(timeout=timeout)
         with self._lock:
             return self._departed.find(pods, key, moment, self._wall())
-
-    def stats(self) -> CacheStats:
-        """Counters and gauges; hits are counted only when built with ``stats=True``."""
-        with self._lock:
-            now = self._clock()
-            return with_events(self._core.stats(now, self._fast_hits()), self._subscription, now)
 
     def close(self, timeout: float = 5.0) -> None:
         """End the event subscription (waiting at most ``timeout`` s for its thread) and stop the
@@ -438,11 +430,8 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
             self._spawn(start.full)
 
     def _published(self) -> None:
-        """Under the lock, after the core stored a snapshot: the hooks, then the hit path and
-        the watches (docs/architecture.md §3 rule 10)."""
-        published = self._core.take_published()
-        if published is not None:
-            self._hooks.run(published)
+        """Under the lock, after the core stored a snapshot and the hooks ran: the hit path and
+        the watches."""
         self._publish(self._core.snapshot)
         self._changed.notify_all()
 
@@ -546,13 +535,9 @@ class RuntimeCache(Driving[threading.Event, PodGetter]):
                 step = self._event(event)
                 if step is Step.STOP:
                     return step
-            return Step.STOP if self._closing.is_set() else self._signal(Signal.FAILED, ENDED)
-        except EventsUnsupportedError as exc:
-            return self._signal(Signal.UNSUPPORTED, exc.reason)
+            return self._stream_ended(self._closing.is_set())
         except Exception as exc:
-            if self._closing.is_set():
-                return Step.STOP
-            return self._signal(failure(stream), cause_of(exc))
+            return self._stream_failed(stream, exc, self._closing.is_set())
         finally:
             with self._lock:
                 self._stream = None
