@@ -221,19 +221,12 @@ def _cancel_both(arrivals: list[Pod], departures: list[Pod]) -> tuple[list[Pod],
 
 class Tracker:
     """The current state (UID -> pod) and the changes each new snapshot brings, at a cost that
-    grows with the changes, not with the node.
+    grows with the changes, not with the node (docs/architecture.md §8 rule 2).
 
-    A memoised converter hands unchanged pods over as the very same objects, in the same
-    order: ``moved`` finds the pods that arrive and depart between two snapshots without
-    reading the others (no cache miss on thousands of objects). An arrival whose UID departs
-    is ``MODIFIED`` (or nothing, when equal by value), an arrival alone ``ADDED``, a departure
-    alone ``DELETED``.
-
-    That reasoning needs each snapshot to hold every UID once. When one does not (a getter
-    other than the CRI one may list a UID twice; the state then keeps the first, as
-    ``PodList.by_uid``), or an arrival's UID is still held by a pod that stays, the changes are
-    computed by ``diff`` from the UID tables instead, and the fast path resumes at the next
-    snapshot that holds each UID once.
+    An arrival (``moved``) whose UID departs is ``MODIFIED`` (or nothing, when equal by value),
+    an arrival alone ``ADDED``, a departure alone ``DELETED``. When a snapshot lists a UID
+    twice, or an arrival's UID is still held by a pod that stays, the changes come from
+    ``diff`` instead, and the fast path resumes at the next snapshot that holds each UID once.
     """
 
     __slots__ = ("_pods", "_unique", "state")
