@@ -265,27 +265,27 @@ class _AllProbe:
         return self._probe.pod_uid_of(ident)
 
 
-def sync_probe(getter: object, all_view: bool = False) -> PodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as plain methods;
-    with ``all_view``, one whose ``get_pod`` lists the pod as ``get_pods(True)`` does."""
+def _probe(getter: object, all_view: bool, coroutines: bool) -> Any:
+    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of``, coroutines or plain
+    methods as asked; with ``all_view``, one whose ``get_pod`` lists the pod as
+    ``get_pods(True)`` does."""
     if all(
-        callable(getattr(getter, name, None))
-        and not inspect.iscoroutinefunction(getattr(getter, name))
+        callable(method := getattr(getter, name, None))
+        and inspect.iscoroutinefunction(method) == coroutines
         for name in ("get_pod", "pod_uid_of")
     ):
-        return cast(PodProbe, _AllProbe(getter) if all_view else getter)
+        return _AllProbe(getter) if all_view else getter
     return None
+
+
+def sync_probe(getter: object, all_view: bool = False) -> PodProbe | None:
+    """``_probe`` over plain methods."""
+    return cast(PodProbe | None, _probe(getter, all_view, coroutines=False))
 
 
 def async_probe(getter: object, all_view: bool = False) -> AsyncPodProbe | None:
-    """``getter`` as a probe when it offers ``get_pod`` and ``pod_uid_of`` as coroutines;
-    with ``all_view``, one whose ``get_pod`` lists the pod as ``get_pods(True)`` does."""
-    if all(
-        inspect.iscoroutinefunction(getattr(getter, name, None))
-        for name in ("get_pod", "pod_uid_of")
-    ):
-        return cast(AsyncPodProbe, _AllProbe(getter) if all_view else getter)
-    return None
+    """``_probe`` over coroutines."""
+    return cast(AsyncPodProbe | None, _probe(getter, all_view, coroutines=True))
 
 
 def probe_key(lookup: PodLookup) -> str:
