@@ -377,10 +377,8 @@ class Departed:
             self.told(event, pods, happened)
 
     def told(self, event: ContainerEvent, pods: PodList | None, happened: float) -> None:
-        """One event at wall time ``happened`` (its own time): every key its pod holds is
-        reported held, unless ``pods`` (the snapshot) lists it there or its release from that
-        pod is remembered already; a DELETED one then ends the report of its container or
-        sandbox (a sandbox's ends every report of its pod) at ``happened``. O(the event's
+        """One event at wall time ``happened`` (its own time): its keys reported, a DELETED one's
+        report ended (docs/architecture.md §7, "Events are facts", rules 1-2). O(the event's
         keys), plus the pod's reports for a sandbox's DELETED."""
         if not self.enabled:
             return
@@ -637,11 +635,9 @@ class Departed:
         self, key: Key, at: float, since: float, told: Reported | None
     ) -> Holding | Reported | None:
         """Of the holding events report (``told``) and the releases of ``key``, the one that
-        contains ``at`` and began the latest after ``since`` (the snapshot holder's start);
-        None when none does. A release that began when the snapshot's holder did wins over
-        it: the holder's holding is dated by its pod's creation, and a key its pod released
-        and holds again was held anew only after that release ended. Of releases that began
-        together, the oldest."""
+        contains ``at`` and began the latest after ``since`` (the snapshot holder's start, which
+        a release begun with it wins over: docs/architecture.md §3 rule 12); None when none
+        does. Of releases that began together, the oldest."""
         best: Holding | Reported | None = None
         if told is not None and since < told.held_from <= at:
             best, since = told, told.held_from
