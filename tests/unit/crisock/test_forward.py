@@ -19,7 +19,7 @@ import pytest
 
 from podcache.cri.endpoint import parse_endpoint
 from podcache.cri.proto import api_pb2 as pb
-from podcache.serve.crisock.forward import Forwarder, UpstreamError
+from podcache.serve.crisock.forward import Currency, Forwarder, UpstreamError
 
 VERSION = "/runtime.v1.RuntimeService/Version"
 STATUS = "/runtime.v1.RuntimeService/Status"
@@ -91,6 +91,28 @@ def test_distinct_version_requests_make_one_runtime_call_and_keep_one_answer(
     assert runtime.calls == {VERSION: 1}
     assert len(forwarder._kept) == 1
     assert forwarder.saved == {VERSION: 999}
+
+
+@pytest.mark.parametrize(
+    ("reported", "current"),
+    [
+        (("IDLE", "CONNECTING"), True),  # the first connection's states, reported late
+        (("IDLE", "CONNECTING", "READY"), True),
+        (("READY", "IDLE"), False),  # a connection that was READY went away
+        (("READY", "TRANSIENT_FAILURE", "CONNECTING", "READY"), False),
+        (("READY", "SHUTDOWN"), False),
+    ],
+)
+def test_only_a_ready_connection_going_away_ends_the_kept_answers_currency(
+    reported: tuple[str, ...], current: bool
+) -> None:
+    """grpcio reports states on a thread of its own, late: the first connection's IDLE and
+    CONNECTING can come after an answer was kept."""
+    currency = Currency()
+    currency.paths.add(VERSION)
+    for state in reported:
+        currency.reported(grpc.ChannelConnectivity[state])
+    assert (VERSION in currency.paths) is current
 
 
 def reconnected(forwarder: Forwarder) -> None:

@@ -29,7 +29,7 @@ import grpc
 from podcache.cri.channels import MAX_RECEIVE_MESSAGE_BYTES, channel_options
 from podcache.cri.endpoint import Endpoint
 
-__all__ = ["MAX_IN_FLIGHT", "MAX_WAITING", "Forwarder", "UpstreamError"]
+__all__ = ["MAX_IN_FLIGHT", "MAX_WAITING", "Currency", "Forwarder", "UpstreamError"]
 
 MAX_IN_FLIGHT = 16
 """Forwarded calls at the runtime at once."""
@@ -131,6 +131,25 @@ def identity(data: bytes) -> bytes:
     return data
 
 
+class Currency:
+    """Rule 4: the kept answers given since the connection was last READY. A runtime that went
+    away may come back another, so a connection that was READY and is no longer ends their
+    currency. grpcio reports states late, on a thread of its own: the IDLE and CONNECTING
+    before the first READY can come after an answer was kept, and they end nothing."""
+
+    def __init__(self) -> None:
+        self.paths: set[str] = set()
+        self._ready = False
+
+    def reported(self, state: grpc.ChannelConnectivity) -> None:
+        """grpcio's report of the connection's ``state``."""
+        if state is grpc.ChannelConnectivity.READY:
+            self._ready = True
+        elif self._ready:
+            self._ready = False
+            self.paths.clear()
+
+
 class Forwarder:
     """Forwards raw requests to the runtime at ``endpoint`` (see the rules above)."""
 
@@ -153,7 +172,6 @@ class Forwarder:
                 ("grpc.max_send_message_length", MAX_RECEIVE_MESSAGE_BYTES),
             ],
         )
-        self._channel.subscribe(self._connectivity, try_to_connect=False)
         self._calls: dict[str, Any] = {}
         self._slots = _Slots(max_in_flight, max_waiting)
         self._lock = threading.Lock()
@@ -161,16 +179,12 @@ class Forwarder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._kept: dict[str, bytes] = {}
         """Rule 4: the last answer by method path (Version only: one entry)."""
-        self._kept_current: set[str] = set()
-        """The kept answers given since the connection was last READY."""
+        self._kept_current = Currency()
         self.upstream: dict[str, int] = {}
         """Calls made to the runtime, by method path."""
         self.saved: dict[str, int] = {}
         """Calls answered without a runtime call of their own, by method path (§10 rule 7)."""
-
-    def _connectivity(self, state: grpc.ChannelConnectivity) -> None:
-        if state is not grpc.ChannelConnectivity.READY:
-            self._kept_current.clear()  # rule 4: a runtime that went away may come back another
+        self._channel.subscribe(self._kept_current.reported, try_to_connect=False)
 
     @property
     def waiting(self) -> int:
@@ -200,7 +214,7 @@ class Forwarder:
     ) -> bytes:
         """The runtime's answer to ``request`` on ``path``; ``remaining``: the client's time
         left (None: ``timeout``). ``keep``: rule 4. Raises ``UpstreamError``."""
-        if keep and path in self._kept_current:
+        if keep and path in self._kept_current.paths:
             self._count(self.saved, path)
             return self._kept[path]
         try:
@@ -213,7 +227,7 @@ class Forwarder:
             return kept  # rule 4: what the runtime last said, while it cannot be reached
         if keep:
             self._kept[path] = answer
-            self._kept_current.add(path)
+            self._kept_current.paths.add(path)
         return answer
 
     async def _shared(self, path: str, request: bytes, remaining: float | None) -> bytes:
