@@ -169,13 +169,8 @@ class Answering(Lifecycle):
         self._stop_parsing()
         if self.state in _OVER:
             return
-        status = refusal.status
-        body = error_body(status, refusal.message)
-        head = (
-            f"{_STATUS_LINES.get(status) or f'HTTP/1.1 {status} '}"
-            f"content-type: {JSON}\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
-            f"{self._server.tail}\r\n"
-        )
-        transport.write(head.encode() + body)
+        body = error_body(refusal.status, refusal.message)
+        response = Response(refusal.status, [("content-type", JSON)], body)
+        transport.write(self._head(response, keep_alive=False, http10=False) + body)
         self.note_unsent()
         self._end()
