@@ -153,11 +153,7 @@ class Handlers:
         return Later(lambda need: self.lookups.answer_pid(pid, need, headers))
 
     def healthz(self, query: Query, headers: dict[str, str], args: tuple[Any, ...]) -> Plan:
-        response = Response(200, [("content-type", JSON)], _HEALTHY)
-        age = self._reader.age_header()
-        if age is not None:
-            response.headers.append(("x-podcache-age", age))
-        return Now(response)
+        return Now(Response(200, self._reader.with_age([("content-type", JSON)]), _HEALTHY))
 
     def readyz(self, query: Query, headers: dict[str, str], args: tuple[Any, ...]) -> Plan:
         return Later(lambda need: self._answer_ready(need, headers))
@@ -178,10 +174,7 @@ class Handlers:
         return self._reader.from_answer(view, answer, headers)
 
     def metrics(self, query: Query, headers: dict[str, str], args: tuple[Any, ...]) -> Plan:
-        headers_out = [("content-type", METRICS_CONTENT_TYPE)]
-        age = self._reader.age_header()
-        if age is not None:
-            headers_out.append(("x-podcache-age", age))
+        headers_out = self._reader.with_age([("content-type", METRICS_CONTENT_TYPE)])
         return Now(Response(200, headers_out, self._metrics.render()))
 
     def openapi(self, query: Query, headers: dict[str, str], args: tuple[Any, ...]) -> Plan:

@@ -15,7 +15,7 @@ from podcache.errors import PodcacheError
 from podcache.serve.failures import failure_of
 from podcache.serve.params import FRESH, NEWER_THAN, NEWER_THAN_HEADER
 from podcache.serve.query import Query, etag_matches
-from podcache.serve.response import JSON, HTTPError, Response
+from podcache.serve.response import JSON, Headers, HTTPError, Response
 from podcache.serve.snapshot import Answer, SnapshotView
 from podcache.serve.views import Views
 
@@ -115,17 +115,14 @@ class Reader:
         suffix = f'{age},"revision":{revision}}}' if answer.route == "/pods" else f"{age}}}"
         return Response(answer.status, response_headers, answer.head, suffix=suffix.encode())
 
-    def age_header(self) -> str | None:
-        """``X-Podcache-Age`` of the cache's snapshot; None before the first."""
+    def with_age(self, headers: Headers) -> Headers:
+        """``headers`` and ``X-Podcache-Age``, the age of the cache's snapshot, once it has one."""
         cache_time = self.cache.cache_time
-        if cache_time is None:
-            return None
-        return f"{max(self.clock() - cache_time, 0.0):.3f}"
+        if cache_time is not None:
+            headers.append(("x-podcache-age", f"{max(self.clock() - cache_time, 0.0):.3f}"))
+        return headers
 
     def error(self, error: HTTPError) -> Response:
         """``error`` as a JSON response, with the snapshot's age when there is one."""
-        headers = [("content-type", JSON), *error.headers]
-        age = self.age_header()
-        if age is not None:
-            headers.append(("x-podcache-age", age))
+        headers = self.with_age([("content-type", JSON), *error.headers])
         return Response(error.status, headers, error.body())
