@@ -157,9 +157,8 @@ class App:
     ``wait``: how long a request waits for the cache. ``clock`` is the cache's (monotonic)
     clock and ``wall`` the unix clock; ``newer_than`` times are mapped from one to the other
     per request. ``min_refresh_interval``, ``max_stale`` and ``refresh_ahead`` are the cache's
-    (seconds; ``refresh_ahead`` None is a quarter of the period). A snapshot older than the
-    period is served only by ``max_stale`` (the runtime failed): such answers carry
-    ``X-Podcache-Stale: true``, and /readyz answers 503 while it lasts.
+    (seconds; ``refresh_ahead`` None is a quarter of the period; stale answers:
+    docs/architecture.md §5, item 4).
     ``proc_root``: where ``/pids/{pid}`` reads processes (the host's ``/proc``).
 
     ``?all=1`` is answered by a second App, the all view (docs/architecture.md §5), built on

@@ -68,7 +68,6 @@ class Keeper:
 
     @property
     def running(self) -> bool:
-        """Whether the keeper was started and not stopped."""
         return self._task is not None
 
     def start(self) -> None:
@@ -82,7 +81,6 @@ class Keeper:
         )
 
     async def stop(self) -> None:
-        """Cancel the keeper and wait for it to end."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

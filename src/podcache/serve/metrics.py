@@ -177,7 +177,6 @@ class Metrics:
         row[-1] += seconds
 
     def count_pid_lookup(self, outcome: str, refreshed: bool, probed: bool = False) -> None:
-        """Record one ``/pids/{pid}`` lookup."""
         self.pid_lookups[outcome] = self.pid_lookups.get(outcome, 0) + 1
         if refreshed:
             self.pid_lookup_refreshes += 1

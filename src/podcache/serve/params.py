@@ -90,7 +90,6 @@ class Param(Generic[T]):
         return self.parse(values[0]) if values else None
 
     def openapi(self) -> dict[str, Any]:
-        """The OpenAPI parameter object."""
         entry: dict[str, Any] = {"name": self.name, "in": self.where}
         if self.where == "path":
             entry["required"] = True

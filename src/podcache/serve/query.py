@@ -303,7 +303,6 @@ class LabelSelector:
 
     @classmethod
     def parse(cls, text: str) -> LabelSelector:
-        """Parse one ``label`` query value."""
         key, sep, value = text.partition("=")
         if sep and value.startswith("="):  # accept "k==v" as Kubernetes selectors do
             value = value[1:]

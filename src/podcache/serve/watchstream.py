@@ -203,7 +203,6 @@ class _Stream:
                 return self._sent(bookmark_line(revision))
 
     def bookmark_due(self, now: float) -> bool:
-        """Whether a bookmark is due at ``now``."""
         return now - self.last_sent >= self._streams.bookmark_interval
 
     def _sent(self, chunk: bytes) -> bytes:
@@ -266,7 +265,6 @@ class _Broadcast:
         self._timer_at = math.inf
 
     def join(self, stream: _Stream) -> None:
-        """A stream opened."""
         self._members.add(stream)
 
     def leave(self, stream: _Stream) -> None:
