@@ -20,6 +20,7 @@ import pytest
 
 from podcache import AsyncFakeRuntime, AsyncRuntimeCache, FakeRuntime, Pod
 from podcache.cri import CRIRuntime
+from podcache.errors import RuntimeUnavailableError
 from podcache.jsonview import pod_to_json
 from podcache.serve.app import App
 from podcache.serve.watchstream import WatchRequest, WatchStreams
@@ -394,3 +395,24 @@ def test_watch_with_all_follows_the_not_ready_pods_that_the_default_drops() -> N
         cut = client.get(f"/pods?watch=1&since={listed['revision']}")  # the other view's
         assert cut.status == 410, cut
     own_sim.stop()
+
+
+async def test_a_watch_whose_first_listing_fails_is_503_naming_the_runtime() -> None:
+    failing = RuntimeUnavailableError("unix:///run/x.sock", "connection refused")
+    cache = AsyncRuntimeCache(AsyncFakeRuntime([make_pod(1)], error=failing), 10.0)
+    response = await WatchStreams(cache).open(WatchRequest("/pods", None, None, ()))
+    assert (response.status, response.stream) == (503, None)
+    assert ("retry-after", "1") in response.headers
+    assert json.loads(response.body) == {"error": str(failing), "status": 503}
+    await cache.close()
+
+
+async def test_a_watch_whose_first_listing_takes_longer_than_its_wait_is_503() -> None:
+    cache = AsyncRuntimeCache(AsyncFakeRuntime([make_pod(1)], latency=0.5), 10.0)
+    streams = WatchStreams(cache, wait=0.05)
+    response = await streams.open(WatchRequest("/pods", None, None, ()))
+    assert (response.status, response.stream) == (503, None)
+    assert ("retry-after", "1") in response.headers
+    message = "the container runtime did not answer within 0.05 s"
+    assert json.loads(response.body) == {"error": message, "status": 503}
+    await cache.close()

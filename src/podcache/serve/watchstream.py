@@ -40,6 +40,7 @@ from podcache.cache import AsyncPodWatch, AsyncRuntimeCache
 from podcache.cache.changes import PodChange, visible
 from podcache.errors import PodcacheError, ResyncRequiredError
 from podcache.model import Pod
+from podcache.serve.failures import failure_of
 from podcache.serve.query import LabelSelector
 from podcache.serve.response import JSON, ChunkSink, Response, error_body
 from podcache.watchjson import CONTENT_TYPE, bookmark_line, change_line, error_line
@@ -60,8 +61,6 @@ MAX_UNSENT = 4 * 1024 * 1024
 """Most bytes a stream's client may leave unread before the server resets it."""
 LINE_MEMO = 4096
 """Most encoded change lines kept (then the memo starts over)."""
-
-_RETRY = [("retry-after", "1")]
 
 log = logging.getLogger("podcache.serve")
 
@@ -456,13 +455,10 @@ class WatchStreams:
         except ResyncRequiredError as error:
             self.counters.resyncs += 1
             return _error(410, str(error), [])
-        except PodcacheError as error:
+        except (PodcacheError, TimeoutError) as exc:  # what the cache raises (§3 rules 3, 8)
             watch.close()
-            return _error(503, str(error), _RETRY)
-        except TimeoutError:
-            watch.close()
-            message = f"the container runtime did not answer within {self._wait:g} s"
-            return _error(503, message, _RETRY)
+            failure = failure_of(type(exc)).http_error(exc, wait=self._wait)
+            return _error(failure.status, failure.message, failure.headers)
         revision = cast(int, watch.revision)
         headers.append(("x-podcache-revision", str(revision)))
         chunks = self.first_chunks(first, request, revision)
