@@ -232,9 +232,8 @@ class Lifecycle:
 
 
 def _tell_cut_off(chunks: AsyncIterator[bytes], reason: str) -> None:
-    """Tell a stream that has a ``cut_off(reason)`` (a watch counts them) it is being reset:
-    ``unread`` (past its ``max_unsent``), ``budget`` (``max_buffered``), ``stalled`` (unsent
-    bytes stuck for ``idle_timeout``)."""
+    """Tell a stream that has a ``cut_off(reason)`` it is being reset (the reasons: the package
+    docstring's streaming answers)."""
     cut_off = getattr(chunks, "cut_off", None)
     if cut_off is not None:
         cut_off(reason)
