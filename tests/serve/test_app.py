@@ -723,8 +723,19 @@ async def test_replays_answer_exactly_as_the_full_path(
     clocks = Clocks()
     runtime = AsyncFakeRuntime(PODS)
     auth = BearerAuth(TOKEN) if token else None
-    app = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
-    model = App(runtime, 10.0, clock=clocks.monotonic, wall=clocks.wall, auth=auth)
+    # The clocks move only by hand: a forced refresh held for min_refresh_interval would wait
+    # out the real DEFAULT_WAIT, so both start theirs at once.
+    app, model = (
+        App(
+            runtime,
+            10.0,
+            clock=clocks.monotonic,
+            wall=clocks.wall,
+            auth=auth,
+            min_refresh_interval=0,
+        )
+        for _ in range(2)
+    )
     for (path, query), headers, method, advance, runtime_change in requests:
         clocks.now += advance
         if runtime_change is not None:  # failing: stale answers within max_stale, then 503
