@@ -179,12 +179,12 @@ class Forwarder:
         self._tasks: set[asyncio.Task[None]] = set()
         self._kept: dict[str, bytes] = {}
         """Rule 4: the last answer by method path (Version only: one entry)."""
-        self._kept_current = Currency()
+        self._currency = Currency()
         self.upstream: dict[str, int] = {}
         """Calls made to the runtime, by method path."""
         self.saved: dict[str, int] = {}
         """Calls answered without a runtime call of their own, by method path (§10 rule 7)."""
-        self._channel.subscribe(self._kept_current.reported, try_to_connect=False)
+        self._channel.subscribe(self._currency.reported, try_to_connect=False)
 
     @property
     def waiting(self) -> int:
@@ -214,7 +214,7 @@ class Forwarder:
     ) -> bytes:
         """The runtime's answer to ``request`` on ``path``; ``remaining``: the client's time
         left (None: ``timeout``). ``keep``: rule 4. Raises ``UpstreamError``."""
-        if keep and path in self._kept_current.paths:
+        if keep and path in self._currency.paths:
             self._count(self.saved, path)
             return self._kept[path]
         try:
@@ -227,7 +227,7 @@ class Forwarder:
             return kept  # rule 4: what the runtime last said, while it cannot be reached
         if keep:
             self._kept[path] = answer
-            self._kept_current.paths.add(path)
+            self._currency.paths.add(path)
         return answer
 
     async def _shared(self, path: str, request: bytes, remaining: float | None) -> bytes:
